@@ -1,0 +1,1 @@
+"""One module per ``paijob`` verb; each exposes ``register(subparsers)``."""

@@ -1,0 +1,1 @@
+"""The embedded OpenPAI-compatible local cluster: REST server, task runner, job store."""

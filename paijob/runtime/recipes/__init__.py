@@ -1,0 +1,1 @@
+"""Built-in trainers sharing one training engine."""
