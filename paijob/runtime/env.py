@@ -1,0 +1,465 @@
+"""``PAI_*`` environment → :class:`DistEnv`, the distributed layout of one task.
+
+This module is pure: :func:`compute_dist_env` reads nothing but its arguments
+(no ``os.environ``, no files, no sockets, no torch), so every OpenPAI corner
+case is a table test. The launcher probes the machine (visible GPUs, a free
+port) and passes the answers in as data.
+
+OpenPAI facts honoured here (see ``DESIGN.md``):
+
+* Server-set variables use the task role name *as written*:
+  ``PAI_TASK_ROLE_LIST``, ``PAI_TASK_ROLE_TASK_COUNT_<role>``,
+  ``PAI_RESOURCE_<role>`` (``gpu,cpu,memoryMB,shmMB``),
+  ``PAI_CURRENT_TASK_ROLE_NAME``, ``PAI_CURRENT_TASK_ROLE_CURRENT_TASK_INDEX``
+  (older name ``PAI_TASK_INDEX``).
+* Runtime-set variables use the role *lowercased with every character but
+  a-z0-9 removed* (``ps_server`` → ``psserver``); port labels are unchanged:
+  ``PAI_HOST_IP_<role>_<i>``, ``PAI_PORT_LIST_<role>_<i>_<label>`` and
+  ``PAI_<role>_<i>_<label>_PORT`` (comma lists when a label has several ports).
+
+Layout: the participating roles form one world. Node ranks start with the
+master role (so node rank 0 is always master task 0, which hosts the
+rendezvous store) and then run through the other participating roles in
+``PAI_TASK_ROLE_LIST`` order, task index by task index. Global ranks are
+contiguous per node: ``RANK = rank_offset + LOCAL_RANK`` where
+``rank_offset`` is the number of workers on all lower node ranks (that is
+``NODE_RANK * nproc`` when every node runs the same number of workers).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from paijob.errors import PaijobError
+
+DEFAULT_PORT_LABEL = "SynPort"
+STANDALONE_ADDR = "127.0.0.1"
+BACKENDS = ("auto", "nccl", "gloo")
+
+_ROLE_REWRITE = re.compile(r"[^a-z0-9]")
+
+
+class DistEnvError(PaijobError):
+    """A ``PAI_*`` variable is missing or inconsistent, or an option contradicts the job."""
+
+
+def runtime_role_name(role: str) -> str:
+    """The role as OpenPAI's runtime spells it in ``PAI_HOST_IP_*`` and port variables."""
+    return _ROLE_REWRITE.sub("", role.lower())
+
+
+@dataclass(frozen=True)
+class LaunchOptions:
+    """The launch options that shape the layout (CLI flags of ``paijob-runtime``)."""
+
+    port_label: str = DEFAULT_PORT_LABEL
+    master_role: str | None = None
+    roles: tuple[str, ...] | None = None
+    nproc_per_node: int | None = None  # None means "auto"
+    backend: str = "auto"
+
+
+@dataclass(frozen=True)
+class DistEnv:
+    """Where this node sits in the distributed world, and how to reach rank 0."""
+
+    master_addr: str
+    master_port: int
+    node_rank: int
+    nnodes: int
+    nproc_per_node: int
+    world_size: int
+    rank_offset: int
+    backend: str
+    gpus: int = 0
+    openpai: bool = False
+    role: str | None = None
+    task_index: int = 0
+    master_role: str | None = None
+    port_label: str | None = None
+    roles: tuple[str, ...] = field(default_factory=tuple)
+    job_name: str | None = None
+
+    def rank(self, local_rank: int) -> int:
+        """Global rank of this node's worker ``local_rank``."""
+        if not 0 <= local_rank < self.nproc_per_node:
+            raise ValueError(f"local rank {local_rank} outside 0..{self.nproc_per_node - 1}")
+        return self.rank_offset + local_rank
+
+    def node_env(self) -> dict[str, str]:
+        """Variables common to every process this node starts (``per-node`` mode gets these)."""
+        return {
+            "MASTER_ADDR": self.master_addr,
+            "MASTER_PORT": str(self.master_port),
+            "WORLD_SIZE": str(self.world_size),
+            "NODE_RANK": str(self.node_rank),
+            "GROUP_RANK": str(self.node_rank),
+            "NNODES": str(self.nnodes),
+            "GROUP_WORLD_SIZE": str(self.nnodes),
+            "NPROC_PER_NODE": str(self.nproc_per_node),
+            "LOCAL_WORLD_SIZE": str(self.nproc_per_node),
+            "PAIJOB_BACKEND": self.backend,
+        }
+
+    def worker_env(self, local_rank: int) -> dict[str, str]:
+        """Everything worker ``local_rank`` of this node gets (``per-gpu`` mode)."""
+        env = self.node_env()
+        env["RANK"] = str(self.rank(local_rank))
+        env["LOCAL_RANK"] = str(local_rank)
+        return env
+
+    def describe(self) -> dict[str, object]:
+        """A JSON-ready summary (``paijob-runtime env --json``)."""
+        return {
+            "openpai": self.openpai,
+            "role": self.role,
+            "task_index": self.task_index,
+            "master_role": self.master_role,
+            "port_label": self.port_label,
+            "roles": list(self.roles),
+            "job_name": self.job_name,
+            "master_addr": self.master_addr,
+            "master_port": self.master_port,
+            "node_rank": self.node_rank,
+            "nnodes": self.nnodes,
+            "nproc_per_node": self.nproc_per_node,
+            "world_size": self.world_size,
+            "ranks": [self.rank(i) for i in range(self.nproc_per_node)],
+            "backend": self.backend,
+            "gpus": self.gpus,
+            "env": self.node_env(),
+        }
+
+
+def is_openpai(environ: Mapping[str, str]) -> bool:
+    """True when the environment carries OpenPAI's variables."""
+    return any(key.startswith("PAI_") for key in environ)
+
+
+def parse_roles_option(text: str | None) -> tuple[str, ...] | None:
+    """``--roles a,b`` → ``("a", "b")``; empty or None → None (all roles)."""
+    if text is None:
+        return None
+    roles = tuple(part.strip() for part in text.split(",") if part.strip())
+    return roles or None
+
+
+def parse_nproc_option(text: str | int | None) -> int | None:
+    """``--nproc-per-node N|auto`` → N or None (auto)."""
+    if text is None or text == "auto":
+        return None
+    try:
+        value = int(text)
+    except (TypeError, ValueError):
+        raise DistEnvError(
+            f"--nproc-per-node must be a positive integer or 'auto', got {text!r}"
+        ) from None
+    if value < 1:
+        raise DistEnvError(f"--nproc-per-node must be at least 1, got {value}")
+    return value
+
+
+def compute_dist_env(
+    environ: Mapping[str, str],
+    options: LaunchOptions | None = None,
+    *,
+    visible_gpus: int = 0,
+    free_port: int = 0,
+) -> DistEnv:
+    """Compute this node's :class:`DistEnv`.
+
+    ``visible_gpus`` is the number of GPUs this process can see (probed by the
+    caller); ``free_port`` is the port a standalone run (no ``PAI_*``
+    variables) uses for its rendezvous, also chosen by the caller.
+    """
+    options = options or LaunchOptions()
+    if options.backend not in BACKENDS:
+        raise DistEnvError(
+            f"--backend must be one of {', '.join(BACKENDS)}, got {options.backend!r}"
+        )
+    if options.nproc_per_node is not None and options.nproc_per_node < 1:
+        raise DistEnvError(
+            f"--nproc-per-node must be at least 1, got {options.nproc_per_node}"
+        )
+    if visible_gpus < 0:
+        raise ValueError("visible_gpus must be >= 0")
+    backend = _backend(options.backend, visible_gpus)
+    if not is_openpai(environ):
+        nproc = options.nproc_per_node or (visible_gpus if visible_gpus > 0 else 1)
+        return DistEnv(
+            master_addr=STANDALONE_ADDR,
+            master_port=free_port,
+            node_rank=0,
+            nnodes=1,
+            nproc_per_node=nproc,
+            world_size=nproc,
+            rank_offset=0,
+            backend=backend,
+            gpus=visible_gpus,
+        )
+    return _openpai_env(environ, options, visible_gpus, backend)
+
+
+def _backend(requested: str, visible_gpus: int) -> str:
+    if requested != "auto":
+        return requested
+    return "nccl" if visible_gpus > 0 else "gloo"
+
+
+def _openpai_env(
+    environ: Mapping[str, str], options: LaunchOptions, visible_gpus: int, backend: str
+) -> DistEnv:
+    role_list = _role_list(environ)
+    current = _current_role(environ, role_list)
+    participating = _participating_roles(role_list, options.roles)
+    if current not in participating:
+        raise DistEnvError(
+            f"this task's role {current!r} (PAI_CURRENT_TASK_ROLE_NAME) is not among the "
+            f"roles taking part in training ({', '.join(participating)}, from --roles); "
+            f"add it to --roles, or do not run 'paijob-runtime train' in that role's commands"
+        )
+    master_role = options.master_role or participating[0]
+    if master_role not in role_list:
+        raise DistEnvError(
+            f"--master-role {master_role!r} is not a task role of this job "
+            f"(PAI_TASK_ROLE_LIST={','.join(role_list)!r})"
+        )
+    if master_role not in participating:
+        raise DistEnvError(
+            f"--master-role {master_role!r} does not take part in training "
+            f"(--roles selects {', '.join(participating)}); the master must be one of them"
+        )
+    ordered = (master_role, *(role for role in participating if role != master_role))
+
+    task_index, index_name = _task_index(environ)
+    counts = {role: _task_count(environ, role) for role in ordered}
+    if task_index >= counts[current]:
+        raise DistEnvError(
+            f"task index {task_index} ({index_name}) is not below "
+            f"the task count of role {current!r} "
+            f"(PAI_TASK_ROLE_TASK_COUNT_{current}={counts[current]}); the environment is "
+            f"inconsistent: check the role's 'instances' in the job YAML"
+        )
+
+    nprocs = _nprocs(environ, ordered, current, options.nproc_per_node, visible_gpus)
+    node_rank = 0
+    rank_offset = 0
+    for role in ordered:
+        if role == current:
+            node_rank += task_index
+            rank_offset += task_index * nprocs[role]
+            break
+        node_rank += counts[role]
+        rank_offset += counts[role] * nprocs[role]
+    nnodes = sum(counts.values())
+    world_size = sum(counts[role] * nprocs[role] for role in ordered)
+
+    master_addr = _master_addr(environ, master_role)
+    master_port = _master_port(environ, master_role, options.port_label)
+    job_name = environ.get("PAI_JOB_NAME")
+    return DistEnv(
+        master_addr=master_addr,
+        master_port=master_port,
+        node_rank=node_rank,
+        nnodes=nnodes,
+        nproc_per_node=nprocs[current],
+        world_size=world_size,
+        rank_offset=rank_offset,
+        backend=backend,
+        gpus=visible_gpus,
+        openpai=True,
+        role=current,
+        task_index=task_index,
+        master_role=master_role,
+        port_label=options.port_label,
+        roles=ordered,
+        job_name=job_name,
+    )
+
+
+def _role_list(environ: Mapping[str, str]) -> tuple[str, ...]:
+    text = environ.get("PAI_TASK_ROLE_LIST", "")
+    roles = tuple(part.strip() for part in text.split(",") if part.strip())
+    if roles:
+        return roles
+    current = environ.get("PAI_CURRENT_TASK_ROLE_NAME", "").strip()
+    if current:
+        return (current,)
+    raise DistEnvError(
+        "neither PAI_TASK_ROLE_LIST nor PAI_CURRENT_TASK_ROLE_NAME is set (found other PAI_* "
+        "variables, so this looks like an OpenPAI task): OpenPAI's server sets both for every "
+        "task; unset the stray PAI_* variables to run standalone"
+    )
+
+
+def _current_role(environ: Mapping[str, str], role_list: tuple[str, ...]) -> str:
+    current = environ.get("PAI_CURRENT_TASK_ROLE_NAME", "").strip()
+    if not current:
+        if len(role_list) == 1:
+            return role_list[0]
+        raise DistEnvError(
+            f"PAI_CURRENT_TASK_ROLE_NAME is not set and the job has several task roles "
+            f"(PAI_TASK_ROLE_LIST={','.join(role_list)!r}): cannot tell which role this task is"
+        )
+    if current not in role_list:
+        raise DistEnvError(
+            f"PAI_CURRENT_TASK_ROLE_NAME={current!r} is not in "
+            f"PAI_TASK_ROLE_LIST={','.join(role_list)!r}: the environment is inconsistent"
+        )
+    return current
+
+
+def _participating_roles(
+    role_list: tuple[str, ...], requested: tuple[str, ...] | None
+) -> tuple[str, ...]:
+    if not requested:
+        return role_list
+    unknown = [role for role in requested if role not in role_list]
+    if unknown:
+        raise DistEnvError(
+            f"--roles names {', '.join(repr(r) for r in unknown)}, not a task role of this job "
+            f"(PAI_TASK_ROLE_LIST={','.join(role_list)!r}); role names are case-sensitive and "
+            f"written as in the job YAML's taskRoles"
+        )
+    return tuple(role for role in role_list if role in requested)
+
+
+def _task_index(environ: Mapping[str, str]) -> tuple[int, str]:
+    for name in ("PAI_CURRENT_TASK_ROLE_CURRENT_TASK_INDEX", "PAI_TASK_INDEX"):
+        if name in environ:
+            return _non_negative_int(environ, name, "the task index"), name
+    raise DistEnvError(
+        "PAI_CURRENT_TASK_ROLE_CURRENT_TASK_INDEX (older name PAI_TASK_INDEX) is not set: "
+        "OpenPAI sets it for every task; when running by hand, export it (0 for the first task)"
+    )
+
+
+def _task_count(environ: Mapping[str, str], role: str) -> int:
+    name = f"PAI_TASK_ROLE_TASK_COUNT_{role}"
+    if name not in environ:
+        raise DistEnvError(
+            f"{name} is not set: OpenPAI sets it from 'instances' of task role {role!r}; "
+            f"check that the role exists in the job YAML's taskRoles"
+        )
+    value = _non_negative_int(environ, name, "the role's instance count")
+    if value < 1:
+        raise DistEnvError(f"{name}={environ[name]!r}: a task role has at least 1 instance")
+    return value
+
+
+def _non_negative_int(environ: Mapping[str, str], name: str, what: str) -> int:
+    text = environ[name]
+    try:
+        value = int(text.strip())
+    except ValueError:
+        raise DistEnvError(f"{name}={text!r} is not an integer ({what})") from None
+    if value < 0:
+        raise DistEnvError(f"{name}={text!r} is negative ({what})")
+    return value
+
+
+def _resource_gpus(environ: Mapping[str, str], role: str) -> int | None:
+    name = f"PAI_RESOURCE_{role}"
+    if name not in environ:
+        return None
+    text = environ[name]
+    first = text.split(",")[0].strip()
+    try:
+        gpus = int(first)
+    except ValueError:
+        raise DistEnvError(
+            f"{name}={text!r} does not start with a GPU count: OpenPAI writes "
+            f"'gpu,cpu,memoryMB,shmMB' (e.g. '4,16,32768,512')"
+        ) from None
+    if gpus < 0:
+        raise DistEnvError(f"{name}={text!r}: the GPU count is negative")
+    return gpus
+
+
+def _nprocs(
+    environ: Mapping[str, str],
+    ordered: tuple[str, ...],
+    current: str,
+    requested: int | None,
+    visible_gpus: int,
+) -> dict[str, int]:
+    if requested is not None:
+        return {role: requested for role in ordered}
+    nprocs: dict[str, int] = {}
+    for role in ordered:
+        declared = _resource_gpus(environ, role)
+        if role == current:
+            nprocs[role] = visible_gpus or declared or 1
+            others_expect = declared or 1
+            if (
+                declared is not None
+                and nprocs[role] != others_expect
+                and _multi_node(environ, ordered)
+            ):
+                raise DistEnvError(
+                    f"this task sees {visible_gpus} GPU(s) but PAI_RESOURCE_{role}="
+                    f"{environ[f'PAI_RESOURCE_{role}']!r} declares {declared}; the other tasks "
+                    f"count {others_expect} worker(s) for this role, so the ranks would not line "
+                    f"up. Pass an explicit --nproc-per-node, or fix CUDA_VISIBLE_DEVICES"
+                )
+        else:
+            if declared is None:
+                raise DistEnvError(
+                    f"PAI_RESOURCE_{role} is not set, so the number of workers on role {role!r}'s "
+                    f"tasks is unknown (--nproc-per-node auto): OpenPAI sets it from the role's "
+                    f"resourcePerInstance; or pass an explicit --nproc-per-node"
+                )
+            nprocs[role] = declared or 1
+    return nprocs
+
+
+def _multi_node(environ: Mapping[str, str], ordered: tuple[str, ...]) -> bool:
+    total = 0
+    for role in ordered:
+        name = f"PAI_TASK_ROLE_TASK_COUNT_{role}"
+        try:
+            total += int(environ.get(name, "1"))
+        except ValueError:
+            total += 1
+    return total > 1
+
+
+def _master_addr(environ: Mapping[str, str], master_role: str) -> str:
+    name = f"PAI_HOST_IP_{runtime_role_name(master_role)}_0"
+    addr = environ.get(name, "").strip()
+    if not addr:
+        raise DistEnvError(
+            f"{name} is not set, so the master task (role {master_role!r}, index 0) has no "
+            f"address. OpenPAI's runtime sets it (role name lowercased, non-alphanumerics "
+            f"removed) once the task is placed: keep extras.gangAllocation true (the default) "
+            f"so every task is placed before any starts; an ssh session must first source "
+            f"/usr/local/pai/runtime.d/runtime_env.sh"
+        )
+    return addr
+
+
+def _master_port(environ: Mapping[str, str], master_role: str, label: str) -> int:
+    rt = runtime_role_name(master_role)
+    names = (f"PAI_PORT_LIST_{rt}_0_{label}", f"PAI_{rt}_0_{label}_PORT")
+    for name in names:
+        if name in environ:
+            text = environ[name]
+            first = text.split(",")[0].strip()
+            try:
+                port = int(first)
+            except ValueError:
+                raise DistEnvError(
+                    f"{name}={text!r} is not a port number (expected a comma-separated list of "
+                    f"integers, the first is the rendezvous port)"
+                ) from None
+            if not 0 < port < 65536:
+                raise DistEnvError(f"{name}={text!r}: port {port} is outside 1..65535")
+            return port
+    raise DistEnvError(
+        f"neither {names[0]} nor {names[1]} is set: the master role {master_role!r} declares no "
+        f"port labelled {label!r}. Declare it in the job YAML under taskRoles.{master_role}."
+        f"resourcePerInstance: 'ports: {{{label}: 1}}', or pass --port-label to name a label "
+        f"the role declares"
+    )

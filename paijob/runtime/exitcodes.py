@@ -1,0 +1,66 @@
+"""Exit codes of ``paijob-runtime train``, chosen for OpenPAI's retry policy.
+
+OpenPAI classifies a task container's exit code with its job exit spec
+(microsoft/pai ``src/k8s-job-exit-spec/config/k8s-job-exit-spec.yaml``; the
+runtime's matcher is microsoft/openpai-runtime
+``go/pkg/aggregator/error_aggregator.go``). Only a few codes are recognised
+by the exit code alone:
+
+* 130 (SIGINT), 131 (SIGQUIT), 137 (SIGKILL), 143 (SIGTERM): ``PLATFORM_FAILURE``,
+  ``TRANSIENT`` → ``ALWAYS_RETRY``;
+* 132 (SIGILL), 135 (SIGBUS), 136 (SIGFPE), 139 (SIGSEGV), 141 (SIGPIPE):
+  ``USER_FAILURE``, ``PERMANENT`` → ``NEVER_RETRY``; 134 (SIGABRT): unknown;
+* anything else that no log pattern matches becomes 255
+  ``PAIRuntimeUnknownFailed`` → ``RETRY_TO_MAX``: retried only up to the job's
+  ``jobRetryCount`` (default 0, i.e. never).
+
+So an infrastructure failure (the master never came up, the rendezvous
+store or a peer node vanished) exits 143, the one code OpenPAI always
+retries without implying a user bug; a user-code failure passes the failing
+worker's own status through (an exception is 1 → never retried unless the
+job asks for retries; a worker killed by signal N is 128+N, classified as
+above); a configuration error is 2.
+
+| code | meaning | OpenPAI retry |
+| ---- | ------- | ------------- |
+| 0 | every worker on every node succeeded | — |
+| 1–127 | a worker failed; the root-cause worker's own exit code (a Python exception is 1); a node whose peer failed this way exits with the same code | `RETRY_TO_MAX` (only within `jobRetryCount`, default 0) |
+| 128+N | a worker was killed by signal N (139 segfault, 134 abort, 137 OOM-kill) | per OpenPAI's spec: 132/135/136/139/141 never, 134 up to max, 137 always |
+| 2 | configuration error: missing or inconsistent `PAI_*` variables, bad options, script not found | `RETRY_TO_MAX`; fix the job YAML |
+| 143 | infrastructure failure: master unreachable within `--master-timeout`, rendezvous store lost, peer node lost; also SIGTERM received (job stopped) | `ALWAYS_RETRY` (transient) |
+| 130 | interrupted (SIGINT) | `ALWAYS_RETRY` |
+"""
+
+from __future__ import annotations
+
+import signal
+
+OK = 0
+USER_FAILURE = 1  # fallback when a worker's own code is unknown
+CONFIG_ERROR = 2
+INFRA_FAILURE = 143  # = 128 + SIGTERM: OpenPAI's transient, always-retried class
+INTERRUPTED = 130
+
+
+def from_worker_status(returncode: int) -> int:
+    """Container exit code for a worker's ``Popen.returncode`` (negative = killed by signal)."""
+    if returncode < 0:
+        return 128 + (-returncode)
+    if returncode == 0:
+        return OK
+    return min(returncode, 255)
+
+
+def from_signal(signum: int) -> int:
+    return 128 + int(signum)
+
+
+def describe_status(returncode: int) -> str:
+    """``exit code 3`` / ``signal SIGSEGV`` for a ``Popen.returncode``."""
+    if returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = f"signal {-returncode}"
+        return f"signal {name}"
+    return f"exit code {returncode}"

@@ -1,0 +1,72 @@
+"""Failure records the nodes of one job exchange, and picking the root cause (no torch)."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import asdict, dataclass
+
+from paijob.runtime import exitcodes
+
+# A worker whose last words match this died *because* a peer went away: it is a
+# consequence, not the root cause.
+_SECONDARY = re.compile(
+    r"Connection closed by peer|Connection reset by peer|DistNetworkError|DistBackendError|"
+    r"NCCL communicator was aborted|recvBytes|Broken pipe|ProcessGroupGloo.*(timed out|closed)|"
+    r"Socket Timeout|connection refused",
+    re.IGNORECASE,
+)
+# torch prefixes a worker's uncaught-exception lines with "[rankN]:".
+_RANK_PREFIX = re.compile(r"^\[rank\d+\]:\s?")
+
+
+def looks_secondary(stderr_tail: str) -> bool:
+    return bool(_SECONDARY.search(stderr_tail))
+
+
+def strip_rank_prefix(line: str) -> str:
+    return _RANK_PREFIX.sub("", line)
+
+
+@dataclass
+class Failure:
+    """Why a node stopped: a worker's failure, or an infrastructure reason (``rank`` None)."""
+
+    node_rank: int
+    rank: int | None
+    local_rank: int | None
+    returncode: int | None  # Popen style: negative = killed by that signal
+    secondary: bool
+    time: float
+    tail: str = ""
+    reason: str = ""
+
+    @property
+    def exit_code(self) -> int:
+        if self.returncode is None:
+            return exitcodes.INFRA_FAILURE
+        return exitcodes.from_worker_status(self.returncode) or exitcodes.USER_FAILURE
+
+    def headline(self) -> str:
+        if self.rank is None:
+            return self.reason
+        status = exitcodes.describe_status(self.returncode or 0)
+        return (
+            f"worker rank {self.rank} (node rank {self.node_rank}, local rank "
+            f"{self.local_rank}) failed with {status}"
+        )
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> Failure:
+        return cls(**json.loads(text))
+
+
+def choose_root_cause(failures: list[Failure]) -> Failure | None:
+    """Primary failures beat consequences (peer-connection errors, workers we stopped),
+    a worker beats an infrastructure reason, then the earliest wins."""
+    if not failures:
+        return None
+    return min(failures, key=lambda f: (f.secondary, f.rank is None, f.time))

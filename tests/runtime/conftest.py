@@ -1,0 +1,118 @@
+"""Helpers for the runtime's multi-process tests: OpenPAI-like task environments on one host."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+RUNTIME = [sys.executable, "-m", "paijob.runtime.cli"]
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def base_env() -> dict[str, str]:
+    """This process's environment minus anything distributed, CPU only."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("PAI_", "PAIJOB_", "TORCHELASTIC_"))
+        and k not in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+    }
+    env["CUDA_VISIBLE_DEVICES"] = ""
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
+    env["OMP_NUM_THREADS"] = "1"
+    return env
+
+
+def task_env(port: int, index: int, instances: int = 2, gpus: int = 0) -> dict[str, str]:
+    """What OpenPAI gives task ``index`` of a one-role job named ``worker``."""
+    env = base_env()
+    env.update(
+        {
+            "PAI_JOB_NAME": "tester~runtime",
+            "PAI_USER_NAME": "tester",
+            "PAI_TASK_ROLE_LIST": "worker",
+            "PAI_TASK_ROLE_TASK_COUNT_worker": str(instances),
+            "PAI_RESOURCE_worker": f"{gpus},2,4096,512",
+            "PAI_CURRENT_TASK_ROLE_NAME": "worker",
+            "PAI_CURRENT_TASK_ROLE_CURRENT_TASK_INDEX": str(index),
+            "PAI_TASK_INDEX": str(index),
+            "PAI_PORT_LIST_worker_0_SynPort": str(port),
+            "PAI_worker_0_SynPort_PORT": str(port),
+            "PAI_TASK_ROLE_INSTANCES": ",".join(f"worker:{i}" for i in range(instances)),
+        }
+    )
+    for i in range(instances):
+        env[f"PAI_HOST_IP_worker_{i}"] = "127.0.0.1"
+    return env
+
+
+class Task:
+    """One ``paijob-runtime`` process with its output in a file."""
+
+    def __init__(self, args: list[str], env: dict[str, str], log: Path, cwd: Path) -> None:
+        self.log = log
+        self._fh = open(log, "wb")  # noqa: SIM115 - closed in wait()
+        self.proc = subprocess.Popen(
+            [*RUNTIME, *args], env=env, cwd=cwd, stdout=self._fh, stderr=subprocess.STDOUT
+        )
+        self.ended_at: float | None = None
+
+    def poll(self) -> int | None:
+        code = self.proc.poll()
+        if code is not None and self.ended_at is None:
+            self.ended_at = time.time()
+        return code
+
+    def wait(self, timeout: float) -> int:
+        deadline = time.time() + timeout
+        while self.poll() is None:
+            if time.time() > deadline:
+                self.proc.kill()
+                self.proc.wait()
+                self._fh.close()
+                raise AssertionError(f"timed out; output:\n{self.output}")
+            time.sleep(0.05)
+        self._fh.close()
+        return int(self.proc.returncode)
+
+    @property
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+
+def wait_all(tasks: list[Task], timeout: float) -> list[int]:
+    deadline = time.time() + timeout
+    while any(t.poll() is None for t in tasks):
+        if time.time() > deadline:
+            break
+        time.sleep(0.05)
+    return [t.wait(max(0.1, deadline - time.time())) for t in tasks]
+
+
+@pytest.fixture
+def start_task(tmp_path: Path) -> Callable[..., Task]:
+    started: list[Task] = []
+
+    def start(args: list[str], env: dict[str, str], name: str = "task") -> Task:
+        task = Task(args, env, tmp_path / f"{name}.log", tmp_path)
+        started.append(task)
+        return task
+
+    yield start  # type: ignore[misc]
+    for task in started:
+        if task.proc.poll() is None:
+            task.proc.kill()
+            task.proc.wait()

@@ -1,0 +1,82 @@
+"""The ``paijob-runtime`` command line and the small pieces the launcher is built from."""
+
+from __future__ import annotations
+
+import pytest
+
+from paijob.runtime.cli import build_parsers, split_train_argv
+from paijob.runtime.failures import Failure, choose_root_cause, looks_secondary
+from paijob.runtime.launch import LOCAL_RANK_MACRO, WorkerCommand
+from paijob.runtime.probe import count_visible_gpus
+
+
+@pytest.mark.parametrize(
+    ("argv", "ours", "command"),
+    [
+        (["train.py", "--lr", "1"], [], ["train.py", "--lr", "1"]),
+        (["--nproc-per-node", "2", "train.py", "--mode", "x"], ["--nproc-per-node", "2"],
+         ["train.py", "--mode", "x"]),
+        (["--mode=per-node", "--local-rank-arg", "t.py"], ["--mode=per-node", "--local-rank-arg"],
+         ["t.py"]),
+        (["--backend", "gloo", "-m", "pkg.train", "--backend", "nccl"], ["--backend", "gloo"],
+         ["-m", "pkg.train", "--backend", "nccl"]),
+        (["--recipe", "cifar10", "--epochs", "1"], ["--recipe", "cifar10"], ["--epochs", "1"]),
+        (["--apex-compat", "t.py"], ["--apex-compat"], ["t.py"]),
+        (["--port-label", "p", "--", "--weird.py"], ["--port-label", "p"], ["--weird.py"]),
+    ],
+)
+def test_options_stop_where_the_training_command_starts(argv, ours, command):
+    _, train = build_parsers()
+    assert split_train_argv(train, argv) == (ours, command)
+
+
+def test_worker_command_forms():
+    script = WorkerCommand(script="t.py", args=("--a", "1"), apex_compat="off")
+    assert script.python_args() == ("-u", "t.py", "--a", "1")
+    legacy = WorkerCommand(script="t.py", args=("--a",), local_rank_arg=True, apex_compat="off")
+    assert legacy.python_args() == ("-u", "t.py", f"--local_rank={LOCAL_RANK_MACRO}", "--a")
+    assert legacy.python_args(3)[2] == "--local_rank=3"
+    module = WorkerCommand(module="pkg.train", args=("x",))
+    assert module.python_args() == ("-u", "-m", "pkg.train", "x")
+    recipe = WorkerCommand(recipe="cifar10", args=("--epochs", "1"))
+    assert recipe.python_args() == ("-u", "-m", "paijob.runtime.recipes", "cifar10", "--epochs", "1")
+    apex = WorkerCommand(script="t.py", apex_compat="on")
+    assert apex.python_args() == ("-u", "-m", "paijob.runtime.apex_compat", "t.py")
+
+
+def test_apex_compat_auto_asks_the_detector(tmp_path):
+    plain = tmp_path / "plain.py"
+    plain.write_text("import torch\n")
+    assert not WorkerCommand(script=str(plain)).uses_apex_compat()
+
+
+def test_count_visible_gpus_without_torch():
+    assert count_visible_gpus({"CUDA_VISIBLE_DEVICES": "0,1,3"}) == 3
+    assert count_visible_gpus({"CUDA_VISIBLE_DEVICES": ""}) == 0
+    assert count_visible_gpus({"CUDA_VISIBLE_DEVICES": "-1"}) == 0
+    assert count_visible_gpus({"CUDA_VISIBLE_DEVICES": "0,-1,2"}) == 1
+    assert count_visible_gpus({}, nvidia_smi=lambda: 8) == 8
+    assert count_visible_gpus({}, nvidia_smi=lambda: None) == 0
+
+
+def _failure(rank, secondary, at, node=0):
+    return Failure(node_rank=node, rank=rank, local_rank=0, returncode=1, secondary=secondary,
+                   time=at)
+
+
+def test_root_cause_prefers_the_first_real_failure_over_its_consequences():
+    consequence = _failure(0, True, 1.0)
+    cause = _failure(3, False, 2.0, node=1)
+    later = _failure(2, False, 3.0, node=1)
+    assert choose_root_cause([consequence, later, cause]) is cause
+    assert choose_root_cause([]) is None
+    assert looks_secondary("RuntimeError: [gloo] Connection closed by peer [127.0.0.1]:1")
+    assert not looks_secondary("ValueError: bad batch")
+    again = Failure.from_json(cause.to_json())
+    assert again == cause and again.exit_code == 1
+
+
+def test_infrastructure_failures_exit_143():
+    lost = Failure(node_rank=1, rank=None, local_rank=None, returncode=None, secondary=False,
+                   time=0.0, reason="node rank 1 stopped sending heartbeats")
+    assert lost.exit_code == 143 and lost.headline().startswith("node rank 1")

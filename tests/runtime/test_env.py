@@ -1,0 +1,328 @@
+"""PAI_* → DistEnv: the pure mapping, table by table."""
+
+from __future__ import annotations
+
+import pytest
+
+from paijob.runtime.env import (
+    DistEnvError,
+    LaunchOptions,
+    compute_dist_env,
+    parse_nproc_option,
+    parse_roles_option,
+    runtime_role_name,
+)
+
+
+def pai_env(
+    roles: dict[str, tuple[int, int]] | None = None,
+    current: str = "worker",
+    index: int = 0,
+    *,
+    master: str | None = None,
+    port: str = "15000",
+    label: str = "SynPort",
+    ip: str = "10.0.0.1",
+    old_index_only: bool = False,
+) -> dict[str, str]:
+    """The variables OpenPAI gives one task. ``roles``: name → (instances, gpus)."""
+    roles = roles or {"worker": (2, 4)}
+    master = master or next(iter(roles))
+    env = {
+        "PAI_JOB_NAME": "alice~job1",
+        "PAI_USER_NAME": "alice",
+        "PAI_TASK_ROLE_LIST": ",".join(roles),
+        "PAI_CURRENT_TASK_ROLE_NAME": current,
+    }
+    if old_index_only:
+        env["PAI_TASK_INDEX"] = str(index)
+    else:
+        env["PAI_CURRENT_TASK_ROLE_CURRENT_TASK_INDEX"] = str(index)
+        env["PAI_TASK_INDEX"] = str(index)
+    for role, (count, gpus) in roles.items():
+        env[f"PAI_TASK_ROLE_TASK_COUNT_{role}"] = str(count)
+        env[f"PAI_RESOURCE_{role}"] = f"{gpus},8,16384,512"
+        rt = runtime_role_name(role)
+        for i in range(count):
+            env[f"PAI_HOST_IP_{rt}_{i}"] = f"10.0.{len(rt)}.{i + 1}"
+    rt = runtime_role_name(master)
+    env[f"PAI_HOST_IP_{rt}_0"] = ip
+    env[f"PAI_PORT_LIST_{rt}_0_{label}"] = port
+    env[f"PAI_{rt}_0_{label}_PORT"] = port
+    return env
+
+
+# -- single role ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("index", "node_rank", "ranks"),
+    [(0, 0, [0, 1, 2, 3]), (1, 1, [4, 5, 6, 7]), (2, 2, [8, 9, 10, 11])],
+)
+def test_single_role_ranks_are_node_rank_times_nproc_plus_local_rank(index, node_rank, ranks):
+    dist = compute_dist_env(pai_env({"worker": (3, 4)}, index=index), visible_gpus=4)
+    assert dist.node_rank == node_rank
+    assert dist.nnodes == 3
+    assert dist.nproc_per_node == 4
+    assert dist.world_size == 12
+    assert [dist.rank(i) for i in range(4)] == ranks
+    assert dist.master_addr == "10.0.0.1"
+    assert dist.master_port == 15000
+    assert dist.backend == "nccl"
+
+
+def test_rank_zero_is_task_zero_gpu_zero():
+    dist = compute_dist_env(pai_env(index=0), visible_gpus=4)
+    assert dist.rank(0) == 0
+    env = dist.worker_env(0)
+    assert env["RANK"] == "0" and env["LOCAL_RANK"] == "0" and env["NODE_RANK"] == "0"
+
+
+def test_worker_env_carries_the_torchrun_variables():
+    dist = compute_dist_env(pai_env(index=1), visible_gpus=4)
+    env = dist.worker_env(2)
+    assert env == {
+        "MASTER_ADDR": "10.0.0.1",
+        "MASTER_PORT": "15000",
+        "WORLD_SIZE": "8",
+        "RANK": "6",
+        "LOCAL_RANK": "2",
+        "LOCAL_WORLD_SIZE": "4",
+        "NODE_RANK": "1",
+        "GROUP_RANK": "1",
+        "NNODES": "2",
+        "GROUP_WORLD_SIZE": "2",
+        "NPROC_PER_NODE": "4",
+        "PAIJOB_BACKEND": "nccl",
+    }
+
+
+def test_node_env_for_per_node_mode_has_no_per_worker_rank():
+    env = compute_dist_env(pai_env(index=1), visible_gpus=4).node_env()
+    assert "RANK" not in env and "LOCAL_RANK" not in env
+    assert env["NODE_RANK"] == "1" and env["NPROC_PER_NODE"] == "4" and env["WORLD_SIZE"] == "8"
+
+
+def test_old_pai_task_index_alone_is_enough():
+    dist = compute_dist_env(pai_env(index=1, old_index_only=True), visible_gpus=4)
+    assert dist.node_rank == 1 and dist.task_index == 1
+
+
+def test_current_task_index_wins_over_pai_task_index():
+    env = pai_env(index=1)
+    env["PAI_TASK_INDEX"] = "0"
+    assert compute_dist_env(env, visible_gpus=4).node_rank == 1
+
+
+def test_port_list_with_several_ports_uses_the_first():
+    env = pai_env(port="15001,15002,15003")
+    assert compute_dist_env(env, visible_gpus=4).master_port == 15001
+
+
+def test_legacy_port_variable_is_the_fallback():
+    env = pai_env()
+    del env["PAI_PORT_LIST_worker_0_SynPort"]
+    env["PAI_worker_0_SynPort_PORT"] = "16000,16001"
+    assert compute_dist_env(env, visible_gpus=4).master_port == 16000
+
+
+def test_custom_port_label():
+    env = pai_env(label="dist")
+    dist = compute_dist_env(env, LaunchOptions(port_label="dist"), visible_gpus=4)
+    assert dist.master_port == 15000 and dist.port_label == "dist"
+
+
+# -- GPUs, nproc, backend ---------------------------------------------------------------------
+
+
+def test_auto_nproc_falls_back_to_the_declared_gpu_count_when_none_are_visible():
+    dist = compute_dist_env(pai_env({"worker": (2, 4)}), visible_gpus=0)
+    assert dist.nproc_per_node == 4 and dist.world_size == 8
+    assert dist.backend == "gloo"
+
+
+def test_auto_nproc_is_one_on_a_cpu_role():
+    dist = compute_dist_env(pai_env({"worker": (2, 0)}), visible_gpus=0)
+    assert dist.nproc_per_node == 1 and dist.world_size == 2 and dist.backend == "gloo"
+
+
+def test_explicit_nproc_overrides_gpus():
+    dist = compute_dist_env(pai_env(index=1), LaunchOptions(nproc_per_node=2), visible_gpus=4)
+    assert dist.nproc_per_node == 2 and dist.world_size == 4 and dist.rank(0) == 2
+
+
+def test_explicit_backend_is_kept():
+    dist = compute_dist_env(pai_env(), LaunchOptions(backend="gloo"), visible_gpus=4)
+    assert dist.backend == "gloo"
+
+
+def test_visible_gpus_that_contradict_the_declared_count_are_an_error_on_several_nodes():
+    with pytest.raises(DistEnvError, match=r"PAI_RESOURCE_worker=.*--nproc-per-node"):
+        compute_dist_env(pai_env({"worker": (2, 4)}), visible_gpus=8)
+
+
+def test_visible_gpus_win_on_a_single_node():
+    dist = compute_dist_env(pai_env({"worker": (1, 4)}), visible_gpus=2)
+    assert dist.nproc_per_node == 2 and dist.world_size == 2
+
+
+# -- standalone -------------------------------------------------------------------------------
+
+
+def test_standalone_without_pai_variables():
+    dist = compute_dist_env({"HOME": "/root"}, visible_gpus=0, free_port=23456)
+    assert (dist.master_addr, dist.master_port) == ("127.0.0.1", 23456)
+    assert (dist.node_rank, dist.nnodes, dist.nproc_per_node, dist.world_size) == (0, 1, 1, 1)
+    assert not dist.openpai and dist.backend == "gloo"
+
+
+def test_standalone_uses_every_visible_gpu():
+    dist = compute_dist_env({}, visible_gpus=3, free_port=1)
+    assert dist.nproc_per_node == 3 and dist.world_size == 3 and dist.backend == "nccl"
+
+
+# -- several roles ----------------------------------------------------------------------------
+
+MASTER_WORKER = {"master": (1, 2), "worker": (3, 2)}
+
+
+@pytest.mark.parametrize(
+    ("current", "index", "node_rank", "first_rank"),
+    [("master", 0, 0, 0), ("worker", 0, 1, 2), ("worker", 2, 3, 6)],
+)
+def test_roles_form_one_world_in_task_role_list_order(current, index, node_rank, first_rank):
+    dist = compute_dist_env(pai_env(MASTER_WORKER, current, index), visible_gpus=2)
+    assert dist.nnodes == 4 and dist.world_size == 8
+    assert dist.node_rank == node_rank and dist.rank(0) == first_rank
+    assert dist.master_role == "master" and dist.roles == ("master", "worker")
+
+
+def test_roles_with_different_gpu_counts_get_contiguous_ranks():
+    roles = {"master": (1, 1), "worker": (2, 4)}
+    dist = compute_dist_env(pai_env(roles, "worker", 1), visible_gpus=4)
+    assert dist.world_size == 9
+    assert [dist.rank(i) for i in range(4)] == [5, 6, 7, 8]
+
+
+def test_roles_option_selects_who_takes_part():
+    roles = {"ps": (2, 0), "worker": (2, 1)}
+    env = pai_env(roles, "worker", 1, master="worker")
+    dist = compute_dist_env(env, LaunchOptions(roles=("worker",)), visible_gpus=1)
+    assert dist.nnodes == 2 and dist.node_rank == 1 and dist.world_size == 2
+    assert dist.master_role == "worker"
+
+
+def test_explicit_master_role_gets_node_rank_zero():
+    roles = {"worker": (2, 1), "chief": (1, 1)}
+    env = pai_env(roles, "worker", 0, master="chief")
+    dist = compute_dist_env(env, LaunchOptions(master_role="chief"), visible_gpus=1)
+    assert dist.roles == ("chief", "worker")
+    assert dist.node_rank == 1
+    chief = compute_dist_env(
+        pai_env(roles, "chief", 0, master="chief"), LaunchOptions(master_role="chief"),
+        visible_gpus=1,
+    )
+    assert chief.node_rank == 0 and chief.rank(0) == 0
+
+
+def test_role_names_are_rewritten_for_runtime_variables_only():
+    roles = {"ps_Server-1": (1, 1), "train_er": (2, 1)}
+    env = pai_env(roles, "train_er", 1)
+    assert "PAI_HOST_IP_psserver1_0" in env and "PAI_TASK_ROLE_TASK_COUNT_ps_Server-1" in env
+    dist = compute_dist_env(env, visible_gpus=1)
+    assert dist.master_addr == "10.0.0.1" and dist.node_rank == 2 and dist.world_size == 3
+
+
+def test_runtime_role_name():
+    assert runtime_role_name("ps_server") == "psserver"
+    assert runtime_role_name("Worker-2") == "worker2"
+
+
+# -- errors ------------------------------------------------------------------------------------
+
+
+def _without(env: dict[str, str], *names: str) -> dict[str, str]:
+    return {k: v for k, v in env.items() if k not in names}
+
+
+@pytest.mark.parametrize(
+    ("mutate", "pattern"),
+    [
+        (lambda e: _without(e, "PAI_CURRENT_TASK_ROLE_CURRENT_TASK_INDEX", "PAI_TASK_INDEX"),
+         r"PAI_CURRENT_TASK_ROLE_CURRENT_TASK_INDEX \(older name PAI_TASK_INDEX\) is not set"),
+        (lambda e: _without(e, "PAI_TASK_ROLE_TASK_COUNT_worker"),
+         r"PAI_TASK_ROLE_TASK_COUNT_worker is not set.*instances"),
+        (lambda e: _without(e, "PAI_HOST_IP_worker_0"),
+         r"PAI_HOST_IP_worker_0 is not set.*gangAllocation"),
+        (lambda e: _without(e, "PAI_PORT_LIST_worker_0_SynPort", "PAI_worker_0_SynPort_PORT"),
+         r"PAI_PORT_LIST_worker_0_SynPort nor PAI_worker_0_SynPort_PORT.*ports: \{SynPort: 1\}"),
+        (lambda e: _without(e, "PAI_TASK_ROLE_LIST", "PAI_CURRENT_TASK_ROLE_NAME"),
+         r"neither PAI_TASK_ROLE_LIST nor PAI_CURRENT_TASK_ROLE_NAME"),
+        (lambda e: {**e, "PAI_CURRENT_TASK_ROLE_CURRENT_TASK_INDEX": "2"},
+         r"task index 2 .*PAI_TASK_ROLE_TASK_COUNT_worker=2"),
+        (lambda e: {**e, "PAI_CURRENT_TASK_ROLE_CURRENT_TASK_INDEX": "one"},
+         r"PAI_CURRENT_TASK_ROLE_CURRENT_TASK_INDEX='one' is not an integer"),
+        (lambda e: {**e, "PAI_CURRENT_TASK_ROLE_CURRENT_TASK_INDEX": "-1"},
+         r"PAI_CURRENT_TASK_ROLE_CURRENT_TASK_INDEX='-1' is negative"),
+        (lambda e: {**e, "PAI_PORT_LIST_worker_0_SynPort": "http"},
+         r"PAI_PORT_LIST_worker_0_SynPort='http' is not a port number"),
+        (lambda e: {**e, "PAI_PORT_LIST_worker_0_SynPort": "70000"},
+         r"port 70000 is outside 1..65535"),
+        (lambda e: {**e, "PAI_TASK_ROLE_TASK_COUNT_worker": "0"},
+         r"PAI_TASK_ROLE_TASK_COUNT_worker='0': a task role has at least 1 instance"),
+        (lambda e: {**e, "PAI_RESOURCE_worker": "four,8,1,1"},
+         r"PAI_RESOURCE_worker='four,8,1,1' does not start with a GPU count"),
+        (lambda e: {**e, "PAI_CURRENT_TASK_ROLE_NAME": "ps"},
+         r"PAI_CURRENT_TASK_ROLE_NAME='ps' is not in PAI_TASK_ROLE_LIST='worker'"),
+    ],
+)
+def test_missing_or_inconsistent_variables_name_the_variable(mutate, pattern):
+    with pytest.raises(DistEnvError, match=pattern) as info:
+        compute_dist_env(mutate(pai_env()), visible_gpus=0)
+    assert info.value.exit_code == 2
+
+
+def test_unknown_role_in_roles_option():
+    with pytest.raises(DistEnvError, match=r"--roles names 'chief', not a task role"):
+        compute_dist_env(pai_env(), LaunchOptions(roles=("worker", "chief")))
+
+
+def test_current_role_outside_roles_option():
+    env = pai_env({"ps": (1, 0), "worker": (2, 1)}, "ps", 0, master="worker")
+    with pytest.raises(DistEnvError, match=r"role 'ps' .* is not among the roles"):
+        compute_dist_env(env, LaunchOptions(roles=("worker",)))
+
+
+def test_master_role_must_take_part():
+    env = pai_env({"ps": (1, 0), "worker": (2, 1)}, "worker", 0)
+    with pytest.raises(DistEnvError, match=r"--master-role 'ps' does not take part"):
+        compute_dist_env(env, LaunchOptions(roles=("worker",), master_role="ps"))
+
+
+def test_unknown_master_role():
+    with pytest.raises(DistEnvError, match=r"--master-role 'chief' is not a task role"):
+        compute_dist_env(pai_env(), LaunchOptions(master_role="chief"))
+
+
+def test_peer_role_without_resource_needs_explicit_nproc():
+    env = _without(pai_env(MASTER_WORKER, "master", 0), "PAI_RESOURCE_worker")
+    with pytest.raises(DistEnvError, match=r"PAI_RESOURCE_worker is not set"):
+        compute_dist_env(env, visible_gpus=2)
+    assert compute_dist_env(env, LaunchOptions(nproc_per_node=2)).world_size == 8
+
+
+def test_bad_options():
+    with pytest.raises(DistEnvError, match="--backend"):
+        compute_dist_env({}, LaunchOptions(backend="mpi"))
+    with pytest.raises(DistEnvError, match="--nproc-per-node"):
+        parse_nproc_option("zero")
+    with pytest.raises(DistEnvError, match="at least 1"):
+        parse_nproc_option("0")
+    assert parse_nproc_option("auto") is None and parse_nproc_option("3") == 3
+    assert parse_roles_option(" a, b ,") == ("a", "b") and parse_roles_option("") is None
+
+
+def test_dist_env_is_frozen():
+    dist = compute_dist_env({}, free_port=1)
+    with pytest.raises(AttributeError):
+        dist.world_size = 3  # type: ignore[misc]

@@ -1,0 +1,118 @@
+"""Failures: a worker dies, the job is stopped, the master never comes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import textwrap
+import time
+from pathlib import Path
+
+from conftest import base_env, free_port, task_env, wait_all
+
+from paijob.runtime import exitcodes
+
+RAISES_BEFORE_JOINING = textwrap.dedent(
+    """
+    import os, sys, time
+    import torch
+    import torch.distributed as dist
+
+    if os.environ["RANK"] == "1":
+        with open(sys.argv[1], "w") as fh:
+            fh.write(str(time.time()))
+        raise ValueError("bad batch on purpose")
+    # rank 0 waits for a peer that never joins: without paijob it would hang here
+    dist.init_process_group("gloo")
+    time.sleep(600)
+    """
+)
+
+
+def test_one_worker_raises_and_both_nodes_exit_non_zero_within_15s(tmp_path: Path, start_task):
+    script = tmp_path / "raises.py"
+    script.write_text(RAISES_BEFORE_JOINING)
+    stamp = tmp_path / "failed_at"
+    port = free_port()
+    args = ["train", "--nproc-per-node", "1", "--grace-period", "5", str(script), str(stamp)]
+    tasks = [start_task(args, task_env(port, i), name=f"node{i}") for i in (0, 1)]
+    codes = wait_all(tasks, timeout=120)
+    failed_at = float(stamp.read_text())
+    for task, code in zip(tasks, codes, strict=True):
+        assert code == 1, task.output  # a Python exception: the worker's own exit code
+        assert task.ended_at is not None and task.ended_at - failed_at < 15, task.output
+        # the root cause, on both nodes
+        assert "worker rank 1 (node rank 1, local rank 0) failed with exit code 1" in task.output
+        assert "ValueError: bad batch on purpose" in task.output
+    assert "(on another node)" in tasks[0].output
+
+
+SLEEPS = textwrap.dedent(
+    """
+    import os, signal, subprocess, sys, time
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a stubborn worker: needs SIGKILL
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    with open(os.path.join(sys.argv[1], os.environ["LOCAL_RANK"]), "w") as fh:
+        fh.write(f"{os.getpid()} {child.pid}")
+    time.sleep(600)
+    """
+)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"  # zombies are dead
+    except FileNotFoundError:
+        return False
+
+
+def test_sigterm_stops_every_worker_and_its_children_within_the_grace_period(
+    tmp_path: Path, start_task
+):
+    script = tmp_path / "sleeps.py"
+    script.write_text(SLEEPS)
+    pids_dir = tmp_path / "pids"
+    pids_dir.mkdir()
+    task = start_task(
+        ["train", "--nproc-per-node", "2", "--grace-period", "2", str(script), str(pids_dir)],
+        base_env(),
+    )
+    deadline = time.time() + 90
+    while len(list(pids_dir.iterdir())) < 2:
+        assert task.poll() is None and time.time() < deadline, task.output
+        time.sleep(0.1)
+    time.sleep(0.3)
+    pids = [int(p) for f in pids_dir.iterdir() for p in f.read_text().split()]
+    assert all(_alive(pid) for pid in pids)
+    sent = time.time()
+    task.proc.send_signal(signal.SIGTERM)
+    code = task.wait(timeout=30)
+    assert code == exitcodes.from_signal(signal.SIGTERM) == 143, task.output
+    assert time.time() - sent < 2 + 5
+    assert not [pid for pid in pids if _alive(pid)], f"orphans left: {pids}"
+
+
+def test_master_that_never_comes_up_gives_a_clear_timeout(tmp_path: Path, start_task):
+    script = tmp_path / "never.py"
+    script.write_text("raise SystemExit('must not run')\n")
+    env = task_env(free_port(), 1)
+    started = time.time()
+    task = start_task(["train", "--master-timeout", "1.5", str(script)], env)
+    code = task.wait(timeout=60)
+    assert code == exitcodes.INFRA_FAILURE, task.output
+    assert time.time() - started < 30
+    out = task.output
+    assert "the master at 127.0.0.1:" in out and "(port label 'SynPort')" in out
+    assert "did not accept connections within" in out
+    assert "master task" in out and "firewall" in out and "--master-timeout" in out
+    assert "must not run" not in out
+
+
+def test_exit_codes_follow_the_worker_status():
+    assert exitcodes.from_worker_status(0) == 0
+    assert exitcodes.from_worker_status(3) == 3
+    assert exitcodes.from_worker_status(-signal.SIGSEGV) == 139
+    assert exitcodes.from_worker_status(-signal.SIGKILL) == 137
+    assert exitcodes.describe_status(-signal.SIGSEGV) == "signal SIGSEGV"
+    assert os.EX_OK == exitcodes.OK
