@@ -1,0 +1,89 @@
+"""Run paijob's benchmarks: one command, JSON and a PNG chart out.
+
+    python benchmarks/run.py                 # everything, 5 samples each
+    python benchmarks/run.py --quick         # a seconds-long smoke of the harness
+    python benchmarks/run.py --only client,launch --samples 9
+
+Benchmarks are measurements, not tests: they print the machine, every raw
+sample and the medians, and write them to OUT/benchmarks-DATE.json. Ratios are
+measured side by side in one run; quote absolute times only with the machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import bench_client
+import bench_failure
+import bench_launch
+import bench_throughput
+from harness import ROOT, machine_info, progress, write_json
+
+BENCHMARKS = ("client", "launch", "throughput", "scaling", "failure")
+
+
+def _plan(samples: int, quick: bool) -> dict[str, Callable[[], dict[str, object]]]:
+    max_procs = max(1, min(4, os.cpu_count() or 1))
+    return {
+        "client": lambda: bench_client.run(samples),
+        "launch": lambda: bench_launch.run(samples),
+        "throughput": lambda: bench_throughput.run(
+            samples, epochs=1 if quick else 2, size=400 if quick else 4000),
+        "scaling": lambda: bench_throughput.run_scaling(
+            samples, max_procs, epochs=1 if quick else 2, size=400 if quick else 4000),
+        "failure": lambda: bench_failure.run(samples),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--only", default=",".join(BENCHMARKS),
+                        help=f"comma list out of {','.join(BENCHMARKS)} (default: all)")
+    parser.add_argument("--samples", type=int, default=5, help="runs per side (default 5)")
+    parser.add_argument("--quick", action="store_true",
+                        help="1 sample, tiny workloads: checks the harness, measures nothing worth quoting")
+    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "out",
+                        help="folder for the JSON and the PNG (default benchmarks/out)")
+    parser.add_argument("--no-chart", action="store_true", help="skip the PNG (no matplotlib needed)")
+    args = parser.parse_args(argv)
+    chosen = [name.strip() for name in args.only.split(",") if name.strip()]
+    unknown = sorted(set(chosen) - set(BENCHMARKS))
+    if unknown:
+        parser.error(f"unknown benchmark(s) {unknown}; choose from {','.join(BENCHMARKS)}")
+    samples = 1 if args.quick else args.samples
+
+    machine = machine_info()
+    print("machine:", json.dumps(machine, sort_keys=True))
+    results: dict[str, object] = {
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "machine": machine,
+        "samples_per_side": samples,
+        "quick": args.quick,
+        "benchmarks": {},
+    }
+    plan = _plan(samples, args.quick)
+    stamp = datetime.date.today().isoformat()
+    json_path = args.out / f"benchmarks-{stamp}.json"
+    for name in chosen:
+        progress(f"running {name}")
+        outcome = plan[name]()
+        results["benchmarks"][name] = outcome  # type: ignore[index]
+        print(f"{name}:", json.dumps(outcome, sort_keys=True))
+        write_json(json_path, results)  # after each, so a late failure loses nothing
+    print(f"wrote {json_path}")
+    if not args.no_chart:
+        from chart import draw
+
+        png = draw(results, json_path.with_suffix(".png"))
+        print(f"wrote {png}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
