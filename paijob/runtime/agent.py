@@ -323,6 +323,16 @@ def run_per_gpu(
     except SignalException as error:
         agent.finish(failed=True, linger=0)
         return exitcodes.from_signal(error.sigval), None
+    except Exception as error:
+        if agent.assigned_ranks:  # workers had started: a bug, keep the traceback
+            raise
+        raise exitcodes.InfrastructureError(
+            f"rendezvous at {master_addr}:{master_port} failed for node rank {node_rank} of "
+            f"{nnodes}: {str(error).rstrip('.')}. Node rank 0 waits up to --master-timeout "
+            f"({rendezvous_timeout}s) for every node to join; check that all {nnodes} tasks "
+            f"are running (extras.gangAllocation keeps them starting together) and that the "
+            f"port is not taken by another process on the master's host"
+        ) from error
     if agent.assigned_ranks and agent.assigned_ranks != expected_ranks:
         log.warning(
             "paijob-runtime: torch assigned ranks %s, expected %s", agent.assigned_ranks,

@@ -28,7 +28,6 @@ from paijob.runtime.env import (
     DistEnv,
     LaunchOptions,
     compute_dist_env,
-    is_openpai,
     parse_nproc_option,
     parse_roles_option,
 )
@@ -193,7 +192,7 @@ def _layout(args: argparse.Namespace) -> tuple[DistEnv, int]:
         backend=args.backend,
     )
     gpus = count_visible_gpus(environ)
-    free_port = 0 if is_openpai(environ) else find_free_port()
+    free_port = find_free_port()
     return compute_dist_env(environ, options, visible_gpus=gpus, free_port=free_port), gpus
 
 

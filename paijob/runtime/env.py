@@ -199,7 +199,7 @@ def compute_dist_env(
             backend=backend,
             gpus=visible_gpus,
         )
-    return _openpai_env(environ, options, visible_gpus, backend)
+    return _openpai_env(environ, options, visible_gpus, backend, free_port)
 
 
 def _backend(requested: str, visible_gpus: int) -> str:
@@ -209,7 +209,11 @@ def _backend(requested: str, visible_gpus: int) -> str:
 
 
 def _openpai_env(
-    environ: Mapping[str, str], options: LaunchOptions, visible_gpus: int, backend: str
+    environ: Mapping[str, str],
+    options: LaunchOptions,
+    visible_gpus: int,
+    backend: str,
+    free_port: int,
 ) -> DistEnv:
     role_list = _role_list(environ)
     current = _current_role(environ, role_list)
@@ -256,8 +260,13 @@ def _openpai_env(
     nnodes = sum(counts.values())
     world_size = sum(counts[role] * nprocs[role] for role in ordered)
 
-    master_addr = _master_addr(environ, master_role)
-    master_port = _master_port(environ, master_role, options.port_label)
+    if nnodes == 1 and free_port and not _declares_port(environ, master_role, options.port_label):
+        # One task alone needs no declared port: it only talks to itself.
+        master_addr = STANDALONE_ADDR
+        master_port = free_port
+    else:
+        master_addr = _master_addr(environ, master_role)
+        master_port = _master_port(environ, master_role, options.port_label)
     job_name = environ.get("PAI_JOB_NAME")
     return DistEnv(
         master_addr=master_addr,
@@ -438,6 +447,11 @@ def _master_addr(environ: Mapping[str, str], master_role: str) -> str:
             f"/usr/local/pai/runtime.d/runtime_env.sh"
         )
     return addr
+
+
+def _declares_port(environ: Mapping[str, str], master_role: str, label: str) -> bool:
+    rt = runtime_role_name(master_role)
+    return f"PAI_PORT_LIST_{rt}_0_{label}" in environ or f"PAI_{rt}_0_{label}_PORT" in environ
 
 
 def _master_port(environ: Mapping[str, str], master_role: str, label: str) -> int:

@@ -35,6 +35,8 @@ from __future__ import annotations
 
 import signal
 
+from paijob.errors import PaijobError
+
 OK = 0
 USER_FAILURE = 1  # fallback when a worker's own code is unknown
 CONFIG_ERROR = 2
@@ -64,3 +66,9 @@ def describe_status(returncode: int) -> str:
             name = f"signal {-returncode}"
         return f"signal {name}"
     return f"exit code {returncode}"
+
+
+class InfrastructureError(PaijobError):
+    """Not the user's code and not the job's configuration: the cluster (retryable, exit 143)."""
+
+    exit_code = INFRA_FAILURE

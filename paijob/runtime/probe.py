@@ -12,14 +12,11 @@ import subprocess
 import time
 from collections.abc import Callable, Mapping
 
-from paijob.errors import PaijobError
+from paijob.runtime.exitcodes import InfrastructureError
 
 
-class MasterUnreachableError(PaijobError):
-    """The master task's rendezvous port did not open in time (an infrastructure failure)."""
-
-    # Set in paijob.runtime.exitcodes terms: retryable. Imported lazily to avoid a cycle.
-    exit_code = 143
+class MasterUnreachableError(InfrastructureError):
+    """The master task's rendezvous port did not open in time."""
 
 
 def count_visible_gpus(

@@ -326,3 +326,12 @@ def test_dist_env_is_frozen():
     dist = compute_dist_env({}, free_port=1)
     with pytest.raises(AttributeError):
         dist.world_size = 3  # type: ignore[misc]
+
+
+def test_a_single_task_without_a_declared_port_uses_a_free_local_port():
+    env = _without(pai_env({"worker": (1, 2)}), "PAI_PORT_LIST_worker_0_SynPort",
+                   "PAI_worker_0_SynPort_PORT")
+    dist = compute_dist_env(env, visible_gpus=2, free_port=34567)
+    assert (dist.master_addr, dist.master_port, dist.world_size) == ("127.0.0.1", 34567, 2)
+    with pytest.raises(DistEnvError, match="ports: {SynPort: 1}"):
+        compute_dist_env(env, visible_gpus=2)  # no free port offered
