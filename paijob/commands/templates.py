@@ -1,0 +1,49 @@
+"""``paijob templates``: list the built-in job templates, or show one with its defaults."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from paijob.templating import builtin_names, find_template
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "templates",
+        help="list the built-in job templates; 'templates show NAME' prints one",
+        description="List the built-in job templates with a one-line description. "
+        "'paijob templates show NAME' prints the template and its documented default values.",
+    )
+    parser.set_defaults(func=list_templates)
+    verbs = parser.add_subparsers(dest="templates_command", metavar="{list,show}")
+    verbs.add_parser("list", help="list the built-in templates (the default)").set_defaults(
+        func=list_templates
+    )
+    show = verbs.add_parser("show", help="print a template and its default values")
+    show.add_argument("name", metavar="NAME", help="built-in name or path to a .yaml.j2 file")
+    show.set_defaults(func=show_template)
+
+
+def list_templates(args: argparse.Namespace) -> int:
+    names = builtin_names()
+    width = max((len(n) for n in names), default=0)
+    for name in names:
+        print(f"{name:<{width}}  {find_template(name).description()}")
+    print("\nshow one: paijob templates show NAME; render: paijob render NAME --set key=value", file=sys.stderr)
+    return 0
+
+
+def show_template(args: argparse.Namespace) -> int:
+    ref = find_template(args.name)
+    print(f"# ---- template {ref.filename}")
+    sys.stdout.write(ref.source())
+    values = ref.values_text()
+    if values is not None:
+        text, filename = values
+        print(f"\n# ---- default values {filename} (override with -f FILE or --set key=value)")
+        sys.stdout.write(text)
+    else:
+        print("\n# ---- no default values file: every value the template uses must be given")
+    return 0

@@ -1,0 +1,71 @@
+"""``paijob validate``: check job YAML files against the OpenPAI protocol v2.
+
+Every problem of every file is reported (``file:line: severity: path: message``),
+then one summary line per file. Exit 0 when every file is valid (warnings
+allowed), 2 when any is not.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from paijob.errors import PaijobError
+from paijob.protocol import Problem, ValidationReport, validate_file, validate_text
+
+DESCRIPTION = """\
+Check OpenPAI job YAML files (rendered or hand-written) with the rules the
+OpenPAI server enforces, plus paijob's distributed-launch checks: the port
+label paijob-runtime reads is declared on the master role, and the world size
+(instances x processes per node) is printed.
+
+  paijob validate job.yaml
+  paijob render ddp | paijob validate -
+"""
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "validate",
+        help="check job YAML files against the OpenPAI protocol",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("files", metavar="FILE", nargs="+", help="job YAML files ('-' reads stdin)")
+    parser.add_argument(
+        "--master-role",
+        metavar="ROLE",
+        help="role whose first task hosts the rendezvous (default: paijob-runtime's "
+        "--master-role in the commands, else the first role)",
+    )
+    parser.add_argument(
+        "--port-label",
+        metavar="LABEL",
+        help="port label paijob-runtime reads (default: its --port-label in the commands, else SynPort)",
+    )
+    parser.add_argument("-q", "--quiet", action="store_true", help="print problems only, no summary")
+    parser.set_defaults(func=run)
+
+
+def check(path: str, master_role: str | None = None, port_label: str | None = None) -> ValidationReport:
+    options = {"master_role": master_role, "port_label": port_label}
+    if path == "-":
+        return validate_text(sys.stdin.read(), "<stdin>", **options)
+    try:
+        return validate_file(path, **options)
+    except PaijobError as error:
+        return ValidationReport(path, None, [Problem("error", (), str(error))])
+
+
+def run(args: argparse.Namespace) -> int:
+    status = 0
+    for path in args.files:
+        report = check(path, args.master_role, args.port_label)
+        for line in report.formatted_problems():
+            print(line)
+        if not args.quiet or not report.ok:
+            print(report.summary())
+        if not report.ok:
+            status = 2
+    return status

@@ -1,0 +1,69 @@
+"""Shared helpers of the render / validate / templates tests."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from paijob.cli import main
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+GOLDEN = HERE / "golden"
+FIXTURES = HERE / "fixtures"
+EXAMPLES = ROOT / "examples"
+
+UPDATE_GOLDEN = os.environ.get("PAIJOB_UPDATE_GOLDEN") == "1"
+
+# template -> case name -> --set expressions; every template has a 1x1 and a
+# 4-node x 8-GPU case (dataparallel: 1 node x 8 GPUs, it is single-instance).
+BIG = ["instances=4", "gpu=8", "cpu=48", "memoryMB=393216"]
+GOLDEN_CASES: dict[str, dict[str, list[str]]] = {
+    "ddp": {
+        "1x1": ["instances=1", "gpu=1"],
+        "4x8": BIG,
+        "cpu-2x2": ["instances=2", "gpu=0", "processesPerNode=2", "cpu=4", "memoryMB=8192"],
+        "extras": [
+            "instances=2",
+            "gpu=4",
+            "ssh=true",
+            "tensorboard.enabled=true",
+            "env.NCCL_SOCKET_IFNAME=eth0",
+            "setup=[pip install -r requirements.txt, 'echo \"name has ${#PAI_JOB_NAME} chars\"']",
+            "script=train.py",
+            'args=[--lr, "<% $parameters.lr %>", --note, two words]',
+            "parameters.lr=0.1",
+            "secrets.token=abc",
+            "taskRetryCount=2",
+            "gangAllocation=false",
+            "backend=gloo",
+            "precision=bf16",
+            "infiniband=true",
+            "description=A job with every option",
+        ],
+    },
+    "apex": {"1x1": ["instances=1", "gpu=1"], "4x8": [*BIG, "optLevel=O1"]},
+    "horovod": {
+        "1x1": ["instances=1", "gpu=1"],
+        "4x8": BIG,
+        "horovodrun": ["instances=2", "gpu=2", "launcher=horovodrun", "env={}"],
+    },
+    "dataparallel": {"1x1": ["gpu=1"], "1x8": ["gpu=8", "cpu=48", "memoryMB=393216"]},
+    "spawn": {"1x1": ["instances=1", "gpu=1"], "4x8": BIG},
+}
+
+
+def golden_path(template: str, case: str) -> Path:
+    return GOLDEN / f"{template}-{case}.yaml"
+
+
+def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    """Run ``paijob ARGV`` in-process: (exit code, stdout, stderr)."""
+    try:
+        code = main(list(argv))
+    except SystemExit as exit_:  # argparse errors
+        code = int(exit_.code or 0)
+    out, err = capsys.readouterr()
+    return code, out, err

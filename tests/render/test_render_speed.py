@@ -1,0 +1,40 @@
+"""The client side never imports torch, and `paijob render` stays fast."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+from render_helpers import ROOT
+
+SCRIPT = """
+import sys, io, contextlib
+from paijob.cli import main
+with contextlib.redirect_stdout(io.StringIO()) as out:
+    code = main(["render", "ddp", "--set", "instances=4", "--set", "gpu=8"])
+assert code == 0, code
+assert "paijob-runtime train" in out.getvalue()
+assert "torch" not in sys.modules, "paijob render imported torch"
+print("ok")
+"""
+
+
+def test_render_in_a_fresh_interpreter_never_imports_torch() -> None:
+    # A fresh interpreter: other tests in this process may have imported torch.
+    done = subprocess.run(
+        [sys.executable, "-c", SCRIPT], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "ok"
+
+
+def test_render_in_process_is_fast_once_imported() -> None:
+    from paijob.templating import render_template
+
+    render_template("ddp")  # warm: imports and template compilation
+    start = time.perf_counter()
+    for _ in range(10):
+        render_template("ddp", sets=["instances=4", "gpu=8"])
+    per_render = (time.perf_counter() - start) / 10
+    assert per_render < 0.05, f"{per_render * 1000:.1f} ms per render"

@@ -1,0 +1,316 @@
+"""`paijob validate`: one test per protocol rule, each problem with its YAML path
+and line, every problem at once, exit 0 when valid (warnings allowed) and 2 when not."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from render_helpers import run_cli
+
+from paijob.protocol import ERROR, WARNING, Problem, ValidationReport, validate_text
+
+BASE = """\
+protocolVersion: 2
+name: base-job
+type: job
+prerequisites:
+  - type: dockerimage
+    name: image
+    uri: repo/image:tag
+taskRoles:
+  worker:
+    instances: 4
+    dockerImage: image
+    resourcePerInstance:
+      gpu: 8
+      cpu: 16
+      memoryMB: 65536
+      ports:
+        SynPort: 1
+    commands:
+      - paijob-runtime train --port-label SynPort train.py --epochs 1
+"""
+
+
+def check(text: str = BASE, **options: str) -> ValidationReport:
+    return validate_text(text, "job.yaml", **options)
+
+
+def edit(old: str, new: str, text: str = BASE) -> str:
+    assert old in text, old
+    return text.replace(old, new, 1)
+
+
+def only(report: ValidationReport, severity: str = ERROR) -> Problem:
+    found = [p for p in report.problems if p.severity == severity]
+    assert len(found) == 1, report.formatted_problems()
+    return found[0]
+
+
+def test_base_job_is_valid_with_its_world_size() -> None:
+    report = check()
+    assert report.ok and not report.problems
+    assert report.summary() == (
+        "ok: job.yaml — 1 role, world size 32 (4 nodes × 8 processes), port label SynPort"
+    )
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "path", "line", "message"),
+    [
+        ("type: job\n", "", "", 1, "missing required key 'type' (type: job)"),
+        ("protocolVersion: 2", "protocolVersion: 3", "protocolVersion", 1, "3 is not allowed here; use one of: 2, '2'"),
+        ("name: base-job", "name: base job", "name", 2, "'base job' is not a valid name"),
+        ("name: base-job", "name: " + "x" * 256, "name", 2, "is 256 characters long; at most 255"),
+        ("type: job", "type: jobs", "type", 3, "'jobs' is not allowed here; use one of: 'job'"),
+        ("type: job\n", "type: job\ncomment: hi\n", "comment", 4, "unknown key 'comment'"),
+        ("    instances: 4", "    instance: 4", "taskRoles.worker.instance", 10, "unknown key 'instance' (did you mean 'instances'?)"),
+        ("    instances: 4", "    instances: 0", "taskRoles.worker.instances", 10, "must be at least 1, got 0"),
+        ("    instances: 4", "    instances: four", "taskRoles.worker.instances", 10, "expected integer, got string 'four'"),
+        ("      gpu: 8", "      gpu: -1", "taskRoles.worker.resourcePerInstance.gpu", 13, "must be at least 0, got -1"),
+        ("      gpu: 8", "      gpu: true", "taskRoles.worker.resourcePerInstance.gpu", 13, "expected integer, got boolean True"),
+        ("      cpu: 16\n", "", "taskRoles.worker.resourcePerInstance", 12, "missing required key 'cpu'"),
+        ("      cpu: 16", "      cpus: 16", "taskRoles.worker.resourcePerInstance.cpus", 14, "unknown key 'cpus' (did you mean 'cpu'?)"),
+        ("        SynPort: 1", "        SynPort: 0", "taskRoles.worker.resourcePerInstance.ports.SynPort", 17, "must be at least 1, got 0"),
+        ("    commands:\n      - paijob-runtime train --port-label SynPort train.py --epochs 1\n", "    commands: []\n", "taskRoles.worker.commands", 18, "needs at least 1 item(s)"),
+        ("    dockerImage: image\n", "", "taskRoles.worker", 9, "missing required key 'dockerImage': the name of a 'type: dockerimage' prerequisite"),
+        ("    uri: repo/image:tag\n", "", "prerequisites[0]", 5, "missing required key 'uri'"),
+        ("    instances: 4\n", "    instances: 4\n    completion:\n      minFailedInstances: 0\n", "taskRoles.worker.completion.minFailedInstances", 12, "must be -1 or at least 1, got 0"),
+        ("    instances: 4\n", "    instances: 4\n    extraContainerOptions:\n      shmMB: lots\n", "taskRoles.worker.extraContainerOptions.shmMB", 12, "expected integer"),
+        ("taskRoles:\n", "jobRetryCount: -1\ntaskRoles:\n", "jobRetryCount", 8, "must be at least 0, got -1"),
+        ("type: job\n", "type: job\ndefaults:\n  virtualCluster: vc\n  queue: q\n", "defaults.queue", 6, "unknown key 'queue'"),
+    ],
+)
+def test_schema_rule(old: str, new: str, path: str, line: int, message: str) -> None:
+    report = check(edit(old, new))
+    assert not report.ok
+    matching = [p for p in report.errors if p.dotted_path == path]
+    assert len(matching) == 1, report.formatted_problems()
+    problem = matching[0]
+    assert problem.line == line
+    assert message in problem.message
+
+
+def test_task_role_name_must_be_an_identifier() -> None:
+    text = BASE.replace("  worker:", "  1worker:").replace("--port-label SynPort", "--port-label SynPort --master-role 1worker")
+    problem = only(check(text))
+    assert problem.dotted_path == "taskRoles.1worker" and problem.line == 9
+    assert "task role name '1worker' is not allowed" in problem.message
+
+
+def test_port_label_must_be_an_identifier_and_is_then_not_the_one_the_runtime_reads() -> None:
+    report = check(edit("        SynPort: 1", "        Syn-Port: 1"))
+    messages = {p.dotted_path: p.message for p in report.errors}
+    assert "port label 'Syn-Port' is not allowed" in messages[
+        "taskRoles.worker.resourcePerInstance.ports.Syn-Port"
+    ]
+    assert "declares no such port (declared: Syn-Port)" in messages[
+        "taskRoles.worker.resourcePerInstance"
+    ]
+
+
+def test_docker_image_must_name_a_dockerimage_prerequisite() -> None:
+    problem = only(check(edit("    dockerImage: image", "    dockerImage: imagee")))
+    assert problem.dotted_path == "taskRoles.worker.dockerImage" and problem.line == 11
+    assert "'imagee' names no prerequisite; the dockerimage prerequisites are: image" in problem.message
+    text = edit(
+        "taskRoles:\n", "  - type: data\n    name: cifar\n    uri: [https://example.com/c.tgz]\ntaskRoles:\n"
+    )
+    problem = only(check(edit("    dockerImage: image", "    dockerImage: cifar", text)))
+    assert "'cifar' is a 'data' prerequisite, not a dockerimage" in problem.message
+
+
+def test_duplicate_prerequisite_names() -> None:
+    text = edit("taskRoles:\n", "  - type: dockerimage\n    name: image\n    uri: other:1\ntaskRoles:\n")
+    problem = only(check(text))
+    assert problem.dotted_path == "prerequisites[1].name" and problem.line == 9
+    assert "duplicate prerequisite name 'image'" in problem.message
+
+
+def test_role_data_output_script_must_name_prerequisites_of_that_type() -> None:
+    problem = only(check(edit("    dockerImage: image\n", "    dockerImage: image\n    data: nope\n")))
+    assert problem.dotted_path == "taskRoles.worker.data"
+    assert "names no prerequisite of type 'data'" in problem.message
+
+
+def test_task_retries_without_gang_allocation_off_are_a_warning() -> None:
+    text = edit("    instances: 4\n", "    instances: 4\n    taskRetryCount: 3\n")
+    report = check(text)
+    assert report.ok
+    problem = only(report, WARNING)
+    assert problem.dotted_path == "taskRoles.worker.taskRetryCount" and problem.line == 11
+    assert "has no effect unless extras.gangAllocation is false" in problem.message
+    assert not check(text + "extras:\n  gangAllocation: false\n").problems
+
+
+def test_role_names_the_runtime_rewrites_are_a_warning() -> None:
+    text = BASE.replace("  worker:", "  ps_server:")
+    report = check(text)
+    assert report.ok
+    problem = only(report, WARNING)
+    assert problem.dotted_path == "taskRoles.ps_server" and problem.line == 9
+    assert "rewrites role 'ps_server' as 'psserver'" in problem.message
+
+
+def test_roles_that_collide_after_the_rewrite_are_an_error() -> None:
+    second = BASE[BASE.index("  worker:") :].replace("  worker:", "  Worker:")
+    report = check(BASE + second.replace("--port-label SynPort", "--port-label SynPort"))
+    assert any("both become 'worker'" in p.message for p in report.errors)
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "python train.py --master_port 29500",
+        "export MASTER_PORT=12345",
+        "python -m torch.distributed.launch --master-port=23456 train.py",
+        "python train.py --dist-url tcp://10.0.0.1:8000",
+        "torchrun --rdzv-endpoint $PAI_HOST_IP_worker_0:29400 train.py",
+    ],
+)
+def test_fixed_ports_in_commands_are_a_warning(command: str) -> None:
+    text = edit("    commands:\n", f"    commands:\n      - {command}\n")
+    report = check(text)
+    assert report.ok
+    problem = only(report, WARNING)
+    assert problem.dotted_path == "taskRoles.worker.commands[0]" and problem.line == 19
+    assert "fixed port" in problem.message and "port label" in problem.message
+
+
+def test_port_variables_are_not_fixed_ports() -> None:
+    text = edit("    commands:\n", "    commands:\n      - export MASTER_PORT=$PAI_worker_0_SynPort_PORT\n")
+    assert not check(text).problems
+
+
+def test_runtime_port_label_must_be_declared_on_the_master_role() -> None:
+    problem = only(check(edit("--port-label SynPort", "--port-label RdzvPort")))
+    assert problem.dotted_path == "taskRoles.worker.resourcePerInstance" and problem.line == 12
+    assert "reads port label 'RdzvPort' from the master role 'worker'" in problem.message
+    # without --port-label the runtime reads SynPort
+    text = edit("        SynPort: 1", "        Other: 1", edit("--port-label SynPort ", ""))
+    assert "port label 'SynPort'" in only(check(text)).message
+    # validate --port-label overrides what the commands say
+    assert "'Other'" not in str(check(text, port_label="Other").problems)
+
+
+def test_master_role_must_exist_and_take_part() -> None:
+    problem = only(check(edit("--port-label SynPort", "--port-label SynPort --master-role chief")))
+    assert "master role 'chief' (--master-role) is not a task role" in problem.message
+    report = check(BASE, master_role="nobody")
+    assert not report.ok
+
+
+def test_every_training_role_must_run_the_runtime() -> None:
+    text = BASE + (
+        "  evaluator:\n    dockerImage: image\n    resourcePerInstance: {cpu: 1, memoryMB: 1024, gpu: 0}\n"
+        "    commands:\n      - python eval.py\n"
+    )
+    problem = only(check(text))
+    assert problem.dotted_path == "taskRoles.evaluator.commands" and problem.line == 23
+    assert "takes part in training" in problem.message and "--roles worker" in problem.message
+    fixed = text.replace("--port-label SynPort", "--port-label SynPort --roles worker")
+    assert check(fixed).ok
+
+
+def test_tasks_must_agree_on_runtime_flags() -> None:
+    text = BASE + BASE[BASE.index("  worker:") :].replace("  worker:", "  helper:").replace(
+        "--port-label SynPort", "--port-label Other"
+    )
+    assert any("--port-label Other here but SynPort elsewhere" in p.message for p in check(text).errors)
+
+
+def test_world_size_sums_the_roles_and_follows_nproc_and_mode() -> None:
+    explicit = check(edit("--port-label SynPort", "--port-label SynPort --nproc-per-node 2"))
+    assert explicit.plan is not None and explicit.plan.world_size == 8
+    assert "--nproc-per-node 2 but resourcePerInstance.gpu is 8" in only(explicit, WARNING).message
+    dp = check(edit("--port-label SynPort", "--mode dataparallel --port-label SynPort"))
+    assert dp.plan is not None and dp.plan.world_size == 4
+    cpu = check(edit("      gpu: 8", "      gpu: 0"))
+    assert cpu.plan is not None and cpu.plan.world_size == 4
+    unknown = check(edit("--port-label SynPort", "--port-label SynPort --nproc-per-node $N"))
+    assert unknown.plan is not None and unknown.plan.world_size is None
+    assert "world size unknown" in unknown.summary()
+
+
+def test_undefined_openpai_parameters_are_a_warning() -> None:
+    text = edit("train.py --epochs 1", "train.py --epochs <% $parameters.epochs %>")
+    problem = only(check(text), WARNING)
+    assert "'<% $parameters.epochs %>' but parameters has no 'epochs'" in problem.message
+    assert not check(text + "parameters:\n  epochs: 3\n").problems
+
+
+def test_deployments_must_match_roles_and_defaults() -> None:
+    text = BASE + (
+        "deployments:\n  - name: prod\n    taskRoles:\n      ps:\n        preCommands: [echo hi]\n"
+        "defaults:\n  deployment: dev\n"
+    )
+    report = check(text)
+    messages = {p.dotted_path: p.message for p in report.errors}
+    assert "'ps' is not a task role of this job" in messages["deployments[0].taskRoles.ps"]
+    assert "'dev' names no deployment (prod)" in messages["defaults.deployment"]
+
+
+def test_shm_not_below_memory_is_a_warning() -> None:
+    text = edit("    instances: 4\n", "    instances: 4\n    extraContainerOptions:\n      shmMB: 65536\n")
+    assert "/dev/shm counts against the container's memory" in only(check(text), WARNING).message
+
+
+def test_duplicate_keys_are_an_error_like_on_the_server() -> None:
+    problem = only(check(edit("      cpu: 16\n", "      cpu: 16\n      cpu: 8\n")))
+    assert problem.dotted_path == "taskRoles.worker.resourcePerInstance.cpu" and problem.line == 15
+    assert "duplicate key" in problem.message
+
+
+def test_not_yaml_or_not_a_mapping() -> None:
+    problem = only(check("name: [unclosed\n"))
+    assert problem.line == 2 and "invalid YAML" in problem.message
+    assert "got an empty file" in only(check("")).message
+    assert "got a list" in only(check("- a\n")).message
+
+
+def test_every_problem_is_reported_at_once_in_line_order() -> None:
+    text = edit("name: base-job", "name: bad name", edit("      gpu: 8", "      gpu: -2"))
+    text = edit("    dockerImage: image", "    dockerImage: nope", text)
+    report = check(text)
+    assert [p.line for p in report.errors] == [2, 11, 13]
+
+
+# --------------------------------------------------------------------------- CLI
+
+
+def test_validate_cli_exit_codes_and_output(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    good = tmp_path / "good.yaml"
+    good.write_text(BASE)
+    warned = tmp_path / "warned.yaml"
+    warned.write_text(BASE.replace("  worker:", "  ps_server:"))
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(edit("      gpu: 8", "      gpu: -1"))
+
+    code, out, err = run_cli(capsys, "validate", str(good), str(warned))
+    assert code == 0 and err == ""
+    assert f"ok: {good} — 1 role, world size 32 (4 nodes × 8 processes), port label SynPort" in out
+    assert f"{warned}:9: warning: taskRoles.ps_server: the runtime rewrites" in out
+
+    code, out, _ = run_cli(capsys, "validate", str(good), str(bad), str(tmp_path / "missing.yaml"))
+    assert code == 2
+    assert f"{bad}:13: error: taskRoles.worker.resourcePerInstance.gpu: must be at least 0, got -1" in out
+    assert f"invalid: {bad} — 1 error" in out
+    assert "cannot read job file" in out and f"ok: {good}" in out
+
+
+def test_validate_reads_stdin(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    import io
+
+    monkeypatch.setattr("sys.stdin", io.StringIO(BASE))
+    code, out, _ = run_cli(capsys, "validate", "-")
+    assert code == 0 and out.startswith("ok: <stdin>")
+
+
+def test_validate_master_role_and_port_label_options(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    job = tmp_path / "job.yaml"
+    job.write_text(BASE)
+    code, out, _ = run_cli(capsys, "validate", "--port-label", "Other", str(job))
+    assert code == 2 and "declares no such port" in out
