@@ -879,7 +879,8 @@ def _distributed_plan(
                 f"master role '{master}' does not take part in training (--roles {roles_flag})",
             )
         )
-    elif _is_literal(label):
+    elif _is_literal(label) and _task_count(roles, participating) > 1:
+        # (a one-task world needs no rendezvous port: the runtime uses a local one)
         ports = (roles[master].get("resourcePerInstance") or {}).get("ports")
         if not isinstance(ports, dict) or label not in ports:
             declared = ", ".join(ports) if isinstance(ports, dict) and ports else "none"
@@ -924,6 +925,14 @@ def _distributed_plan(
         world = None if world is None or ppn is None else world + instances * ppn
 
     return DistributedPlan(RUNTIME_PROGRAM, master, label, tuple(plan_roles), world), out
+
+
+def _task_count(roles: Mapping[str, Any], names: Iterable[str]) -> int:
+    total = 0
+    for name in names:
+        instances = roles[name].get("instances", 1) if name in roles else 1
+        total += instances if isinstance(instances, int) and not isinstance(instances, bool) else 1
+    return total
 
 
 def _first(calls: list[RuntimeCall], attr: str) -> str | None:

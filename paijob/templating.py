@@ -747,6 +747,11 @@ def render_from_args(
         raise PaijobError("no template given; see 'paijob templates' for the built-ins")
     value_files = list(getattr(args, "values", None) or [])
     sets = list(getattr(args, "sets", None) or [])
+    if spec.endswith(VALUES_SUFFIX) and Path(spec).is_file():
+        raise PaijobError(
+            f"{spec} is a values file, not a template: give the template first and the "
+            f"values with -f, e.g. 'ddp -f {spec}'"
+        )
     if is_job_file(spec):
         if value_files or sets:
             raise PaijobError(

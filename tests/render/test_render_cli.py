@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from render_helpers import run_cli
+from render_helpers import EXAMPLES, run_cli
 
 from paijob.errors import PaijobError
 from paijob.templating import (
@@ -327,3 +327,8 @@ def test_a_plain_job_file_is_checked_not_rendered(tmp_path: Path) -> None:
     assert result.text == job.read_text()
     with pytest.raises(PaijobError, match="not a template"):
         render_from_args(argparse.Namespace(job=str(job), values=[], sets=[("set", "a=1")]))
+
+
+def test_a_values_file_given_as_the_template_gets_a_hint(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run_cli(capsys, "render", str(EXAMPLES / "cifar10-local.values.yaml"))
+    assert code == 2 and "is a values file, not a template" in err and "-f" in err

@@ -314,3 +314,9 @@ def test_validate_master_role_and_port_label_options(
     job.write_text(BASE)
     code, out, _ = run_cli(capsys, "validate", "--port-label", "Other", str(job))
     assert code == 2 and "declares no such port" in out
+
+
+def test_a_one_task_job_needs_no_rendezvous_port() -> None:
+    text = edit("    instances: 4", "    instances: 1", edit("      ports:\n        SynPort: 1\n", ""))
+    assert check(text).ok
+    assert not check(edit("      ports:\n        SynPort: 1\n", "")).ok
