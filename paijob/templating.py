@@ -19,9 +19,11 @@ Jinja settings that matter for job YAML:
   not taken for a Jinja comment; OpenPAI's ``<% $parameters.x %>`` is not
   Jinja syntax and passes through untouched.
 
-The public API (also used by ``paijob submit`` / ``paijob run``):
-``add_render_options(parser)``, ``render_from_args(args)`` and
-``render_template(template, ...)``; each returns / raises as documented there.
+The public API (also used by ``paijob submit`` / ``paijob run``) is
+``render_template(template, ...)`` and ``render_from_args(args)``; the
+argparse half, ``add_render_options(parser)``, lives in
+``paijob.commands.render`` so that building the CLI parser never imports
+Jinja. ``paijob.commands.render`` re-exports all three.
 """
 
 from __future__ import annotations
@@ -376,6 +378,9 @@ def yaml_scalar(value: Any) -> str:
     if isinstance(value, jinja2.Undefined):
         str(value)  # raises with the value's name
     if isinstance(value, str):
+        if "\n" in value or "\r" in value:
+            # one line whatever the indentation around it: a JSON string is YAML
+            return json.dumps(value, ensure_ascii=False)
         text = yaml.safe_dump(value, default_flow_style=True, width=10**9, allow_unicode=True)
         text = text.strip()
         if text.endswith("\n..."):
@@ -682,60 +687,10 @@ def is_job_file(spec: str) -> bool:
     return spec.endswith((".yaml", ".yml")) and Path(spec).is_file()
 
 
-class _OrderedSetAction(argparse.Action):
-    """Collect --set and --set-string into one list, in command-line order."""
-
-    def __call__(
-        self,
-        parser: argparse.ArgumentParser,
-        namespace: argparse.Namespace,
-        values: Any,
-        option_string: str | None = None,
-    ) -> None:
-        items = list(getattr(namespace, self.dest, None) or [])
-        kind = "set-string" if option_string == "--set-string" else "set"
-        items.append((kind, values))
-        setattr(namespace, self.dest, items)
-
-
-def add_render_options(parser: argparse.ArgumentParser) -> None:
-    """Add ``-f/--values``, ``--set`` and ``--set-string`` to ``parser``.
-
-    The TEMPLATE positional is the caller's (``paijob render`` names it
-    ``template``; ``paijob submit`` / ``run`` name it ``job``). After parsing:
-    ``args.values`` (list of paths) and ``args.sets`` (list of
-    ``("set" | "set-string", "key=value")`` in command-line order).
-    """
-    parser.add_argument(
-        "-f",
-        "--values",
-        metavar="FILE",
-        action="append",
-        default=[],
-        help="values file layered over the template defaults (repeatable; later wins)",
-    )
-    parser.add_argument(
-        "--set",
-        dest="sets",
-        metavar="KEY=VALUE",
-        action=_OrderedSetAction,
-        default=[],
-        help="set one value, e.g. --set instances=4 --set tensorboard.enabled=true "
-        "(typed as YAML: numbers, true/false, null, [lists]; repeatable; later wins)",
-    )
-    parser.add_argument(
-        "--set-string",
-        dest="sets",
-        metavar="KEY=VALUE",
-        action=_OrderedSetAction,
-        help="like --set, but the value is always a string (e.g. --set-string name=0042)",
-    )
-
-
 def render_from_args(
     args: argparse.Namespace, template: str | None = None, *, check: bool = True
 ) -> RenderResult:
-    """Render what ``add_render_options`` parsed.
+    """Render what ``paijob.commands.render.add_render_options`` parsed.
 
     The template is ``template`` when given, else ``args.template``, else
     ``args.job``. A plain ``.yaml``/``.yml`` job file there is read and

@@ -2,7 +2,10 @@
 
 Also the render API that ``paijob submit`` / ``paijob run`` reuse:
 ``add_render_options(parser)``, ``render_from_args(args)`` and
-``render_template(template, ...)`` (implemented in ``paijob.templating``).
+``render_template(template, ...)``. Only ``add_render_options`` is defined
+here; the other two live in ``paijob.templating`` and are imported on first
+use, so that building the ``paijob`` parser (every command, ``--help``)
+never pays for Jinja, YAML or the protocol checks.
 """
 
 from __future__ import annotations
@@ -11,19 +14,16 @@ import argparse
 import os
 import sys
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from paijob.errors import PaijobError
-from paijob.templating import (
-    RenderResult,
-    add_render_options,
-    render_from_args,
-    render_template,
-)
+
+if TYPE_CHECKING:
+    from paijob.templating import RenderResult, TemplateRef
 
 __all__ = [
-    "RenderResult",
     "add_render_options",
     "register",
     "render_from_args",
@@ -39,9 +39,83 @@ Values layer like Helm: template defaults < each -f file in order < each
 --set / --set-string in order. Examples:
 
   paijob render ddp --set instances=4 --set gpu=8 -o job.yaml
-  paijob render apex -f my.values.yaml --set apexOptLevel=O1
+  paijob render apex -f my.values.yaml --set optLevel=O1
   paijob render ./mytemplate.yaml.j2 -f values.yaml
 """
+
+
+class _OrderedSetAction(argparse.Action):
+    """Collect --set and --set-string into one list, in command-line order."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        items = list(getattr(namespace, self.dest, None) or [])
+        kind = "set-string" if option_string == "--set-string" else "set"
+        items.append((kind, values))
+        setattr(namespace, self.dest, items)
+
+
+def add_render_options(parser: argparse.ArgumentParser) -> None:
+    """Add ``-f/--values``, ``--set`` and ``--set-string`` to ``parser``.
+
+    The TEMPLATE positional is the caller's (``paijob render`` names it
+    ``template``; ``paijob submit`` / ``run`` name it ``job``). After parsing:
+    ``args.values`` (list of paths) and ``args.sets`` (list of
+    ``("set" | "set-string", "key=value")`` in command-line order), which is
+    what ``render_from_args`` reads.
+    """
+    parser.add_argument(
+        "-f",
+        "--values",
+        metavar="FILE",
+        action="append",
+        default=[],
+        help="values file layered over the template defaults (repeatable; later wins)",
+    )
+    parser.add_argument(
+        "--set",
+        dest="sets",
+        metavar="KEY=VALUE",
+        action=_OrderedSetAction,
+        default=[],
+        help="set one value, e.g. --set instances=4 --set tensorboard.enabled=true "
+        "(typed as YAML: numbers, true/false, null, [lists]; repeatable; later wins)",
+    )
+    parser.add_argument(
+        "--set-string",
+        dest="sets",
+        metavar="KEY=VALUE",
+        action=_OrderedSetAction,
+        help="like --set, but the value is always a string (e.g. --set-string name=0042)",
+    )
+
+
+def render_from_args(
+    args: argparse.Namespace, template: str | None = None, *, check: bool = True
+) -> RenderResult:
+    """See ``paijob.templating.render_from_args``: template from ``template``,
+    ``args.template`` or ``args.job``; values from ``args.values`` / ``args.sets``."""
+    from paijob import templating
+
+    return templating.render_from_args(args, template, check=check)
+
+
+def render_template(
+    template: str | TemplateRef,
+    value_files: Sequence[str | Path] = (),
+    sets: Sequence[str] = (),
+    set_strings: Sequence[str] = (),
+    **options: Any,
+) -> RenderResult:
+    """See ``paijob.templating.render_template``."""
+    from paijob import templating
+
+    return templating.render_template(template, value_files, sets, set_strings, **options)
 
 
 def register(subparsers: Any) -> None:
@@ -58,7 +132,10 @@ def register(subparsers: Any) -> None:
     )
     add_render_options(parser)
     parser.add_argument(
-        "-o", "--output", metavar="FILE", help="write the job YAML to FILE (atomically) instead of stdout"
+        "-o",
+        "--output",
+        metavar="FILE",
+        help="write the job YAML to FILE (atomically) instead of stdout",
     )
     parser.set_defaults(func=run)
 
@@ -80,7 +157,7 @@ def write_atomic(path: str | Path, text: str) -> None:
     """Write ``text`` to ``path`` through a temporary file in the same folder and a rename,
     so a reader never sees half a file and a failed write leaves the old file alone."""
     target = Path(path)
-    folder = target.parent if str(target.parent) else Path(".")
+    folder = target.parent
     if not folder.is_dir():
         raise PaijobError(f"cannot write {path}: folder {folder} does not exist")
     if target.is_dir():

@@ -6,8 +6,6 @@ import argparse
 import sys
 from typing import Any
 
-from paijob.templating import builtin_names, find_template
-
 
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
@@ -27,6 +25,8 @@ def register(subparsers: Any) -> None:
 
 
 def list_templates(args: argparse.Namespace) -> int:
+    from paijob.templating import builtin_names, find_template
+
     names = builtin_names()
     width = max((len(n) for n in names), default=0)
     for name in names:
@@ -36,6 +36,8 @@ def list_templates(args: argparse.Namespace) -> int:
 
 
 def show_template(args: argparse.Namespace) -> int:
+    from paijob.templating import find_template
+
     ref = find_template(args.name)
     print(f"# ---- template {ref.filename}")
     sys.stdout.write(ref.source())

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from paijob.errors import PaijobError
-from paijob.protocol import Problem, ValidationReport, validate_file, validate_text
+
+if TYPE_CHECKING:
+    from paijob.protocol import ValidationReport
 
 DESCRIPTION = """\
 Check OpenPAI job YAML files (rendered or hand-written) with the rules the
@@ -48,7 +50,12 @@ def register(subparsers: Any) -> None:
     parser.set_defaults(func=run)
 
 
-def check(path: str, master_role: str | None = None, port_label: str | None = None) -> ValidationReport:
+def check(
+    path: str, master_role: str | None = None, port_label: str | None = None
+) -> ValidationReport:
+    # imported here: building the CLI parser must not load YAML or the checks
+    from paijob.protocol import Problem, ValidationReport, validate_file, validate_text
+
     options = {"master_role": master_role, "port_label": port_label}
     if path == "-":
         return validate_text(sys.stdin.read(), "<stdin>", **options)

@@ -332,3 +332,17 @@ def test_a_plain_job_file_is_checked_not_rendered(tmp_path: Path) -> None:
 def test_a_values_file_given_as_the_template_gets_a_hint(capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = run_cli(capsys, "render", str(EXAMPLES / "cifar10-local.values.yaml"))
     assert code == 2 and "is a values file, not a template" in err and "-f" in err
+
+
+@pytest.mark.parametrize(
+    "command",
+    ["a: b", "- item", "#hash", "it's \"quoted\"", "line one\nline two", "true", "010", "<% $secrets.x %>", ""],
+)
+def test_any_command_text_survives_as_one_list_item(command: str) -> None:
+    from paijob.templating import shell_quote, yaml_scalar
+
+    assert yaml.safe_load(f"- {yaml_scalar(command)}") == [command]
+    rendered = render_template("ddp", ordered_sets=[("set-string", f"env.X={command}")])
+    assert worker(rendered.text)["commands"][0] == "export X=" + shell_quote(command)
+    rendered = render_template("ddp", sets=[f"setup=[{yaml_scalar(command)}]"])
+    assert worker(rendered.text)["commands"][0] == command

@@ -38,3 +38,19 @@ def test_render_in_process_is_fast_once_imported() -> None:
         render_template("ddp", sets=["instances=4", "gpu=8"])
     per_render = (time.perf_counter() - start) / 10
     assert per_render < 0.05, f"{per_render * 1000:.1f} ms per render"
+
+
+def test_building_the_cli_parser_does_not_load_jinja() -> None:
+    # `paijob --help`, `paijob status` ... must not pay for the template engine.
+    script = (
+        "import sys\n"
+        "from paijob.cli import build_parser\n"
+        "build_parser()\n"
+        "loaded = [m for m in ('jinja2', 'paijob.templating', 'paijob.protocol', 'torch')"
+        " if m in sys.modules]\n"
+        "assert not loaded, loaded\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
