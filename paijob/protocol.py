@@ -711,20 +711,46 @@ def runtime_calls(role: str, commands: list[Any]) -> list[RuntimeCall]:
     return calls
 
 
-def _mpi_np(commands: list[Any]) -> tuple[int | None, bool]:
-    """(``-np`` value, found a launcher) of an mpirun / horovodrun in the commands."""
+def _mpi_launch(commands: list[Any]) -> tuple[bool, int | None, str | None]:
+    """(found, ``-np`` value, ``-H`` hosts) of an mpirun / horovodrun in the commands."""
     for command in commands:
         if not isinstance(command, str):
             continue
         tokens = _split(command)
         for i, token in enumerate(tokens):
             if token.rsplit("/", 1)[-1] in _MPI_LAUNCHERS:
+                np: int | None = None
+                hosts: str | None = None
                 for j in range(i + 1, len(tokens) - 1):
-                    if tokens[j] in ("-np", "-n", "--np", "-c"):
-                        value = tokens[j + 1]
-                        return (int(value) if value.isdigit() else None), True
-                return None, True
-    return None, False
+                    if tokens[j] in ("-np", "-n", "--np", "-c") and np is None:
+                        np = int(tokens[j + 1]) if tokens[j + 1].isdigit() else None
+                    elif tokens[j] in ("-H", "--host", "-host", "--hosts") and hosts is None:
+                        hosts = tokens[j + 1]
+                return True, np, hosts
+    return False, None, None
+
+
+def _host_problems(
+    hosts: str, np: int | None, roles: Mapping[str, Any]
+) -> list[str]:
+    """Check ``role-index[:slots]`` host names (the ssh plugin's) against the roles."""
+    problems: list[str] = []
+    slots_total = 0
+    for entry in hosts.split(","):
+        name, _, slots = entry.partition(":")
+        role, dash, index = name.rpartition("-")
+        if not _is_literal(entry) or not dash or not index.isdigit():
+            return []  # not the role-index form: nothing to check
+        if role not in roles:
+            problems.append(f"host '{name}' names no task role (roles: {', '.join(roles)})")
+            continue
+        instances = roles[role].get("instances", 1)
+        if isinstance(instances, int) and int(index) >= instances:
+            problems.append(f"host '{name}' does not exist: role '{role}' has {instances} instance(s)")
+        slots_total += int(slots) if slots.isdigit() else 1
+    if np is not None and not problems and slots_total and np != slots_total:
+        problems.append(f"-np {np} but the hosts list offers {slots_total} slots")
+    return problems
 
 
 def _is_literal(value: str) -> bool:
@@ -744,9 +770,11 @@ def _distributed_plan(
         commands = spec.get("commands")
         if not isinstance(commands, list):
             continue
-        np, found = _mpi_np(commands)
+        found, np, hosts = _mpi_launch(commands)
         if not found:
             continue
+        for message in _host_problems(hosts, np, roles) if hosts else []:
+            out.append((WARNING, ("taskRoles", role, "commands"), message))
         extras = job.get("extras") if isinstance(job.get("extras"), dict) else {}
         plugins = extras.get("com.microsoft.pai.runtimeplugin") if isinstance(extras, dict) else None
         ssh = [p for p in plugins or [] if isinstance(p, dict) and p.get("plugin") == "ssh"]

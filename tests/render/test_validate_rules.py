@@ -320,3 +320,44 @@ def test_a_one_task_job_needs_no_rendezvous_port() -> None:
     text = edit("    instances: 4", "    instances: 1", edit("      ports:\n        SynPort: 1\n", ""))
     assert check(text).ok
     assert not check(edit("      ports:\n        SynPort: 1\n", "")).ok
+
+
+MPI = """\
+protocolVersion: 2
+name: hvd
+type: job
+prerequisites:
+  - {type: dockerimage, name: image, uri: horovod/horovod:0.28.1}
+taskRoles:
+  master:
+    dockerImage: image
+    resourcePerInstance: {cpu: 8, memoryMB: 16384, gpu: 2}
+    commands:
+      - mpirun -np 4 -H master-0:2,worker-0:2 python train.py
+  worker:
+    dockerImage: image
+    resourcePerInstance: {cpu: 8, memoryMB: 16384, gpu: 2}
+    commands:
+      - sleep infinity
+extras:
+  com.microsoft.pai.runtimeplugin:
+    - {plugin: ssh, parameters: {jobssh: true, sshbarrier: true}}
+"""
+
+
+def test_mpi_job_plan_and_its_warnings() -> None:
+    report = check(MPI)
+    assert not report.problems
+    assert report.summary() == "ok: job.yaml — 2 roles, world size 4 (mpirun -np across 2 nodes)"
+    no_barrier = check(MPI.replace(", sshbarrier: true", ""))
+    assert "without sshbarrier: true" in only(no_barrier, WARNING).message
+    no_ssh = check(MPI[: MPI.index("extras:")])
+    assert "an MPI launcher needs ssh between tasks" in only(no_ssh, WARNING).message
+    too_many = check(MPI.replace("-np 4 -H master-0:2,worker-0:2", "-np 8"))
+    assert "mpirun starts 8 processes but the job has 4 GPUs" in only(too_many, WARNING).message
+    bad_host = check(MPI.replace("worker-0:2", "worker-1:2"))
+    assert "host 'worker-1' does not exist: role 'worker' has 1 instance(s)" in only(
+        bad_host, WARNING
+    ).message
+    bad_np = check(MPI.replace("-np 4", "-np 3"))
+    assert "-np 3 but the hosts list offers 4 slots" in only(bad_np, WARNING).message
