@@ -84,6 +84,7 @@ class PaijobAgent(LocalElasticAgent):
         self._pgids: set[int] = set()
         self._last_poll = 0.0
         self._heartbeats: dict[int, tuple[int, float]] = {}
+        self.lost_nodes: set[int] = set()
 
     # -- worker lifecycle -------------------------------------------------
     def _start_workers(self, worker_group: Any) -> dict[int, Any]:
@@ -129,6 +130,7 @@ class PaijobAgent(LocalElasticAgent):
                 if self.node_rank == 0:
                     lost = self._lost_peers(store, now)
                     if lost:
+                        self.lost_nodes.update(lost)
                         self.remote_failures = [
                             Failure(
                                 node_rank=lost[0], rank=None, local_rank=None, returncode=None,
@@ -263,7 +265,7 @@ class PaijobAgent(LocalElasticAgent):
         deadline = time.monotonic() + linger
         while time.monotonic() < deadline:
             done = self._store_call(lambda s: int(s.add(FINISHED_KEY, 0)))
-            if done is None or done >= self.nnodes:
+            if done is None or done >= self.nnodes - len(self.lost_nodes):
                 return
             time.sleep(0.2)
 

@@ -116,3 +116,45 @@ def test_exit_codes_follow_the_worker_status():
     assert exitcodes.from_worker_status(-signal.SIGKILL) == 137
     assert exitcodes.describe_status(-signal.SIGSEGV) == "signal SIGSEGV"
     assert os.EX_OK == exitcodes.OK
+
+
+JOINS_AND_WAITS = textwrap.dedent(
+    """
+    import os, sys, time
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo")
+    with open(os.path.join(sys.argv[1], os.environ["RANK"]), "w") as fh:
+        fh.write(str(os.getpid()))
+    time.sleep(600)
+    """
+)
+
+
+def test_a_frozen_peer_is_declared_lost_and_both_nodes_exit_143(tmp_path: Path, start_task):
+    script = tmp_path / "waits.py"
+    script.write_text(JOINS_AND_WAITS)
+    joined = tmp_path / "joined"
+    joined.mkdir()
+    port = free_port()
+    args = ["train", "--nproc-per-node", "1", "--heartbeat-timeout", "3", "--grace-period", "3",
+            str(script), str(joined)]
+    master, peer = (start_task(args, task_env(port, i), name=f"node{i}") for i in (0, 1))
+    deadline = time.time() + 90
+    while len(list(joined.iterdir())) < 2:
+        assert master.poll() is None and peer.poll() is None, master.output + peer.output
+        assert time.time() < deadline
+        time.sleep(0.1)
+    workers = [int(f.read_text()) for f in joined.iterdir()]
+    peer.proc.send_signal(signal.SIGSTOP)  # the node's agent stops answering, like a lost host
+    frozen_at = time.time()
+    try:
+        assert master.wait(timeout=60) == exitcodes.INFRA_FAILURE, master.output
+        assert master.ended_at is not None and master.ended_at - frozen_at < 15
+        assert "node rank 1 stopped sending heartbeats" in master.output
+    finally:
+        peer.proc.send_signal(signal.SIGCONT)
+    # the peer wakes up to a vanished store (node 0 hosted it) and stops too
+    assert peer.wait(timeout=60) == exitcodes.INFRA_FAILURE, peer.output
+    assert "lost the rendezvous store" in peer.output
+    assert not [pid for pid in workers if _alive(pid)]
