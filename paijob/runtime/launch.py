@@ -241,6 +241,9 @@ def _signal_group(pgid: int, signum: int) -> None:
 
 def _announce(dist: DistEnv, mode: str) -> None:
     where = "standalone" if not dist.openpai else f"role {dist.role} task {dist.task_index}"
+    if mode == "dataparallel":
+        _say(f"{where}: one process driving {dist.gpus} visible GPU(s), mode {mode}")
+        return
     ranks = f"{dist.rank_offset}..{dist.rank_offset + dist.nproc_per_node - 1}"
     _say(
         f"{where}: node rank {dist.node_rank}/{dist.nnodes}, {dist.nproc_per_node} worker(s) "
