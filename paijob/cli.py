@@ -20,6 +20,15 @@ COMMAND_MODULES: tuple[str, ...] = (
     "paijob.commands.render",
     "paijob.commands.validate",
     "paijob.commands.templates",
+    "paijob.commands.submit",
+    "paijob.commands.run",
+    "paijob.commands.status",
+    "paijob.commands.logs",
+    "paijob.commands.listing",
+    "paijob.commands.stop",
+    "paijob.commands.local",
+    "paijob.commands.cluster",
+    "paijob.commands.login",
 )
 
 DESCRIPTION = """\

@@ -1,0 +1,301 @@
+"""Shared pieces of the verbs that talk to a cluster: options, client, job loading, log following."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any, TextIO
+
+import yaml
+
+if TYPE_CHECKING:  # the client (requests) is imported when a verb runs, not to build `paijob --help`
+    from paijob.client import PaiClient
+
+TERMINAL_STATES = frozenset({"SUCCEEDED", "FAILED", "STOPPED"})
+
+NAME_MAX = 255
+
+
+# --------------------------------------------------------------------------- options
+
+
+def add_cluster_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("cluster")
+    group.add_argument("-c", "--cluster", metavar="NAME",
+                       help="cluster profile (see `paijob cluster list`); 'local' is the built-in local "
+                            "cluster, also the default when none is configured")
+    group.add_argument("--timeout", type=float, default=30.0, metavar="S",
+                       help="read timeout of each request in seconds (default 30)")
+
+
+def add_output_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--output", choices=("table", "json"), default="table",
+                        help="table for people (default), json for scripts")
+
+
+def client_for(args: argparse.Namespace) -> PaiClient:
+    from paijob import profiles
+    from paijob.client import PaiClient
+
+    cluster = profiles.resolve(getattr(args, "cluster", None))
+    return PaiClient(
+        cluster.url,
+        cluster.token,
+        user=cluster.user,
+        api_path=cluster.api_path,
+        read_timeout=getattr(args, "timeout", 30.0) or 30.0,
+        cluster_name=cluster.name,
+    )
+
+
+def print_json(data: Any, out: TextIO | None = None) -> None:
+    print(json.dumps(data, indent=2, sort_keys=False), file=out or sys.stdout)
+
+
+# --------------------------------------------------------------------------- jobs
+
+
+def job_text_from_args(args: argparse.Namespace, err: TextIO | None = None) -> tuple[str, str]:
+    """(YAML text, source) of ``args.job``: a job file read and checked, or a template rendered
+    with the render options (``-f``, ``--set``); the checks' warnings go to stderr."""
+    from paijob.commands import render
+
+    result = render.render_from_args(args)
+    source = result.report.source
+    for problem in result.report.warnings:
+        print(f"paijob: {problem.format(source)}", file=err or sys.stderr)
+    return result.text, source
+
+
+def unique_name(name: str) -> str:
+    suffix = "_" + uuid.uuid4().hex[:8]
+    return name[: NAME_MAX - len(suffix)] + suffix
+
+
+_NAME_LINE = re.compile(r"^name:[ \t]*(\S.*?)?[ \t]*$", re.MULTILINE)
+
+
+def rename(text: str, name: str | None, unique: bool) -> tuple[str, str]:
+    """Apply --name / --unique-suffix; returns (text, final name). The rest of the text is kept."""
+    job = yaml.safe_load(text)
+    if not isinstance(job, dict):
+        return text, ""
+    current = str(job.get("name", ""))
+    new = name or current
+    if unique:
+        new = unique_name(new)
+    if new == current:
+        return text, current
+    renamed, count = _NAME_LINE.subn(f"name: {new}", text, count=1)
+    if count != 1 or (yaml.safe_load(renamed) or {}).get("name") != new:
+        job["name"] = new
+        renamed = yaml.safe_dump(job, sort_keys=False)
+    return renamed, new
+
+
+def check_job_text(text: str, source: str) -> None:
+    """Raise ``JobValidationError`` when the job breaks the protocol (same checks as `paijob validate`)."""
+    from paijob import protocol
+
+    report = protocol.validate_text(text, source)
+    if not report.ok:
+        raise protocol.JobValidationError(report)
+
+
+# --------------------------------------------------------------------------- display
+
+
+def when(ms: int | None) -> str:
+    if not ms:
+        return "-"
+    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def duration(start: int | None, end: int | None) -> str:
+    if not start:
+        return "-"
+    seconds = ((end or int(time.time() * 1000)) - start) / 1000
+    if seconds < 90:
+        return f"{seconds:.1f} s"
+    minutes, secs = divmod(int(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m{secs:02d}s" if hours else f"{minutes}m{secs:02d}s"
+
+
+def table(rows: list[list[str]], out: TextIO | None = None) -> None:
+    if not rows:
+        return
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip(),
+              file=out or sys.stdout)
+
+
+def tasks_of(detail: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    return [(role, status) for role, info in (detail.get("taskRoles") or {}).items()
+            for status in info.get("taskStatuses") or []]
+
+
+def failing_task(detail: dict[str, Any]) -> str | None:
+    """``role/index exited with code N`` for the task that failed the job, when known."""
+    status = detail["jobStatus"]
+    role, index = status.get("appExitTriggerTaskRoleName"), status.get("appExitTriggerTaskIndex")
+    for name, task in tasks_of(detail):
+        if role is not None and (name, task.get("taskIndex")) != (role, index):
+            continue
+        code = task.get("containerExitCode")
+        if task.get("taskState") == "FAILED" or (role is not None and code not in (None, 0)):
+            return f"{name}/{task.get('taskIndex')} exited with code {code}"
+    return None
+
+
+def outcome_line(job_id: str, detail: dict[str, Any]) -> str:
+    status = detail["jobStatus"]
+    state = status["state"]
+    text = f"job {job_id} {state}"
+    if state == "FAILED":
+        failing = failing_task(detail)
+        if failing:
+            text += f": {failing}"
+        elif status.get("appExitDiagnostics"):
+            text += f": {status['appExitDiagnostics']}"
+    elif state == "STOPPED" and status.get("appExitDiagnostics"):
+        text += f" ({status['appExitDiagnostics']})"
+    text += f" after {duration(status.get('launchedTime') or status.get('createdTime'), status.get('completedTime'))}"
+    return text
+
+
+class Progress:
+    """Task progress while waiting: one rewritten line on a TTY, a line per change otherwise."""
+
+    def __init__(self, job_id: str, out: TextIO | None = None) -> None:
+        self.job_id = job_id
+        self.out = out or sys.stderr
+        self.tty = self.out.isatty()
+        self.last = ""
+
+    def __call__(self, detail: dict[str, Any]) -> None:
+        counts: dict[str, int] = {}
+        for _, task in tasks_of(detail):
+            counts[task["taskState"]] = counts.get(task["taskState"], 0) + 1
+        tasks = ", ".join(f"{n} {state.lower()}" for state, n in sorted(counts.items()))
+        status = detail["jobStatus"]
+        line = f"{self.job_id}: {status['state']} (attempt {status.get('attemptId', 0)}; tasks: {tasks})"
+        if line == self.last:
+            return
+        self.last = line
+        if self.tty:
+            self.out.write("\r\033[K" + line)
+            if status["state"] in TERMINAL_STATES:
+                self.out.write("\n")
+        else:
+            self.out.write(line + "\n")
+        self.out.flush()
+
+
+# --------------------------------------------------------------------------- logs
+
+
+@dataclass
+class _Stream:
+    uri: str
+    offset: int = 0
+    partial: bytes = b""
+
+
+@dataclass
+class LogFollower:
+    """Prints task logs as they grow, each line prefixed ``role/index``."""
+
+    client: PaiClient
+    job_id: str
+    role: str | None = None
+    index: int | None = None
+    stream: str = "all"
+    out: TextIO = field(default_factory=lambda: sys.stdout)
+    prefix: bool = True
+    streams: dict[tuple[int, str, int, int], _Stream] = field(default_factory=dict)
+    announced: set[tuple[int, str, int, int]] = field(default_factory=set)
+    done: set[tuple[int, str, int, int]] = field(default_factory=set)
+    warned: bool = False
+
+    def wanted(self, role: str, index: int) -> bool:
+        return (self.role is None or role == self.role) and (self.index is None or index == self.index)
+
+    def poll(self, detail: dict[str, Any]) -> None:
+        attempt = int(detail["jobStatus"].get("attemptId") or 0)
+        for key in sorted(k for k in self.streams if k[0] < attempt and k not in self.done):
+            self._read(key, final=True)  # what an earlier job attempt wrote last
+            self.done.add(key)
+        for role, task in tasks_of(detail):
+            index = int(task["taskIndex"])
+            if not self.wanted(role, index) or task.get("taskState") == "WAITING":
+                continue
+            task_attempt = int(task.get("attemptId") or 0)
+            # earlier task attempts (retries) first, so nothing they wrote is lost
+            for earlier in range(task_attempt + 1):
+                self._read((attempt, role, index, earlier))
+
+    def _read(self, key: tuple[int, str, int, int], final: bool = False) -> None:
+        stream = self.streams.get(key)
+        if stream is None:
+            from paijob.client import NoJobError
+
+            try:
+                uris = self.client.log_locations(self.job_id, *key)
+            except NoJobError:
+                if not self.warned:
+                    self.warned = True
+                    print(f"paijob: no logs for {key[1]}/{key[2]} through the REST API (yet); older "
+                          "OpenPAI versions only show them in the web portal", file=sys.stderr)
+                return
+            if self.stream not in uris:
+                return
+            stream = self.streams[key] = _Stream(uris[self.stream])
+        chunk = self.client.read_log(stream.uri, stream.offset)
+        stream.offset = chunk.next_offset
+        data = stream.partial + chunk.data
+        lines = data.split(b"\n")
+        stream.partial = lines.pop()
+        if final and stream.partial:
+            lines.append(stream.partial)
+            stream.partial = b""
+        if lines and key not in self.announced and (key[0] > 0 or key[3] > 0):
+            self._emit(key, f"--- job attempt {key[0]}, task attempt {key[3]} ---")
+        if lines:
+            self.announced.add(key)
+        for line in lines:
+            self._emit(key, line.decode("utf-8", "replace"))
+
+    def _emit(self, key: tuple[int, str, int, int], line: str) -> None:
+        if self.prefix:
+            print(f"{key[1]}/{key[2]} | {line}", file=self.out)
+        else:
+            print(line, file=self.out)
+        self.out.flush()
+
+    def finish(self) -> None:
+        for key in sorted(self.streams):
+            if key not in self.done:
+                self._read(key, final=True)
+                self.done.add(key)
+
+    def follow(self, interval: float = 0.5, on_update: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+        """Print logs until the job ends; returns the final job detail."""
+        while True:
+            detail = self.client.get_job(self.job_id)
+            if on_update:
+                on_update(detail)
+            self.poll(detail)
+            if detail["jobStatus"]["state"] in TERMINAL_STATES:
+                self.poll(detail)
+                self.finish()
+                return detail
+            time.sleep(interval)

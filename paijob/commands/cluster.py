@@ -1,0 +1,88 @@
+"""``paijob cluster add|list|remove|use``: cluster profiles (URL, user, where the token comes from)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Any
+
+from paijob.commands import _cluster as common
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "cluster",
+        help="manage cluster profiles (add, list, remove, use)",
+        description="Cluster profiles live in $XDG_CONFIG_HOME/paijob/clusters.yaml (mode 0600). "
+                    "PAI_CLUSTER_URL + PAI_TOKEN (+ PAI_USER) in the environment act as a profile when "
+                    "no -c is given; 'local' is the built-in local cluster.",
+    )
+    actions = parser.add_subparsers(dest="action", metavar="ACTION")
+    add = actions.add_parser("add", help="add (or replace) a cluster profile")
+    add.add_argument("name", metavar="NAME")
+    add.add_argument("--url", required=True, help="the cluster's web portal, e.g. https://pai.example.com")
+    add.add_argument("--token-env", metavar="VAR",
+                     help="environment variable holding an application token (read at each use; "
+                          "the token itself is not written to the file)")
+    add.add_argument("--user", help="your OpenPAI user name (read from the token when it is a JWT)")
+    add.add_argument("--api-path", default=None, help="REST path under the URL (default /rest-server/api/v2)")
+    add.add_argument("--use", action="store_true", help="make it the default cluster")
+    add.set_defaults(func=run_add)
+    listing = actions.add_parser("list", help="list the profiles (tokens are never shown)")
+    common.add_output_option(listing)
+    listing.set_defaults(func=run_list)
+    remove = actions.add_parser("remove", help="remove a profile")
+    remove.add_argument("name", metavar="NAME")
+    remove.set_defaults(func=run_remove)
+    use = actions.add_parser("use", help="make a profile (or 'local') the default")
+    use.add_argument("name", metavar="NAME")
+    use.set_defaults(func=run_use)
+    parser.set_defaults(func=lambda args: (parser.print_help(sys.stderr), 2)[1])
+
+
+def run_add(args: argparse.Namespace) -> int:
+    from paijob import profiles
+
+    if args.token_env and not os.environ.get(args.token_env):
+        print(f"paijob: warning: ${args.token_env} is not set now; export it before using {args.name}",
+              file=sys.stderr)
+    user = args.user or profiles.user_from_token(os.environ.get(args.token_env, "") if args.token_env else None)
+    path = profiles.add(args.name, args.url, user=user, token_env=args.token_env, api_path=args.api_path,
+                        make_current=args.use)
+    print(f"cluster {args.name} saved in {path}")
+    if not args.token_env:
+        print(f"no token yet: run `paijob login {args.name}`, or add it again with --token-env VAR", file=sys.stderr)
+    if not user:
+        print("no user name known yet: pass --user (needed for job ids user~name)", file=sys.stderr)
+    return 0
+
+
+def run_list(args: argparse.Namespace) -> int:
+    from paijob import profiles
+
+    rows = profiles.describe()
+    if args.output == "json":
+        common.print_json(rows)
+        return 0
+    table = [["", "NAME", "URL", "USER", "TOKEN"]]
+    for row in rows:
+        table.append(["*" if row["current"] else "", row["name"], str(row["url"]), row["user"] or "-", row["token"]])
+    common.table(table)
+    return 0
+
+
+def run_remove(args: argparse.Namespace) -> int:
+    from paijob import profiles
+
+    profiles.remove(args.name)
+    print(f"cluster {args.name} removed")
+    return 0
+
+
+def run_use(args: argparse.Namespace) -> int:
+    from paijob import profiles
+
+    profiles.use(args.name)
+    print(f"default cluster: {args.name}")
+    return 0

@@ -1,0 +1,46 @@
+"""``paijob list``: recent jobs, newest first."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from paijob.commands import _cluster as common
+
+STATES = ("WAITING", "RUNNING", "STOPPING", "STOPPED", "SUCCEEDED", "FAILED")
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser("list", help="list your recent jobs",
+                                   description="List jobs, newest first (your own unless --all-users).")
+    parser.add_argument("--state", type=str.upper, choices=STATES, help="only jobs in this state")
+    parser.add_argument("--limit", type=int, default=20, metavar="N", help="at most N jobs (default 20)")
+    parser.add_argument("--all-users", action="store_true", help="every user's jobs, not only yours")
+    common.add_cluster_options(parser)
+    common.add_output_option(parser)
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    client = common.client_for(args)
+    jobs = client.list_jobs(user=None if args.all_users else client.user, state=args.state, limit=args.limit)
+    if args.output == "json":
+        common.print_json(jobs)
+        return 0
+    if not jobs:
+        print("no jobs" + (f" in state {args.state}" if args.state else ""))
+        return 0
+    rows = [["ID", "STATE", "SUBMITTED", "DURATION", "EXIT", "TASKS", "GPUS"]]
+    for job in jobs:
+        code = job.get("appExitCode")
+        rows.append([
+            f"{job['username']}~{job['name']}",
+            str(job["state"]),
+            common.when(job.get("submissionTime")),
+            common.duration(job.get("launchedTime"), job.get("completedTime")) if job.get("launchedTime") else "-",
+            "-" if code is None else str(code),
+            str(job.get("totalTaskNumber", "-")),
+            str(job.get("totalGpuNumber", "-")),
+        ])
+    common.table(rows)
+    return 0

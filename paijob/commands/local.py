@@ -1,0 +1,74 @@
+"""``paijob local up|down|status``: the built-in OpenPAI-compatible cluster on this machine."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from paijob.commands import _cluster as common
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "local",
+        help="start, stop or inspect the local OpenPAI-compatible cluster",
+        description="The local cluster serves OpenPAI's REST API on 127.0.0.1 and runs each task as a "
+                    "local process with the PAI_* environment OpenPAI gives it. Its jobs, states and logs "
+                    "live in its state dir ($PAIJOB_LOCAL_STATE_DIR, else $XDG_STATE_HOME/paijob/local, "
+                    "else ~/.local/state/paijob/local) and survive restarts.",
+    )
+    actions = parser.add_subparsers(dest="action", metavar="ACTION")
+    up = actions.add_parser("up", help="start the local cluster in the background (no-op when it runs)")
+    up.add_argument("--port", type=int, default=0, help="port to listen on (default: a free one)")
+    up.set_defaults(func=run_up)
+    down = actions.add_parser("down", help="stop the local cluster (running jobs are stopped)")
+    down.set_defaults(func=run_down)
+    status = actions.add_parser("status", help="is it running, where, and how many jobs")
+    common.add_output_option(status)
+    status.set_defaults(func=run_status)
+    parser.set_defaults(func=lambda args: (parser.print_help(sys.stderr), 2)[1])
+
+
+def run_up(args: argparse.Namespace) -> int:
+    from paijob.local import service
+
+    info = service.up(port=args.port)
+    verb = "already running" if info.get("already") else "started"
+    print(f"local cluster {verb} at {info['url']} (pid {info['pid']}, state {service.state_dir()})")
+    return 0
+
+
+def run_down(args: argparse.Namespace) -> int:
+    from paijob.local import service
+
+    if service.down():
+        print("local cluster stopped")
+    else:
+        print("local cluster was not running")
+    return 0
+
+
+def run_status(args: argparse.Namespace) -> int:
+    from paijob.client import PaiClient
+    from paijob.local import service
+
+    directory = service.state_dir()
+    info = service.running(directory)
+    data: dict[str, Any] = {"running": bool(info), "state_dir": str(directory)}
+    if info:
+        data.update(url=info["url"], pid=info["pid"])
+        client = PaiClient(str(info["url"]), service.read_token(directory), cluster_name="local")
+        counts: dict[str, int] = {}
+        for job in client.list_jobs():
+            counts[job["state"]] = counts.get(job["state"], 0) + 1
+        data["jobs"] = counts
+    if args.output == "json":
+        common.print_json(data)
+        return 0
+    if not info:
+        print(f"local cluster is not running (state {directory}); start it with `paijob local up`")
+        return 3
+    jobs = ", ".join(f"{n} {state.lower()}" for state, n in sorted(data["jobs"].items())) or "no jobs"
+    print(f"local cluster running at {info['url']} (pid {info['pid']}, state {directory}): {jobs}")
+    return 0

@@ -1,0 +1,43 @@
+"""``paijob logs``: task logs, each line prefixed role/index; -f follows until the job ends."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from paijob.commands import _cluster as common
+from paijob.errors import PaijobError
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser("logs", help="print (or follow) the logs of a job's tasks",
+                                   description="Print the logs of every task of a job (or one role / index), "
+                                               "each line prefixed role/index. -f follows until the job ends.")
+    parser.add_argument("job_id", metavar="ID", help="job id USER~NAME (or just NAME for your own jobs)")
+    parser.add_argument("--role", "-r", metavar="R", help="only tasks of this role")
+    parser.add_argument("--index", "-i", type=int, metavar="I", help="only the task with this index")
+    parser.add_argument("--stream", choices=("all", "stdout", "stderr"), default="all",
+                        help="which output (default all: stdout and stderr interleaved)")
+    parser.add_argument("-f", "--follow", action="store_true", help="keep printing until the job ends")
+    parser.add_argument("--no-prefix", action="store_true", help="print lines without the role/index prefix")
+    common.add_cluster_options(parser)
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    client = common.client_for(args)
+    job_id = args.job_id if "~" in args.job_id else client.job_id(args.job_id)
+    follower = common.LogFollower(client, job_id, role=args.role, index=args.index, stream=args.stream,
+                                  prefix=not args.no_prefix)
+    if args.follow:
+        detail = follower.follow()
+        print(common.outcome_line(job_id, detail), file=sys.stderr)
+        return 0
+    detail = client.get_job(job_id)
+    roles = detail.get("taskRoles") or {}
+    if args.role is not None and args.role not in roles:
+        raise PaijobError(f"job {job_id} has no role {args.role!r} (roles: {', '.join(roles)})")
+    follower.poll(detail)
+    follower.finish()
+    return 0

@@ -1,0 +1,57 @@
+"""``paijob status``: a job's state and its tasks' states, exit codes and addresses."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from paijob.commands import _cluster as common
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser("status", help="show a job and the state of each of its tasks",
+                                   description="Show a job (USER~NAME, or NAME for your own) and a table "
+                                               "of its tasks: state, exit code, retries, address.")
+    parser.add_argument("job_id", metavar="ID", help="job id USER~NAME (or just NAME for your own jobs)")
+    parser.add_argument("--attempt", type=int, metavar="N", help="job attempt to show (default: the latest)")
+    common.add_cluster_options(parser)
+    common.add_output_option(parser)
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    client = common.client_for(args)
+    detail = client.get_job(args.job_id, attempt=args.attempt)
+    if args.output == "json":
+        common.print_json(detail)
+        return 0
+    print_status(detail, args.job_id if "~" in args.job_id else f"{client.user}~{args.job_id}")
+    return 0
+
+
+def print_status(detail: dict[str, Any], job_id: str) -> None:
+    status = detail["jobStatus"]
+    print(f"job        {job_id}")
+    print(f"state      {status['state']} (attempt {status.get('attemptId', 0)}, retries {status.get('retries', 0)}, "
+          f"execution {status.get('executionType', '-')})")
+    print(f"submitted  {common.when(status.get('submissionTime'))}")
+    print(f"duration   {common.duration(status.get('launchedTime') or status.get('createdTime'), status.get('completedTime'))}")
+    if status.get("appExitCode") is not None:
+        print(f"exit code  {status['appExitCode']}")
+    message = status.get("appExitTriggerMessage") or status.get("appExitDiagnostics")
+    if message:
+        print(f"reason     {message}")
+    print()
+    rows = [["TASK", "STATE", "EXIT", "RETRIES", "IP", "PORTS"]]
+    for role, task in common.tasks_of(detail):
+        ports = task.get("containerPorts") or {}
+        code = task.get("containerExitCode")
+        rows.append([
+            f"{role}/{task['taskIndex']}",
+            str(task.get("taskState", "-")),
+            "-" if code is None else str(code),
+            str(task.get("retries", 0)),
+            str(task.get("containerIp") or "-"),
+            " ".join(f"{label}={value}" for label, value in sorted(ports.items())) or "-",
+        ])
+    common.table(rows)

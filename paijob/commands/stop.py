@@ -1,0 +1,29 @@
+"""``paijob stop``: stop a job (every task is killed)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from paijob.commands import _cluster as common
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser("stop", help="stop a job",
+                                   description="Ask the cluster to stop a job; --wait until it has stopped.")
+    parser.add_argument("job_id", metavar="ID", help="job id USER~NAME (or just NAME for your own jobs)")
+    parser.add_argument("--wait", action="store_true", help="wait until the job has ended")
+    common.add_cluster_options(parser)
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    client = common.client_for(args)
+    job_id = args.job_id if "~" in args.job_id else client.job_id(args.job_id)
+    client.stop(job_id)
+    print(f"stop requested for {job_id}", file=sys.stderr)
+    if args.wait:
+        detail = client.wait(job_id, poll=0.5)
+        print(common.outcome_line(job_id, detail), file=sys.stderr)
+    return 0

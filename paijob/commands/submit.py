@@ -1,0 +1,92 @@
+"""``paijob submit``: validate a job (rendering a template first) and send it to a cluster."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import TYPE_CHECKING, Any
+
+from paijob.commands import _cluster as common
+
+if TYPE_CHECKING:
+    from paijob.client import PaiClient
+
+
+def add_job_source(parser: argparse.ArgumentParser) -> None:
+    """The JOB.yaml|TEMPLATE argument plus the render options (-f values files, --set, ...)."""
+    from paijob.commands.render import add_render_options
+
+    parser.add_argument("job", metavar="JOB.yaml|TEMPLATE",
+                        help="a protocol-v2 job file, or a template to render first "
+                             "(a built-in name, see `paijob templates`, or a .yaml.j2 file)")
+    add_render_options(parser)
+
+
+def add_naming(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--name", metavar="N", help="submit under this job name instead of the job's own")
+    parser.add_argument("--unique-suffix", action="store_true",
+                        help="append _<8 hex> to the name: job names can never be reused on OpenPAI")
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "submit",
+        help="validate and submit a job to OpenPAI (or the local cluster)",
+        description="Render (when given a template), validate and submit a job; prints its id "
+                    "(user~name) and web-portal link. With --wait, shows the tasks' progress and exits "
+                    "0 only when the job SUCCEEDED.",
+    )
+    add_job_source(parser)
+    add_naming(parser)
+    common.add_cluster_options(parser)
+    parser.add_argument("--wait", action="store_true", help="wait for the job to end; exit 0 only on SUCCEEDED")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="print the request that would be sent (never the token) and stop")
+    parser.set_defaults(func=run)
+
+
+def prepare(args: argparse.Namespace) -> tuple[str, str]:
+    """(final YAML text, job name) after rendering, renaming and validation."""
+    text, source = common.job_text_from_args(args)
+    text, name = common.rename(text, getattr(args, "name", None), getattr(args, "unique_suffix", False))
+    if getattr(args, "name", None):
+        common.check_job_text(text, source)  # the new name must be valid too
+    return text, name
+
+
+def run(args: argparse.Namespace) -> int:
+    text, name = prepare(args)
+    if args.dry_run:
+        return dry_run(args, text)
+    client = common.client_for(args)
+    job_id = client.submit(text)
+    report_submitted(client, job_id)
+    if not args.wait:
+        return 0
+    detail = client.wait(job_id, on_update=common.Progress(job_id))
+    print(common.outcome_line(job_id, detail), file=sys.stderr)
+    return 0 if detail["jobStatus"]["state"] == "SUCCEEDED" else 1
+
+
+def report_submitted(client: PaiClient, job_id: str) -> None:
+    print(job_id)
+    if client.cluster_name == "local":
+        print(f"submitted to the local cluster; follow it with `paijob logs {job_id} -f -c local`",
+              file=sys.stderr)
+    else:
+        print(f"web portal: {client.web_link(job_id)}", file=sys.stderr)
+
+
+def dry_run(args: argparse.Namespace, text: str) -> int:
+    """Show what would be sent, without contacting the cluster (and without the token)."""
+    from paijob import profiles
+
+    cluster = profiles.resolve(args.cluster, start_local=False)
+    target = "the local cluster" if cluster.is_local else cluster.name
+    url = f"{cluster.url}/{cluster.api_path.strip('/')}/jobs"
+    has_token = cluster.token or cluster.is_local
+    auth = f"Bearer <token from {cluster.token_source}>" if has_token else "(no token)"
+    print(f"# dry run: would POST to {target}", file=sys.stderr)
+    print(f"# POST {url}\n# Content-Type: text/yaml\n# Authorization: {auth}")
+    sys.stdout.write(text if text.endswith("\n") else text + "\n")
+    return 0

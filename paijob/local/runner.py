@@ -1,0 +1,508 @@
+"""Runs local-cluster jobs: every task of every role as its own process tree.
+
+One ``JobRunner`` thread per job drives OpenPAI's life cycle: WAITING ->
+RUNNING -> SUCCEEDED / FAILED / STOPPED, with the completion rules
+(``minFailedInstances``, ``minSucceededInstances``), ``taskRetryCount`` (when
+gang allocation is off) and ``jobRetryCount`` as new attempts. A task is
+``bash -o errexit -o nounset -o pipefail -c "<commands>"`` in its own session,
+with a marker variable in its environment so that every process it leaves
+behind (even one that called setsid) is found and killed: SIGTERM, a grace
+period, then SIGKILL. Like a container, a task's leftover processes die when
+its main process ends.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+import yaml
+
+from paijob.local.plan import JobPlan, Ports, RolePlan, plan_job, task_env, task_script
+from paijob.local.store import Store, now_ms
+
+log = logging.getLogger(__name__)
+
+MARKER = "PAIJOB_LOCAL_TASK"
+JOB_MARKER = "PAIJOB_LOCAL_JOB"
+POLL = 0.05
+# Server-side variables a task must not inherit from whoever started the server.
+_SCRUB = ("PAI_TOKEN", "PAI_CLUSTER_URL", "PAI_USER", "PAIJOB_LOCAL_TOKEN")
+
+
+def stop_grace() -> float:
+    return float(os.environ.get("PAIJOB_LOCAL_STOP_GRACE", "5"))
+
+
+def detect_gpus() -> list[str]:
+    """GPU ids to share out: ``CUDA_VISIBLE_DEVICES`` when set, else ``nvidia-smi -L``."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        return [g.strip() for g in visible.split(",") if g.strip() and g.strip() != "-1"]
+    if not shutil.which("nvidia-smi"):
+        return []
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return [str(i) for i, line in enumerate(out.splitlines()) if line.startswith("GPU ")]
+
+
+def free_ports(count: int, taken: set[int]) -> list[int]:
+    """``count`` distinct free TCP ports on the loopback, none in ``taken``."""
+    found: list[int] = []
+    holders = []
+    try:
+        while len(found) < count:
+            sock = socket.socket()
+            sock.bind(("127.0.0.1", 0))
+            holders.append(sock)
+            port = sock.getsockname()[1]
+            if port not in taken and port not in found:
+                found.append(port)
+    finally:
+        for sock in holders:
+            sock.close()
+    taken.update(found)
+    return found
+
+
+# --------------------------------------------------------------------------- processes
+
+
+def _marked_pids(key: str, value: str) -> list[int]:
+    """Pids of processes whose environment holds ``key=value`` (ours, visible in /proc)."""
+    needle = f"{key}={value}".encode()
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as handle:
+                environ = handle.read()
+        except OSError:
+            continue
+        if needle in environ.split(b"\0"):
+            pids.append(int(entry))
+    return [pid for pid in pids if pid != os.getpid()]
+
+
+def _signal_all(pids: list[int], pgids: list[int], sig: int) -> None:
+    for pgid in pgids:
+        try:
+            os.killpg(pgid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def kill_marked(key: str, values: list[str], pgids: list[int], grace: float,
+                waiters: list[subprocess.Popen[bytes]] | None = None) -> None:
+    """SIGTERM every process group in ``pgids`` and every marked process; SIGKILL after ``grace``."""
+    def alive() -> list[int]:
+        return [pid for value in values for pid in _marked_pids(key, value) if not _is_zombie(pid)]
+
+    _signal_all(alive(), pgids, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline:
+        for proc in waiters or ():
+            proc.poll()
+        if not alive():
+            break
+        time.sleep(POLL)
+    remaining = alive()
+    if remaining or pgids:
+        _signal_all(remaining, pgids, signal.SIGKILL)
+    for proc in waiters or ():
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            pass
+    deadline = time.monotonic() + 5  # wait until the kill has landed
+    while time.monotonic() < deadline and alive():
+        time.sleep(POLL)
+
+
+def _is_zombie(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
+def exit_code(returncode: int) -> int:
+    """Popen's ``-N`` for a signal becomes the container convention ``128 + N``."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
+# --------------------------------------------------------------------------- tasks
+
+
+@dataclass
+class Task:
+    role: RolePlan
+    index: int
+    attempt: int  # task attempt
+    job_attempt: int
+    uid: str
+    log_dir: Path
+    proc: subprocess.Popen[bytes] | None = None
+    readers: list[threading.Thread] = field(default_factory=list)
+    state: str = "WAITING"
+    code: int | None = None
+
+    @property
+    def key(self) -> str:
+        return f"{self.role.name}/{self.index}"
+
+
+class _LogSink:
+    """Writes a task's stdout / stderr to their own files and to the interleaved ``all``."""
+
+    def __init__(self, log_dir: Path) -> None:
+        log_dir.mkdir(parents=True, exist_ok=True)
+        self.files = {name: open(log_dir / name, "ab", buffering=0) for name in ("stdout", "stderr", "all")}
+        self.lock = threading.Lock()
+
+    def write(self, stream: str, data: bytes) -> None:
+        with self.lock:
+            self.files[stream].write(data)
+            self.files["all"].write(data)
+
+    def pump(self, stream: str, pipe: IO[bytes]) -> None:
+        read = getattr(pipe, "read1", pipe.read)  # whatever is there: progress bars need no newline
+        try:
+            for chunk in iter(lambda: read(65536), b""):
+                self.write(stream, chunk)
+        finally:
+            pipe.close()
+
+    def close(self) -> None:
+        for handle in self.files.values():
+            handle.close()
+
+
+# --------------------------------------------------------------------------- runner
+
+
+class JobRunner(threading.Thread):
+    def __init__(self, cluster: LocalCluster, username: str, name: str, job: dict[str, Any]) -> None:
+        super().__init__(name=f"job-{username}~{name}", daemon=True)
+        self.cluster = cluster
+        self.store: Store = cluster.store
+        self.username = username
+        self.name_ = name
+        self.job_id = f"{username}~{name}"
+        self.plan: JobPlan = plan_job(job)
+        self.stop_requested = threading.Event()
+        self.stop_reason = "stopped by the user"
+        self.tasks: list[Task] = []
+        self._announced_image = False
+
+    def request_stop(self, reason: str = "stopped by the user") -> None:
+        self.stop_reason = reason
+        self.stop_requested.set()
+
+    def run(self) -> None:
+        try:
+            self._run()
+        except Exception as error:  # a bug in the runner must still end the job
+            log.exception("job %s: runner crashed", self.job_id)
+            self._kill(self.tasks, "STOPPED")
+            self.store.update_job(self.username, self.name_, state="FAILED", sub_state="Completed",
+                                  completed_time=now_ms(), diagnostics=f"local cluster error: {error}")
+        finally:
+            self.cluster.forget(self.job_id)
+
+    def _run(self) -> None:
+        attempt = 0
+        while True:
+            state = self._run_attempt(attempt)
+            if state == "FAILED" and attempt < self.plan.job_retry_count and not self.stop_requested.is_set():
+                attempt += 1
+                continue
+            job = self.store.job(self.username, self.name_) or {}
+            last = self.store.attempt(self.username, self.name_, attempt) or {}
+            self.store.update_job(
+                self.username, self.name_, state=state, sub_state="Completed", completed_time=now_ms(),
+                app_exit_code=last.get("exit_code"), trigger_message=last.get("trigger_message"),
+                trigger_role=last.get("trigger_role"), trigger_index=last.get("trigger_index"),
+                diagnostics=last.get("diagnostics") or job.get("diagnostics"),
+            )
+            return
+
+    # ------------------------------------------------------------------ one attempt
+
+    def _run_attempt(self, attempt: int) -> str:
+        u, n = self.username, self.name_
+        self.store.upsert_attempt(u, n, attempt, state="WAITING")
+        self.store.update_job(u, n, sub_state="AttemptPreparing", attempt_id=attempt, retries=attempt)
+        if self.stop_requested.is_set():
+            return self._end_attempt(attempt, "STOPPED", None, self.stop_reason, None)
+
+        taken: set[int] = set()
+        ports: Ports = {
+            role.name: {i: {label: free_ports(count, taken) for label, count in role.ports.items()}
+                        for i in range(role.instances)}
+            for role in self.plan.roles
+        }
+        gpus = self.cluster.allocate_gpus(self.plan)
+        self.tasks = []
+        for role in self.plan.roles:
+            for index in range(role.instances):
+                task = self._new_task(attempt, role, index, 0, ports, gpus)
+                self.tasks.append(task)
+        for task in self.tasks:
+            self._start(task, attempt, ports, gpus)
+        self.store.upsert_attempt(u, n, attempt, state="RUNNING", launched_time=now_ms())
+        fields: dict[str, Any] = {"state": "RUNNING", "sub_state": "AttemptRunning"}
+        if attempt == 0:
+            fields["launched_time"] = now_ms()
+        self.store.update_job(u, n, **fields)
+
+        failed: dict[str, int] = {r.name: 0 for r in self.plan.roles}
+        succeeded: dict[str, int] = {r.name: 0 for r in self.plan.roles}
+        while True:
+            if self.stop_requested.is_set():
+                self._set_job(state="STOPPING", sub_state="AttemptDeletionPending")
+                self._kill([t for t in self.tasks if t.state == "RUNNING"], "STOPPED")
+                return self._end_attempt(attempt, "STOPPED", None, self.stop_reason, None)
+            for i, task in enumerate(list(self.tasks)):
+                if task.state != "RUNNING":
+                    continue
+                if task.proc is None:  # could not even be started
+                    code = task.code if task.code is not None else 127
+                elif task.proc.poll() is None:
+                    continue
+                else:
+                    code = exit_code(task.proc.returncode)
+                self._finish(task, "SUCCEEDED" if code == 0 else "FAILED", code)
+                retries = task.role.task_retry_count if not self.plan.gang_allocation else 0
+                if code != 0 and task.attempt < retries:
+                    retry = self._new_task(attempt, task.role, task.index, task.attempt + 1, ports, gpus)
+                    self.tasks[i] = retry
+                    self._start(retry, attempt, ports, gpus)
+                    continue
+                counts = succeeded if code == 0 else failed
+                counts[task.role.name] += 1
+                role = task.role
+                if code != 0 and role.min_failed is not None and failed[role.name] >= role.min_failed:
+                    self._kill([t for t in self.tasks if t.state == "RUNNING"], "STOPPED")
+                    message = (f"{failed[role.name]} task(s) of role {role.name} failed "
+                               f"(minFailedInstances {role.min_failed}); {task.key} exited with code {code}")
+                    return self._end_attempt(attempt, "FAILED", task, message, code)
+                if code == 0 and role.min_succeeded is not None and succeeded[role.name] >= role.min_succeeded:
+                    self._kill([t for t in self.tasks if t.state == "RUNNING"], "STOPPED")
+                    message = (f"{succeeded[role.name]} task(s) of role {role.name} succeeded "
+                               f"(minSucceededInstances {role.min_succeeded})")
+                    return self._end_attempt(attempt, "SUCCEEDED", task, message, 0)
+            if all(t.state != "RUNNING" for t in self.tasks):
+                last = max(self.tasks, key=lambda t: t.code or 0)
+                return self._end_attempt(attempt, "SUCCEEDED", last, "All Tasks are completed", 0)
+            time.sleep(POLL)
+
+    def _set_job(self, **fields: Any) -> None:
+        self.store.update_job(self.username, self.name_, **fields)
+
+    def _end_attempt(self, attempt: int, state: str, trigger: Task | None, message: str, code: int | None) -> str:
+        self.store.upsert_attempt(
+            self.username, self.name_, attempt, state=state, completed_time=now_ms(), exit_code=code,
+            trigger_message=message, trigger_role=trigger.role.name if trigger else None,
+            trigger_index=trigger.index if trigger else None, diagnostics=message,
+        )
+        if state == "FAILED" and attempt < self.plan.job_retry_count and not self.stop_requested.is_set():
+            self._set_job(sub_state="AttemptCompleted", diagnostics=f"attempt {attempt}: {message}; retrying")
+        return state
+
+    def _new_task(self, attempt: int, role: RolePlan, index: int, task_attempt: int,
+                  ports: Ports, gpus: dict[tuple[str, int], str | None]) -> Task:
+        uid = str(uuid.uuid4())
+        log_dir = self.cluster.log_dir(self.job_id, attempt, role.name, index, task_attempt)
+        self.store.insert_task(self.username, self.name_, attempt, role.name, index, task_attempt, uid,
+                               ports[role.name][index], gpus.get((role.name, index)), str(log_dir))
+        return Task(role=role, index=index, attempt=task_attempt, job_attempt=attempt, uid=uid, log_dir=log_dir)
+
+    def _start(self, task: Task, attempt: int, ports: Ports, gpus: dict[tuple[str, int], str | None]) -> None:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PAI_") and k not in _SCRUB}
+        env.update(task_env(self.plan, self.username, task.role.name, task.index, ports))
+        python_bin = str(Path(sys.executable).parent)
+        env["PATH"] = python_bin + os.pathsep + env.get("PATH", os.defpath)
+        env[MARKER] = task.uid
+        env[JOB_MARKER] = self.job_id
+        gpu = gpus.get((task.role.name, task.index))
+        if gpu is not None:
+            env["CUDA_VISIBLE_DEVICES"] = gpu
+            env["NVIDIA_VISIBLE_DEVICES"] = gpu or "none"
+        workdir = self.cluster.work_dir(self.job_id, attempt, task.role.name, task.index)
+        workdir.mkdir(parents=True, exist_ok=True)
+        sink = _LogSink(task.log_dir)
+        if not self._announced_image:
+            self._announced_image = True
+            note = (f"[paijob local] docker images are not pulled: role {task.role.name} asks for "
+                    f"'{task.role.docker_image}'; commands run in this Python environment ({sys.executable})\n")
+            sink.write("stderr", note.encode())
+            if self.plan.gang_allocation and any(r.task_retry_count for r in self.plan.roles):
+                sink.write("stderr", b"[paijob local] taskRetryCount only takes effect with "
+                                     b"extras.gangAllocation: false (as on OpenPAI); ignored\n")
+        script = task_script(self.plan, task.role)
+        try:
+            proc = subprocess.Popen(
+                ["bash", "-o", "errexit", "-o", "nounset", "-o", "pipefail", "-c", script],
+                cwd=workdir, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE, start_new_session=True,
+            )
+        except OSError as error:
+            sink.write("stderr", f"[paijob local] cannot start the task: {error}\n".encode())
+            sink.close()
+            task.state, task.code = "RUNNING", 127  # the run loop ends it like a task that exited 127
+            self.store.update_task(self.username, self.name_, attempt, task.role.name, task.index, task.attempt,
+                                   diagnostics=f"cannot start the task: {error}")
+            return
+        task.proc = proc
+        task.state = "RUNNING"
+        assert proc.stdout is not None and proc.stderr is not None
+        task.readers = [
+            threading.Thread(target=sink.pump, args=("stdout", proc.stdout), daemon=True),
+            threading.Thread(target=sink.pump, args=("stderr", proc.stderr), daemon=True),
+        ]
+        for reader in task.readers:
+            reader.start()
+        closer = threading.Thread(target=self._close_sink_when_done, args=(task, sink), daemon=True)
+        closer.start()
+        self.store.update_task(self.username, self.name_, attempt, task.role.name, task.index, task.attempt,
+                               state="RUNNING", launched_time=now_ms(), pid=proc.pid)
+
+    @staticmethod
+    def _close_sink_when_done(task: Task, sink: _LogSink) -> None:
+        for reader in task.readers:
+            reader.join()
+        sink.close()
+
+    def _finish(self, task: Task, state: str, code: int | None) -> None:
+        # like a container: when the main process ends, whatever it left behind dies too
+        if task.proc is not None:
+            kill_marked(MARKER, [task.uid], [], grace=0.5)
+            for reader in task.readers:
+                reader.join(timeout=5)
+        task.state, task.code = state, code
+        self.store.update_task(self.username, self.name_, task.job_attempt, task.role.name, task.index, task.attempt,
+                               state=state, exit_code=code, completed_time=now_ms())
+
+    def _kill(self, tasks: list[Task], state: str) -> None:
+        """Stop the given running tasks (all at once): SIGTERM, grace, SIGKILL."""
+        live = [t for t in tasks if t.proc is not None and t.state == "RUNNING"]
+        if not live:
+            return
+        procs = [t.proc for t in live if t.proc is not None]
+        kill_marked(MARKER, [t.uid for t in live], [p.pid for p in procs], stop_grace(), waiters=procs)
+        for task in live:
+            assert task.proc is not None
+            code = task.proc.poll()
+            self._finish(task, state, exit_code(code) if code is not None else None)
+
+
+# --------------------------------------------------------------------------- cluster
+
+
+class LocalCluster:
+    """The local cluster's engine: job store + one runner thread per active job."""
+
+    def __init__(self, state_dir: Path) -> None:
+        self.state_dir = state_dir
+        state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self.store = Store(state_dir / "jobs.sqlite")
+        self.gpus = detect_gpus()
+        self._gpu_next = 0
+        self._lock = threading.Lock()
+        self.runners: dict[str, JobRunner] = {}
+        self._recover()
+
+    def log_dir(self, job_id: str, attempt: int, role: str, index: int, task_attempt: int) -> Path:
+        return self.state_dir / "logs" / job_id / str(attempt) / role / str(index) / str(task_attempt)
+
+    def work_dir(self, job_id: str, attempt: int, role: str, index: int) -> Path:
+        return self.state_dir / "work" / job_id / str(attempt) / f"{role}-{index}"
+
+    def allocate_gpus(self, plan: JobPlan) -> dict[tuple[str, int], str | None]:
+        """role/index -> CUDA_VISIBLE_DEVICES (None: leave the variable alone; no GPUs here)."""
+        if not self.gpus:
+            return {}
+        out: dict[tuple[str, int], str | None] = {}
+        with self._lock:
+            for role in plan.roles:
+                for index in range(role.instances):
+                    ids = []
+                    for _ in range(min(role.gpu, len(self.gpus))):
+                        ids.append(self.gpus[self._gpu_next % len(self.gpus)])
+                        self._gpu_next += 1
+                    out[(role.name, index)] = ",".join(ids)
+        return out
+
+    def submit(self, username: str, name: str, job: dict[str, Any], config_text: str) -> None:
+        plan = plan_job(job)
+        self.store.insert_job(username, name, config_text, (plan.total_gpu, plan.total_tasks, len(plan.roles)))
+        runner = JobRunner(self, username, name, job)
+        with self._lock:
+            self.runners[runner.job_id] = runner
+        runner.start()
+
+    def stop(self, username: str, name: str) -> None:
+        job_id = f"{username}~{name}"
+        self.store.update_job(username, name, execution_type="STOP")
+        with self._lock:
+            runner = self.runners.get(job_id)
+        if runner is not None:
+            runner.request_stop()
+            return
+        job = self.store.job(username, name)
+        if job and job["state"] in ("WAITING", "RUNNING", "STOPPING"):
+            self.store.update_job(username, name, state="STOPPED", sub_state="Completed", completed_time=now_ms())
+
+    def forget(self, job_id: str) -> None:
+        with self._lock:
+            self.runners.pop(job_id, None)
+
+    def shutdown(self, reason: str = "the local cluster was shut down", timeout: float = 30) -> None:
+        with self._lock:
+            runners = list(self.runners.values())
+        for runner in runners:
+            runner.request_stop(reason)
+        for runner in runners:
+            runner.join(timeout=timeout)
+
+    def _recover(self) -> None:
+        """Jobs left active by a server that died: kill what remains of them, then end them."""
+        for job in self.store.active_jobs():
+            job_id = f"{job['username']}~{job['name']}"
+            kill_marked(JOB_MARKER, [job_id], [], grace=1)
+            state = "STOPPED" if job["execution_type"] == "STOP" else "FAILED"
+            message = "the local cluster server ended while this job ran"
+            for task in self.store.tasks(job["username"], job["name"], job["attempt_id"]):
+                if task["state"] in ("WAITING", "RUNNING"):
+                    self.store.update_task(job["username"], job["name"], job["attempt_id"], task["role"],
+                                           task["task_index"], task["task_attempt"], state=state,
+                                           completed_time=now_ms(), diagnostics=message)
+            self.store.upsert_attempt(job["username"], job["name"], job["attempt_id"], state=state,
+                                      completed_time=now_ms(), diagnostics=message, trigger_message=message)
+            self.store.update_job(job["username"], job["name"], state=state, sub_state="Completed",
+                                  completed_time=now_ms(), diagnostics=message, trigger_message=message)
+
+
+def parse_config(text: str) -> Any:
+    return yaml.safe_load(text)

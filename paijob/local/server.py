@@ -1,0 +1,539 @@
+"""The local cluster's REST server: OpenPAI's v2 job API on 127.0.0.1, built on Flask.
+
+Mounted under ``/rest-server/api/v2`` like a real cluster behind its gateway,
+with the swagger's paths, status codes and JSON shapes for: ``/info``,
+``/authn/basic/login``, ``/jobs`` (POST text/yaml -> 202, GET list),
+``/jobs/{user}~{job}`` (+ ``/attempts/{a}``, ``/config``, ``/executionType``),
+task status and task logs under ``/jobs/{user}~{job}/attempts/...``. Log
+contents are served under ``/log-manager/`` (range requests supported).
+
+Run it as a background service with ``paijob local up`` (see ``service``), or
+in-process with ``LocalServer`` (tests).
+"""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import hmac
+import json
+import logging
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+from flask import Blueprint, Flask, Response, current_app, g, jsonify, request, send_file
+from werkzeug.serving import BaseWSGIServer, make_server
+
+from paijob import __version__
+from paijob.local.plan import plan_job
+from paijob.local.runner import LocalCluster
+from paijob.local.store import JobExists
+
+log = logging.getLogger(__name__)
+
+API = "/rest-server/api/v2"
+LOGS = "/log-manager/api/v1/logs"
+TAIL_BYTES = 16 * 1024
+_EXIT_TYPES = {"SUCCEEDED": "USER_SUCCESS", "FAILED": "USER_FAILURE", "STOPPED": "USER_STOP"}
+
+
+def error(status: int, code: str, message: str) -> Response:
+    response = jsonify({"code": code, "message": message})
+    response.status_code = status
+    return response
+
+
+def local_user() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return "local"
+
+
+# --------------------------------------------------------------------------- validation
+
+
+def validate(job: Any, text: str) -> list[str]:
+    """Problems with a submitted job (empty when fine), by the same checks as `paijob validate`."""
+    try:
+        from paijob import protocol
+    except ImportError:  # the protocol module is not there: only what the runner needs
+        return _minimal_problems(job)
+    if hasattr(protocol, "validate_text"):
+        report = protocol.validate_text(text, "job")
+        return [p.format("job") for p in report.errors]
+    check = getattr(protocol, "require_valid", None) or getattr(protocol, "check_job", None)
+    if check is None:
+        return _minimal_problems(job)
+    try:
+        check(job)
+    except Exception as problem:  # noqa: BLE001 - any rejection becomes a 400 with its text
+        problems = getattr(problem, "problems", None)
+        if problems:
+            return [str(p) for p in problems]
+        return [line.strip(" -") for line in str(problem).splitlines() if line.strip(" -")]
+    return []
+
+
+def _minimal_problems(job: Any) -> list[str]:
+    if not isinstance(job, dict):
+        return ["the job must be a YAML mapping"]
+    problems = []
+    if str(job.get("protocolVersion")) != "2":
+        problems.append("protocolVersion must be 2")
+    if not job.get("name"):
+        problems.append("name is required")
+    roles = job.get("taskRoles")
+    if not isinstance(roles, dict) or not roles:
+        problems.append("taskRoles must be a non-empty mapping")
+    else:
+        for role, spec in roles.items():
+            if not isinstance(spec, dict) or not spec.get("commands"):
+                problems.append(f"taskRoles.{role}.commands must list at least one command")
+    return problems
+
+
+# --------------------------------------------------------------------------- views
+
+
+def _job_status(job: dict[str, Any], attempt: dict[str, Any] | None, latest: bool) -> dict[str, Any]:
+    state = job["state"] if latest else (attempt or {}).get("state", job["state"])
+    a = attempt or {}
+    exit_code = job["app_exit_code"] if latest else a.get("exit_code")
+    done = state in _EXIT_TYPES
+    message = (job.get("trigger_message") if latest else a.get("trigger_message"))
+    diagnostics = (job.get("diagnostics") if latest else a.get("diagnostics"))
+    return {
+        "username": job["username"],
+        "state": state,
+        "subState": job["sub_state"] if latest else ("Completed" if done else "AttemptRunning"),
+        "executionType": job["execution_type"],
+        "retries": job["retries"],
+        "retryDetails": {"user": job["retries"], "platform": 0, "resource": 0},
+        "retryDelayTime": None,
+        "submissionTime": job["submission_time"],
+        "createdTime": job["created_time"],
+        "launchedTime": job["launched_time"],
+        "completedTime": job["completed_time"] if latest else a.get("completed_time"),
+        "attemptId": a.get("attempt_id", job["attempt_id"]),
+        "attemptState": a.get("state", state),
+        "appId": f"{job['username']}~{job['name']}-{a.get('attempt_id', job['attempt_id'])}",
+        "appCreatedTime": a.get("created_time"),
+        "appLaunchedTime": a.get("launched_time"),
+        "appCompletedTime": a.get("completed_time"),
+        "appExitCode": exit_code,
+        "appExitSpec": None if not done else {
+            "code": exit_code if exit_code is not None else -1,
+            "phrase": state.title(),
+            "issuer": "USER_CONTAINER",
+            "causer": "USER_STOP" if state == "STOPPED" else "USER_CONTAINER",
+            "type": _EXIT_TYPES[state],
+            "stage": "COMPLETING",
+            "behavior": "UNKNOWN",
+            "reaction": "NEVER_RETRY",
+            "reason": message or "",
+            "repro": [],
+        },
+        "appExitDiagnostics": diagnostics,
+        "appExitMessages": {"container": None, "runtime": None, "launcher": diagnostics} if done else None,
+        "appExitTriggerMessage": message,
+        "appExitTriggerTaskRoleName": job.get("trigger_role") if latest else a.get("trigger_role"),
+        "appExitTriggerTaskIndex": job.get("trigger_index") if latest else a.get("trigger_index"),
+        "appExitType": _EXIT_TYPES.get(state),
+        "virtualCluster": "default",
+    }
+
+
+def _log_path(job_id: str, attempt: int, role: str, index: int, task_attempt: int) -> str:
+    return f"/api/v2/jobs/{job_id}/attempts/{attempt}/taskRoles/{role}/taskIndex/{index}/attempts/{task_attempt}/logs"
+
+
+def _task_attempt_view(row: dict[str, Any], job_id: str) -> dict[str, Any]:
+    ports = {label: ",".join(str(p) for p in numbers) for label, numbers in json.loads(row["ports"] or "{}").items()}
+    return {
+        "attemptId": row["task_attempt"],
+        "attemptState": row["state"],
+        "currentAttemptCreatedTime": row["created_time"],
+        "currentAttemptLaunchedTime": row["launched_time"],
+        "currentAttemptCompletedTime": row["completed_time"],
+        "containerId": row["uid"],
+        "containerIp": "127.0.0.1",
+        "containerNodeName": socket.gethostname(),
+        "containerPorts": ports,
+        "containerGpus": row["gpus"],
+        "containerLog": _log_path(job_id, row["job_attempt"], row["role"], row["task_index"], row["task_attempt"]),
+        "containerExitCode": row["exit_code"],
+        "containerExitSpec": None if row["exit_code"] is None else {
+            "code": row["exit_code"],
+            "phrase": "Succeeded" if row["exit_code"] == 0 else "ContainerExitCode",
+            "issuer": "USER_CONTAINER",
+            "causer": "USER_CONTAINER",
+            "type": "USER_SUCCESS" if row["exit_code"] == 0 else "USER_FAILURE",
+            "stage": "COMPLETING",
+            "behavior": "UNKNOWN",
+            "reaction": "NEVER_RETRY",
+            "reason": row["diagnostics"] or "",
+            "repro": [],
+        },
+        "containerExitDiagnostics": row["diagnostics"],
+    }
+
+
+def _task_view(rows: list[dict[str, Any]], index: int, job_id: str, created: int | None) -> dict[str, Any]:
+    """One entry of ``taskStatuses``: the latest attempt of a task (WAITING when none yet)."""
+    if not rows:
+        return {"taskIndex": index, "taskUid": "", "taskState": "WAITING", "containerId": None,
+                "containerIp": None, "containerNodeName": None, "containerPorts": {}, "containerGpus": None,
+                "containerLog": "", "containerExitCode": None, "containerExitSpec": None,
+                "containerExitDiagnostics": None, "retries": 0, "accountableRetries": 0,
+                "createdTime": created, "launchedTime": None, "completedTime": None, "attemptId": 0,
+                "attemptState": "WAITING", "currentAttemptCreatedTime": None,
+                "currentAttemptLaunchedTime": None, "currentAttemptCompletedTime": None}
+    last = rows[-1]
+    view = _task_attempt_view(last, job_id)
+    view.update({
+        "taskIndex": index,
+        "taskUid": rows[0]["uid"],
+        "taskState": last["state"],
+        "retries": last["task_attempt"],
+        "accountableRetries": last["task_attempt"],
+        "createdTime": rows[0]["created_time"],
+        "launchedTime": rows[0]["launched_time"],
+        "completedTime": last["completed_time"],
+    })
+    return view
+
+
+def job_detail(cluster: LocalCluster, job: dict[str, Any], attempt_id: int | None = None) -> dict[str, Any]:
+    latest = attempt_id is None or attempt_id == job["attempt_id"]
+    attempt_id = job["attempt_id"] if attempt_id is None else attempt_id
+    attempt = cluster.store.attempt(job["username"], job["name"], attempt_id)
+    job_id = f"{job['username']}~{job['name']}"
+    plan = plan_job(yaml.safe_load(job["config"]))
+    rows = cluster.store.tasks(job["username"], job["name"], attempt_id)
+    roles: dict[str, Any] = {}
+    for role in plan.roles:
+        statuses = []
+        for index in range(role.instances):
+            mine = [r for r in rows if r["role"] == role.name and r["task_index"] == index]
+            statuses.append(_task_view(mine, index, job_id, (attempt or {}).get("created_time")))
+        roles[role.name] = {"taskRoleStatus": {"name": role.name}, "taskStatuses": statuses}
+    return {
+        "name": job["name"],
+        "tags": [],
+        "jobStatus": _job_status(job, attempt, latest),
+        "taskRoles": roles,
+        "debugId": job_id,
+    }
+
+
+def job_summary(job: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "name": job["name"],
+        "username": job["username"],
+        "state": job["state"],
+        "subState": job["sub_state"],
+        "executionType": job["execution_type"],
+        "tags": [],
+        "retries": job["retries"],
+        "retryDetails": {"user": job["retries"], "platform": 0, "resource": 0},
+        "retryDelayTime": None,
+        "submissionTime": job["submission_time"],
+        "createdTime": job["created_time"],
+        "launchedTime": job["launched_time"],
+        "completedTime": job["completed_time"],
+        "appExitCode": job["app_exit_code"],
+        "virtualCluster": "default",
+        "totalGpuNumber": job["total_gpu"],
+        "totalTaskNumber": job["total_tasks"],
+        "totalTaskRoleNumber": job["total_roles"],
+        "debugId": f"{job['username']}~{job['name']}",
+        "jobPriority": None,
+    }
+
+
+# --------------------------------------------------------------------------- app
+
+
+def create_app(cluster: LocalCluster, token: str, user: str | None = None) -> Flask:
+    app = Flask("paijob.local")
+    app.config["cluster"] = cluster
+    app.config["token"] = token
+    app.config["user"] = user or local_user()
+    api = Blueprint("api", __name__, url_prefix=API)
+    logs = Blueprint("logs", __name__, url_prefix=LOGS)
+
+    def authorised() -> Response | None:
+        header = request.headers.get("Authorization", "")
+        given = header[7:] if header.startswith("Bearer ") else ""
+        if not given or not hmac.compare_digest(given.encode(), current_app.config["token"].encode()):
+            return error(401, "UnauthorizedUserError",
+                         "Guest is not allowed to do this operation: missing or wrong bearer token "
+                         "(the local cluster's token is in its state dir; `paijob -c local ...` uses it).")
+        g.user = current_app.config["user"]
+        return None
+
+    @api.before_request
+    def _auth() -> Response | None:
+        if request.endpoint in ("api.info", "api.login"):
+            return None
+        return authorised()
+
+    logs.before_request(authorised)
+
+    def find_job(job_id: str) -> dict[str, Any] | Response:
+        user, _, name = job_id.partition("~")
+        job = cluster.store.job(user, name) if name else None
+        if job is None:
+            return error(404, "NoJobError", f"Job {job_id} is not found.")
+        return job
+
+    @api.get("/info")
+    def info() -> Response:
+        return jsonify({"name": "paijob local cluster", "version": __version__, "launcherType": "local",
+                        "authnMethod": "basic", "virtualClusters": ["default"]})
+
+    @api.post("/authn/basic/login")
+    def login() -> Response:
+        form = request.form if request.form else (request.get_json(silent=True) or {})
+        username, password = form.get("username"), form.get("password")
+        if not username or not password:
+            return error(400, "InvalidParametersError", "username and password are required.")
+        if username != current_app.config["user"]:
+            return error(404, "NoUserError", f"User {username} is not found.")
+        if not hmac.compare_digest(str(password).encode(), current_app.config["token"].encode()):
+            return error(400, "IncorrectPasswordError",
+                         "Password is incorrect (the local cluster's password is its token).")
+        return jsonify({"token": current_app.config["token"], "user": username, "admin": True})
+
+    @api.post("/jobs")
+    def submit() -> Response:
+        text = request.get_data(as_text=True)
+        try:
+            job = yaml.safe_load(text)
+        except yaml.YAMLError as problem:
+            return error(400, "InvalidProtocolError", f"Job protocol is not valid YAML: {problem}")
+        problems = validate(job, text)
+        if problems:
+            return error(400, "InvalidProtocolError",
+                         "Job protocol is invalid:\n" + "\n".join(f"- {p}" for p in problems))
+        name = str(job["name"])
+        try:
+            cluster.submit(g.user, name, job, text)
+        except JobExists:
+            return error(409, "ConflictJobError", f"Job name {name} already exists.")
+        response = jsonify({"message": f"update job {name} successfully"})
+        response.status_code = 202
+        return response
+
+    @api.get("/jobs")
+    def list_jobs() -> Response:
+        try:
+            limit = int(request.args.get("limit", 5000))
+            offset = int(request.args.get("offset", 0))
+        except ValueError:
+            return error(400, "InvalidParametersError", "limit and offset must be numbers.")
+        rows = cluster.store.jobs(username=request.args.get("username"), state=request.args.get("state"),
+                                  limit=min(limit, 50000), offset=offset)
+        data = [job_summary(row) for row in rows]
+        if request.args.get("withTotalCount") == "true":
+            total = len(cluster.store.jobs(username=request.args.get("username"), state=request.args.get("state")))
+            return jsonify({"totalCount": total, "data": data})
+        return jsonify(data)
+
+    @api.get("/jobs/<job_id>")
+    def get_job(job_id: str) -> Response:
+        job = find_job(job_id)
+        if isinstance(job, Response):
+            return job
+        return jsonify(job_detail(cluster, job))
+
+    @api.get("/jobs/<job_id>/attempts/<int:attempt>")
+    def get_attempt(job_id: str, attempt: int) -> Response:
+        job = find_job(job_id)
+        if isinstance(job, Response):
+            return job
+        if cluster.store.attempt(job["username"], job["name"], attempt) is None:
+            return error(404, "NoJobError", f"Attempt {attempt} of job {job_id} is not found.")
+        return jsonify(job_detail(cluster, job, attempt))
+
+    @api.get("/jobs/<job_id>/config")
+    def get_config(job_id: str) -> Response:
+        job = find_job(job_id)
+        if isinstance(job, Response):
+            return job
+        config = yaml.safe_load(job["config"])
+        if isinstance(config, dict) and config.get("secrets"):
+            config.pop("secrets")  # OpenPAI keeps secrets out of the stored config
+            text = yaml.safe_dump(config, sort_keys=False)
+        else:
+            text = job["config"]
+        return Response(text, mimetype="text/yaml")
+
+    @api.put("/jobs/<job_id>/executionType")
+    def execution_type(job_id: str) -> Response:
+        job = find_job(job_id)
+        if isinstance(job, Response):
+            return job
+        body = request.get_json(silent=True) or {}
+        value = body.get("value")
+        if value == "STOP":
+            cluster.stop(job["username"], job["name"])
+        elif value != "START":
+            return error(400, "InvalidParametersError", 'executionType value must be "START" or "STOP".')
+        response = jsonify({"message": f"execute job {job['name']} successfully"})
+        response.status_code = 202
+        return response
+
+    def task_rows(job: dict[str, Any], attempt: int, role: str, index: int) -> list[dict[str, Any]]:
+        return cluster.store.task_attempts(job["username"], job["name"], attempt, role, index)
+
+    @api.get("/jobs/<job_id>/attempts/<int:attempt>/taskRoles/<role>/taskIndex/<int:index>/attempts")
+    def task_status(job_id: str, attempt: int, role: str, index: int) -> Response:
+        job = find_job(job_id)
+        if isinstance(job, Response):
+            return job
+        rows = task_rows(job, attempt, role, index)
+        if not rows:
+            return error(404, "NoTaskError", f"Task {role}/{index} of attempt {attempt} is not found.")
+        last = rows[-1]
+        return jsonify({
+            "taskIndex": index,
+            "taskUid": rows[0]["uid"],
+            "taskState": last["state"],
+            "retries": last["task_attempt"],
+            "accountableRetries": last["task_attempt"],
+            "createdTime": rows[0]["created_time"],
+            "launchedTime": rows[0]["launched_time"],
+            "completedTime": last["completed_time"],
+            "username": job["username"],
+            "jobName": job["name"],
+            "jobAttemptId": attempt,
+            "taskRoleName": role,
+            "attempts": [_task_attempt_view(row, job_id) for row in rows],
+        })
+
+    @api.get("/jobs/<job_id>/attempts/<int:attempt>/taskRoles/<role>/taskIndex/<int:index>"
+             "/attempts/<int:task_attempt>/logs")
+    def task_logs(job_id: str, attempt: int, role: str, index: int, task_attempt: int) -> Response:
+        job = find_job(job_id)
+        if isinstance(job, Response):
+            return job
+        if not any(r["task_attempt"] == task_attempt for r in task_rows(job, attempt, role, index)):
+            return error(404, "NoTaskLogError", "Log of task is not found.")
+        base = request.host_url.rstrip("/") + f"{LOGS}/{job_id}/{attempt}/{role}/{index}/{task_attempt}"
+        tail = "?tail-mode=true" if request.args.get("tailMode") == "true" else ""
+        return jsonify({"locations": [{"name": name, "uri": f"{base}/{name}{tail}"}
+                                      for name in ("stdout", "stderr", "all")]})
+
+    @logs.get("/<job_id>/<int:attempt>/<role>/<int:index>/<int:task_attempt>/<any(stdout,stderr,all):name>")
+    def log_content(job_id: str, attempt: int, role: str, index: int, task_attempt: int, name: str) -> Response:
+        path = cluster.log_dir(job_id, attempt, role, index, task_attempt) / name
+        root = (cluster.state_dir / "logs").resolve()
+        if root not in path.resolve().parents or not path.is_file():
+            return error(404, "NoTaskLogError", "Log of task is not found.")
+        if request.args.get("tail-mode") == "true":
+            data = path.read_bytes()[-TAIL_BYTES:]
+            return Response(data, mimetype="text/plain")
+        return send_file(path, mimetype="text/plain", conditional=True, max_age=0, etag=False)
+
+    app.register_blueprint(api)
+    app.register_blueprint(logs)
+
+    @app.errorhandler(404)
+    def not_found(_: Exception) -> Response:
+        return error(404, "NoApiError", f"{request.method} {request.path} is not an API of this server.")
+
+    @app.errorhandler(405)
+    def not_allowed(_: Exception) -> Response:
+        return error(405, "NoApiError", f"{request.method} is not allowed on {request.path}.")
+
+    @app.errorhandler(500)
+    def internal(problem: Exception) -> Response:
+        return error(500, "UnknownError", f"local cluster error: {problem}")
+
+    return app
+
+
+# --------------------------------------------------------------------------- serving
+
+
+class LocalServer:
+    """The local cluster served on 127.0.0.1 from a thread (tests) or the main thread (service)."""
+
+    def __init__(self, state_dir: Path, token: str, *, port: int = 0, host: str = "127.0.0.1") -> None:
+        logging.getLogger("werkzeug").setLevel(logging.WARNING)  # no line per request
+        self.cluster = LocalCluster(state_dir)
+        self.token = token
+        self.app = create_app(self.cluster, token)
+        self.server: BaseWSGIServer = make_server(host, port, self.app, threaded=True)
+        self.port = self.server.server_port
+        self.url = f"http://{host}:{self.port}"
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> LocalServer:
+        self._thread = threading.Thread(target=self.server.serve_forever, name="paijob-local", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self, reason: str = "the local cluster was shut down") -> None:
+        self.cluster.shutdown(reason)
+        self.server.shutdown()
+        self.server.server_close()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+        self.cluster.store.close()
+
+    def __enter__(self) -> LocalServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the background service started by ``paijob local up``."""
+    from paijob.local import service
+
+    parser = argparse.ArgumentParser(prog="python -m paijob.local.server")
+    parser.add_argument("--state-dir", type=Path, required=True)
+    parser.add_argument("--port", type=int, default=0)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)
+    token = service.read_token(args.state_dir)
+    if token is None:
+        print(f"no token in {args.state_dir}; start the server with `paijob local up`", file=sys.stderr)
+        return 2
+    server = LocalServer(args.state_dir, token, port=args.port)
+    service.write_server_info(args.state_dir, {"pid": os.getpid(), "port": server.port, "url": server.url,
+                                               "started": int(time.time())})
+    stopper = threading.Thread(target=server.stop, name="paijob-local-stop", daemon=True)
+
+    def on_signal(signum: int, _frame: object) -> None:
+        if stopper.is_alive() or stopper.ident is not None:
+            return
+        log.info("signal %d: stopping running jobs and the server", signum)
+        stopper.start()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    log.info("paijob local cluster serving %s (state %s)", server.url, args.state_dir)
+    try:
+        server.server.serve_forever()
+        if stopper.ident is not None:
+            stopper.join(timeout=60)
+    finally:
+        service.clear_server_info(args.state_dir, os.getpid())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

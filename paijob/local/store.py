@@ -1,0 +1,224 @@
+"""The local cluster's job store: one SQLite file, so jobs, states and logs survive restarts.
+
+Three tables: ``jobs`` (one row per submitted job), ``job_attempts`` (one per
+job retry) and ``tasks`` (one row per task attempt). Times are milliseconds
+since the epoch, as in OpenPAI's REST answers. One connection shared by the
+server's threads behind a lock.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS jobs (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    username TEXT NOT NULL,
+    name TEXT NOT NULL,
+    config TEXT NOT NULL,
+    state TEXT NOT NULL,
+    sub_state TEXT NOT NULL,
+    execution_type TEXT NOT NULL,
+    submission_time INTEGER NOT NULL,
+    created_time INTEGER,
+    launched_time INTEGER,
+    completed_time INTEGER,
+    attempt_id INTEGER NOT NULL DEFAULT 0,
+    retries INTEGER NOT NULL DEFAULT 0,
+    app_exit_code INTEGER,
+    trigger_message TEXT,
+    trigger_role TEXT,
+    trigger_index INTEGER,
+    diagnostics TEXT,
+    total_gpu INTEGER NOT NULL DEFAULT 0,
+    total_tasks INTEGER NOT NULL DEFAULT 0,
+    total_roles INTEGER NOT NULL DEFAULT 0,
+    UNIQUE (username, name)
+);
+CREATE TABLE IF NOT EXISTS job_attempts (
+    username TEXT NOT NULL,
+    name TEXT NOT NULL,
+    attempt_id INTEGER NOT NULL,
+    state TEXT NOT NULL,
+    created_time INTEGER,
+    launched_time INTEGER,
+    completed_time INTEGER,
+    exit_code INTEGER,
+    trigger_message TEXT,
+    trigger_role TEXT,
+    trigger_index INTEGER,
+    diagnostics TEXT,
+    PRIMARY KEY (username, name, attempt_id)
+);
+CREATE TABLE IF NOT EXISTS tasks (
+    username TEXT NOT NULL,
+    name TEXT NOT NULL,
+    job_attempt INTEGER NOT NULL,
+    role TEXT NOT NULL,
+    task_index INTEGER NOT NULL,
+    task_attempt INTEGER NOT NULL,
+    uid TEXT NOT NULL,
+    state TEXT NOT NULL,
+    exit_code INTEGER,
+    created_time INTEGER,
+    launched_time INTEGER,
+    completed_time INTEGER,
+    ports TEXT,
+    gpus TEXT,
+    pid INTEGER,
+    log_dir TEXT,
+    diagnostics TEXT,
+    PRIMARY KEY (username, name, job_attempt, role, task_index, task_attempt)
+);
+"""
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class JobExists(Exception):
+    pass
+
+
+class Store:
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self._lock = threading.RLock()
+        self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None, timeout=30)
+        self._db.row_factory = sqlite3.Row
+        with self._lock:
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.executescript(SCHEMA)
+        path.chmod(0o600)
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    @contextmanager
+    def _tx(self) -> Iterator[sqlite3.Connection]:
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._db
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
+
+    def _one(self, sql: str, args: tuple[Any, ...]) -> dict[str, Any] | None:
+        with self._lock:
+            row = self._db.execute(sql, args).fetchone()
+        return dict(row) if row else None
+
+    def _all(self, sql: str, args: tuple[Any, ...]) -> list[dict[str, Any]]:
+        with self._lock:
+            return [dict(row) for row in self._db.execute(sql, args).fetchall()]
+
+    # ------------------------------------------------------------------ jobs
+
+    def insert_job(self, username: str, name: str, config: str, totals: tuple[int, int, int]) -> None:
+        with self._tx() as db:
+            if db.execute("SELECT 1 FROM jobs WHERE username=? AND name=?", (username, name)).fetchone():
+                raise JobExists(name)
+            db.execute(
+                "INSERT INTO jobs (username, name, config, state, sub_state, execution_type, submission_time,"
+                " created_time, total_gpu, total_tasks, total_roles) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                (username, name, config, "WAITING", "AttemptCreationPending", "START", now_ms(), now_ms(), *totals),
+            )
+
+    def job(self, username: str, name: str) -> dict[str, Any] | None:
+        return self._one("SELECT * FROM jobs WHERE username=? AND name=?", (username, name))
+
+    def jobs(self, *, username: str | None = None, state: str | None = None,
+             limit: int | None = None, offset: int = 0) -> list[dict[str, Any]]:
+        sql, args = "SELECT * FROM jobs WHERE 1=1", list[Any]()
+        if username:
+            sql += " AND username=?"
+            args.append(username)
+        if state:
+            sql += " AND state=?"
+            args.append(state)
+        sql += " ORDER BY seq DESC LIMIT ? OFFSET ?"
+        args += [limit if limit else -1, offset]
+        return self._all(sql, tuple(args))
+
+    def update_job(self, username: str, name: str, **fields: Any) -> None:
+        if not fields:
+            return
+        cols = ", ".join(f"{key}=?" for key in fields)
+        with self._tx() as db:
+            db.execute(f"UPDATE jobs SET {cols} WHERE username=? AND name=?", (*fields.values(), username, name))
+
+    def active_jobs(self) -> list[dict[str, Any]]:
+        return self._all("SELECT * FROM jobs WHERE state IN ('WAITING','RUNNING','STOPPING') ORDER BY seq", ())
+
+    # ------------------------------------------------------------------ attempts
+
+    def upsert_attempt(self, username: str, name: str, attempt_id: int, **fields: Any) -> None:
+        with self._tx() as db:
+            db.execute(
+                "INSERT OR IGNORE INTO job_attempts (username, name, attempt_id, state, created_time)"
+                " VALUES (?,?,?,?,?)",
+                (username, name, attempt_id, "WAITING", now_ms()),
+            )
+            if fields:
+                cols = ", ".join(f"{key}=?" for key in fields)
+                db.execute(
+                    f"UPDATE job_attempts SET {cols} WHERE username=? AND name=? AND attempt_id=?",
+                    (*fields.values(), username, name, attempt_id),
+                )
+
+    def attempt(self, username: str, name: str, attempt_id: int) -> dict[str, Any] | None:
+        return self._one(
+            "SELECT * FROM job_attempts WHERE username=? AND name=? AND attempt_id=?", (username, name, attempt_id)
+        )
+
+    def attempts(self, username: str, name: str) -> list[dict[str, Any]]:
+        return self._all("SELECT * FROM job_attempts WHERE username=? AND name=? ORDER BY attempt_id", (username, name))
+
+    # ------------------------------------------------------------------ tasks
+
+    def insert_task(self, username: str, name: str, job_attempt: int, role: str, index: int,
+                    task_attempt: int, uid: str, ports: dict[str, list[int]], gpus: str | None,
+                    log_dir: str) -> None:
+        with self._tx() as db:
+            db.execute(
+                "INSERT INTO tasks (username, name, job_attempt, role, task_index, task_attempt, uid, state,"
+                " created_time, ports, gpus, log_dir) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+                (username, name, job_attempt, role, index, task_attempt, uid, "WAITING", now_ms(),
+                 json.dumps(ports), gpus, log_dir),
+            )
+
+    def update_task(self, username: str, name: str, job_attempt: int, role: str, index: int,
+                    task_attempt: int, **fields: Any) -> None:
+        cols = ", ".join(f"{key}=?" for key in fields)
+        with self._tx() as db:
+            db.execute(
+                f"UPDATE tasks SET {cols} WHERE username=? AND name=? AND job_attempt=? AND role=?"
+                " AND task_index=? AND task_attempt=?",
+                (*fields.values(), username, name, job_attempt, role, index, task_attempt),
+            )
+
+    def tasks(self, username: str, name: str, job_attempt: int) -> list[dict[str, Any]]:
+        return self._all(
+            "SELECT * FROM tasks WHERE username=? AND name=? AND job_attempt=?"
+            " ORDER BY role, task_index, task_attempt",
+            (username, name, job_attempt),
+        )
+
+    def task_attempts(self, username: str, name: str, job_attempt: int, role: str, index: int) -> list[dict[str, Any]]:
+        return self._all(
+            "SELECT * FROM tasks WHERE username=? AND name=? AND job_attempt=? AND role=? AND task_index=?"
+            " ORDER BY task_attempt",
+            (username, name, job_attempt, role, index),
+        )

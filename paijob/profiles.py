@@ -1,0 +1,240 @@
+"""Cluster profiles: which OpenPAI cluster to talk to, as whom, with which token.
+
+Stored in ``$XDG_CONFIG_HOME/paijob/clusters.yaml`` (default
+``~/.config/paijob/clusters.yaml``), mode 0600::
+
+    current: prod
+    clusters:
+      prod:
+        url: https://pai.example.com
+        user: alice
+        token_env: PAI_PROD_TOKEN     # read from the environment when used
+      lab:
+        url: http://10.0.0.5
+        user: bob
+        token: eyJ...                 # stored by `paijob login lab`
+
+``PAI_CLUSTER_URL`` (+ ``PAI_TOKEN``, ``PAI_USER``) define a cluster from the
+environment when no ``-c`` is given; ``PAI_TOKEN`` also overrides the token of
+the chosen profile. The name ``local`` (or no cluster configured at all) means
+the embedded local cluster. A token is never printed: ``describe`` shows where
+it comes from, not what it is.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import re
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from paijob.errors import PaijobError
+
+LOCAL = "local"
+_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
+
+
+class ProfileError(PaijobError):
+    """A cluster profile is missing, malformed or lacks a token."""
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """A resolved cluster: where, as whom, with which token (``repr`` hides it)."""
+
+    name: str
+    url: str
+    user: str | None
+    token: str | None = field(repr=False)
+    api_path: str = "/rest-server/api/v2"
+    token_source: str = "none"
+
+    @property
+    def is_local(self) -> bool:
+        return self.name == LOCAL
+
+
+def config_path() -> Path:
+    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(base) / "paijob" / "clusters.yaml"
+
+
+def load() -> dict[str, Any]:
+    path = config_path()
+    if not path.exists():
+        return {"current": None, "clusters": {}}
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as error:
+        raise ProfileError(f"{path}: not valid YAML ({error}); fix or delete the file") from None
+    if not isinstance(data, dict) or not isinstance(data.get("clusters", {}), dict):
+        raise ProfileError(f"{path}: expected a mapping with a 'clusters' mapping; fix or delete the file")
+    data.setdefault("clusters", {})
+    data.setdefault("current", None)
+    return data
+
+
+def save(data: dict[str, Any]) -> Path:
+    """Write the profiles atomically with mode 0600 (the file may hold tokens)."""
+    path = config_path()
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    fd, tmp = tempfile.mkstemp(prefix=".clusters.", dir=path.parent)
+    try:
+        os.fchmod(fd, 0o600)
+        with os.fdopen(fd, "w") as handle:
+            yaml.safe_dump(data, handle, sort_keys=False)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def check_name(name: str) -> str:
+    if name == LOCAL:
+        raise ProfileError("'local' is the built-in local cluster; pick another profile name")
+    if not _NAME.match(name):
+        raise ProfileError(f"cluster name {name!r} may only use letters, digits, '.', '_' and '-'")
+    return name
+
+
+def add(name: str, url: str, *, user: str | None = None, token_env: str | None = None,
+        token: str | None = None, api_path: str | None = None, make_current: bool = False) -> Path:
+    check_name(name)
+    if not re.match(r"^https?://", url):
+        raise ProfileError(f"cluster URL {url!r} must start with http:// or https://")
+    data = load()
+    entry: dict[str, Any] = {"url": url.rstrip("/")}
+    if user:
+        entry["user"] = user
+    if token_env:
+        entry["token_env"] = token_env
+    if token:
+        entry["token"] = token
+    if api_path:
+        entry["api_path"] = api_path
+    data["clusters"][name] = entry
+    if make_current or not data.get("current"):
+        data["current"] = name
+    return save(data)
+
+
+def remove(name: str) -> Path:
+    data = load()
+    if name not in data["clusters"]:
+        raise ProfileError(f"no cluster named {name!r}; see `paijob cluster list`")
+    del data["clusters"][name]
+    if data.get("current") == name:
+        data["current"] = next(iter(data["clusters"]), None)
+    return save(data)
+
+
+def use(name: str) -> Path:
+    data = load()
+    if name != LOCAL and name not in data["clusters"]:
+        raise ProfileError(f"no cluster named {name!r}; add it with `paijob cluster add {name} --url URL`")
+    data["current"] = name
+    return save(data)
+
+
+def store_token(name: str, token: str, user: str) -> Path:
+    data = load()
+    entry = data["clusters"].setdefault(name, {})
+    entry["token"] = token
+    entry["user"] = user
+    return save(data)
+
+
+def user_from_token(token: str | None) -> str | None:
+    """OpenPAI tokens are JWTs whose payload names the user; read it (unverified)."""
+    if not token or token.count(".") != 2:
+        return None
+    payload = token.split(".")[1]
+    try:
+        claims = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+    except (ValueError, UnicodeDecodeError):
+        return None
+    if isinstance(claims, dict):
+        value = claims.get("username") or claims.get("user") or claims.get("sub")
+        return str(value) if value else None
+    return None
+
+
+def resolve(name: str | None = None, *, start_local: bool = True) -> Cluster:
+    """The cluster to use: ``-c NAME``, else ``PAI_CLUSTER_URL``, else the current profile, else local.
+
+    The local cluster is started when it is down, unless ``start_local`` is false (dry runs):
+    then its profile has no token and, when it is down, no usable URL.
+    """
+    env_token = os.environ.get("PAI_TOKEN") or None
+    if name is None and os.environ.get("PAI_CLUSTER_URL"):
+        url = os.environ["PAI_CLUSTER_URL"].rstrip("/")
+        user = os.environ.get("PAI_USER") or user_from_token(env_token)
+        return Cluster("env", url, user, env_token, token_source="PAI_TOKEN" if env_token else "none")
+    data = load()
+    if name is None:
+        name = data.get("current") or LOCAL
+    if name == LOCAL:
+        from paijob.local import service
+
+        if not start_local:
+            info = service.server_info() or {}
+            return Cluster(LOCAL, str(info.get("url", "http://127.0.0.1:<port>")), None, None,
+                           token_source=str(service.state_dir() / "token"))
+        return service.local_cluster()
+    entry = data["clusters"].get(name)
+    if entry is None:
+        known = ", ".join(sorted(data["clusters"])) or "none"
+        raise ProfileError(
+            f"no cluster named {name!r} (known: {known}, plus 'local'); "
+            f"add it with `paijob cluster add {name} --url URL --token-env VAR` or `paijob login {name} --url URL`"
+        )
+    token: str | None
+    if env_token:
+        token, source = env_token, "PAI_TOKEN"
+    elif entry.get("token_env"):
+        var = str(entry["token_env"])
+        token, source = os.environ.get(var) or None, f"${var}"
+        if token is None:
+            raise ProfileError(
+                f"cluster {name!r} reads its token from ${var}, which is not set; "
+                f"export {var}=<application token> or run `paijob login {name}`"
+            )
+    elif entry.get("token"):
+        token, source = str(entry["token"]), str(config_path())
+    else:
+        token, source = None, "none"
+    user = entry.get("user") or os.environ.get("PAI_USER") or user_from_token(token)
+    return Cluster(
+        name=name,
+        url=str(entry["url"]).rstrip("/"),
+        user=str(user) if user else None,
+        token=token,
+        api_path=str(entry.get("api_path") or "/rest-server/api/v2"),
+        token_source=source,
+    )
+
+
+def describe(data: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """Rows for `paijob cluster list`: never the token, only where it comes from."""
+    data = data if data is not None else load()
+    rows = []
+    current = data.get("current") or LOCAL
+    for cname, entry in data["clusters"].items():
+        if entry.get("token_env"):
+            source = f"${entry['token_env']}"
+        elif entry.get("token"):
+            source = "stored (paijob login)"
+        else:
+            source = "none"
+        rows.append({"name": cname, "url": entry.get("url"), "user": entry.get("user"),
+                     "token": source, "current": cname == current})
+    rows.append({"name": LOCAL, "url": "(embedded local cluster)", "user": None,
+                 "token": "state dir", "current": current == LOCAL})
+    return rows

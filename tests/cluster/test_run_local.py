@@ -1,0 +1,85 @@
+"""`paijob run --local` and `paijob local up|down|status` with the local cluster as a background service."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from cluster_helpers import job_yaml
+
+from paijob import cli
+from paijob.local import service
+
+
+@pytest.fixture(scope="module")
+def state(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """One background local cluster for the module (it takes a second or two to start)."""
+    directory = tmp_path_factory.mktemp("service") / "state"
+    yield directory
+    service.down(directory)
+
+
+@pytest.fixture
+def local(state: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("PAIJOB_LOCAL_STATE_DIR", str(state))
+    return state
+
+
+def paijob(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = cli.main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_run_local_starts_the_cluster_follows_logs_and_exits_0_on_success(
+        capsys: pytest.CaptureFixture[str], local: Path, tmp_path: Path) -> None:
+    job = tmp_path / "job.yaml"
+    job.write_text(job_yaml("hello", ["echo hello from $PAI_TASK_INDEX", "sleep 0.3", "echo done"], instances=2))
+    code, out, err = paijob(capsys, "run", str(job), "--local")
+    assert code == 0, err
+    for line in ("worker/0 | hello from 0", "worker/1 | hello from 1", "worker/0 | done", "worker/1 | done"):
+        assert line in out
+    assert "SUCCEEDED" in err
+    assert (local / "token").stat().st_mode & 0o777 == 0o600
+    # a rerun of the same file works: every run gets a unique name
+    code, _, err = paijob(capsys, "run", str(job), "--local")
+    assert code == 0, err
+
+
+def test_run_local_exits_1_and_names_the_failing_task(capsys: pytest.CaptureFixture[str], local: Path,
+                                                      tmp_path: Path) -> None:
+    job = tmp_path / "job.yaml"
+    job.write_text(job_yaml("broken", ["if [ $PAI_TASK_INDEX = 1 ]; then echo bad >&2; exit 3; fi", "sleep 30"],
+                            instances=2))
+    code, out, err = paijob(capsys, "run", str(job), "--local")
+    assert code == 1
+    assert "worker/1 | bad" in out
+    assert "FAILED: worker/1 exited with code 3" in err
+
+
+def test_local_up_status_down(capsys: pytest.CaptureFixture[str], local: Path) -> None:
+    code, out, _ = paijob(capsys, "local", "up")
+    assert code == 0 and "127.0.0.1" in out
+    code, out, _ = paijob(capsys, "local", "status")
+    assert code == 0 and "running" in out
+    code, out, _ = paijob(capsys, "local", "down")
+    assert code == 0 and "stopped" in out
+    code, out, _ = paijob(capsys, "local", "status")
+    assert code == 3 and "not running" in out
+    # jobs are still there after a restart
+    code, out, _ = paijob(capsys, "list", "-c", "local")
+    assert code == 0 and "hello_" in out and "broken_" in out
+
+
+def test_paijob_runtime_resolves_inside_local_tasks(capsys: pytest.CaptureFixture[str], local: Path,
+                                                    tmp_path: Path) -> None:
+    runtime = importlib.import_module("paijob.runtime.cli")
+    if not hasattr(runtime, "main"):
+        pytest.skip("paijob.runtime.cli has no main yet")
+    job = tmp_path / "job.yaml"
+    job.write_text(job_yaml("runtime", ["command -v paijob-runtime", "paijob-runtime --help > /dev/null"]))
+    code, out, err = paijob(capsys, "run", str(job), "--local")
+    assert code == 0, out + err
+    assert "/paijob-runtime" in out
