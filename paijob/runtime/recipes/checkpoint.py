@@ -1,0 +1,159 @@
+"""Atomic, checksummed, rotated checkpoints, and finding the newest good one.
+
+A checkpoint is an ordinary ``torch.save`` file (so ``torch.load`` opens it)
+named ``ckpt-e{epoch:04d}-s{step:06d}.pt`` after the position training
+resumes from, plus a ``.sha256`` sidecar. Writing goes to a temporary file in
+the same folder, is fsync'ed, then renamed over the final name (and the
+folder fsync'ed), so a crash leaves either the old set or the new file, never
+half a file under a checkpoint name. Loading verifies the checksum when the
+sidecar exists; a file that fails (truncated, corrupted) is skipped with a
+warning and the previous one is used.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import re
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+log = logging.getLogger(__name__)
+
+NAME_RE = re.compile(r"^ckpt-e(\d{4,})-s(\d{6,})\.pt$")
+
+
+@dataclass(frozen=True, order=True)
+class CheckpointRef:
+    epoch: int
+    step: int
+    path: Path
+
+
+def checkpoint_name(epoch: int, step: int) -> str:
+    return f"ckpt-e{epoch:04d}-s{step:06d}.pt"
+
+
+class _HashingWriter:
+    def __init__(self, handle: Any) -> None:
+        self.handle = handle
+        self.digest = hashlib.sha256()
+        self.size = 0
+
+    def write(self, data: Any) -> int:
+        view = memoryview(data)
+        self.digest.update(view)
+        self.size += view.nbytes
+        return self.handle.write(view)
+
+    def flush(self) -> None:
+        self.handle.flush()
+
+
+def _fsync_dir(folder: Path) -> None:
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _atomic_write(path: Path, write: Any) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            write(handle)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    _fsync_dir(path.parent)
+
+
+def save_checkpoint(folder: str | os.PathLike[str], epoch: int, step: int, state: dict[str, Any],
+                    keep: int = 3) -> Path:
+    """Write ``state`` atomically as the checkpoint for resume position (epoch, step); rotate."""
+    base = Path(folder)
+    base.mkdir(parents=True, exist_ok=True)
+    path = base / checkpoint_name(epoch, step)
+    holder: dict[str, _HashingWriter] = {}
+
+    def write(handle: Any) -> None:
+        writer = _HashingWriter(handle)
+        holder["w"] = writer
+        torch.save(state, writer)  # type: ignore[arg-type]
+
+    _atomic_write(path, write)
+    writer = holder["w"]
+    sidecar = f"{writer.digest.hexdigest()}  {writer.size}\n".encode()
+    _atomic_write(path.with_name(path.name + ".sha256"), lambda h: h.write(sidecar))
+    for old in list_checkpoints(base)[:-keep] if keep > 0 else []:
+        for victim in (old.path, old.path.with_name(old.path.name + ".sha256")):
+            try:
+                victim.unlink()
+            except OSError:
+                pass
+    return path
+
+
+def list_checkpoints(folder: str | os.PathLike[str]) -> list[CheckpointRef]:
+    """Checkpoints in ``folder``, oldest first (by resume position)."""
+    base = Path(folder)
+    if not base.is_dir():
+        return []
+    refs = []
+    for entry in base.iterdir():
+        match = NAME_RE.match(entry.name)
+        if match and entry.is_file():
+            refs.append(CheckpointRef(int(match.group(1)), int(match.group(2)), entry))
+    return sorted(refs)
+
+
+class CorruptCheckpoint(Exception):
+    pass
+
+
+def load_checkpoint(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Load one checkpoint, verifying its checksum sidecar when present."""
+    target = Path(path)
+    sidecar = target.with_name(target.name + ".sha256")
+    data = target.read_bytes()
+    if sidecar.is_file():
+        fields = sidecar.read_text().split()
+        if len(fields) >= 2 and (len(data) != int(fields[1])
+                                 or hashlib.sha256(data).hexdigest() != fields[0]):
+            raise CorruptCheckpoint(f"{target}: checksum mismatch (size {len(data)}, expected {fields[1]})")
+    import io
+
+    try:
+        state = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+    except Exception as error:
+        raise CorruptCheckpoint(f"{target}: cannot be loaded ({error})") from error
+    if not isinstance(state, dict) or "model" not in state:
+        raise CorruptCheckpoint(f"{target}: not a paijob recipe checkpoint")
+    return state
+
+
+def load_newest(folder: str | os.PathLike[str]) -> tuple[CheckpointRef, dict[str, Any]] | None:
+    """The newest checkpoint that loads; broken newer ones are skipped with a warning."""
+    for ref in reversed(list_checkpoints(folder)):
+        try:
+            return ref, load_checkpoint(ref.path)
+        except (CorruptCheckpoint, OSError) as error:
+            log.warning("paijob: skipping unusable checkpoint: %s; trying the previous one", error)
+    return None

@@ -1,0 +1,445 @@
+"""Data for the recipes: synthetic images, CIFAR-10 python pickles, ImageFolder trees.
+
+Everything produces ``uint8`` image batches ``(B, 3, H, W)`` plus ``int64``
+labels; conversion to float, normalisation and (for in-memory sources) the
+random crop/flip augmentation run on the training device, batched, so no
+DataLoader workers are needed for in-memory data.
+
+The CIFAR-10 reader understands the official ``cifar-10-batches-py`` files
+without numpy: the pickles hold a numpy array, which a restricted unpickler
+rebuilds directly as bytes (and refuses any other global, so a malicious
+pickle cannot run code).
+"""
+
+from __future__ import annotations
+
+import codecs
+import ctypes
+import io
+import os
+import pickle
+import struct
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from paijob.errors import PaijobError
+
+CIFAR10_MEAN = (0.4914, 0.4822, 0.4465)
+CIFAR10_STD = (0.2023, 0.1994, 0.2010)
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+CIFAR10_FOLDER = "cifar-10-batches-py"
+CIFAR10_TRAIN_FILES = tuple(f"data_batch_{i}" for i in range(1, 6))
+CIFAR10_TEST_FILES = ("test_batch",)
+
+
+class DataError(PaijobError):
+    """The data folder is missing or not in the expected layout."""
+
+
+# ---------------------------------------------------------------------------------------
+# In-memory sources
+
+
+class InMemoryImages:
+    """Images held as one uint8 tensor; ``get_batch`` is a single gather."""
+
+    def __init__(self, images: torch.Tensor, labels: torch.Tensor, num_classes: int) -> None:
+        self.images = images
+        self.labels = labels
+        self.num_classes = num_classes
+
+    def __len__(self) -> int:
+        return int(self.labels.shape[0])
+
+    @property
+    def image_size(self) -> int:
+        return int(self.images.shape[-1])
+
+    def get_batch(self, indices: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.images[indices], self.labels[indices]
+
+
+class SyntheticImages:
+    """Deterministic, learnable fake images: the same dataset on every rank for a seed.
+
+    Each class has a smooth random prototype; an image is its class prototype
+    plus one of a bank of noise images. Nothing depends on the rank or on the
+    order of access: ``get_batch(i)`` is a pure function of (seed, split, i).
+    Large image sizes (ImageNet) are generated on the fly, small ones kept.
+    """
+
+    def __init__(self, size: int, num_classes: int, image_size: int, seed: int, split: str) -> None:
+        self.num_classes = num_classes
+        self.image_size = image_size
+        self._size = size
+        proto_gen = torch.Generator().manual_seed(seed * 7919 + 17)
+        split_gen = torch.Generator().manual_seed(seed * 7919 + (1 if split == "train" else 2))
+        low = max(4, image_size // 8)
+        prototypes = torch.rand(num_classes, 3, low, low, generator=proto_gen)
+        self._prototypes = F.interpolate(prototypes, size=(image_size, image_size), mode="bilinear",
+                                         align_corners=False) if num_classes * 3 * image_size**2 <= 2**24 else None
+        self._low_prototypes = prototypes
+        self.labels = torch.randint(0, num_classes, (size,), generator=split_gen)
+        bank = min(size, 64)
+        self._noise = torch.randn(bank, 3, image_size, image_size, generator=split_gen) * 0.35
+        self._cache: torch.Tensor | None = None
+        if size * 3 * image_size * image_size <= 256 * 2**20:
+            self._cache = torch.cat([self._make(torch.arange(start, min(start + 256, size)))
+                                     for start in range(0, size, 256)])
+
+    def __len__(self) -> int:
+        return self._size
+
+    def _make(self, indices: torch.Tensor) -> torch.Tensor:
+        labels = self.labels[indices]
+        if self._prototypes is not None:
+            proto = self._prototypes[labels]
+        else:
+            proto = F.interpolate(self._low_prototypes[labels], size=(self.image_size,) * 2,
+                                  mode="bilinear", align_corners=False)
+        noise = self._noise[indices % self._noise.shape[0]]
+        return ((proto + noise).clamp_(0, 1) * 255).round_().to(torch.uint8)
+
+    def get_batch(self, indices: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if self._cache is not None:
+            return self._cache[indices], self.labels[indices]
+        return self._make(indices), self.labels[indices]
+
+
+# ---------------------------------------------------------------------------------------
+# CIFAR-10 python pickles (numpy-free)
+
+
+class _NumpyArrayStub:
+    """Stands in for ``numpy.ndarray`` while unpickling: keeps shape, dtype and raw bytes."""
+
+    def __init__(self, *args: Any) -> None:
+        self.shape: tuple[int, ...] = ()
+        self.dtype = "|u1"
+        self.data = b""
+        self.fortran = False
+
+    def __setstate__(self, state: tuple[Any, ...]) -> None:
+        # (version, shape, dtype, is_fortran, rawdata) or without version
+        if len(state) == 5:
+            _, shape, dtype, fortran, raw = state
+        else:
+            shape, dtype, fortran, raw = state
+        self.shape = tuple(int(s) for s in shape)
+        self.dtype = getattr(dtype, "descr", "|u1")
+        self.fortran = bool(fortran)
+        self.data = raw if isinstance(raw, bytes) else bytes(raw)
+
+    def to_tensor(self) -> torch.Tensor:
+        if self.dtype not in ("|u1", "u1", "<u1", "|i1"):
+            raise DataError(f"CIFAR-10 pickle: expected uint8 image data, found dtype {self.dtype!r}")
+        flat = torch.frombuffer(bytearray(self.data), dtype=torch.uint8)
+        return flat.reshape(self.shape) if not self.fortran else flat.reshape(self.shape[::-1]).T
+
+
+class _DtypeStub:
+    def __init__(self, descr: Any = "u1", align: Any = False, copy: Any = True) -> None:
+        self.descr = descr.decode() if isinstance(descr, bytes) else str(descr)
+
+    def __setstate__(self, state: tuple[Any, ...]) -> None:
+        # (version, byteorder, subdescr, names, fields, elsize, alignment, flags)
+        order = state[1].decode() if len(state) > 1 and isinstance(state[1], bytes) else (
+            state[1] if len(state) > 1 else "|")
+        if isinstance(order, str) and len(order) == 1 and order in "|<>=":
+            order = "|" if order == "=" else order
+            if self.descr.lstrip("|<>=") == self.descr:
+                self.descr = order + self.descr
+
+
+def _reconstruct(cls: Any, shape: Any, dtype: Any) -> _NumpyArrayStub:
+    return _NumpyArrayStub()
+
+
+class _CifarUnpickler(pickle.Unpickler):
+    _ALLOWED = {
+        ("numpy.core.multiarray", "_reconstruct"): _reconstruct,
+        ("numpy._core.multiarray", "_reconstruct"): _reconstruct,
+        ("numpy", "ndarray"): _NumpyArrayStub,
+        ("numpy", "dtype"): _DtypeStub,
+        ("_codecs", "encode"): codecs.encode,  # how Python 3's protocol 2 stores bytes
+    }
+
+    def find_class(self, module: str, name: str) -> Any:
+        target = self._ALLOWED.get((module, name))
+        if target is None:
+            raise pickle.UnpicklingError(f"CIFAR-10 pickle refers to {module}.{name}, which is not allowed")
+        return target
+
+
+def read_cifar_batch(path: str | os.PathLike[str]) -> tuple[torch.Tensor, torch.Tensor]:
+    """One ``data_batch_N`` / ``test_batch`` file → (uint8 images N×3×32×32, int64 labels)."""
+    try:
+        with open(path, "rb") as handle:
+            entry = _CifarUnpickler(handle, encoding="bytes").load()
+    except (OSError, pickle.UnpicklingError, EOFError, ValueError, struct.error) as error:
+        raise DataError(f"{path}: not a readable CIFAR-10 python batch ({error})") from error
+    data = entry.get(b"data", entry.get("data"))
+    labels = entry.get(b"labels", entry.get("labels"))
+    if data is None or labels is None:
+        raise DataError(f"{path}: CIFAR-10 batch without 'data'/'labels' keys")
+    images = data.to_tensor() if isinstance(data, _NumpyArrayStub) else torch.tensor(data, dtype=torch.uint8)
+    images = images.reshape(-1, 3, 32, 32)
+    label_tensor = torch.tensor(list(labels), dtype=torch.int64)
+    if images.shape[0] != label_tensor.shape[0]:
+        raise DataError(f"{path}: {images.shape[0]} images but {label_tensor.shape[0]} labels")
+    return images, label_tensor
+
+
+def write_cifar_batch(path: str | os.PathLike[str], images: torch.Tensor, labels: Sequence[int],
+                      batch_label: str = "generated batch") -> None:
+    """Write a file in the official CIFAR-10 python format (numpy-free; for tests and demos).
+
+    The opcodes are those Python 2's cPickle wrote for the official files: a
+    dict of byte strings, a list of int labels and a numpy ``uint8`` array
+    ``(N, 3072)`` (``numpy.core.multiarray._reconstruct`` + ``BUILD`` state).
+    """
+    data = images.to(torch.uint8).reshape(len(labels), 3072).contiguous()
+    raw = ctypes.string_at(data.data_ptr(), data.numel())
+    out = io.BytesIO()
+
+    def string(value: bytes) -> None:  # SHORT_BINSTRING / BINSTRING
+        if len(value) < 256:
+            out.write(b"U" + bytes([len(value)]) + value)
+        else:
+            out.write(b"T" + struct.pack("<i", len(value)) + value)
+
+    def integer(value: int) -> None:  # BININT
+        out.write(b"J" + struct.pack("<i", value))
+
+    out.write(b"\x80\x02}(")  # PROTO 2, EMPTY_DICT, MARK
+    string(b"batch_label")
+    string(batch_label.encode())
+    string(b"labels")
+    out.write(b"](")  # EMPTY_LIST, MARK
+    for label in labels:
+        integer(int(label))
+    out.write(b"e")  # APPENDS
+    string(b"data")
+    out.write(b"cnumpy.core.multiarray\n_reconstruct\ncnumpy\nndarray\n")
+    integer(0)
+    out.write(b"\x85")  # TUPLE1 -> (0,)
+    string(b"b")
+    out.write(b"\x87R(")  # TUPLE3, REDUCE, MARK (array state)
+    integer(1)
+    integer(len(labels))
+    integer(3072)
+    out.write(b"\x86")  # TUPLE2 -> shape
+    out.write(b"cnumpy\ndtype\n")
+    string(b"u1")
+    integer(0)
+    integer(1)
+    out.write(b"\x87R(")  # dtype('u1', 0, 1), MARK (dtype state)
+    integer(3)
+    string(b"|")
+    out.write(b"NNN")
+    integer(-1)
+    integer(-1)
+    integer(0)
+    out.write(b"tb")  # TUPLE, BUILD (dtype)
+    out.write(b"\x89")  # NEWFALSE: not Fortran order
+    string(raw)
+    out.write(b"tb")  # TUPLE, BUILD (array)
+    string(b"filenames")
+    out.write(b"](")
+    for i in range(len(labels)):
+        string(f"image_{i}.png".encode())
+    out.write(b"eu.")  # APPENDS, SETITEMS, STOP
+    Path(path).write_bytes(out.getvalue())
+
+
+def load_cifar10(root: str | os.PathLike[str]) -> tuple[InMemoryImages, InMemoryImages]:
+    """Read ``root`` (or ``root/cifar-10-batches-py``) into train and test sets."""
+    base = Path(root)
+    if (base / CIFAR10_FOLDER).is_dir():
+        base = base / CIFAR10_FOLDER
+    missing = [name for name in CIFAR10_TRAIN_FILES + CIFAR10_TEST_FILES if not (base / name).is_file()]
+    if missing:
+        raise DataError(
+            f"{base}: CIFAR-10 python batches missing ({', '.join(missing)}); expected the "
+            f"'{CIFAR10_FOLDER}' layout (data_batch_1..5, test_batch), or use --data synthetic"
+        )
+
+    def read(names: Sequence[str]) -> InMemoryImages:
+        parts = [read_cifar_batch(base / name) for name in names]
+        return InMemoryImages(torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts]), 10)
+
+    return read(CIFAR10_TRAIN_FILES), read(CIFAR10_TEST_FILES)
+
+
+def download_cifar10(root: str | os.PathLike[str]) -> None:
+    """Fetch CIFAR-10 with torchvision when available (rank 0 only; the caller arranges that)."""
+    base = Path(root)
+    if (base / CIFAR10_FOLDER / "test_batch").is_file() or (base / "test_batch").is_file():
+        return
+    try:
+        from torchvision.datasets import CIFAR10
+    except ImportError:
+        raise DataError(
+            f"{base}: no CIFAR-10 batches there and torchvision (used to download them) is not "
+            f"installed; put cifar-10-batches-py under {base} or use --data synthetic"
+        ) from None
+    try:
+        CIFAR10(root=str(base), train=True, download=True)
+    except Exception as error:  # network errors come in many types
+        raise DataError(f"downloading CIFAR-10 into {base} failed: {error}; "
+                        f"copy the files there or use --data synthetic") from error
+
+
+# ---------------------------------------------------------------------------------------
+# ImageFolder (torchvision)
+
+
+def require_torchvision(what: str) -> Any:
+    try:
+        import torchvision
+    except ImportError:
+        raise DataError(
+            f"{what} needs torchvision, which is not installed; `pip install torchvision` "
+            f"(or paijob[vision]) matching your torch, or use --arch convnet/tinynet with --data synthetic"
+        ) from None
+    return torchvision
+
+
+def imagefolder_datasets(root: str | os.PathLike[str], image_size: int) -> tuple[Any, Any]:
+    """``root/train/<class>/*.jpg`` and ``root/val/<class>/*.jpg`` → uint8-tensor datasets."""
+    torchvision = require_torchvision("--data PATH for imagenet (ImageFolder)")
+    from torchvision import transforms
+
+    base = Path(root)
+    for split in ("train", "val"):
+        if not (base / split).is_dir():
+            raise DataError(f"{base}: expected ImageFolder layout {base}/{split}/<class>/<image>")
+    train = torchvision.datasets.ImageFolder(
+        str(base / "train"),
+        transforms.Compose([
+            transforms.RandomResizedCrop(image_size),
+            transforms.RandomHorizontalFlip(),
+            transforms.PILToTensor(),
+        ]),
+    )
+    val = torchvision.datasets.ImageFolder(
+        str(base / "val"),
+        transforms.Compose([
+            transforms.Resize(int(image_size * 256 / 224)),
+            transforms.CenterCrop(image_size),
+            transforms.PILToTensor(),
+        ]),
+    )
+    return train, val
+
+
+# ---------------------------------------------------------------------------------------
+# Batching
+
+
+@dataclass
+class BatchPlan:
+    """The index batches one rank runs in one epoch (training) or evaluation."""
+
+    batches: list[torch.Tensor]
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+
+def train_batches(sampler: Any, batch_size: int, cap: int | None) -> list[torch.Tensor]:
+    """Full batches from the sampler's order for this epoch (drop the ragged last one)."""
+    order = torch.tensor(list(iter(sampler)), dtype=torch.int64)
+    count = len(order) // batch_size
+    if count == 0 and len(order) > 0:
+        count = 1  # tiny datasets: one short batch rather than nothing
+    if cap is not None:
+        count = min(count, cap)
+    return [order[i * batch_size:(i + 1) * batch_size] for i in range(count)]
+
+
+def eval_batches(size: int, rank: int, world_size: int, batch_size: int,
+                 cap: int | None = None) -> list[torch.Tensor]:
+    """This rank's share of the test set (strided, no padding: every sample counted once)."""
+    order = torch.arange(rank, size, world_size, dtype=torch.int64)
+    batches = [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
+    return batches[:cap] if cap is not None else batches
+
+
+def iterate_in_memory(source: Any, batches: Sequence[torch.Tensor], pin: bool
+                      ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    for index in batches:
+        images, labels = source.get_batch(index)
+        if pin:
+            images, labels = images.pin_memory(), labels.pin_memory()
+        yield images, labels
+
+
+class _IndexBatchSampler:
+    def __init__(self, batches: Sequence[torch.Tensor]) -> None:
+        self.batches = batches
+
+    def __iter__(self) -> Iterator[list[int]]:
+        for batch in self.batches:
+            yield batch.tolist()
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+
+def folder_loader(dataset: Any, batches: Sequence[torch.Tensor], workers: int, pin: bool) -> Any:
+    """A DataLoader over precomputed index batches (decoding in worker processes)."""
+    from torch.utils.data import DataLoader
+
+    return DataLoader(
+        dataset,
+        batch_sampler=_IndexBatchSampler(batches),
+        num_workers=workers,
+        pin_memory=pin,
+        persistent_workers=False,
+        prefetch_factor=4 if workers > 0 else None,
+    )
+
+
+# ---------------------------------------------------------------------------------------
+# On-device preprocessing
+
+
+def augment_crop_flip(images: torch.Tensor, generator: torch.Generator, pad: int, flip: bool
+                      ) -> torch.Tensor:
+    """Per-sample random crop (zero padding ``pad``) and horizontal flip, batched, on any device.
+
+    The crop is one gather from a strided view of all windows (no per-sample
+    loop); random numbers come from ``generator`` on the CPU, so the result
+    depends only on the generator's seed, not on the device.
+    """
+    batch, _, height, width = images.shape
+    device = images.device
+    if pad > 0:
+        oy = torch.randint(0, 2 * pad + 1, (batch,), generator=generator).to(device)
+        ox = torch.randint(0, 2 * pad + 1, (batch,), generator=generator).to(device)
+        windows = F.pad(images, (pad, pad, pad, pad)).unfold(2, height, 1).unfold(3, width, 1)
+        images = windows[torch.arange(batch, device=device), :, oy, ox]
+    if flip:
+        mask = (torch.rand(batch, generator=generator) < 0.5).to(device)
+        images = images.clone() if pad == 0 else images
+        images[mask] = images[mask].flip(3)
+    return images
+
+
+class Normalizer:
+    """uint8 → float, ``(x/255 - mean)/std`` as one fused multiply-add, on the device."""
+
+    def __init__(self, mean: Sequence[float], std: Sequence[float], device: torch.device) -> None:
+        std_t = torch.tensor(std, dtype=torch.float32)
+        self.scale = (1.0 / (255.0 * std_t)).view(1, -1, 1, 1).to(device)
+        self.shift = (-torch.tensor(mean) / std_t).view(1, -1, 1, 1).to(device)
+
+    def __call__(self, images: torch.Tensor) -> torch.Tensor:
+        return torch.addcmul(self.shift, images.float(), self.scale)
