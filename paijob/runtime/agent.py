@@ -257,10 +257,10 @@ class PaijobAgent(LocalElasticAgent):
                 return records
             time.sleep(0.2)
 
-    def finish(self, failed: bool, linger: float) -> None:
-        """Count this node out; node 0 (the store host) lingers after a failure."""
+    def finish_after_failure(self, linger: float) -> None:
+        """Count this node out; node 0 (the store host) lingers so the others can read why."""
         self._store_call(lambda s: s.add(FINISHED_KEY, 1))
-        if self.node_rank != 0 or not failed or self.nnodes == 1:
+        if self.node_rank != 0 or self.nnodes == 1:
             return
         deadline = time.monotonic() + linger
         while time.monotonic() < deadline:
@@ -323,7 +323,7 @@ def run_per_gpu(
     try:
         result = agent.run()
     except SignalException as error:
-        agent.finish(failed=True, linger=0)
+        agent.finish_after_failure(linger=0)
         return exitcodes.from_signal(error.sigval), None
     except Exception as error:
         if agent.assigned_ranks:  # workers had started: a bug, keep the traceback
@@ -341,7 +341,9 @@ def run_per_gpu(
             expected_ranks,
         )
     if result is not None and result.state == WorkerState.SUCCEEDED:
-        agent.finish(failed=False, linger=0)
+        # No store call here: torch's exit barrier has passed, so node 0 may
+        # already have closed the store, and c10d would print a C++ trace on
+        # the other nodes for a connection nobody needs any more.
         return exitcodes.OK, None
     records: list[Failure] = []
     if agent.local_failure is not None:
@@ -350,7 +352,7 @@ def run_per_gpu(
     if nnodes > 1 and not any(not f.secondary for f in records):
         records.extend(agent.wait_for_primary_failure(timeout=2.0))
     root = choose_root_cause(records)
-    agent.finish(failed=True, linger=5.0)
+    agent.finish_after_failure(linger=5.0)
     if root is None:
         return exitcodes.INFRA_FAILURE, Failure(
             node_rank=node_rank, rank=None, local_rank=None, returncode=None, secondary=False,

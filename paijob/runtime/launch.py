@@ -8,7 +8,8 @@ Modes (``--mode``):
     see :mod:`paijob.runtime.agent`). Each worker gets ``RANK``,
     ``LOCAL_RANK``, ``WORLD_SIZE``, ``LOCAL_WORLD_SIZE``, ``GROUP_RANK``,
     ``NODE_RANK``, ``NNODES``, ``NPROC_PER_NODE``, ``MASTER_ADDR``,
-    ``MASTER_PORT``, ``PAIJOB_BACKEND``; its output lines are prefixed
+    ``MASTER_PORT``, ``PAIJOB_BACKEND`` and, unless set already,
+    ``OMP_NUM_THREADS`` = cores / workers; its output lines are prefixed
     ``[rank<N>]:``. ``--local-rank-arg`` also passes ``--local_rank=<N>``
     (scripts written for ``torch.distributed.launch``).
 ``per-node``
@@ -158,6 +159,11 @@ def _launch_per_gpu(
     for key, value in dist.node_env().items():
         os.environ[key] = value
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    # Each worker would otherwise start one intra-op thread per core, and N
+    # workers on one node would fight over the cores (torchrun sets 1, which
+    # starves CPU training instead). A user's own OMP_NUM_THREADS wins.
+    cores = len(os.sched_getaffinity(0))
+    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, cores // dist.nproc_per_node)))
     run_id = dist.job_name or "paijob"
     code, root = run_per_gpu(
         master_addr=dist.master_addr,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -178,3 +179,27 @@ def test_missing_script_is_a_configuration_error(tmp_path: Path):
         text=True, timeout=60, check=False,
     )
     assert out.returncode == 2 and "nope.py" in out.stderr and "not found" in out.stderr
+
+
+THREADS = textwrap.dedent(
+    """
+    import os
+    print(f"threads local_rank={os.environ['LOCAL_RANK']} omp={os.environ.get('OMP_NUM_THREADS')}")
+    """
+)
+
+
+def test_workers_share_the_cores_unless_the_user_set_omp_num_threads(tmp_path: Path, start_task):
+    script = tmp_path / "threads.py"
+    script.write_text(THREADS)
+    env = base_env()
+    del env["OMP_NUM_THREADS"]
+    sized = start_task(["train", "--nproc-per-node", "2", str(script)], env, name="sized")
+    assert sized.wait(timeout=120) == 0, sized.output
+    expected = max(1, len(os.sched_getaffinity(0)) // 2)
+    assert f"threads local_rank=1 omp={expected}" in sized.output
+
+    kept = start_task(["train", "--nproc-per-node", "2", str(script)],
+                      {**env, "OMP_NUM_THREADS": "7"}, name="kept")
+    assert kept.wait(timeout=120) == 0, kept.output
+    assert "threads local_rank=0 omp=7" in kept.output
