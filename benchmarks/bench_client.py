@@ -27,6 +27,8 @@ def run(samples: int) -> dict[str, object]:
             "paijob render ddp": [str(BIN / "paijob"), "render", "ddp"],
             "paijob validate": [str(BIN / "paijob"), "validate", str(job)],
         }
+        for argv in commands.values():  # warm-up: bytecode caches, page cache
+            check(timed(argv))
         raw: dict[str, list[float]] = {name: [] for name in commands}
         for i in range(samples):
             progress(f"client latency: round {i + 1}/{samples}")

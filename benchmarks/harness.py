@@ -118,6 +118,8 @@ def base_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     """The caller's environment without any PAI_* or torch-distributed leftovers."""
     drop = ("PAI_", "MASTER_", "RANK", "LOCAL_RANK", "WORLD_SIZE", "TORCHELASTIC_", "PAIJOB_")
     env = {k: v for k, v in os.environ.items() if not k.startswith(drop)}
+    # A user's Python caches bytecode; without that every run recompiles paijob.
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
     env["PYTHONUNBUFFERED"] = "1"
     env.update(extra or {})

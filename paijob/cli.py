@@ -15,33 +15,44 @@ from collections.abc import Sequence
 from paijob import __version__
 from paijob.errors import PaijobError
 
-# Order here is the order ``paijob --help`` lists the verbs in.
-COMMAND_MODULES: tuple[str, ...] = (
-    "paijob.commands.render",
-    "paijob.commands.validate",
-    "paijob.commands.templates",
-    "paijob.commands.submit",
-    "paijob.commands.run",
-    "paijob.commands.status",
-    "paijob.commands.logs",
-    "paijob.commands.listing",
-    "paijob.commands.stop",
-    "paijob.commands.local",
-    "paijob.commands.cluster",
-    "paijob.commands.login",
-)
+# verb -> module that registers it; `paijob --help` lists them in this order.
+COMMANDS: dict[str, str] = {
+    "render": "paijob.commands.render",
+    "validate": "paijob.commands.validate",
+    "templates": "paijob.commands.templates",
+    "submit": "paijob.commands.submit",
+    "run": "paijob.commands.run",
+    "status": "paijob.commands.status",
+    "logs": "paijob.commands.logs",
+    "list": "paijob.commands.listing",
+    "stop": "paijob.commands.stop",
+    "local": "paijob.commands.local",
+    "cluster": "paijob.commands.cluster",
+    "login": "paijob.commands.login",
+}
 
 DESCRIPTION = """\
 Render, validate, submit and follow OpenPAI jobs for distributed PyTorch.
 
 typical session:
-  paijob templates                       list the built-in job templates
-  paijob render ddp --set instances=2    print an OpenPAI job YAML
-  paijob validate job.yaml               check a job before it waits in a queue
+  paijob templates                            list the built-in job templates
+  paijob render ddp --set instances=2 -o job.yaml
+                                              render an OpenPAI job YAML
+  paijob validate job.yaml                    check it before it waits in a queue
+  paijob run job.yaml --local                 run it on this machine's local cluster
+  paijob cluster add prod --url URL --token-env PAI_PROD_TOKEN
+                                              tell paijob about a real cluster
+  paijob submit job.yaml -c prod --wait       submit it and follow its tasks
+  paijob logs ID -f                           follow the tasks' logs
 """
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(verb: str | None = None) -> argparse.ArgumentParser:
+    """The parser for ``verb`` alone when it is known, else for every verb.
+
+    Importing only the verb being run keeps ``paijob render`` from paying for
+    the cluster verbs' imports; ``paijob --help`` and typos still see them all.
+    """
     parser = argparse.ArgumentParser(
         prog="paijob",
         description=DESCRIPTION,
@@ -50,14 +61,21 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"paijob {__version__}")
     parser.add_argument("-v", "--verbose", action="store_true", help="log debug details")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for module_name in COMMAND_MODULES:
+    modules = [COMMANDS[verb]] if verb in COMMANDS else list(COMMANDS.values())
+    for module_name in modules:
         importlib.import_module(module_name).register(subparsers)
     return parser
 
 
+def _verb(argv: Sequence[str]) -> str | None:
+    """The first word that is not an option (paijob's own options take no value)."""
+    return next((word for word in argv if not word.startswith("-")), None)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    words = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(_verb(words))
+    args = parser.parse_args(words)
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(message)s",

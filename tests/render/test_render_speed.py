@@ -54,3 +54,19 @@ def test_building_the_cli_parser_does_not_load_jinja() -> None:
         [sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=60
     )
     assert done.returncode == 0, done.stderr
+
+
+def test_render_imports_neither_the_cluster_verbs_nor_requests() -> None:
+    script = (
+        "import sys, io, contextlib\n"
+        "from paijob.cli import main\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        "    assert main(['render', 'ddp']) == 0\n"
+        "loaded = [m for m in ('paijob.commands._cluster', 'paijob.client', 'requests', 'torch')"
+        " if m in sys.modules]\n"
+        "assert not loaded, loaded\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
