@@ -24,6 +24,9 @@ prerequisites:
 taskRoles:
   worker:
     instances: 2
+    # Let the job fail only when both tasks have: the cluster must not kill the
+    # healthy node for us, since paijob-runtime's own propagation is measured.
+    completion: {{minFailedInstances: 2}}
     dockerImage: image
     resourcePerInstance: {{cpu: 1, memoryMB: 2048, gpu: 0, ports: {{SynPort: 1}}}}
     commands:

@@ -41,6 +41,14 @@ def _plan(samples: int, quick: bool) -> dict[str, Callable[[], dict[str, object]
     }
 
 
+def _machine_tag(machine: dict[str, object]) -> str:
+    """'h200' or 'cpu2': enough to tell result files of different machines apart."""
+    gpus = machine.get("gpus") or []
+    if isinstance(gpus, list) and gpus:
+        return "-".join(str(gpus[0]).lower().replace("nvidia", "").split()) + f"x{len(gpus)}"
+    return f"cpu{machine.get('cpu_cores')}"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--only", default=",".join(BENCHMARKS),
@@ -68,8 +76,7 @@ def main(argv: list[str] | None = None) -> int:
         "benchmarks": {},
     }
     plan = _plan(samples, args.quick)
-    stamp = datetime.date.today().isoformat()
-    json_path = args.out / f"benchmarks-{stamp}.json"
+    json_path = args.out / f"benchmarks-{datetime.date.today().isoformat()}-{_machine_tag(machine)}.json"
     for name in chosen:
         progress(f"running {name}")
         outcome = plan[name]()

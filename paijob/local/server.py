@@ -196,19 +196,24 @@ def _task_view(rows: list[dict[str, Any]], index: int, job_id: str, created: int
                 "createdTime": created, "launchedTime": None, "completedTime": None, "attemptId": 0,
                 "attemptState": "WAITING", "currentAttemptCreatedTime": None,
                 "currentAttemptLaunchedTime": None, "currentAttemptCompletedTime": None}
-    last = rows[-1]
-    view = _task_attempt_view(last, job_id)
-    view.update({
+    view = _task_attempt_view(rows[-1], job_id)
+    view.update(_task_summary(rows, index))
+    return view
+
+
+def _task_summary(rows: list[dict[str, Any]], index: int) -> dict[str, Any]:
+    """A task's identity and state across its attempts (first created, last finished)."""
+    first, last = rows[0], rows[-1]
+    return {
         "taskIndex": index,
-        "taskUid": rows[0]["uid"],
+        "taskUid": first["uid"],
         "taskState": last["state"],
         "retries": last["task_attempt"],
         "accountableRetries": last["task_attempt"],
-        "createdTime": rows[0]["created_time"],
-        "launchedTime": rows[0]["launched_time"],
+        "createdTime": first["created_time"],
+        "launchedTime": first["launched_time"],
         "completedTime": last["completed_time"],
-    })
-    return view
+    }
 
 
 def job_detail(cluster: LocalCluster, job: dict[str, Any], attempt_id: int | None = None) -> dict[str, Any]:
@@ -403,16 +408,8 @@ def create_app(cluster: LocalCluster, token: str, user: str | None = None) -> Fl
         rows = task_rows(job, attempt, role, index)
         if not rows:
             return error(404, "NoTaskError", f"Task {role}/{index} of attempt {attempt} is not found.")
-        last = rows[-1]
         return jsonify({
-            "taskIndex": index,
-            "taskUid": rows[0]["uid"],
-            "taskState": last["state"],
-            "retries": last["task_attempt"],
-            "accountableRetries": last["task_attempt"],
-            "createdTime": rows[0]["created_time"],
-            "launchedTime": rows[0]["launched_time"],
-            "completedTime": last["completed_time"],
+            **_task_summary(rows, index),
             "username": job["username"],
             "jobName": job["name"],
             "jobAttemptId": attempt,
