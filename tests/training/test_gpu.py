@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from training_helpers import ROOT, TINY, run_ranks, summary_of
+from training_helpers import ROOT, TINY, assert_all_ranks_succeeded, run_ranks, summary_of
 
 from paijob.runtime import apex_compat
 from paijob.runtime.precision import resolve_policy
@@ -76,6 +76,5 @@ def test_nccl_ddp_two_gpus_keeps_replicas_equal(tmp_path: Path) -> None:
     results = run_ranks(["-m", "paijob.runtime.recipes", "cifar10", "--arch", "tinynet", "--epochs", "1",
                          "--steps-per-epoch", "3", "--precision", "fp16", "--output-dir", str(tmp_path), *TINY],
                         2, ROOT, PAIJOB_BACKEND="nccl")
-    for result in results:
-        assert result.returncode == 0, result.stderr[-3000:]
+    assert_all_ranks_succeeded(results)
     assert summary_of(results[0].stdout)["replicas_in_sync"] is True

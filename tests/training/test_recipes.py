@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 import torch
-from training_helpers import ROOT, TINY, base_env, run_ranks, summary_of
+from training_helpers import ROOT, TINY, assert_all_ranks_succeeded, base_env, run_ranks, summary_of
 
 from paijob.runtime.recipes import checkpoint as ckpt
 from paijob.runtime.recipes.cli import main
@@ -67,8 +67,7 @@ def test_precision_defaults_to_env(tmp_path: Path, capsys: pytest.CaptureFixture
 def test_ddp_two_ranks_keep_parameters_bitwise_equal(tmp_path: Path) -> None:
     results = run_ranks(["-m", "paijob.runtime.recipes", "cifar10", "--arch", "tinynet", "--epochs", "1",
                          "--steps-per-epoch", "3", "--output-dir", str(tmp_path), *TINY], 2, ROOT)
-    for result in results:
-        assert result.returncode == 0, result.stderr[-3000:]
+    assert_all_ranks_succeeded(results)
     summary = summary_of(results[0].stdout)
     assert summary["world_size"] == 2 and summary["replicas_in_sync"] is True
     assert summary["global_batch_size"] == 64

@@ -56,6 +56,14 @@ def run_ranks(argv: list[str], world_size: int, cwd: Path, timeout: float = 120,
     return results
 
 
+def assert_all_ranks_succeeded(results: list[subprocess.CompletedProcess[str]]) -> None:
+    """One rank's crash shows up on the others as a lost peer: print every rank's stderr."""
+    if any(result.returncode != 0 for result in results):
+        report = "\n".join(f"--- rank {rank} exited {result.returncode}:\n{result.stderr[-2500:]}"
+                           for rank, result in enumerate(results))
+        raise AssertionError(report)
+
+
 def run_single(argv: list[str], cwd: Path, timeout: float = 120,
                **extra: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, *argv], cwd=cwd, env=base_env(**extra), text=True,
