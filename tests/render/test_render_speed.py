@@ -42,30 +42,23 @@ def test_render_in_process_is_fast_once_imported() -> None:
 
 def test_building_the_cli_parser_does_not_load_jinja() -> None:
     # `paijob --help`, `paijob status` ... must not pay for the template engine.
-    script = (
-        "import sys\n"
-        "from paijob.cli import build_parser\n"
-        "build_parser()\n"
-        "loaded = [m for m in ('jinja2', 'paijob.templating', 'paijob.protocol', 'torch')"
-        " if m in sys.modules]\n"
-        "assert not loaded, loaded\n"
+    assert_not_loaded_after(
+        "from paijob.cli import build_parser\nbuild_parser()\n",
+        ("jinja2", "paijob.templating", "paijob.protocol", "torch"),
     )
-    done = subprocess.run(
-        [sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=60
-    )
-    assert done.returncode == 0, done.stderr
 
 
 def test_render_imports_neither_the_cluster_verbs_nor_requests() -> None:
-    script = (
-        "import sys, io, contextlib\n"
-        "from paijob.cli import main\n"
-        "with contextlib.redirect_stdout(io.StringIO()):\n"
-        "    assert main(['render', 'ddp']) == 0\n"
-        "loaded = [m for m in ('paijob.commands._cluster', 'paijob.client', 'requests', 'torch')"
-        " if m in sys.modules]\n"
-        "assert not loaded, loaded\n"
+    assert_not_loaded_after(
+        "import io, contextlib\nfrom paijob.cli import main\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n    assert main(['render', 'ddp']) == 0\n",
+        ("paijob.commands._cluster", "paijob.client", "requests", "torch"),
     )
+
+
+def assert_not_loaded_after(code: str, modules: tuple[str, ...]) -> None:
+    """Run ``code`` in a fresh interpreter and check it imported none of ``modules``."""
+    script = f"import sys\n{code}loaded = [m for m in {modules!r} if m in sys.modules]\nassert not loaded, loaded\n"
     done = subprocess.run(
         [sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=60
     )
