@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import logging
 import sys
 from collections.abc import Sequence
 
@@ -76,10 +75,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     words = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser(_verb(words))
     args = parser.parse_args(words)
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
-        format="%(message)s",
-    )
+    if args.verbose:
+        # Only then: the client side logs nothing above DEBUG that Python's
+        # last-resort handler would not print anyway, and `import logging`
+        # is a measurable share of `paijob render`'s start-up.
+        import logging
+
+        logging.basicConfig(level=logging.DEBUG, format="%(message)s")
     if not getattr(args, "func", None):
         parser.print_help(sys.stderr)
         return 2

@@ -219,8 +219,9 @@ class PaiClient:
         if status == 409 or code == "ConflictJobError":
             return ConflictJobError(f"{where}: {message}", status=status, code=code)
         if status == 404:
-            hint = "; `paijob list` shows your jobs" if code == "NoJobError" else ""
-            return NoJobError(f"{where}: {message or 'not found'}{hint}", status=status, code=code)
+            hint = " `paijob list` shows your jobs." if code == "NoJobError" else ""
+            found = (message or "not found").rstrip(".")
+            return NoJobError(f"{where}: {found}.{hint}", status=status, code=code)
         if status == 400:
             problems = _problems(message)
             text = f"{where}: the server rejected the request ({code or 'HTTP 400'})"

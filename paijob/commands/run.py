@@ -48,4 +48,7 @@ def run(args: argparse.Namespace) -> int:
         client.stop(job_id)
         raise
     print(f"paijob: {common.outcome_line(job_id, detail)}", file=sys.stderr)
+    if client.cluster_name == "local":
+        print(f"paijob: `paijob logs {job_id} -c local` shows it again; the local cluster keeps "
+              "running (`paijob local down` stops it)", file=sys.stderr)
     return 0 if detail["jobStatus"]["state"] == "SUCCEEDED" else 1
