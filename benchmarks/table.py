@@ -1,0 +1,58 @@
+"""Prints the README's performance table from a results JSON, so the README quotes the file.
+
+    python benchmarks/table.py benchmarks/results/benchmarks-DATE-MACHINE.json
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+
+def _launch_row(label: str, entry: dict[str, Any]) -> str:
+    ours, theirs = entry["paijob-runtime"]["median"], entry["torchrun"]["median"]
+    return f"| {label} | {entry['ratio']:.2f} ({ours:.1f} s / {theirs:.1f} s) | ≤ 1.05 |"
+
+
+def table(results: dict[str, Any]) -> str:
+    found = results["benchmarks"]
+    rows = ["| measure | median | target |", "| --- | --- | --- |"]
+    if "launch" in found:
+        launch = found["launch"]
+        nproc = launch["nproc_per_node"]
+        rows.append(_launch_row(f"launch to first training step, `paijob-runtime train` (simulated 1-node "
+                                f"PAI job) / `torchrun --standalone`, {nproc} workers", launch["to_first_step"]))
+        rows.append(_launch_row("launch to exit, same", launch["to_exit"]))
+    throughput = found.get("throughput", {})
+    for data, words in (("synthetic", "synthetic data"), ("cifar10-format", "CIFAR-10-format files")):
+        if data in throughput:
+            entry = throughput[data]
+            rows.append(
+                f"| images/s, `--recipe cifar10` / the tutorial's hand-written DDP loop, {words}, "
+                f"{throughput['nproc_per_node']} processes, {throughput['precision']}, batch "
+                f"{throughput['batch_size_per_process']} | {entry['ratio']:.1f}× ({entry['recipe']['median']:.0f}"
+                f" / {entry['tutorial']['median']:.0f}) | ≥ 1.0 on CPU, ≥ 1.25 on GPU |")
+    if "client" in found:
+        client = found["client"]
+        bare = client["python -c pass"]["median"] * 1000
+        for name in ("paijob render ddp", "paijob validate"):
+            entry = client[name]
+            met = "" if entry["ratio_to_bare_python"] < entry["target"] else " — **not met**"
+            rows.append(f"| `{name}` / `python -c pass` | {entry['ratio_to_bare_python']:.1f}× "
+                        f"({entry['median'] * 1000:.0f} ms / {bare:.0f} ms) | < 4×{met} |")
+    if "failure" in found:
+        rows.append("| one worker crashes in a 2-node local job → both nodes' `paijob-runtime` exited | "
+                    f"{found['failure']['crash_to_both_nodes_exited']['median']:.2f} s | ≤ 5 s |")
+    if "scaling" in found:
+        points = found["scaling"]["points"]
+        speeds = " → ".join(f"{p['images_per_second']:.0f}" for p in points)
+        efficiency = ", ".join(f"{p['efficiency']:.0%}" for p in points[1:])
+        rows.append(f"| scaling, recipe images/s at 1 → {points[-1]['processes']} processes | {speeds} "
+                    f"(efficiency {efficiency}) | — |")
+    return "\n".join(rows)
+
+
+if __name__ == "__main__":
+    print(table(json.loads(Path(sys.argv[1]).read_text())))
