@@ -31,7 +31,8 @@ BENCHMARKS = ("client", "launch", "throughput", "scaling", "failure")
 def _plan(samples: int, quick: bool) -> dict[str, Callable[[], dict[str, object]]]:
     max_procs = max(1, min(4, os.cpu_count() or 1))
     return {
-        "client": lambda: bench_client.run(samples),
+        # Start-up times are short and noisy; more samples cost seconds.
+        "client": lambda: bench_client.run(samples if quick else max(samples, 25)),
         "launch": lambda: bench_launch.run(samples),
         "throughput": lambda: bench_throughput.run(
             samples, epochs=1 if quick else 2, size=400 if quick else 4000),
