@@ -250,6 +250,9 @@ class PaiClient:
         return f"jobs/{quote(user, safe='')}~{quote(name, safe='')}"
 
     def job_id(self, name: str) -> str:
+        """``USER~NAME`` as given, or a bare ``NAME`` completed with this cluster's user."""
+        if "~" in name:
+            return name
         if not self.user:
             raise PaijobError(
                 f"cannot tell the user name for cluster {self.cluster_name}: "

@@ -27,7 +27,7 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     client = common.client_for(args)
-    job_id = args.job_id if "~" in args.job_id else client.job_id(args.job_id)
+    job_id = client.job_id(args.job_id)
     follower = common.LogFollower(client, job_id, role=args.role, index=args.index, stream=args.stream,
                                   prefix=not args.no_prefix)
     if args.follow:

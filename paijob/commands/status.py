@@ -25,7 +25,7 @@ def run(args: argparse.Namespace) -> int:
     if args.output == "json":
         common.print_json(detail)
         return 0
-    print_status(detail, args.job_id if "~" in args.job_id else f"{client.user}~{args.job_id}")
+    print_status(detail, client.job_id(args.job_id))
     return 0
 
 

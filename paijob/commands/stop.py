@@ -20,7 +20,7 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     client = common.client_for(args)
-    job_id = args.job_id if "~" in args.job_id else client.job_id(args.job_id)
+    job_id = client.job_id(args.job_id)
     client.stop(job_id)
     print(f"stop requested for {job_id}", file=sys.stderr)
     if args.wait:
