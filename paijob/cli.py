@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 
@@ -86,13 +87,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help(sys.stderr)
         return 2
     try:
-        return int(args.func(args) or 0)
+        code = int(args.func(args) or 0)
+        sys.stdout.flush()  # a closed pipe surfaces here, not at interpreter exit
+        return code
     except PaijobError as error:
         print(f"paijob: error: {error}", file=sys.stderr)
         return error.exit_code
     except KeyboardInterrupt:
         print("paijob: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # `paijob list | head`: the reader left, which is not an error. Point
+        # stdout at /dev/null so the interpreter's final flush stays quiet.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":

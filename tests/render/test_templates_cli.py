@@ -43,3 +43,19 @@ def test_every_default_value_is_documented_by_a_comment(name: str) -> None:
     for key in values:
         index = next(i for i, line in enumerate(lines) if line.startswith(f"{key}:"))
         assert lines[index - 1].startswith("#"), f"{name}.values.yaml: '{key}' has no comment"
+
+
+def test_output_cut_short_by_the_reader_is_not_an_error() -> None:
+    import subprocess
+    import sys
+
+    # `paijob templates show ddp | head -1`: the reader is gone before paijob writes.
+    child = subprocess.Popen(
+        [sys.executable, "-m", "paijob.cli", "templates", "show", "ddp"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )
+    assert child.stdout is not None and child.stderr is not None
+    child.stdout.close()
+    errors = child.stderr.read().decode()
+    assert child.wait(timeout=60) == 0, errors
+    assert "Traceback" not in errors and "BrokenPipe" not in errors, errors
