@@ -103,6 +103,19 @@ def _minimal_problems(job: Any) -> list[str]:
 # --------------------------------------------------------------------------- views
 
 
+def _retries_and_times(job: dict[str, Any]) -> dict[str, Any]:
+    """Fields the swagger's job list entry and job status share."""
+    return {
+        "executionType": job["execution_type"],
+        "retries": job["retries"],
+        "retryDetails": {"user": job["retries"], "platform": 0, "resource": 0},
+        "retryDelayTime": None,
+        "submissionTime": job["submission_time"],
+        "createdTime": job["created_time"],
+        "launchedTime": job["launched_time"],
+    }
+
+
 def _job_status(job: dict[str, Any], attempt: dict[str, Any] | None, latest: bool) -> dict[str, Any]:
     state = job["state"] if latest else (attempt or {}).get("state", job["state"])
     a = attempt or {}
@@ -114,13 +127,7 @@ def _job_status(job: dict[str, Any], attempt: dict[str, Any] | None, latest: boo
         "username": job["username"],
         "state": state,
         "subState": job["sub_state"] if latest else ("Completed" if done else "AttemptRunning"),
-        "executionType": job["execution_type"],
-        "retries": job["retries"],
-        "retryDetails": {"user": job["retries"], "platform": 0, "resource": 0},
-        "retryDelayTime": None,
-        "submissionTime": job["submission_time"],
-        "createdTime": job["created_time"],
-        "launchedTime": job["launched_time"],
+        **_retries_and_times(job),
         "completedTime": job["completed_time"] if latest else a.get("completed_time"),
         "attemptId": a.get("attempt_id", job["attempt_id"]),
         "attemptState": a.get("state", state),
@@ -245,14 +252,8 @@ def job_summary(job: dict[str, Any]) -> dict[str, Any]:
         "username": job["username"],
         "state": job["state"],
         "subState": job["sub_state"],
-        "executionType": job["execution_type"],
         "tags": [],
-        "retries": job["retries"],
-        "retryDetails": {"user": job["retries"], "platform": 0, "resource": 0},
-        "retryDelayTime": None,
-        "submissionTime": job["submission_time"],
-        "createdTime": job["created_time"],
-        "launchedTime": job["launched_time"],
+        **_retries_and_times(job),
         "completedTime": job["completed_time"],
         "appExitCode": job["app_exit_code"],
         "virtualCluster": "default",
