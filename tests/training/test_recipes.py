@@ -5,6 +5,8 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -73,6 +75,23 @@ def test_ddp_two_ranks_keep_parameters_bitwise_equal(tmp_path: Path) -> None:
     assert summary["global_batch_size"] == 64
     assert "PAIJOB_SUMMARY" not in results[1].stdout  # rank 0 alone reports
     assert summary["final"]["eval_samples"] == 64  # the whole test split, counted once
+
+
+def test_recipe_process_ends_with_mains_code_and_flushed_output() -> None:
+    """The entry point skips finalisation (gloo threads outlive DDP): nothing printed may be lost."""
+    script = ("import sys\n"
+              "from paijob.runtime.recipes import cli\n"
+              "def fake_main(argv=None):\n"
+              "    print('unflushed summary', end='')\n"
+              "    sys.stderr.write('unflushed log')\n"
+              "    return 3\n"
+              "cli.main = fake_main\n"
+              "cli.main_and_exit()\n")
+    env = {k: v for k, v in base_env().items() if k != "PYTHONUNBUFFERED"}  # pipes buffer, as in a job
+    result = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env,
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 3
+    assert result.stdout == "unflushed summary" and result.stderr == "unflushed log"
 
 
 @pytest.fixture

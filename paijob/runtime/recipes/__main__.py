@@ -1,8 +1,6 @@
 """python -m paijob.runtime.recipes RECIPE [ARGS]."""
 
-import sys
-
-from paijob.runtime.recipes.cli import main
+from paijob.runtime.recipes.cli import main_and_exit
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main_and_exit()

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 from paijob.errors import PaijobError
 from paijob.runtime.precision import GRAMMAR, precision_from_env
@@ -143,3 +144,20 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 
+
+
+def main_and_exit(argv: Sequence[str] | None = None) -> NoReturn:
+    """Run ``main`` and end the process without interpreter finalisation.
+
+    Once DDP has wrapped a model, torch never frees the process group (the reducer keeps it), so
+    gloo's worker threads are still alive when Python finalises. A native thread that then drops
+    the last reference to a tensor needs the GIL, and Python 3.11 answers with ``pthread_exit``,
+    which C++ turns into "terminate called without an active exception": a finished run exits
+    -6 and OpenPAI marks the task failed. Everything the run writes is closed before ``main``
+    returns, so after flushing the streams nothing is left for finalisation to do but race.
+    """
+    code = main(argv)
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
