@@ -2,23 +2,30 @@
 
 Same model, batch size, precision (fp32), data and process count on both sides,
 run alternately; synthetic data and the real CIFAR-10 file format (generated
-locally: no network). Targets: recipe >= 1.25x the tutorial on GPU, >= 1.0x on CPU.
+locally: no network). Models: the tutorial's ConvNet, and torchvision's
+ResNet-18 when torchvision is installed (recorded as skipped otherwise).
+Targets: recipe >= 1.25x the tutorial on GPU, >= 1.0x on CPU.
 Scaling: recipe images/s at 1..N processes, efficiency = T(N) / (N * T(1)).
 """
 
 from __future__ import annotations
 
 import json
+import subprocess
 import tempfile
 from pathlib import Path
+from typing import Any
 
-from cifar_format import write_cifar10_batches
 from harness import BIN, PYTHON, base_env, check, progress, simulated_pai_env, summarize, timed
 
 TUTORIAL = Path(__file__).with_name("tutorial_cifar10_ddp.py")
 
 
-def _recipe_images_per_second(nproc: int, data: str, epochs: int, size: int, tmp: Path) -> float:
+RESNET = "resnet18"
+
+
+def _recipe_images_per_second(nproc: int, data: str, epochs: int, size: int, tmp: Path,
+                              arch: str = "convnet") -> float:
     summary = tmp / "recipe-summary.json"
     summary.unlink(missing_ok=True)
     # Evaluation is outside the recipe's timed training loop; one batch keeps runs short.
@@ -26,37 +33,77 @@ def _recipe_images_per_second(nproc: int, data: str, epochs: int, size: int, tmp
             "--backend", "gloo", "--recipe", "cifar10", "--data", data,
             "--epochs", str(epochs), "--batch-size", "100", "--precision", "fp32",
             "--synthetic-size", str(size), "--output-dir", str(tmp / "recipe-out"),
-            "--no-resume", "--eval-steps", "1", "--summary-json", str(summary)]
+            "--no-resume", "--eval-steps", "1", "--summary-json", str(summary), "--arch", arch]
     check(timed(argv, env=base_env(simulated_pai_env())))
     return float(json.loads(summary.read_text())["images_per_sec"])
 
 
-def _tutorial_images_per_second(nproc: int, data: str, epochs: int, size: int, tmp: Path) -> float:
+def _tutorial_images_per_second(nproc: int, data: str, epochs: int, size: int, tmp: Path,
+                                arch: str = "convnet") -> float:
     report = tmp / "tutorial-report.json"
     report.unlink(missing_ok=True)
     argv = [PYTHON, str(TUTORIAL), "-n", "1", "-g", str(nproc), "--epochs", str(epochs),
             "--dist-backend", "gloo", "--batch-size", "100", "--data", data,
-            "--synthetic-size", str(size), "--report-json", str(report)]
+            "--synthetic-size", str(size), "--report-json", str(report), "--arch", arch]
     check(timed(argv, env=base_env(simulated_pai_env())))
     return float(json.loads(report.read_text())["images_per_second"])
 
 
-def run(samples: int, nproc: int = 2, epochs: int = 2, size: int = 4000) -> dict[str, object]:
+def _compare(samples: int, nproc: int, epochs: int, size: int, arch: str, tmp: Path,
+             real: Path) -> dict[str, object]:
+    """Recipe and tutorial alternately, per data kind: raw images/s, medians, ratio."""
+    out: dict[str, object] = {}
+    for data_name, data in (("synthetic", "synthetic"), ("cifar10-format", str(real))):
+        raw: dict[str, list[float]] = {"recipe": [], "tutorial": []}
+        for i in range(samples):
+            progress(f"throughput ({arch}, {data_name}): round {i + 1}/{samples}")
+            raw["recipe"].append(_recipe_images_per_second(nproc, data, epochs, size, tmp, arch))
+            raw["tutorial"].append(_tutorial_images_per_second(nproc, data, epochs, size, tmp, arch))
+        recipe, tutorial = summarize(raw["recipe"]), summarize(raw["tutorial"])
+        out[data_name] = {"raw_images_per_second": raw, "recipe": recipe, "tutorial": tutorial,
+                          "ratio": recipe["median"] / tutorial["median"]}
+    return out
+
+
+def comparisons(throughput: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:
+    """(model, data kind, entry) for every recipe/tutorial comparison in a results block.
+
+    The ConvNet's entries sit at the top level (files from before ResNet-18 was added read the
+    same); ResNet-18's sit under ``resnet18`` unless it was skipped.
+    """
+    found = []
+    for model, block in (("ConvNet", throughput), ("ResNet-18", throughput.get(RESNET, {}))):
+        for data in ("synthetic", "cifar10-format"):
+            if data in block:
+                found.append((model, data, block[data]))
+    return found
+
+
+def _torchvision_version() -> str | None:
+    """Asked of the benchmarked interpreter, not this one (which may lack torch)."""
+    proc = subprocess.run([PYTHON, "-c", "import torchvision; print(torchvision.__version__)"],
+                          capture_output=True, text=True)
+    return proc.stdout.strip() if proc.returncode == 0 else None
+
+
+def run(samples: int, nproc: int = 2, epochs: int = 2, size: int = 4000,
+        resnet_size: int = 1000) -> dict[str, object]:
+    """The ConvNet at ``size`` images; ResNet-18 (about 50x the compute per image) at ``resnet_size``."""
+    # Imported here: it needs torch, and table.py and chart.py import this module.
+    from cifar_format import write_cifar10_batches
     out: dict[str, object] = {"nproc_per_node": nproc, "epochs": epochs, "images": size,
                               "precision": "fp32", "batch_size_per_process": 100}
     with tempfile.TemporaryDirectory() as name:
         tmp = Path(name)
-        real = tmp / "cifar10"
-        write_cifar10_batches(real, images=size)
-        for data_name, data in (("synthetic", "synthetic"), ("cifar10-format", str(real))):
-            raw: dict[str, list[float]] = {"recipe": [], "tutorial": []}
-            for i in range(samples):
-                progress(f"throughput ({data_name}): round {i + 1}/{samples}")
-                raw["recipe"].append(_recipe_images_per_second(nproc, data, epochs, size, tmp))
-                raw["tutorial"].append(_tutorial_images_per_second(nproc, data, epochs, size, tmp))
-            recipe, tutorial = summarize(raw["recipe"]), summarize(raw["tutorial"])
-            out[data_name] = {"raw_images_per_second": raw, "recipe": recipe, "tutorial": tutorial,
-                              "ratio": recipe["median"] / tutorial["median"]}
+        real = write_cifar10_batches(tmp / "cifar10", images=size)
+        out.update(_compare(samples, nproc, epochs, size, "convnet", tmp, real))
+        version = _torchvision_version()
+        if version is None:
+            out[RESNET] = {"skipped": "torchvision is not installed (pip install -e '.[vision]')"}
+        else:
+            real = write_cifar10_batches(tmp / "cifar10-small", images=resnet_size)
+            out[RESNET] = {"torchvision": version, "images": resnet_size, "epochs": 1,
+                           **_compare(samples, nproc, 1, resnet_size, RESNET, tmp, real)}
     return out
 
 

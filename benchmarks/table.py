@@ -10,6 +10,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from bench_throughput import RESNET, comparisons
+
 
 def _launch_row(label: str, entry: dict[str, Any]) -> str:
     ours, theirs = entry["paijob-runtime"]["median"], entry["torchrun"]["median"]
@@ -26,14 +28,16 @@ def table(results: dict[str, Any]) -> str:
                                 f"PAI job) / `torchrun --standalone`, {nproc} workers", launch["to_first_step"]))
         rows.append(_launch_row("launch to exit, same", launch["to_exit"]))
     throughput = found.get("throughput", {})
-    for data, words in (("synthetic", "synthetic data"), ("cifar10-format", "CIFAR-10-format files")):
-        if data in throughput:
-            entry = throughput[data]
-            rows.append(
-                f"| images/s, `--recipe cifar10` / the tutorial's hand-written DDP loop, {words}, "
-                f"{throughput['nproc_per_node']} processes, {throughput['precision']}, batch "
-                f"{throughput['batch_size_per_process']} | {entry['ratio']:.1f}× ({entry['recipe']['median']:.0f}"
-                f" / {entry['tutorial']['median']:.0f}) | ≥ 1.0 on CPU, ≥ 1.25 on GPU |")
+    words = {"synthetic": "synthetic data", "cifar10-format": "CIFAR-10-format files"}
+    for model, data, entry in comparisons(throughput):
+        rows.append(
+            f"| images/s, `--recipe cifar10` / the tutorial's hand-written DDP loop, {model}, {words[data]}, "
+            f"{throughput['nproc_per_node']} processes, {throughput['precision']}, batch "
+            f"{throughput['batch_size_per_process']} | {entry['ratio']:.1f}× ({entry['recipe']['median']:.0f}"
+            f" / {entry['tutorial']['median']:.0f}) | ≥ 1.0 on CPU, ≥ 1.25 on GPU |")
+    skipped = throughput.get(RESNET, {}).get("skipped")
+    if skipped:
+        rows.append(f"| images/s, ResNet-18 | not measured: {skipped} | — |")
     if "client" in found:
         client = found["client"]
         bare = client["python -c pass"]["median"] * 1000

@@ -4,9 +4,11 @@ It keeps the tutorial's habits on purpose: mp.spawn from one process per node,
 MASTER_ADDR/MASTER_PORT copied from PAI_HOST_IP_worker_0 and
 PAI_worker_0_SynPort_PORT, rank from PAI_TASK_INDEX, SGD(lr=1e-4), batch 100,
 DataLoader(num_workers=2) over a DistributedSampler, per-step host transfers,
-fp32. Only two things are added, neither of which changes the training loop:
-a synthetic-data switch (for machines with no network) and a JSON report of
-the images/s that rank 0 measured over the training loop.
+fp32. Only three things are added, none of which changes the training loop:
+a synthetic-data switch (for machines with no network), a JSON report of the
+images/s that rank 0 measured over the training loop, and ``--arch`` to swap
+the ConvNet for a torchvision ResNet the way the ImageNet tutorial picks its
+model (``models.__dict__[args.arch]``).
 """
 
 from __future__ import annotations
@@ -83,7 +85,12 @@ def train(gpu: int, args: argparse.Namespace) -> None:
     dist.init_process_group(backend=args.dist_backend, init_method="env://",
                             world_size=args.world_size, rank=rank)
     torch.manual_seed(0)
-    model = Net()
+    if args.arch == "convnet":
+        model = Net()
+    else:
+        import torchvision.models as models
+
+        model = models.__dict__[args.arch](num_classes=10)
     use_cuda = torch.cuda.is_available() and args.dist_backend == "nccl"
     device = torch.device("cuda", gpu) if use_cuda else torch.device("cpu")
     if use_cuda:
@@ -142,6 +149,7 @@ def main() -> None:
     parser.add_argument("--data", default="synthetic", help="'synthetic' or a CIFAR-10 folder")
     parser.add_argument("--synthetic-size", default=10000, type=int)
     parser.add_argument("--report-json", default="")
+    parser.add_argument("--arch", default="convnet", help="'convnet' or a torchvision model name")
     args = parser.parse_args()
     args.world_size = args.gpus * args.nodes
     os.environ["MASTER_ADDR"] = os.environ["PAI_HOST_IP_worker_0"]

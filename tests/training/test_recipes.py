@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import types
 from pathlib import Path
 from typing import Any
 
@@ -231,10 +232,31 @@ def test_cifar10_recipe_trains_on_real_format_files(tmp_path: Path, capsys: pyte
     assert code == 0 and summary["final"]["eval_samples"] == 16 and summary["final"]["train_samples"] == 80
 
 
-def test_missing_cifar_files_is_a_clear_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_missing_cifar_files_without_torchvision_is_a_clear_error(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "torchvision.datasets", None)  # import fails as if absent
     code = main(["cifar10", "--data", str(tmp_path), "--output-dir", str(tmp_path / "o")])
     err = capsys.readouterr().err
-    assert code == 2 and ("cifar-10-batches-py" in err or "torchvision" in err)
+    assert code == 2 and "cifar-10-batches-py" in err and "torchvision" in err and "Traceback" not in err
+
+
+def test_failed_cifar_download_is_a_clear_error(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """torchvision's downloader stands in for the network here: tests never leave 127.0.0.1."""
+    attempts: list[str] = []
+
+    class UnreachableCifar10:
+        def __init__(self, root: str, train: bool, download: bool) -> None:
+            attempts.append(root)
+            raise OSError("<urlopen error [Errno -2] Name or service not known>")
+
+    fake = types.ModuleType("torchvision.datasets")
+    fake.CIFAR10 = UnreachableCifar10  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "torchvision.datasets", fake)
+    code = main(["cifar10", "--data", str(tmp_path), "--output-dir", str(tmp_path / "o")])
+    err = capsys.readouterr().err
+    assert attempts == [str(tmp_path)]
+    assert code == 2 and "downloading CIFAR-10" in err and "--data synthetic" in err
 
 
 def test_imagenet_recipe_scales_lr_with_global_batch_and_warms_up(tmp_path: Path,
