@@ -35,10 +35,11 @@ def _plan(samples: int, quick: bool) -> dict[str, Callable[[], dict[str, object]
         "client": lambda: bench_client.run(samples if quick else max(samples, 25)),
         "launch": lambda: bench_launch.run(samples),
         "throughput": lambda: bench_throughput.run(
-            samples, epochs=1 if quick else 2, size=400 if quick else 4000,
-            resnet_size=200 if quick else 1000),
+            samples, epochs=1 if quick else 2, size=800 if quick else 4000,
+            resnet_size=800 if quick else 2000),
+        # Steady-state rates need more than 2 steps of 100 images per process and epoch.
         "scaling": lambda: bench_throughput.run_scaling(
-            samples, max_procs, epochs=1 if quick else 2, size=400 if quick else 4000),
+            samples, max_procs, epochs=1 if quick else 2, size=400 * max_procs if quick else 4000),
         "failure": lambda: bench_failure.run(samples),
     }
 
