@@ -21,7 +21,7 @@ def _measures(found: dict[str, Any], throughput_target: float) -> list[tuple[str
             rows.append((f"launch {metric.replace('_', ' ')}: paijob-runtime / torchrun",
                          found["launch"][metric]["ratio"], 1.05, False))
     for model, data, entry in comparisons(found.get("throughput", {})):
-        rows.append((f"images/s, {model}, {data} data: recipe / tutorial loop",
+        rows.append((f"steady images/s, {model}, {data}: recipe / tutorial loop",
                      entry["ratio"], throughput_target, True))
     if "client" in found:
         for name in ("paijob render ddp", "paijob validate"):

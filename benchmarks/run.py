@@ -1,7 +1,7 @@
 """Run paijob's benchmarks: one command, JSON and a PNG chart out.
 
     python benchmarks/run.py                 # everything, 5 samples each
-    python benchmarks/run.py --quick         # a seconds-long smoke of the harness
+    python benchmarks/run.py --quick         # a smoke of the harness (minutes; CI runs client,launch)
     python benchmarks/run.py --only client,launch --samples 9
 
 Benchmarks are measurements, not tests: they print the machine, every raw

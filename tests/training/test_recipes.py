@@ -59,6 +59,19 @@ def test_summary_is_the_last_line_and_written_to_files(tmp_path: Path, capsys: p
     assert set(summary["final"]) >= {"train_loss", "train_top1", "eval_loss", "eval_top1"}
 
 
+def test_steady_rate_leaves_out_each_epochs_first_two_steps(tmp_path: Path,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """The benchmark's headline number: absent when an epoch has no step after the first two."""
+    _, short = run_recipe(["cifar10", "--epochs", "1", "--steps-per-epoch", "2",
+                           "--output-dir", str(tmp_path / "short"), *TINY], capsys)
+    assert short["steady_images_per_sec"] is None and short["images_per_sec"] > 0
+    _, longer = run_recipe(["cifar10", "--epochs", "2", "--steps-per-epoch", "4",
+                            "--output-dir", str(tmp_path / "long"), *TINY], capsys)
+    # 2 epochs x (4 - 2) steps x 32 images, over less time than the whole loop took.
+    steady_seconds = 2 * 2 * 32 / longer["steady_images_per_sec"]
+    assert 0 < steady_seconds < longer["train_time_s"]
+
+
 def test_precision_defaults_to_env(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                    monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PAIJOB_PRECISION", "bf16")
