@@ -143,14 +143,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     return EXIT_PREEMPTED if summary.get("exit_code") else 0
 
 
-
-
-
 def main_and_exit(argv: Sequence[str] | None = None) -> NoReturn:
     """Run ``main`` and end the process without interpreter finalisation.
 
-    Once DDP has wrapped a model, torch never frees the process group (the reducer keeps it), so
-    gloo's worker threads are still alive when Python finalises. A native thread that then drops
+    Once DDP has wrapped a model, torch never frees the process group (still alive after the
+    module is deleted, collected and ``destroy_process_group`` has run), so gloo's worker threads
+    are still running when Python finalises. A native thread that then drops
     the last reference to a tensor needs the GIL, and Python 3.11 answers with ``pthread_exit``,
     which C++ turns into "terminate called without an active exception": a finished run exits
     -6 and OpenPAI marks the task failed. Everything the run writes is closed before ``main``
