@@ -25,10 +25,10 @@ import requests
 import yaml
 
 from paijob.errors import PaijobError
+from paijob.openpai.names import DEFAULT_API_PATH
 
 log = logging.getLogger(__name__)
 
-DEFAULT_API_PATH = "/rest-server/api/v2"
 RETRY_STATUSES = frozenset({502, 503, 504})
 TERMINAL_STATES = frozenset({"SUCCEEDED", "FAILED", "STOPPED"})
 

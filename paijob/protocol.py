@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from paijob.errors import PaijobError
+from paijob.openpai.names import DEFAULT_PORT_LABEL, runtime_role_name
 from paijob.protocol_schema import IDENTIFIER_PATTERN, NAME_PATTERN, iter_schema_errors
 from paijob.protocol_yaml import LineMap, YamlSyntaxError, load_with_lines
 
@@ -31,8 +32,6 @@ YamlPath = tuple[Hashable, ...]
 ERROR = "error"
 WARNING = "warning"
 
-# What paijob-runtime train reads when the command line does not say.
-DEFAULT_PORT_LABEL = "SynPort"
 RUNTIME_PROGRAM = "paijob-runtime"
 
 # Ports that distributed PyTorch code tends to hard-code. On OpenPAI every task
@@ -47,11 +46,6 @@ _FIXED_PORT_PATTERNS = (
 )
 _PAI_REFERENCE = re.compile(r"<%\s*\$(parameters|secrets)\.([A-Za-z0-9_]+)[^%]*%>")
 _MPI_LAUNCHERS = ("mpirun", "horovodrun", "mpiexec")
-
-
-def runtime_role_name(role: str) -> str:
-    """The role name as the OpenPAI runtime writes it into variable names."""
-    return re.sub(r"[^a-z0-9]", "", role.lower())
 
 
 @dataclass(frozen=True)

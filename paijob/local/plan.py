@@ -11,6 +11,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from paijob.openpai.names import runtime_role_name
+
 HOST_IP = "127.0.0.1"
 SERVER_PORTS = ("ssh", "http")  # OpenPAI adds these to every role
 _PARAM = re.compile(r"<%\s*\$(parameters|secrets)\.([A-Za-z0-9_.\-]+)\s*%>")
@@ -58,11 +60,6 @@ class JobPlan:
     @property
     def total_gpu(self) -> int:
         return sum(role.instances * role.gpu for role in self.roles)
-
-
-def runtime_role_name(role: str) -> str:
-    """OpenPAI's runtime variables use the role name lowercased and stripped to [a-z0-9]."""
-    return re.sub(r"[^a-z0-9]", "", role.lower())
 
 
 def _int(value: Any, default: int) -> int:

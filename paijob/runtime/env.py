@@ -28,26 +28,19 @@ contiguous per node: ``RANK = rank_offset + LOCAL_RANK`` where
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from paijob.errors import PaijobError
+from paijob.openpai.names import DEFAULT_PORT_LABEL, runtime_role_name
 
-DEFAULT_PORT_LABEL = "SynPort"
 STANDALONE_ADDR = "127.0.0.1"
 BACKENDS = ("auto", "nccl", "gloo")
 
-_ROLE_REWRITE = re.compile(r"[^a-z0-9]")
 
 
 class DistEnvError(PaijobError):
     """A ``PAI_*`` variable is missing or inconsistent, or an option contradicts the job."""
-
-
-def runtime_role_name(role: str) -> str:
-    """The role as OpenPAI's runtime spells it in ``PAI_HOST_IP_*`` and port variables."""
-    return _ROLE_REWRITE.sub("", role.lower())
 
 
 @dataclass(frozen=True)
