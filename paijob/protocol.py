@@ -24,8 +24,8 @@ from typing import Any
 
 from paijob.errors import PaijobError
 from paijob.openpai.names import DEFAULT_PORT_LABEL, runtime_role_name
+from paijob.openpai.yaml12 import SERVER_BODY_LIMIT, LineMap, YamlError, load_job
 from paijob.protocol_schema import IDENTIFIER_PATTERN, NAME_PATTERN, iter_schema_errors
-from paijob.protocol_yaml import LineMap, YamlSyntaxError, load_with_lines
 
 YamlPath = tuple[Hashable, ...]
 
@@ -187,23 +187,21 @@ def format_path(path: Iterable[Hashable]) -> str:
 # --------------------------------------------------------------------------- loading
 
 
-def validate_text(text: str, source: str, **options: Any) -> ValidationReport:
-    """Parse ``text`` as YAML and validate it; a YAML error is one error problem."""
+def validate_text(text: str | bytes, source: str, **options: Any) -> ValidationReport:
+    """Parse ``text`` as the OpenPAI server does and validate it; a YAML error is one error."""
+    size = len(text) if isinstance(text, bytes) else len(text.encode("utf-8", "surrogatepass"))
     try:
-        job, lines = load_with_lines(text, source)
-    except YamlSyntaxError as error:
-        message = str(error).split(": ", 1)[-1]
-        return ValidationReport(
-            source, None, [Problem(ERROR, (), message, error.line)]
-        )
-    report = validate_job(job, source=source, lines=lines, **options)
-    for path, line in lines.duplicates:
+        loaded = load_job(text, source)
+    except YamlError as error:
+        return ValidationReport(source, None, [Problem(ERROR, error.path, f"invalid YAML: {error.detail}", error.line)])
+    report = validate_job(loaded.value, source=source, lines=loaded.lines, **options)
+    if size > SERVER_BODY_LIMIT:
         report.problems.append(
             Problem(
                 ERROR,
-                path,
-                "duplicate key: the OpenPAI server rejects a mapping that repeats a key",
-                line,
+                (),
+                f"the job is {size} bytes; the OpenPAI server refuses request bodies over "
+                f"{SERVER_BODY_LIMIT} bytes (HTTP 413)",
             )
         )
     report.problems.sort(key=_problem_order)
@@ -213,12 +211,10 @@ def validate_text(text: str, source: str, **options: Any) -> ValidationReport:
 def validate_file(path: str | Path, **options: Any) -> ValidationReport:
     file = Path(path)
     try:
-        text = file.read_text(encoding="utf-8")
+        data = file.read_bytes()
     except OSError as error:
         raise PaijobError(f"cannot read job file {file}: {error.strerror or error}") from None
-    except UnicodeDecodeError:
-        raise PaijobError(f"{file} is not UTF-8 text; is it really a job YAML?") from None
-    return validate_text(text, str(path), **options)
+    return validate_text(data, str(path), **options)
 
 
 # --------------------------------------------------------------------------- validation
@@ -255,10 +251,9 @@ def validate_job(
         report.plan = plan
         problems.extend(plan_problems)
 
-    report.problems = sorted(
-        (Problem(sev, path, msg, lines.line_of(path)) for sev, path, msg in problems),
-        key=_problem_order,
-    )
+    found = [Problem(sev, path, msg, lines.line_of(path)) for sev, path, msg in problems]
+    found.extend(Problem(WARNING, note.path, note.message(), note.line) for note in lines.notes)
+    report.problems = sorted(found, key=_problem_order)
     return report
 
 

@@ -46,6 +46,7 @@ import jinja2
 import yaml
 
 from paijob.errors import PaijobError
+from paijob.openpai.yaml12 import load_values
 from paijob.protocol import (
     WARNING,
     JobValidationError,
@@ -191,9 +192,10 @@ def merge_values(base: Mapping[str, Any], override: Mapping[str, Any]) -> Values
 def load_values_text(text: str, source: str) -> Values:
     """Parse a values file; YAML errors name ``file:line:column``."""
     try:
-        data, lines = load_with_lines(text, source)
+        loaded = load_values(text, source)
     except YamlSyntaxError as error:
         raise ValuesError(str(error)) from None
+    data, lines = loaded.value, loaded.lines
     if lines.duplicates:
         path, line = lines.duplicates[0]
         raise ValuesError(

@@ -58,7 +58,10 @@ def check(
 
     options = {"master_role": master_role, "port_label": port_label}
     if path == "-":
-        return validate_text(sys.stdin.read(), "<stdin>", **options)
+        # bytes: a non-UTF-8 stdin is a one-line error, not a UnicodeDecodeError traceback
+        stdin = getattr(sys.stdin, "buffer", None)
+        data: str | bytes = stdin.read() if stdin is not None else sys.stdin.read()
+        return validate_text(data, "<stdin>", **options)
     try:
         return validate_file(path, **options)
     except PaijobError as error:

@@ -1,0 +1,653 @@
+"""Job YAML read as OpenPAI's rest-server reads it, with bounds and line numbers.
+
+Source: rest-server ``middlewares/v2/protocol.js`` parses the POSTed text with
+``yaml.safeLoad`` of js-yaml 3 (``package.json``: ``js-yaml ^3.13.1``; the
+function no longer exists in js-yaml 4), after express's ``bodyParser.text``
+(``config/express.js``, default limit 100 kB). js-yaml 3's default safe schema
+is YAML 1.2's core schema with a few YAML 1.1 leftovers, and a JavaScript
+object model. Concretely (``js-yaml/lib/js-yaml/type/*.js``):
+
+* booleans are only ``true``/``True``/``TRUE``/``false``/``False``/``FALSE``:
+  ``yes``, ``no``, ``on``, ``off``, ``y``, ``n`` are strings;
+* integers: decimal with ``_`` separators, ``0x``/``0b``, legacy octal
+  ``017`` (15) and base 60 ``1:30`` (90); ``0o17`` is a *string*;
+* floats need no dot: ``1e3`` is 1000; ``.inf``, ``.nan``;
+* ``2001-12-14`` (and full timestamps) are Date objects, not strings;
+* every number is a JavaScript double, so ``1.0`` *is* the integer 1 (ajv's
+  ``type: integer`` accepts it); this loader returns such numbers as ``int``
+  so that later checks and ``str()`` agree with JavaScript;
+* mapping keys are strings (``1: a`` has the key ``"1"``) and a repeated key
+  is an error ("duplicated mapping key"), except keys that came from ``<<``.
+
+Bounds (js-yaml shares aliased objects, so it does not blow up itself, but
+the server's later JSON serialisation and paijob's own walks would): the text
+size, the nesting depth, and the number of values after alias expansion are
+capped; a recursive alias (``a: &a [*a]``) and non-UTF-8 bytes are refused.
+Each refusal is a :class:`YamlError` (a ``PaijobError``: exit 2, one line).
+
+``load_values`` reads Helm-style values files with the same bounds and line
+numbers but YAML 1.1 typing (PyYAML's: ``enabled: no`` is false), because
+values feed Jinja templates, where the string ``"no"`` would be truthy; the
+rendered job is then read with ``load_job`` like any other job.
+"""
+
+from __future__ import annotations
+
+import base64
+import math
+import re
+from collections.abc import Callable, Hashable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+
+from paijob.errors import PaijobError
+
+Path = tuple[Hashable, ...]
+
+MAX_TEXT_BYTES = 4 * 1024 * 1024  # far above any job; the server takes 100 kB
+SERVER_BODY_LIMIT = 100 * 1024  # express bodyParser.text() default limit: 413 above it
+MAX_DEPTH = 256  # real jobs nest < 10 deep; libyaml/CPython recursion is not unbounded
+MAX_VALUES = 200_000  # values after alias expansion (a job has a few hundred)
+MAX_INT_DIGITS = 4000  # longer integer literals are read as JavaScript reads them: ±Infinity
+
+_Loader: type[Any] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+TAG = "tag:yaml.org,2002:"
+
+
+class YamlError(PaijobError):
+    """YAML the server would not read (or paijob refuses to); names file:line:column."""
+
+    def __init__(
+        self,
+        source: str,
+        message: str,
+        line: int | None = None,
+        column: int | None = None,
+        path: Path = (),
+    ) -> None:
+        self.source = source
+        self.line = line
+        self.path = path
+        self.detail = message
+        where = source
+        if line is not None:
+            where += f":{line}" + (f":{column}" if column is not None else "")
+        super().__init__(f"{where}: invalid YAML: {message}")
+
+
+@dataclass(frozen=True)
+class Timestamp:
+    """A YAML timestamp (``2001-12-14``): a JavaScript Date on the server, so not a string."""
+
+    text: str
+
+    def __str__(self) -> str:
+        return self.text
+
+
+@dataclass(frozen=True)
+class ScalarNote:
+    """A plain scalar that YAML 1.1 (PyYAML, Helm) and the server's YAML 1.2 read differently."""
+
+    path: Path
+    line: int
+    text: str
+    yaml12: Any
+    yaml11: Any
+
+    def message(self) -> str:
+        return (
+            f"{self.text!r} is read as {describe(self.yaml12)} by OpenPAI (YAML 1.2, js-yaml) "
+            f"but as {describe(self.yaml11)} by YAML 1.1 readers (PyYAML, Helm); quote it or "
+            "write the value unambiguously"
+        )
+
+
+@dataclass
+class LineMap:
+    """1-based line numbers of the entries of a YAML document, by path."""
+
+    lines: dict[Path, int] = field(default_factory=dict)
+    duplicates: list[tuple[Path, int]] = field(default_factory=list)  # values files only
+    notes: list[ScalarNote] = field(default_factory=list)
+
+    def line_of(self, path: Path) -> int | None:
+        """The line of ``path``, or of its nearest ancestor that has one."""
+        path = tuple(path)
+        while True:
+            if path in self.lines:
+                return self.lines[path]
+            if not path:
+                return None
+            path = path[:-1]
+
+
+@dataclass(frozen=True)
+class Loaded:
+    value: Any
+    lines: LineMap
+
+
+def describe(value: Any) -> str:
+    """How a value reads in a message: ``the string 'no'``, ``false``, ``1000``."""
+    if isinstance(value, str):
+        return f"the string {value!r}"
+    if isinstance(value, Timestamp):
+        return f"the date {value.text}"
+    return js_string(value)
+
+
+# --------------------------------------------------------------------------- JavaScript values
+
+
+def js_number(value: float | int) -> str:
+    """``String(x)`` of a JavaScript number: ``1000``, ``0.00001``, ``1e-7``, ``1e+21``."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        if abs(value) < 10**21:
+            return str(value)
+        value = float(value)
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "Infinity" if value > 0 else "-Infinity"
+    if value == 0:
+        return "0"
+    sign = "-" if value < 0 else ""
+    mantissa, _, exponent = repr(abs(value)).partition("e")  # shortest round-trip digits
+    whole, _, fraction = mantissa.partition(".")
+    digits = whole + fraction
+    point = len(whole) + (int(exponent) if exponent else 0)
+    stripped = digits.lstrip("0")
+    point -= len(digits) - len(stripped)
+    digits = stripped.rstrip("0") or "0"
+    # ECMAScript Number::toString: plain decimals for 1e-7 < |x| < 1e21
+    if len(digits) <= point <= 21:
+        text = digits + "0" * (point - len(digits))
+    elif 0 < point <= 21:
+        text = digits[:point] + "." + digits[point:]
+    elif -6 < point <= 0:
+        text = "0." + "0" * -point + digits
+    else:
+        exp = point - 1
+        text = digits[0] + ("." + digits[1:] if len(digits) > 1 else "")
+        text += f"e{'+' if exp > 0 else '-'}{abs(exp)}"
+    return sign + text
+
+
+def js_string(value: Any) -> str:
+    """JavaScript's ``String(value)`` for values a job can hold (how keys and tags print)."""
+    if value is None:
+        return "null"
+    if isinstance(value, (bool, int, float)):
+        return js_number(value)
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list):
+        return ",".join("" if v is None else js_string(v) for v in value)
+    if isinstance(value, dict):
+        return "[object Object]"
+    return str(value)
+
+
+def _js_number_value(value: float) -> int | float:
+    """A double as paijob keeps it: integral values below 1e21 become ``int`` (as JS prints them)."""
+    if math.isfinite(value) and value.is_integer() and abs(value) < 1e21:
+        return int(value)
+    return value
+
+
+# --------------------------------------------------------------------------- js-yaml 3 scalars
+
+_NULLS = {"~", "null", "Null", "NULL", ""}
+_TRUE = {"true", "True", "TRUE"}
+_FALSE = {"false", "False", "FALSE"}
+_FLOAT = re.compile(
+    r"^(?:[-+]?(?:0|[1-9][0-9_]*)(?:\.[0-9_]*)?(?:[eE][-+]?[0-9]+)?"
+    r"|\.[0-9_]+(?:[eE][-+]?[0-9]+)?"
+    r"|[-+]?[0-9][0-9_]*(?::[0-5]?[0-9])+\.[0-9_]*"
+    r"|[-+]?\.(?:inf|Inf|INF)"
+    r"|\.(?:nan|NaN|NAN))$"
+)
+_DATE = re.compile(r"^[0-9]{4}-[0-9]{2}-[0-9]{2}$")
+_TIMESTAMP = re.compile(
+    r"^[0-9]{4}-[0-9]{1,2}-[0-9]{1,2}(?:[Tt]|[ \t]+)[0-9]{1,2}:[0-9]{2}:[0-9]{2}"
+    r"(?:\.[0-9]*)?(?:[ \t]*(?:Z|[-+][0-9]{1,2}(?::[0-9]{2})?))?$"
+)
+_BASE60 = re.compile(r"^(:[0-5]?[0-9])+$")
+
+
+def _is_js_int(text: str) -> bool:
+    """js-yaml 3 ``resolveYamlInteger``, transcribed."""
+    body = text[1:] if text[:1] in ("-", "+") else text
+    if not body:
+        return False
+    if body[0] == "0":
+        if len(body) == 1:
+            return True
+        kind, digits = body[1], body[2:]
+        allowed = {"b": "01", "x": "0123456789abcdefABCDEF"}.get(kind)
+        if allowed is None:
+            digits, allowed = body[1:], "01234567"
+        stripped = digits.replace("_", "")
+        return bool(stripped) and all(c in allowed for c in stripped) and not digits.endswith("_")
+    if body[0] == "_":
+        return False
+    head, colon, tail = body.partition(":")
+    stripped = head.replace("_", "")
+    if not stripped or not stripped.isascii() or not stripped.isdigit() or head.endswith("_"):
+        return False
+    return not colon or bool(_BASE60.match(":" + tail))
+
+
+def _js_int(text: str) -> int | float:
+    """js-yaml 3 ``constructYamlInteger``; numbers too long for a double are ±Infinity as in JS."""
+    value = text.replace("_", "")
+    sign = -1 if value[:1] == "-" else 1
+    if value[:1] in ("-", "+"):
+        value = value[1:]
+    if len(value) > MAX_INT_DIGITS:
+        return sign * math.inf
+    if value == "0":
+        return 0
+    if value[0] == "0":
+        if value[1] == "b":
+            number = int(value[2:], 2)
+        elif value[1] == "x":
+            number = int(value[2:], 16)
+        else:
+            number = int(value, 8)
+    elif ":" in value:
+        number = 0
+        for part in value.split(":"):
+            number = number * 60 + int(part)
+    else:
+        number = int(value)
+    if number < 2**53:
+        return sign * number
+    try:
+        return _js_number_value(float(sign * number))  # a JavaScript double, as the server has it
+    except OverflowError:
+        return sign * math.inf
+
+
+def _js_float(text: str) -> int | float:
+    value = text.replace("_", "").lower()
+    sign = -1.0 if value[:1] == "-" else 1.0
+    if value[:1] in ("-", "+"):
+        value = value[1:]
+    if value == ".inf":
+        return sign * math.inf
+    if value == ".nan":
+        return math.nan
+    if ":" in value:
+        number = 0.0
+        for part in value.split(":"):
+            number = number * 60 + float(part)
+        return _js_number_value(sign * number)
+    return _js_number_value(sign * float(value))
+
+
+def resolve_js_yaml(text: str) -> Any:
+    """A plain scalar as js-yaml 3's default safe schema reads it (null, bool, int, float, date)."""
+    if text in _NULLS:
+        return None
+    if text in _TRUE:
+        return True
+    if text in _FALSE:
+        return False
+    if _is_js_int(text):
+        return _js_int(text)
+    if _FLOAT.match(text) and not text.endswith("_"):
+        return _js_float(text)
+    if _DATE.match(text) or _TIMESTAMP.match(text):
+        return Timestamp(text)
+    return text
+
+
+_YAML11_RESOLVER = yaml.resolver.Resolver()
+_YAML11_CONSTRUCTOR = yaml.constructor.SafeConstructor()
+
+
+def resolve_yaml11(text: str) -> Any:
+    """A plain scalar as PyYAML (YAML 1.1) reads it; dates become :class:`Timestamp`."""
+    tag = _YAML11_RESOLVER.resolve(yaml.ScalarNode, text, (True, False))
+    if tag == TAG + "str":
+        return text
+    if tag == TAG + "timestamp":
+        return Timestamp(text)
+    if tag == TAG + "int" and len(text) > MAX_INT_DIGITS:
+        return -math.inf if text.startswith("-") else math.inf
+    try:
+        return _YAML11_CONSTRUCTOR.construct_object(yaml.ScalarNode(tag, text))
+    except (yaml.YAMLError, ValueError):
+        return text
+
+
+def yaml11_difference(text: str) -> tuple[Any, Any] | None:
+    """``(yaml12, yaml11)`` readings of a plain scalar when they differ, else None."""
+    new, old = resolve_js_yaml(text), resolve_yaml11(text)
+    if type(new) is type(old) and (new == old or (new != new and old != old)):
+        return None
+    if isinstance(new, (int, float)) and isinstance(old, (int, float)) and not isinstance(
+        new, bool
+    ) and not isinstance(old, bool) and new == old:
+        return None  # 1.0 vs 1: the same JavaScript number
+    return new, old
+
+
+# --------------------------------------------------------------------------- composing
+
+
+@dataclass
+class _Frame:
+    """A collection being built: its value, where it sits, and its pending key."""
+
+    value: dict[Any, Any] | list[Any]
+    path: Path
+    anchor: str | None
+    tag: str | None
+    line: int
+    size: int = 1
+    key: Any = None
+    key_line: int = 0
+    has_key: bool = False
+    overridable: set[Any] = field(default_factory=set)
+
+
+_MISSING = object()
+
+
+class _Composer:
+    """Builds Python values straight from the parser's events, iteratively and within bounds."""
+
+    def __init__(self, source: str, schema: str, duplicates: str) -> None:
+        self.source = source
+        self.js = schema == "js-yaml"
+        self.duplicates = duplicates  # "error" or "record"
+        self.anchors: dict[str, tuple[Any, int]] = {}
+        self.open: set[int] = set()  # id() of collections still being built
+        self.stack: list[_Frame] = []
+        self.lines = LineMap()
+        self.result: Any = _MISSING
+
+    def fail(self, message: str, mark: Any = None) -> YamlError:
+        if mark is None:
+            return YamlError(self.source, message)
+        return YamlError(self.source, message, mark.line + 1, mark.column + 1)
+
+    # -- scalars
+
+    def scalar(self, event: Any) -> Any:
+        tag, text = event.tag, event.value
+        if tag is None and event.implicit[0] and not event.style:
+            value = resolve_js_yaml(text) if self.js else resolve_yaml11(text)
+            if self.js and not self.stack_expects_key():
+                difference = yaml11_difference(text)
+                if difference is not None:
+                    self.lines.notes.append(
+                        ScalarNote(self.child_path(), event.start_mark.line + 1, text, *difference)
+                    )
+            return value
+        if tag in (None, "!", TAG + "str"):
+            return text
+        return self.tagged_scalar(tag, text, event)
+
+    def tagged_scalar(self, tag: str, text: str, event: Any) -> Any:
+        resolved = resolve_js_yaml(text) if self.js else resolve_yaml11(text)
+        number = lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)  # noqa: E731
+        wanted: dict[str, Callable[[Any], bool]] = {
+            TAG + "null": lambda v: v is None and (text != "" or not self.js),
+            TAG + "bool": lambda v: isinstance(v, bool),
+            TAG + "int": lambda v: number(v) and (_is_js_int(text) or not self.js),
+            TAG + "float": number,
+            TAG + "timestamp": lambda v: isinstance(v, Timestamp),
+        }
+        if tag in wanted:
+            if not wanted[tag](resolved):
+                raise self.fail(f"cannot read {text!r} as !!{tag[len(TAG):]}", event.start_mark)
+            return resolved
+        if tag == TAG + "binary":
+            try:
+                return base64.b64decode("".join(text.split()), validate=True)
+            except ValueError:
+                raise self.fail("!!binary value is not base64", event.start_mark) from None
+        raise self.fail(f"unknown tag !<{tag}>", event.start_mark)
+
+    # -- positions
+
+    def stack_expects_key(self) -> bool:
+        top = self.stack[-1] if self.stack else None
+        return top is not None and isinstance(top.value, dict) and not top.has_key
+
+    def child_path(self) -> Path:
+        if not self.stack:
+            return ()
+        top = self.stack[-1]
+        if isinstance(top.value, dict):
+            return (*top.path, top.key)
+        return (*top.path, len(top.value))
+
+    # -- collections
+
+    def start(self, event: Any, value: dict[Any, Any] | list[Any]) -> None:
+        if len(self.stack) >= MAX_DEPTH:
+            raise self.fail(
+                f"nesting deeper than {MAX_DEPTH} levels; a job is a few levels deep", event.start_mark
+            )
+        path = self.child_path()
+        if not self.stack:
+            self.lines.lines[()] = event.start_mark.line + 1
+        frame = _Frame(value, path, event.anchor, event.tag, event.start_mark.line + 1)
+        self.stack.append(frame)
+        self.open.add(id(value))
+        if event.anchor is not None:
+            self.anchors[event.anchor] = (value, -1)
+
+    def end(self, event: Any) -> None:
+        frame = self.stack.pop()
+        self.open.discard(id(frame.value))
+        value: Any = frame.value
+        tag = frame.tag
+        if isinstance(value, dict) and tag not in (None, "!", TAG + "map", TAG + "set"):
+            raise self.fail(f"unknown tag !<{tag}> on a mapping", event.start_mark)
+        if isinstance(value, list) and tag not in (None, "!", TAG + "seq", TAG + "omap", TAG + "pairs"):
+            raise self.fail(f"unknown tag !<{tag}> on a sequence", event.start_mark)
+        if tag == TAG + "pairs" and self.js:  # js-yaml: [[key, value], ...]
+            value = [[k, v] for item in value if isinstance(item, dict) for k, v in item.items()]
+        if frame.anchor is not None:
+            self.anchors[frame.anchor] = (value, frame.size)
+        self.add(value, frame.size, event, line=frame.line)
+
+    def alias(self, event: Any) -> None:
+        if event.anchor not in self.anchors:
+            raise self.fail(f"unidentified alias *{event.anchor}", event.start_mark)
+        value, size = self.anchors[event.anchor]
+        if size < 0 or id(value) in self.open:
+            raise self.fail(
+                f"recursive alias *{event.anchor}: the value contains itself", event.start_mark
+            )
+        self.add(value, size, event)
+
+    def add(
+        self, value: Any, size: int, event: Any, merge: bool = False, line: int | None = None
+    ) -> None:
+        """Put a finished value into the collection on top of the stack (or make it the result)."""
+        line = line or event.start_mark.line + 1
+        if not self.stack:
+            self.result = value
+            self.lines.lines.setdefault((), line)
+            return
+        top = self.stack[-1]
+        top.size += size
+        if top.size > MAX_VALUES:
+            raise self.fail(
+                f"the document expands to more than {MAX_VALUES} values (aliases of aliases?); "
+                "refusing it",
+                event.start_mark,
+            )
+        if isinstance(top.value, list):
+            item_path = (*top.path, len(top.value))
+            self.lines.lines[item_path] = line
+            top.value.append(value)
+        elif not top.has_key:
+            key = _MERGE if merge else self.key_of(value, event)
+            top.key, top.key_line, top.has_key = key, line, True
+        else:
+            top.has_key = False
+            self.store(top, top.key, value, top.key_line, event)
+
+    def key_of(self, value: Any, event: Any) -> Any:
+        if not self.js:
+            if isinstance(value, (dict, list)):
+                raise self.fail("a mapping or list as a mapping key is not supported", event.start_mark)
+            return value
+        if isinstance(value, list) and any(isinstance(v, list) for v in value):
+            raise self.fail("nested arrays are not supported inside keys", event.start_mark)
+        return js_string(value)
+
+    def store(self, top: _Frame, key: Any, value: Any, line: int, event: Any) -> None:
+        mapping = top.value
+        assert isinstance(mapping, dict)
+        if key is _MERGE:
+            self.merge(top, value, event)
+            return
+        if key in mapping and key not in top.overridable:
+            if self.duplicates == "error":
+                raise YamlError(
+                    self.source,
+                    f"duplicate key {js_string(key)!r}: the OpenPAI server (js-yaml: "
+                    "'duplicated mapping key') rejects a mapping that repeats a key",
+                    line,
+                    path=(*top.path, key),
+                )
+            self.lines.duplicates.append(((*top.path, key), line))
+        top.overridable.discard(key)
+        mapping[key] = value
+        key_path = (*top.path, key)
+        self.lines.lines[key_path] = line
+
+    def merge(self, top: _Frame, value: Any, event: Any) -> None:
+        sources = value if isinstance(value, list) else [value]
+        mapping = top.value
+        assert isinstance(mapping, dict)
+        for source in sources:
+            if not isinstance(source, dict):
+                raise self.fail(
+                    "cannot merge mappings; the provided source object is unacceptable",
+                    event.start_mark,
+                )
+            for key, item in source.items():
+                if key not in mapping:
+                    mapping[key] = item
+                    top.overridable.add(key)
+
+
+_MERGE = object()
+
+
+def _events(text: str, source: str) -> Iterator[Any]:
+    loader = _Loader(text)
+    try:
+        while True:
+            try:
+                event = loader.get_event()
+            except yaml.MarkedYAMLError as error:
+                mark = error.problem_mark or error.context_mark
+                detail = error.problem or str(error)
+                if error.context and error.context not in detail:
+                    detail = f"{error.context}, {detail}"
+                if mark is None:
+                    raise YamlError(source, detail) from None
+                raise YamlError(source, detail, mark.line + 1, mark.column + 1) from None
+            except yaml.YAMLError as error:
+                raise YamlError(source, str(error).splitlines()[0]) from None
+            if event is None:
+                return
+            yield event
+    finally:
+        loader.dispose()
+
+
+def _compose(text: str, source: str, schema: str, duplicates: str) -> Loaded:
+    composer = _Composer(source, schema, duplicates)
+    documents = 0
+    for event in _events(text, source):
+        if isinstance(event, yaml.DocumentStartEvent):
+            documents += 1
+            if documents > 1:
+                raise composer.fail(
+                    "expected a single document in the stream, but found more", event.start_mark
+                )
+        elif isinstance(event, yaml.ScalarEvent):
+            merge = (
+                composer.stack_expects_key()
+                and event.value == "<<"
+                and not event.style
+                and event.tag is None
+            )
+            value = composer.scalar(event)
+            if event.anchor is not None:
+                composer.anchors[event.anchor] = (value, 1)
+            composer.add(value, 1, event, merge=merge)
+        elif isinstance(event, yaml.SequenceStartEvent):
+            composer.start(event, [])
+        elif isinstance(event, yaml.MappingStartEvent):
+            composer.start(event, {})
+        elif isinstance(event, (yaml.SequenceEndEvent, yaml.MappingEndEvent)):
+            composer.end(event)
+        elif isinstance(event, yaml.AliasEvent):
+            composer.alias(event)
+    value = None if composer.result is _MISSING else composer.result
+    return Loaded(value, composer.lines)
+
+
+def decode(data: bytes, source: str) -> str:
+    """UTF-8 text of a job or values file, or a clear error (the server reads UTF-8)."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        line = data[: error.start].count(b"\n") + 1
+        raise YamlError(
+            source,
+            f"not UTF-8 text (byte 0x{data[error.start]:02x} at offset {error.start}); "
+            "save the file as UTF-8",
+            line,
+        ) from None
+
+
+def _text(text: str | bytes, source: str) -> str:
+    if isinstance(text, bytes):
+        if len(text) > MAX_TEXT_BYTES:
+            raise _too_large(source, len(text))
+        text = decode(text, source)
+    if len(text) > MAX_TEXT_BYTES or len(text.encode("utf-8", "surrogatepass")) > MAX_TEXT_BYTES:
+        raise _too_large(source, len(text.encode("utf-8", "surrogatepass")))
+    return text
+
+
+def _too_large(source: str, size: int) -> YamlError:
+    return YamlError(
+        source, f"{size} bytes is more than paijob reads ({MAX_TEXT_BYTES} bytes); is it a job file?"
+    )
+
+
+def load_job(text: str | bytes, source: str) -> Loaded:
+    """Read job YAML as the OpenPAI rest-server does (js-yaml 3); see the module docstring.
+
+    The result's ``lines.notes`` lists the plain scalars YAML 1.1 reads differently.
+    """
+    return _compose(_text(text, source), source, "js-yaml", "error")
+
+
+def load_values(text: str | bytes, source: str, *, duplicates: str = "record") -> Loaded:
+    """Read a values file: YAML 1.1 typing (PyYAML, Helm), the same bounds as ``load_job``.
+
+    Repeated keys are recorded in ``lines.duplicates`` (the caller decides);
+    ``duplicates="error"`` refuses them at once.
+    """
+    return _compose(_text(text, source), source, "yaml11", duplicates)
