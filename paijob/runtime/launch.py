@@ -43,6 +43,7 @@ from dataclasses import dataclass
 from paijob.errors import PaijobError
 from paijob.runtime import exitcodes
 from paijob.runtime.env import DistEnv
+from paijob.runtime.netif import socket_ifname_env
 from paijob.runtime.probe import wait_for_master
 
 log = logging.getLogger("paijob.runtime")
@@ -126,6 +127,7 @@ def launch(
             f"role with instances: 1"
         )
     _announce(dist, mode)
+    os.environ.update(socket_ifname_env(os.environ, say=_say))  # collectives bind to our address
     if dist.node_rank != 0 and dist.nnodes > 1:
         wait_for_master(
             dist.master_addr,
