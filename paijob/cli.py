@@ -17,6 +17,7 @@ from paijob.errors import PaijobError
 
 # verb -> module that registers it; `paijob --help` lists them in this order.
 COMMANDS: dict[str, str] = {
+    "init": "paijob.commands.init",
     "render": "paijob.commands.render",
     "validate": "paijob.commands.validate",
     "templates": "paijob.commands.templates",
@@ -24,6 +25,7 @@ COMMANDS: dict[str, str] = {
     "run": "paijob.commands.run",
     "status": "paijob.commands.status",
     "logs": "paijob.commands.logs",
+    "cp": "paijob.commands.cp",
     "list": "paijob.commands.listing",
     "stop": "paijob.commands.stop",
     "local": "paijob.commands.local",

@@ -1,8 +1,10 @@
 """``paijob run``: submit a job, follow its logs, and exit with its result.
 
 ``paijob run ddp --local -f values.yaml`` starts the local cluster when it is
-down, submits under a unique name (so reruns work), prints every task's log
-lines prefixed role/index, and exits 0 when the job SUCCEEDED, 1 otherwise.
+down, submits under a unique name (so reruns work) unless ``--name`` names it,
+prints every task's log lines prefixed role/index, and exits 0 when the job
+SUCCEEDED, 1 otherwise. In a folder with a ``paijob.yaml`` (``paijob init``)
+the job, values, cluster and workdir default to the project's.
 """
 
 from __future__ import annotations
@@ -12,31 +14,42 @@ import sys
 from typing import Any
 
 from paijob.commands import _cluster as common
-from paijob.commands import submit
+from paijob.commands import _jobargs
 
 
 def register(subparsers: Any) -> None:
+    from paijob.commands.render import add_render_options
+
     parser = subparsers.add_parser(
         "run",
         help="submit a job, follow its logs, exit with its result (--local: on this machine)",
-        description="Render/validate/submit a job under a unique name, print its tasks' logs as they come "
-                    "(prefixed role/index) and exit 0 if it SUCCEEDED, 1 otherwise. --local runs it on the "
-                    "built-in local cluster, started when needed.",
+        description="Render/validate/submit a job, print its tasks' logs as they come (prefixed role/index) "
+                    "and exit 0 if it SUCCEEDED, 1 otherwise. --local runs it on the built-in local cluster, "
+                    "started when needed. Without JOB, the template of ./paijob.yaml (see `paijob init`).",
     )
-    submit.add_job_source(parser)
+    parser.add_argument("job", metavar="JOB.yaml|TEMPLATE", nargs="?",
+                        help="a protocol-v2 job file, or a template to render first (default: paijob.yaml's)")
+    add_render_options(parser)
     parser.add_argument("--local", action="store_true", help="run on the local cluster (same as -c local)")
-    parser.add_argument("--name", metavar="N", help="base job name (a unique suffix is always added)")
+    parser.add_argument("--name", metavar="N",
+                        help="job name (default: the job's own plus a unique suffix, so reruns work)")
+    parser.add_argument("--unique-suffix", action="store_true", help="append _<8 hex> to --name too")
+    _jobargs.add_workdir_options(parser)
     common.add_cluster_options(parser)
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    from paijob import api
+
     if args.local:
         args.cluster = "local"
-    args.unique_suffix = True
-    text, _ = submit.prepare(args)
-    client = common.client_for(args)
-    job_id = client.submit(text)
+    if not args.name:
+        args.unique_suffix = True
+    job = api.prepare(_jobargs.request_from_args(args))
+    _jobargs.report(job)
+    client = api.connect(job.cluster, timeout=args.timeout)
+    job_id = api.submit(job, client)
     print(f"paijob: submitted {job_id}", file=sys.stderr)
     if client.cluster_name != "local":
         print(f"paijob: web portal {client.web_link(job_id)}", file=sys.stderr)
@@ -48,6 +61,10 @@ def run(args: argparse.Namespace) -> int:
         client.stop(job_id)
         raise
     print(f"paijob: {common.outcome_line(job_id, detail)}", file=sys.stderr)
+    output = api.output_location(client.cluster_name, job_id)
+    if output:
+        print(f"paijob: output folder {output} (`paijob cp {job_id.split('~', 1)[1]}:PATH .` copies from it)",
+              file=sys.stderr)
     if client.cluster_name == "local":
         print(f"paijob: `paijob logs {job_id} -c local` shows it again; the local cluster keeps "
               "running (`paijob local down` stops it)", file=sys.stderr)

@@ -25,7 +25,13 @@ def run(args: argparse.Namespace) -> int:
     if args.output == "json":
         common.print_json(detail)
         return 0
-    print_status(detail, client.job_id(args.job_id))
+    job_id = client.job_id(args.job_id)
+    print_status(detail, job_id)
+    from paijob.api import output_location
+
+    output = output_location(client.cluster_name, job_id)
+    if output:
+        print(f"\noutput     {output} (PAIJOB_OUTPUT_DIR; `paijob cp {job_id}:PATH .` copies from it)")
     return 0
 
 

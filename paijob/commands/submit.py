@@ -7,6 +7,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from paijob.commands import _cluster as common
+from paijob.commands import _jobargs
 
 if TYPE_CHECKING:
     from paijob.client import PaiClient
@@ -16,9 +17,10 @@ def add_job_source(parser: argparse.ArgumentParser) -> None:
     """The JOB.yaml|TEMPLATE argument plus the render options (-f values files, --set, ...)."""
     from paijob.commands.render import add_render_options
 
-    parser.add_argument("job", metavar="JOB.yaml|TEMPLATE",
+    parser.add_argument("job", metavar="JOB.yaml|TEMPLATE", nargs="?",
                         help="a protocol-v2 job file, or a template to render first "
-                             "(a built-in name, see `paijob templates`, or a .yaml.j2 file)")
+                             "(a built-in name, see `paijob templates`, or a .yaml.j2 file; "
+                             "default: the template of ./paijob.yaml)")
     add_render_options(parser)
 
 
@@ -38,6 +40,7 @@ def register(subparsers: Any) -> None:
     )
     add_job_source(parser)
     add_naming(parser)
+    _jobargs.add_workdir_options(parser)
     common.add_cluster_options(parser)
     parser.add_argument("--wait", action="store_true", help="wait for the job to end; exit 0 only on SUCCEEDED")
     parser.add_argument("--dry-run", action="store_true",
@@ -46,12 +49,14 @@ def register(subparsers: Any) -> None:
 
 
 def prepare(args: argparse.Namespace) -> tuple[str, str]:
-    """(final YAML text, job name) after rendering, renaming and validation."""
-    text, source = common.job_text_from_args(args)
-    text, name = common.rename(text, getattr(args, "name", None), getattr(args, "unique_suffix", False))
-    if getattr(args, "name", None):
-        common.check_job_text(text, source)  # the new name must be valid too
-    return text, name
+    """(final YAML text, job name) after rendering, renaming, shipping the workdir and validation."""
+    from paijob import api
+
+    job = api.prepare(_jobargs.request_from_args(args))
+    _jobargs.report(job)
+    if job.cluster and not getattr(args, "cluster", None):
+        args.cluster = job.cluster  # the project's cluster (paijob.yaml)
+    return job.text, job.name
 
 
 def run(args: argparse.Namespace) -> int:

@@ -31,6 +31,7 @@ import yaml
 
 from paijob.local.plan import JobPlan, Ports, RolePlan, plan_job, task_env, task_script
 from paijob.local.store import Store, now_ms
+from paijob.outputs import OUTPUT_ENV, local_output_dir
 
 log = logging.getLogger(__name__)
 
@@ -351,6 +352,9 @@ class JobRunner(threading.Thread):
             env["NVIDIA_VISIBLE_DEVICES"] = gpu or "none"
         workdir = self.cluster.work_dir(self.job_id, attempt, task.role.name, task.index)
         workdir.mkdir(parents=True, exist_ok=True)
+        output = local_output_dir(self.cluster.state_dir, self.job_id)  # shared, kept across attempts
+        output.mkdir(parents=True, exist_ok=True)
+        env[OUTPUT_ENV] = str(output)
         sink = _LogSink(task.log_dir)
         if not self._announced_image:
             self._announced_image = True

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from typing import Any, NoReturn
 
 from paijob.errors import PaijobError
+from paijob.outputs import OUTPUT_ENV
 from paijob.runtime.precision import GRAMMAR, precision_from_env
 
 
@@ -70,7 +71,9 @@ def _add_common(parser: argparse.ArgumentParser, *, arch: str, lr: float, epochs
                         help=f"{GRAMMAR} (default: $PAIJOB_PRECISION, else fp32)")
     parser.add_argument("--loss-scale", default=None, help="'dynamic' or a number (fp16 / apex levels)")
     parser.add_argument("--keep-batchnorm-fp32", default=None, help="True/False (apex O2/O3)")
-    parser.add_argument("--output-dir", default="./paijob-output")
+    parser.add_argument("--output-dir", default=os.environ.get(OUTPUT_ENV) or "./paijob-output",
+                        help=f"checkpoints, logs and summary (default: ${OUTPUT_ENV}, the job's output "
+                             "folder kept across retries, else ./paijob-output)")
     parser.add_argument("--arch", default=arch)
     parser.add_argument("--image-size", type=int, default=image_size, help=argparse.SUPPRESS
                         if image_size == 32 else "training crop size")

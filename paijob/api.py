@@ -1,0 +1,187 @@
+"""paijob's Python API: the calls behind ``paijob run / submit / status / cp``.
+
+Each function takes typed arguments (the dataclasses below), not argparse
+namespaces, so the verbs do not import each other and a script can do what
+the CLI does::
+
+    from paijob import api
+
+    job = api.prepare(api.JobRequest("ddp", sets=[("set", "instances=2")], workdir=".", cluster="local"))
+    client = api.connect("local")
+    job_id = api.submit(job, client)
+    detail = api.wait(client, job_id)            # the final job detail (jobStatus.state ...)
+    api.copy_output(f"{job_id}:summary.json", ".", cluster="local")
+
+Errors a user can cause are ``PaijobError`` subclasses. Nothing here prints:
+warnings and notes come back in ``PreparedJob``.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from paijob import project as project_config
+from paijob.errors import PaijobError
+
+if TYPE_CHECKING:
+    from paijob.client import PaiClient
+    from paijob.profiles import Cluster
+
+__all__ = ["JobRequest", "PreparedJob", "connect", "copy_output", "dry_run_text", "output_location",
+           "prepare", "resolve_cluster", "status", "submit", "wait"]
+
+
+@dataclass
+class JobRequest:
+    """What to submit: a job file or template plus values, and how to ship it.
+
+    ``job`` None means the project config's ``template`` (``paijob.yaml`` in
+    the current folder); its ``values`` files come before ``values``.
+    ``sets`` are ``("set" | "set-string", "key=value")`` in order.
+    """
+
+    job: str | None = None
+    values: list[str] = field(default_factory=list)
+    sets: list[tuple[str, str]] = field(default_factory=list)
+    name: str | None = None
+    unique_suffix: bool = False
+    workdir: str | None = None
+    force: bool = False
+    cluster: str | None = None
+
+
+@dataclass
+class PreparedJob:
+    """A checked job YAML ready to send, and what the user should be told about it."""
+
+    text: str
+    name: str
+    source: str
+    cluster: str | None
+    warnings: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def resolve_cluster(name: str | None, *, start_local: bool = True) -> Cluster:
+    """The cluster profile ``name`` (None: the project's, else the configured default)."""
+    from paijob import profiles
+
+    if name is None:
+        name = project_config.load().cluster
+    return profiles.resolve(name, start_local=start_local)
+
+
+def prepare(request: JobRequest, project: project_config.Project | None = None) -> PreparedJob:
+    """Render (or read) the job, rename it, ship the workdir, and check the result."""
+    from paijob import templating
+    from paijob.commands import _cluster as common
+
+    project = project if project is not None else project_config.load()
+    spec = request.job or project.template
+    if not spec:
+        raise PaijobError("no job given: name a job YAML or a template (see `paijob templates`), or run "
+                          f"in a folder with a {project_config.FILENAME} (`paijob init` writes one)")
+    values = [*project.values, *request.values] if not templating.is_job_file(spec) else list(request.values)
+    namespace = argparse.Namespace(job=spec, values=values, sets=list(request.sets))
+    result = templating.render_from_args(namespace)
+    source = result.report.source
+    warnings = [problem.format(source) for problem in result.report.warnings]
+    cluster = request.cluster or project.cluster
+    text, name = common.rename(result.text, request.name, request.unique_suffix)
+    notes: list[str] = []
+    workdir = request.workdir or _value_workdir(result.values) or project.workdir
+    if workdir:
+        text, note = ship_workdir(text, workdir, cluster, force=request.force)
+        notes.append(note)
+    if request.name or workdir:
+        common.check_job_text(text, source)  # what changed must still be a valid job
+    return PreparedJob(text, name, source, cluster, warnings, notes)
+
+
+def _value_workdir(values: Any) -> str | None:
+    found = values.get("workdir") if isinstance(values, dict) else None
+    return str(found) if found else None
+
+
+def ship_workdir(text: str, folder: str, cluster: str | None, *, force: bool = False) -> tuple[str, str]:
+    """The job text that starts every task in a snapshot of ``folder``, and a line saying what was shipped."""
+    from paijob import workdir
+
+    target = resolve_cluster(cluster, start_local=False)
+    snap = workdir.snapshot(folder, force=force)
+    if target.is_local:
+        from paijob.local import service
+
+        path = workdir.store_local(snap, service.state_dir())
+        return workdir.prepend_command(text, workdir.local_command(path)), f"{snap.describe()}, stored in {path}"
+    command = workdir.inline_command(snap)
+    return workdir.prepend_command(text, command), f"{snap.describe()}, carried in the job (unpacked in " \
+                                                   f"{workdir.INLINE_DIR})"
+
+
+def connect(cluster: str | None = None, *, timeout: float = 30.0, start_local: bool = True) -> PaiClient:
+    """A REST client for ``cluster``; the local cluster is started when down unless ``start_local`` is false."""
+    from paijob.client import PaiClient
+
+    resolved = resolve_cluster(cluster, start_local=start_local)
+    return PaiClient(resolved.url, resolved.token, user=resolved.user, api_path=resolved.api_path,
+                     read_timeout=timeout, cluster_name=resolved.name)
+
+
+def submit(job: PreparedJob, client: PaiClient) -> str:
+    """Send the job; returns its id ``user~name``."""
+    return client.submit(job.text)
+
+
+def dry_run_text(job: PreparedJob) -> str:
+    """The request ``submit`` would send, with the token hidden."""
+    cluster = resolve_cluster(job.cluster, start_local=False)
+    target = "the local cluster" if cluster.is_local else cluster.name
+    url = f"{cluster.url}/{cluster.api_path.strip('/')}/jobs"
+    has_token = cluster.token or cluster.is_local
+    auth = f"Bearer <token from {cluster.token_source}>" if has_token else "(no token)"
+    body = job.text if job.text.endswith("\n") else job.text + "\n"
+    return f"# dry run: would POST to {target}\n# POST {url}\n# Content-Type: text/yaml\n# Authorization: {auth}\n{body}"
+
+
+def wait(client: PaiClient, job_id: str) -> dict[str, Any]:
+    """Block until the job ends; returns its final detail."""
+    return client.wait(job_id)
+
+
+def status(client: PaiClient, job: str, attempt: int | None = None) -> dict[str, Any]:
+    """The job detail (OpenPAI's ``GET /jobs/{user}~{name}``) of ``job`` (``NAME`` or ``USER~NAME``)."""
+    return client.get_job(job, attempt=attempt)
+
+
+def output_location(cluster_name: str, job_id: str) -> str | None:
+    """Where the job's output folder (``PAIJOB_OUTPUT_DIR``) is, when paijob knows it (local cluster)."""
+    if cluster_name != "local":
+        return None
+    from paijob.local import service
+    from paijob.outputs import local_output_dir
+
+    return str(local_output_dir(service.state_dir(), job_id))
+
+
+def copy_output(source: str, dest: str | Path, cluster: str | None = None) -> Path:
+    """``paijob cp JOB:PATH DEST``: copy a file or folder out of a job's output folder."""
+    from paijob import outputs
+    from paijob.local import service
+
+    job, path = outputs.split_source(source)
+    target = resolve_cluster(cluster, start_local=False)
+    if not target.is_local:
+        raise outputs.OutputError(
+            f"paijob cp reads the local cluster's job output folders; on cluster {target.name} a job's "
+            "PAIJOB_OUTPUT_DIR is the outputDir you set (a path on a storage the job mounts): copy from "
+            "that storage with its own tools")
+    if "~" not in job:
+        from paijob.local.server import local_user
+
+        job = f"{local_user()}~{job}"
+    root = outputs.local_output_dir(service.state_dir(), job)
+    return outputs.copy_out(root, path, Path(dest), job)

@@ -1,0 +1,41 @@
+"""Options shared by the verbs that send a job (``submit``, ``run``) and their translation to ``api.JobRequest``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from paijob.api import JobRequest, PreparedJob
+
+
+def add_workdir_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("code")
+    group.add_argument("--workdir", metavar="DIR",
+                       help="start every task in a snapshot of DIR taken now (skips .git, .venv, __pycache__ "
+                            "and what .gitignore / .paijobignore list); also the 'workdir' value or "
+                            "paijob.yaml's workdir")
+    group.add_argument("--force", action="store_true",
+                       help="ship the workdir even when it is over the 100 MB snapshot limit")
+
+
+def request_from_args(args: argparse.Namespace) -> JobRequest:
+    from paijob.api import JobRequest
+
+    return JobRequest(
+        job=getattr(args, "job", None),
+        values=list(getattr(args, "values", None) or []),
+        sets=list(getattr(args, "sets", None) or []),
+        name=getattr(args, "name", None),
+        unique_suffix=bool(getattr(args, "unique_suffix", False)),
+        workdir=getattr(args, "workdir", None),
+        force=bool(getattr(args, "force", False)),
+        cluster=getattr(args, "cluster", None),
+    )
+
+
+def report(job: PreparedJob) -> None:
+    """The render warnings and shipping notes of a prepared job, on stderr."""
+    for line in job.warnings + job.notes:
+        print(f"paijob: {line}", file=sys.stderr)

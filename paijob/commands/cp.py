@@ -1,0 +1,30 @@
+"""``paijob cp JOB:PATH DEST``: copy a file or folder out of a job's output folder (``PAIJOB_OUTPUT_DIR``)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "cp",
+        help="copy a file or folder out of a job's output folder (PAIJOB_OUTPUT_DIR)",
+        description="Copy JOB:PATH, a file or folder inside the job's output folder (the PAIJOB_OUTPUT_DIR "
+                    "its tasks share, kept across retries), to DEST on this machine, like `cp -r`. JOB is "
+                    "NAME or USER~NAME as in `paijob status`; 'JOB:.' copies the whole folder. Reads the "
+                    "local cluster's state dir directly (no server needed).",
+    )
+    parser.add_argument("source", metavar="JOB:PATH", help="e.g. demo1:checkpoints/epoch-2.pt")
+    parser.add_argument("dest", metavar="DEST", help="a file or an existing folder")
+    parser.add_argument("-c", "--cluster", metavar="NAME", help="cluster profile (default: the project's or current)")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from paijob import api
+
+    target = api.copy_output(args.source, args.dest, cluster=args.cluster)
+    print(f"copied {args.source} to {target}", file=sys.stderr)
+    return 0

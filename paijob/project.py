@@ -1,0 +1,85 @@
+"""The project config ``paijob.yaml``: what ``paijob run`` / ``submit`` use in a project folder.
+
+``paijob init`` writes one; a user may write it by hand::
+
+    template: ddp              # the job template (built-in name or a .yaml.j2 path)
+    values: [values.yaml]      # values files, layered before any -f on the command line
+    cluster: local             # the default cluster for this project
+    workdir: .                 # ship this folder with every job (see paijob.workdir)
+
+It is looked up in the current folder only: a config that changes what a
+command does should be in plain sight. Paths in it are relative to its folder.
+Pure apart from reading the file.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from paijob.errors import PaijobError
+
+FILENAME = "paijob.yaml"
+KEYS = ("template", "values", "cluster", "workdir")
+
+
+class ProjectError(PaijobError):
+    """A paijob.yaml that cannot be used."""
+
+
+@dataclass(frozen=True)
+class Project:
+    path: Path | None = None
+    template: str | None = None
+    values: tuple[str, ...] = ()
+    cluster: str | None = None
+    workdir: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def parse(text: str, path: Path) -> Project:
+    try:
+        data = yaml.safe_load(text) or {}
+    except yaml.YAMLError as error:
+        raise ProjectError(f"{path}: not YAML: {error}") from None
+    if not isinstance(data, dict):
+        raise ProjectError(f"{path}: expected a mapping with keys {', '.join(KEYS)}")
+    unknown = sorted(set(data) - set(KEYS))
+    if unknown:
+        raise ProjectError(f"{path}: unknown key(s) {', '.join(map(str, unknown))}; known: {', '.join(KEYS)}")
+    base = path.parent
+
+    def rel(value: Any, key: str) -> str | None:
+        if value is None:
+            return None
+        if not isinstance(value, str) or not value:
+            raise ProjectError(f"{path}: {key} must be a path or name, got {value!r}")
+        return value
+
+    values = data.get("values") or []
+    if isinstance(values, str):
+        values = [values]
+    if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
+        raise ProjectError(f"{path}: values must be a list of values files, got {values!r}")
+    template = rel(data.get("template"), "template")
+    if template and (template.endswith(".j2") or "/" in template):
+        template = str(base / template)
+    workdir = rel(data.get("workdir"), "workdir")
+    return Project(
+        path=path,
+        template=template,
+        values=tuple(str(base / v) for v in values),
+        cluster=rel(data.get("cluster"), "cluster"),
+        workdir=str(base / workdir) if workdir else None,
+    )
+
+
+def load(folder: Path | None = None) -> Project:
+    """The project config of ``folder`` (default: the current folder), or an empty one."""
+    path = (folder or Path.cwd()) / FILENAME
+    if not path.is_file():
+        return Project()
+    return parse(path.read_text(encoding="utf-8"), path)

@@ -1,0 +1,1 @@
+"""Files ``paijob init`` copies into a new project (read with importlib.resources, never imported)."""
