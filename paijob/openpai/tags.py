@@ -1,0 +1,332 @@
+"""How OpenPAI turns a role's ``commands`` into the command line a task runs.
+
+Two components render ``<% ... %>`` tags, one after the other:
+
+1. **rest-server** (``src/middlewares/v2/protocol.js``, ``protocolRender`` and
+   ``render``; mustache.js with ``<%``/``%>`` delimiters). For each role it
+   takes ``defaults.deployment``'s ``preCommands`` + ``commands`` +
+   ``postCommands`` (only when that deployment names the role), trims each
+   command, joins them with newlines, and renders the result with the context
+   ``$parameters`` (the job's ``parameters``), ``$script`` / ``$output`` /
+   ``$data`` (the whole prerequisite the role's ``script`` / ``output`` /
+   ``data`` field names). Only plain name tags are rendered: ``[i]`` becomes
+   ``.i``, the value is appended with JavaScript's string conversion (``true``,
+   ``0.00001``, arrays as ``a,b``, objects as ``[object Object]``), a lookup that
+   gives ``null``/``undefined`` is written back as ``<% name %>``; every other
+   tag kind (sections with their contents, ``&``/``{{{``, comments, partials)
+   is dropped, with mustache's standalone-line whitespace stripping. The result
+   is trimmed. Secrets are deliberately not rendered here.
+2. **openpai-runtime** (``src/common/utils.py`` ``render_string_with_secrets``,
+   pystache), inside the container, only when the job has ``secrets``: every
+   remaining name tag is rendered with the context ``$secrets`` (lists turned
+   into ``{"0": ..., "1": ...}``), ``[i]`` → ``.i``; values go through Python's
+   ``str()`` and are HTML-escaped (``html.escape(quote=True)``); tags it cannot
+   resolve, including leftover ``$parameters`` tags, become empty.
+
+Pure functions; the only error is a template mustache.js itself rejects.
+"""
+
+from __future__ import annotations
+
+import datetime
+import html
+import math
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+
+from paijob.errors import PaijobError
+
+_INDEX = re.compile(r"\[(\d+)\]")
+_TAG_TYPES = "#^/>{&=!"
+_UNDEFINED = object()
+
+
+class TemplateError(PaijobError):
+    """A command mustache.js refuses to parse (the rest-server then fails the submission)."""
+
+
+# --------------------------------------------------------------------------- JavaScript values
+
+
+def js_number(value: float | int) -> str:
+    """``String(n)`` in JavaScript (ECMAScript Number::toString): ``1e-7``, ``0.00001``, ``1e+21``, ``1``."""
+    if isinstance(value, int) and abs(value) < 2**53:
+        return str(value)
+    number = float(value)
+    if math.isnan(number):
+        return "NaN"
+    if math.isinf(number):
+        return "Infinity" if number > 0 else "-Infinity"
+    if number == 0:
+        return "0"
+    sign, digit_tuple, exponent = Decimal(repr(abs(number))).as_tuple()
+    digits = "".join(str(d) for d in digit_tuple).rstrip("0") or "0"
+    assert isinstance(exponent, int)
+    point = exponent + len("".join(str(d) for d in digit_tuple))  # value = 0.digits * 10**point
+    k = len(digits)
+    prefix = "-" if number < 0 else ""
+    if k <= point <= 21:
+        return prefix + digits + "0" * (point - k)
+    if 0 < point <= 21:
+        return prefix + digits[:point] + "." + digits[point:]
+    if -6 < point <= 0:
+        return prefix + "0." + "0" * (-point) + digits
+    e = point - 1
+    mantissa = digits if k == 1 else digits[0] + "." + digits[1:]
+    return f"{prefix}{mantissa}e{'+' if e >= 0 else '-'}{abs(e)}"
+
+
+def js_string(value: Any) -> str:
+    """JavaScript's ``'' + value`` for a value js-yaml can produce."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return js_number(value)
+    if isinstance(value, str):
+        return value
+    if value is None:
+        return "null"
+    if isinstance(value, Sequence):
+        return ",".join("" if item is None else js_string(item) for item in value)
+    if isinstance(value, datetime.datetime):
+        when = value if value.tzinfo is None else value.astimezone(datetime.timezone.utc)
+        return when.strftime("%a %b %d %Y %H:%M:%S GMT+0000 (Coordinated Universal Time)")
+    if isinstance(value, datetime.date):
+        return value.strftime("%a %b %d %Y 00:00:00 GMT+0000 (Coordinated Universal Time)")
+    return "[object Object]"
+
+
+def _js_property(value: Any, name: str) -> Any:
+    """``value[name]`` in JavaScript, ``_UNDEFINED`` when absent."""
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            if js_string(key) == name:
+                return item
+        return _UNDEFINED
+    if isinstance(value, (str, list, tuple)):
+        if name == "length":
+            return len(value)
+        if name.isdigit() and (name == "0" or not name.startswith("0")) and int(name) < len(value):
+            return value[int(name)]
+    return _UNDEFINED
+
+
+def _mustache_lookup(context: Mapping[str, Any], name: str) -> Any:
+    """mustache.js ``Context.lookup`` on a one-level context (functions are not possible here)."""
+    if name == ".":
+        return context
+    if name.find(".") > 0:
+        current: Any = context
+        for part in name.split("."):
+            if current is None or current is _UNDEFINED:
+                return _UNDEFINED
+            current = _js_property(current, part)
+        return current
+    return _js_property(context, name)
+
+
+# --------------------------------------------------------------------------- mustache.js tokens
+
+
+@dataclass(frozen=True)
+class _Token:
+    kind: str  # "text", "name", or a mustache tag type character
+    value: str
+
+
+def _mustache_tokens(template: str) -> list[_Token]:
+    """mustache.js ``parseTemplate`` with ``<%``/``%>``: top-level tokens, sections removed, whitespace stripped."""
+    opening, closing = "<%", "%>"
+    tokens: list[_Token | None] = []
+    spaces: list[int] = []
+    has_tag = non_space = False
+    sections: list[str] = []
+    pos = 0
+
+    def strip_space() -> None:
+        nonlocal has_tag, non_space
+        if has_tag and not non_space:
+            for index in spaces:
+                tokens[index] = None
+        spaces.clear()
+        has_tag = non_space = False
+
+    while pos < len(template):
+        start = template.find(opening, pos)
+        text = template[pos:] if start < 0 else template[pos:start]
+        for char in text:
+            if char.isspace():
+                spaces.append(len(tokens))
+            else:
+                non_space = True
+            tokens.append(_Token("text", char))
+            if char == "\n":
+                strip_space()
+        if start < 0:
+            break
+        pos = start + len(opening)
+        pos = _skip_space(template, pos)
+        kind = "name"
+        if pos < len(template) and template[pos] in _TAG_TYPES:
+            kind = template[pos]
+            pos = _skip_space(template, pos + 1)
+        if kind == "=":
+            end = template.find("=", pos)
+            value = template[pos:end].strip() if end >= 0 else ""
+            pos = end + 1 if end >= 0 else len(template)
+            end_tag = template.find(closing, pos)
+            if end_tag < 0:
+                raise TemplateError(f"Unclosed tag at {len(template)} in the command {template!r}")
+            pos = end_tag + len(closing)
+            parts = value.split()
+            if len(parts) != 2:
+                raise TemplateError(f"Invalid tags: {value!r} in the command {template!r}")
+            opening, closing = parts
+            has_tag = True
+            continue
+        terminator = "}" + closing if kind == "{" else closing
+        end = template.find(terminator, pos)
+        if end < 0:
+            raise TemplateError(f"Unclosed tag at {len(template)} in the command {template!r} "
+                                f"(a literal '{opening}' must not appear in OpenPAI commands)")
+        value = template[pos:end].rstrip()
+        pos = end + len(terminator)
+        has_tag = True
+        if kind in "#^":
+            sections.append(value)
+        elif kind == "/":
+            if not sections:
+                raise TemplateError(f'Unopened section "{value}" in the command {template!r}')
+            if sections.pop() != value:
+                raise TemplateError(f'Unclosed section before "{value}" in the command {template!r}')
+        elif kind in ("name", "{", "&"):
+            non_space = True
+        tokens.append(_Token(kind, value))
+    if sections:
+        raise TemplateError(f'Unclosed section "{sections[-1]}" in the command {template!r}')
+    return _drop_section_contents([t for t in tokens if t is not None])
+
+
+def _drop_section_contents(tokens: list[_Token]) -> list[_Token]:
+    """Top-level tokens only: what sits between ``<% #x %>`` and ``<% /x %>`` is never rendered."""
+    out: list[_Token] = []
+    depth = 0
+    for token in tokens:
+        if token.kind in ("#", "^"):
+            depth += 1
+            continue
+        if token.kind == "/":
+            depth -= 1
+            continue
+        if depth == 0:
+            out.append(token)
+    return out
+
+
+def _skip_space(text: str, pos: int) -> int:
+    while pos < len(text) and text[pos].isspace():
+        pos += 1
+    return pos
+
+
+# --------------------------------------------------------------------------- the two renderings
+
+
+def render_server(template: str, context: Mapping[str, Any]) -> str:
+    """rest-server ``render``: name tags from ``context``, unresolved ones written back, the rest dropped."""
+    out = []
+    for token in _mustache_tokens(template):
+        if token.kind == "text":
+            out.append(token.value)
+        elif token.kind == "name":
+            name = _INDEX.sub(r".\1", token.value)
+            value = _mustache_lookup(context, name)
+            out.append(f"<% {name} %>" if value is None or value is _UNDEFINED else js_string(value))
+    return "".join(out).strip()
+
+
+def _runtime_secret_dict(value: Any) -> Any:
+    """openpai-runtime ``_convert_to_dict``: lists become ``{"0": ...}`` (their items are left as they are)."""
+    if isinstance(value, list):
+        return {str(i): item for i, item in enumerate(value)}
+    if isinstance(value, Mapping):
+        return {key: _runtime_secret_dict(item) for key, item in value.items()}
+    return value
+
+
+_PYSTACHE_TAG = re.compile(r"<%\s*(?P<kind>[!>&/#^]?)\s*(?P<key>[\s\S]+?)\s*%>")
+
+
+def render_runtime(command: str, secrets: Any) -> str:
+    """openpai-runtime ``render_string_with_secrets``: ``$secrets`` tags, HTML-escaped; others blanked.
+
+    Nothing happens when the job has no secrets. Only what the rest-server left
+    is seen here: text and ``<% name %>`` tags.
+    """
+    if not secrets:
+        return command
+    context = {"$secrets": _runtime_secret_dict(secrets)}
+
+    def value(match: re.Match[str]) -> str:
+        if match.group("kind"):
+            return ""
+        key = _INDEX.sub(r".\1", match.group("key"))
+        found: Any = context
+        for part in key.split("."):
+            if isinstance(found, Mapping) and part in found:
+                found = found[part]
+            else:
+                return ""
+        return html.escape(found if isinstance(found, str) else str(found), quote=True)
+
+    return _PYSTACHE_TAG.sub(value, command)
+
+
+# --------------------------------------------------------------------------- a role's command
+
+
+def _prerequisite(job: Mapping[str, Any], kind: str, name: Any) -> Any:
+    for item in job.get("prerequisites") or ():
+        if isinstance(item, Mapping) and item.get("type") == kind and item.get("name") == name:
+            return item
+    return None
+
+
+def role_commands(job: Mapping[str, Any], role: str) -> list[str]:
+    """The role's ``commands`` with the default deployment's ``preCommands`` / ``postCommands`` around them."""
+    spec = (job.get("taskRoles") or {})[role]
+    commands = list(spec.get("commands") or ())
+    defaults = job.get("defaults") or {}
+    wanted = defaults.get("deployment") if isinstance(defaults, Mapping) else None
+    if wanted is None:
+        return commands
+    for deployment in job.get("deployments") or ():
+        if isinstance(deployment, Mapping) and deployment.get("name") == wanted:
+            roles = deployment.get("taskRoles") or {}
+            if role in roles:
+                mine = roles[role] or {}
+                commands = list(mine.get("preCommands") or ()) + commands + list(mine.get("postCommands") or ())
+            break
+    return commands
+
+
+def role_entrypoint(job: Mapping[str, Any], role: str) -> str:
+    """What the rest-server stores as the role's ``entrypoint`` (the runtime's ``USER_CMD``)."""
+    spec = (job.get("taskRoles") or {})[role]
+    joined = "\n".join(str(command).strip() for command in role_commands(job, role))
+    context: dict[str, Any] = {}
+    for key, value in (("$parameters", job.get("parameters")),
+                       ("$script", _prerequisite(job, "script", spec.get("script"))),
+                       ("$output", _prerequisite(job, "output", spec.get("output"))),
+                       ("$data", _prerequisite(job, "data", spec.get("data")))):
+        if value is not None:
+            context[key] = value
+    return render_server(joined, context)
+
+
+def task_command(job: Mapping[str, Any], role: str) -> str:
+    """The command a task of ``role`` finally runs: server rendering, then the runtime's secrets pass."""
+    return render_runtime(role_entrypoint(job, role), job.get("secrets"))
