@@ -1,0 +1,211 @@
+"""Every ``PAI_*`` / ``FC_*`` variable an OpenPAI task sees, with its exact format.
+
+Three producers, one function each:
+
+* ``server_env`` — rest-server ``src/models/v2/job/runtime-env.js``
+  (``generateFrameworkEnv``) plus the three per-task variables
+  ``models/v2/job/k8s.js`` adds (``current_task_env``). Role names are written
+  as in the job, except ``PAI_CURRENT_TASK_ROLE_NAME``: k8s.js takes it from the
+  pod annotation ``FC_TASKROLE_NAME``, i.e. frameworkcontroller's task role
+  name, which k8s.js made with ``convertName`` (``Worker_A`` -> ``workera``).
+  Values are JavaScript template strings: a missing resource field is empty in
+  ``PAI_RESOURCE_<role>``; ``minFailedInstances`` / ``minSucceededInstances``
+  that are ``null`` or ``0`` fall back to 1 / the instance count (``||``).
+* ``fc_env`` — frameworkcontroller's predefined container variables
+  (``pkg/apis/frameworkcontroller/v1/constants.go``).
+* ``runtime_env`` — openpai-runtime ``src/init.d/framework_parser.py``
+  (``generate_runtime_env``), exported by ``runtime.d/runtime_env.sh``: the
+  converted role name everywhere, ``PAI_HOST_IP_*`` and the host lists only
+  for tasks already placed (with gang allocation off, tasks not yet scheduled
+  have no IP), port lists for every task.
+
+Pure functions over plain values; the local cluster and paijob-runtime's
+tests both build a task's environment from here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from paijob.openpai.names import runtime_role_name
+
+SERVER_PORT_LABELS = ("ssh", "http")  # k8s.js adds these to every role (count 1) when the job lacks them
+DEFAULT_VIRTUAL_CLUSTER = "default"
+FC_NAMESPACE = "default"
+# Where openpai-runtime keeps its files in the container (plugins' PAI_WORK_DIR).
+RUNTIME_WORK_DIR = "/usr/local/pai"
+
+# role -> task index -> port label -> port numbers
+Ports = Mapping[str, Mapping[int, Mapping[str, Sequence[int]]]]
+
+
+@dataclass(frozen=True)
+class RoleResources:
+    """What runtime-env.js reads of one task role (values as in the job; None when absent)."""
+
+    name: str
+    instances: Any = None
+    gpu: Any = None
+    cpu: Any = None
+    memory_mb: Any = None
+    shm_mb: Any = None
+    min_failed: Any = None
+    min_succeeded: Any = None
+
+    @property
+    def task_count(self) -> int:
+        """``instances || 1``."""
+        return int(self.instances) if self.instances else 1
+
+
+def _js(value: Any) -> str:
+    """``${value}`` in JavaScript for the values these variables hold."""
+    if value is None:
+        return "undefined"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def _js_join(values: Sequence[Any]) -> str:
+    """``Array.prototype.join(',')``: null and undefined become empty."""
+    return ",".join("" if v is None else _js(v) for v in values)
+
+
+def min_failed_task_count(raw: Any) -> int:
+    """frameworkcontroller ``minFailedTaskCount``: the job's value when truthy, else 1 (-1: never fail early)."""
+    return int(raw) if raw else 1
+
+
+def min_succeeded_task_count(raw: Any, task_count: int) -> int:
+    """frameworkcontroller ``minSucceededTaskCount``: the job's value when truthy, else the task count."""
+    return int(raw) if raw else task_count
+
+
+def resource_value(role: RoleResources) -> str:
+    """``PAI_RESOURCE_<role>`` = ``gpu,cpu,memoryMB,shmMB``; shmMB is 0 when the job does not set it."""
+    return _js_join([role.gpu, role.cpu, role.memory_mb, 0 if role.shm_mb is None else role.shm_mb])
+
+
+def server_env(framework_name: str, roles: Sequence[RoleResources],
+               virtual_cluster: str = DEFAULT_VIRTUAL_CLUSTER) -> dict[str, str]:
+    """runtime-env.js ``generateFrameworkEnv``: the same for every task of the job."""
+    user = framework_name.split("~")[0]
+    names = ",".join(role.name for role in roles)
+    env = {
+        "PAI_FRAMEWORK_NAME": framework_name,
+        "PAI_JOB_NAME": framework_name,
+        "PAI_USER_NAME": user,
+        "PAI_DEFAULT_FS_URI": "",
+        "PAI_TASK_ROLE_COUNT": str(len(roles)),
+        "PAI_TASK_ROLE_LIST": names,
+        "PAI_VIRTUAL_CLUSTER": virtual_cluster,
+    }
+    for role in roles:
+        env[f"PAI_TASK_ROLE_TASK_COUNT_{role.name}"] = str(role.task_count)
+        env[f"PAI_RESOURCE_{role.name}"] = resource_value(role)
+        env[f"PAI_MIN_FAILED_TASK_COUNT_{role.name}"] = str(min_failed_task_count(role.min_failed))
+        env[f"PAI_MIN_SUCCEEDED_TASK_COUNT_{role.name}"] = str(
+            min_succeeded_task_count(role.min_succeeded, role.task_count))
+    total = sum(role.task_count for role in roles)
+    env.update({
+        "PAI_USERNAME": user,
+        "PAI_TASKS_NUM": str(total),
+        "PAI_JOB_TASK_COUNT": str(total),
+        "PAI_TASK_ROLES_NUM": str(len(roles)),
+        "PAI_JOB_TASK_ROLE_COUNT": str(len(roles)),
+        "PAI_JOB_TASK_ROLE_LIST": names,
+    })
+    return env
+
+
+def current_task_env(role: str, index: int) -> dict[str, str]:
+    """k8s.js: the task's own role (frameworkcontroller's converted name) and index."""
+    return {
+        "PAI_CURRENT_TASK_ROLE_NAME": runtime_role_name(role),
+        "PAI_CURRENT_TASK_ROLE_CURRENT_TASK_INDEX": str(index),
+        "PAI_TASK_INDEX": str(index),
+    }
+
+
+def fc_env(framework: str, role: str, index: int, *, framework_attempt: int, task_attempt: int,
+           configmap_uid: str, pod_uid: str, namespace: str = FC_NAMESPACE) -> dict[str, str]:
+    """frameworkcontroller's predefined variables; ``framework`` is the framework (object) name."""
+    fc_role = runtime_role_name(role)
+    configmap = f"{framework}-attempt"
+    return {
+        "FC_FRAMEWORK_NAMESPACE": namespace,
+        "FC_FRAMEWORK_NAME": framework,
+        "FC_TASKROLE_NAME": fc_role,
+        "FC_TASK_INDEX": str(index),
+        "FC_CONFIGMAP_NAME": configmap,
+        "FC_POD_NAME": f"{framework}-{fc_role}-{index}",
+        "FC_FRAMEWORK_ATTEMPT_ID": str(framework_attempt),
+        "FC_FRAMEWORK_ATTEMPT_INSTANCE_UID": f"{framework_attempt}_{configmap_uid}",
+        "FC_CONFIGMAP_UID": configmap_uid,
+        "FC_TASK_ATTEMPT_ID": str(task_attempt),
+        "FC_TASK_ATTEMPT_INSTANCE_UID": f"{task_attempt}_{pod_uid}",
+        "FC_POD_UID": pod_uid,
+    }
+
+
+def port_labels(declared: Mapping[str, Any] | None) -> dict[str, int]:
+    """A role's port labels with their counts, in k8s.js order: the job's, then ``ssh`` and ``http``."""
+    ports = {str(label): int(count) for label, count in (declared or {}).items()}
+    for label in SERVER_PORT_LABELS:
+        ports.setdefault(label, 1)
+    return ports
+
+
+def runtime_env(roles: Sequence[tuple[str, int]], current_role: str, current_index: int, ports: Ports,
+                host_ips: Mapping[tuple[str, int], str]) -> dict[str, str]:
+    """framework_parser.py ``generate_runtime_env`` for task ``current_role``/``current_index``.
+
+    ``roles`` is (name as in the job, task count) in job order; ``ports`` is keyed
+    by the job's role names; ``host_ips`` holds the tasks already placed.
+    """
+    env: dict[str, str] = {}
+    instances = []
+    current_fc = runtime_role_name(current_role)
+    for role, count in roles:
+        name = runtime_role_name(role)
+        host_list = []
+        for index in range(count):
+            task_ports = {label: [str(p) for p in numbers]
+                          for label, numbers in ports.get(role, {}).get(index, {}).items()}
+            instances.append(f"{name}:{index}")
+            for label, numbers in task_ports.items():
+                env[f"PAI_PORT_LIST_{name}_{index}_{label}"] = ",".join(numbers)
+                env[f"PAI_{name}_{index}_{label}_PORT"] = ",".join(numbers)
+            ip = host_ips.get((role, index))
+            if ip:
+                env[f"PAI_HOST_IP_{name}_{index}"] = ip
+                host_list.append(f"{ip}:{task_ports['http'][0]}")
+            if name == current_fc and index == current_index:
+                env["PAI_CURRENT_CONTAINER_IP"] = str(ip)
+                env["PAI_CURRENT_CONTAINER_PORT"] = task_ports["http"][0]
+                env["PAI_CONTAINER_HOST_IP"] = str(ip)
+                env["PAI_CONTAINER_HOST_PORT"] = task_ports["http"][0]
+                env["PAI_CONTAINER_SSH_PORT"] = task_ports["ssh"][0]
+                for label, numbers in task_ports.items():
+                    env[f"PAI_CONTAINER_HOST_{label}_PORT_LIST"] = ",".join(numbers)
+                env["PAI_CONTAINER_HOST_PORT_LIST"] = "".join(
+                    f"{label}:{','.join(numbers)};" for label, numbers in task_ports.items())
+        env[f"PAI_TASK_ROLE_{name}_HOST_LIST"] = ",".join(host_list)
+    env["PAI_TASK_ROLE_INSTANCES"] = ",".join(instances)
+    return env
+
+
+def job_role_name(current: str, role_list: Sequence[str]) -> str | None:
+    """The job's name for the role ``PAI_CURRENT_TASK_ROLE_NAME`` names.
+
+    OpenPAI sets that variable to frameworkcontroller's converted name
+    (``workera``) while ``PAI_TASK_ROLE_LIST`` keeps the job's (``Worker_A``);
+    None when no single role of the list matches.
+    """
+    if current in role_list:
+        return current
+    matches = [role for role in role_list if runtime_role_name(role) == current]
+    return matches[0] if len(matches) == 1 else None
