@@ -1,21 +1,26 @@
-"""Pure facts about a job for the local cluster: roles, completion rules, task environment.
+"""Pure facts about a job for the local cluster: roles, completion and retry rules, commands, task environment.
 
 Nothing here does I/O; the runner feeds it a job dict and the ports it picked,
-and gets back what OpenPAI would put in each task's environment and command line.
+and gets back what OpenPAI would put in each task's environment and command
+line. The OpenPAI facts themselves live in ``paijob.openpai`` (``taskenv``,
+``tags``, ``exitspec``); this module only applies them to one job, adding what
+a local run needs instead of a container (one host IP, a working directory).
 """
 
 from __future__ import annotations
 
-import re
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+import base64
+import uuid
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
 from typing import Any
 
+from paijob.openpai import taskenv
 from paijob.openpai.names import runtime_role_name
+from paijob.openpai.tags import task_command
 
 HOST_IP = "127.0.0.1"
-SERVER_PORTS = ("ssh", "http")  # OpenPAI adds these to every role
-_PARAM = re.compile(r"<%\s*\$(parameters|secrets)\.([A-Za-z0-9_.\-]+)\s*%>")
+Ports = dict[str, dict[int, dict[str, list[int]]]]  # role -> index -> label -> ports
 
 
 @dataclass(frozen=True)
@@ -26,16 +31,25 @@ class RolePlan:
     gpu: int
     cpu: int
     memory_mb: int
-    shm_mb: int
-    ports: dict[str, int]  # label -> count, server ports included
-    min_failed: int | None  # None: never fails the job
-    min_succeeded: int | None  # None: only when all tasks complete
-    task_retry_count: int
+    shm_mb: int | None  # None: the job does not set extraContainerOptions.shmMB
+    ports: dict[str, int]  # label -> count, server ports included, in OpenPAI's order
+    min_failed: int  # frameworkcontroller's minFailedTaskCount; -1: failures never end the attempt
+    min_succeeded: int  # frameworkcontroller's minSucceededTaskCount; -1: only all tasks ending does
+    task_retry_count: int  # taskRetryCount as frameworkcontroller gets it (0 with gang allocation)
     docker_image: str
+    resources: taskenv.RoleResources
 
     @property
     def runtime_name(self) -> str:
         return runtime_role_name(self.name)
+
+    def failed_enough(self, failed: int) -> bool:
+        """frameworkcontroller: the attempt fails once this many tasks of the role failed."""
+        return self.min_failed > 0 and failed >= self.min_failed
+
+    def succeeded_enough(self, succeeded: int) -> bool:
+        """frameworkcontroller: the attempt succeeds once this many tasks of the role succeeded."""
+        return self.min_succeeded > 0 and succeeded >= self.min_succeeded
 
 
 @dataclass(frozen=True)
@@ -44,8 +58,8 @@ class JobPlan:
     roles: tuple[RolePlan, ...]
     job_retry_count: int
     gang_allocation: bool
-    parameters: dict[str, Any] = field(default_factory=dict)
-    secrets: dict[str, Any] = field(default_factory=dict)
+    virtual_cluster: str = taskenv.DEFAULT_VIRTUAL_CLUSTER
+    job: Mapping[str, Any] | None = None  # the submitted job, for command rendering
 
     def role(self, name: str) -> RolePlan:
         for role in self.roles:
@@ -69,6 +83,12 @@ def _int(value: Any, default: int) -> int:
         return default
 
 
+def gang_allocation(job: Mapping[str, Any]) -> bool:
+    """k8s.js: gang allocation is off only for ``extras.gangAllocation === false`` (the boolean)."""
+    extras = job.get("extras")
+    return not (isinstance(extras, Mapping) and extras.get("gangAllocation") is False)
+
+
 def plan_job(job: Mapping[str, Any]) -> JobPlan:
     """Read the facts the runner needs from a (validated) protocol-v2 job dict."""
     images = {
@@ -76,104 +96,82 @@ def plan_job(job: Mapping[str, Any]) -> JobPlan:
         for p in job.get("prerequisites") or []
         if isinstance(p, Mapping) and p.get("type") == "dockerimage"
     }
+    gang = gang_allocation(job)
     roles = []
     for name, spec in (job.get("taskRoles") or {}).items():
-        instances = _int(spec.get("instances", 1), 1)
         resources = spec.get("resourcePerInstance") or {}
-        ports = {str(label): _int(count, 1) for label, count in (resources.get("ports") or {}).items()}
-        for label in SERVER_PORTS:
-            ports.setdefault(label, 1)
         completion = spec.get("completion") or {}
-        min_failed = completion.get("minFailedInstances", 1)
-        min_succeeded = completion.get("minSucceededInstances", instances)
-        min_failed = None if min_failed is None or _int(min_failed, 1) == -1 else _int(min_failed, 1)
-        min_succeeded = (
-            None if min_succeeded is None or _int(min_succeeded, instances) == -1 else _int(min_succeeded, instances)
+        options = spec.get("extraContainerOptions") or {}
+        facts = taskenv.RoleResources(
+            name=str(name), instances=spec.get("instances"), gpu=resources.get("gpu"), cpu=resources.get("cpu"),
+            memory_mb=resources.get("memoryMB"), shm_mb=options.get("shmMB"),
+            min_failed=completion.get("minFailedInstances"), min_succeeded=completion.get("minSucceededInstances"),
         )
         image_ref = str(spec.get("dockerImage", ""))
         roles.append(
             RolePlan(
                 name=str(name),
-                instances=instances,
+                instances=facts.task_count,
                 commands=tuple(str(c) for c in spec.get("commands") or ()),
                 gpu=_int(resources.get("gpu", 0), 0),
                 cpu=_int(resources.get("cpu", 1), 1),
                 memory_mb=_int(resources.get("memoryMB", 0), 0),
-                shm_mb=_int((spec.get("extraContainerOptions") or {}).get("shmMB", 512), 512),
-                ports=ports,
-                min_failed=min_failed,
-                min_succeeded=min_succeeded,
-                task_retry_count=_int(spec.get("taskRetryCount", 0), 0),
+                shm_mb=None if options.get("shmMB") is None else _int(options.get("shmMB"), 0),
+                ports=taskenv.port_labels(resources.get("ports")),
+                min_failed=taskenv.min_failed_task_count(facts.min_failed),
+                min_succeeded=taskenv.min_succeeded_task_count(facts.min_succeeded, facts.task_count),
+                task_retry_count=0 if gang else _int(spec.get("taskRetryCount") or 0, 0),
                 docker_image=images.get(image_ref, image_ref),
+                resources=facts,
             )
         )
-    extras = job.get("extras") or {}
+    defaults = job.get("defaults") or {}
+    virtual_cluster = defaults.get("virtualCluster") if isinstance(defaults, Mapping) else None
     return JobPlan(
         name=str(job.get("name")),
         roles=tuple(roles),
-        job_retry_count=_int(job.get("jobRetryCount", 0), 0),
-        gang_allocation=bool(extras.get("gangAllocation", True)) if isinstance(extras, Mapping) else True,
-        parameters=dict(job.get("parameters") or {}),
-        secrets=dict(job.get("secrets") or {}),
+        job_retry_count=_int(job.get("jobRetryCount") or 0, 0),
+        gang_allocation=gang,
+        virtual_cluster=taskenv.DEFAULT_VIRTUAL_CLUSTER if virtual_cluster is None else str(virtual_cluster),
+        job=job,
     )
 
 
-def substitute(text: str, parameters: Mapping[str, Any], secrets: Mapping[str, Any]) -> str:
-    """Replace ``<% $parameters.x %>`` / ``<% $secrets.x %>`` as OpenPAI does; unknown keys stay."""
-
-    def value(match: re.Match[str]) -> str:
-        source = parameters if match.group(1) == "parameters" else secrets
-        found: Any = source
-        for part in match.group(2).split("."):
-            if isinstance(found, Mapping) and part in found:
-                found = found[part]
-            else:
-                return match.group(0)
-        return str(found)
-
-    return _PARAM.sub(value, text)
-
-
 def task_script(plan: JobPlan, role: RolePlan) -> str:
-    return "\n".join(substitute(c, plan.parameters, plan.secrets) for c in role.commands)
+    """The command line OpenPAI would run for ``role`` (deployments, ``<% %>`` tags, secrets)."""
+    if plan.job is None:
+        return "\n".join(role.commands)
+    return task_command(plan.job, role.name)
 
 
-Ports = dict[str, dict[int, dict[str, list[int]]]]  # role -> index -> label -> ports
+def framework_object_name(job_id: str) -> str:
+    """rest-server ``encodeName``: the frameworkcontroller object name of job ``user~name`` (base32)."""
+    alphabet = "0123456789abcdefghjkmnpqrtuvwxyz"  # the npm ``base32`` package's alphabet
+    standard = "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567"
+    encoded = base64.b32encode(job_id.encode()).decode().rstrip("=")
+    return encoded.translate(str.maketrans(standard, alphabet))
 
 
 def task_env(plan: JobPlan, username: str, role_name: str, index: int, ports: Ports,
-             host_ip: str = HOST_IP) -> dict[str, str]:
-    """The PAI_* variables OpenPAI (server + runtime) gives task ``role_name``/``index``."""
-    env: dict[str, str] = {
-        "PAI_JOB_NAME": f"{username}~{plan.name}",
-        "PAI_USER_NAME": username,
-        "PAI_TASK_ROLE_COUNT": str(len(plan.roles)),
-        "PAI_TASK_ROLE_LIST": ",".join(role.name for role in plan.roles),
-        "PAI_CURRENT_TASK_ROLE_NAME": role_name,
-        "PAI_CURRENT_TASK_ROLE_CURRENT_TASK_INDEX": str(index),
-        "PAI_TASK_INDEX": str(index),
-    }
-    instances = []
-    for role in plan.roles:
-        env[f"PAI_TASK_ROLE_TASK_COUNT_{role.name}"] = str(role.instances)
-        env[f"PAI_RESOURCE_{role.name}"] = f"{role.gpu},{role.cpu},{role.memory_mb},{role.shm_mb}"
-        env[f"PAI_MIN_FAILED_TASK_COUNT_{role.name}"] = str(-1 if role.min_failed is None else role.min_failed)
-        env[f"PAI_MIN_SUCCEEDED_TASK_COUNT_{role.name}"] = str(
-            -1 if role.min_succeeded is None else role.min_succeeded
-        )
-        short = role.runtime_name
-        for i in range(role.instances):
-            instances.append(f"{short}:{i}")
-            env[f"PAI_HOST_IP_{short}_{i}"] = host_ip
-            for label, numbers in ports.get(role.name, {}).get(i, {}).items():
-                joined = ",".join(str(n) for n in numbers)
-                env[f"PAI_PORT_LIST_{short}_{i}_{label}"] = joined
-                env[f"PAI_{short}_{i}_{label}_PORT"] = joined
-    env["PAI_TASK_ROLE_INSTANCES"] = ",".join(instances)
-    env["PAI_CURRENT_CONTAINER_IP"] = host_ip
-    mine = ports.get(role_name, {}).get(index, {})
-    if "ssh" in mine:
-        env["PAI_CONTAINER_SSH_PORT"] = str(mine["ssh"][0])
-    if "http" in mine:
-        env["PAI_CONTAINER_HOST_PORT"] = str(mine["http"][0])
+             host_ip: str = HOST_IP, *, placed: Collection[tuple[str, int]] | None = None,
+             job_attempt: int = 0, task_attempt: int = 0, pod_uid: str = "",
+             work_dir: str = taskenv.RUNTIME_WORK_DIR) -> dict[str, str]:
+    """Every variable OpenPAI (server, frameworkcontroller, runtime) gives task ``role_name``/``index``.
+
+    ``placed`` is the tasks that have a host IP (None: all of them, as with
+    gang allocation). Every local task runs on ``host_ip``.
+    """
+    job_id = f"{username}~{plan.name}"
+    framework = framework_object_name(job_id)
+    env = taskenv.server_env(job_id, [role.resources for role in plan.roles], plan.virtual_cluster)
+    env.update(taskenv.current_task_env(role_name, index))
+    configmap_uid = str(uuid.uuid5(uuid.NAMESPACE_URL, f"paijob-local:{job_id}:{job_attempt}"))
+    env.update(taskenv.fc_env(framework, role_name, index, framework_attempt=job_attempt,
+                              task_attempt=task_attempt, configmap_uid=configmap_uid,
+                              pod_uid=pod_uid or str(uuid.uuid5(uuid.NAMESPACE_URL, f"{configmap_uid}:{role_name}:{index}"))))
+    all_tasks = [(role.name, i) for role in plan.roles for i in range(role.instances)]
+    ips = {task: host_ip for task in all_tasks if placed is None or task in placed}
+    env.update(taskenv.runtime_env([(role.name, role.instances) for role in plan.roles], role_name, index,
+                                   ports, ips))
+    env["PAI_WORK_DIR"] = work_dir
     return env

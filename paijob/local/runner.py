@@ -31,6 +31,7 @@ import yaml
 
 from paijob.local.plan import JobPlan, Ports, RolePlan, plan_job, task_env, task_script
 from paijob.local.store import Store, now_ms
+from paijob.openpai import exitspec
 from paijob.outputs import OUTPUT_ENV, local_output_dir
 
 log = logging.getLogger(__name__)
@@ -44,6 +45,11 @@ _SCRUB = ("PAI_TOKEN", "PAI_CLUSTER_URL", "PAI_USER", "PAIJOB_LOCAL_TOKEN")
 
 def stop_grace() -> float:
     return float(os.environ.get("PAIJOB_LOCAL_STOP_GRACE", "5"))
+
+
+def unlimited_retry_cap() -> int:
+    """How many retries the local cluster allows where OpenPAI's would retry without limit."""
+    return int(os.environ.get("PAIJOB_LOCAL_UNLIMITED_RETRY_CAP", "3"))
 
 
 def detect_gpus() -> list[str]:
@@ -147,6 +153,24 @@ def _is_zombie(pid: int) -> bool:
         return True
 
 
+def _log_tail(path: Path) -> str:
+    """The end of a task's combined log, as much as openpai-runtime searches for exit patterns."""
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(0, os.SEEK_END)
+            size = handle.tell()
+            handle.seek(max(0, size - exitspec.MAX_SEARCH_LOG_BYTES))
+            return handle.read().decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def unlimited_retry_notice(code: int, what: str, retries: int) -> str:
+    return (f"exit code {code} ({exitspec.spec_for(code).phrase}) is transient: OpenPAI would retry this {what} "
+            f"without limit, even with {'jobRetryCount' if what == 'job' else 'taskRetryCount'} 0; the local "
+            f"cluster stopped after {retries} such retries (PAIJOB_LOCAL_UNLIMITED_RETRY_CAP)")
+
+
 def exit_code(returncode: int) -> int:
     """Popen's ``-N`` for a signal becomes the container convention ``128 + N``."""
     return 128 - returncode if returncode < 0 else returncode
@@ -215,6 +239,10 @@ class JobRunner(threading.Thread):
         self.stop_reason = "stopped by the user"
         self.tasks: list[Task] = []
         self._announced_image = False
+        self._accountable_retries = 0  # job retries counted against jobRetryCount
+        self._unlimited_retries = 0  # job retries OpenPAI would not limit
+        self._placed: set[tuple[str, int]] = set()  # tasks of this attempt that have been started
+        self._task_retries: dict[tuple[str, int], tuple[int, int]] = {}  # (counted, unlimited) per task
 
     def request_stop(self, reason: str = "stopped by the user") -> None:
         self.stop_reason = reason
@@ -235,18 +263,37 @@ class JobRunner(threading.Thread):
         attempt = 0
         while True:
             state = self._run_attempt(attempt)
-            if state == "FAILED" and attempt < self.plan.job_retry_count and not self.stop_requested.is_set():
+            last = self.store.attempt(self.username, self.name_, attempt) or {}
+            notice = self._job_retry(state, last.get("exit_code"))
+            if notice is None:
                 attempt += 1
                 continue
             job = self.store.job(self.username, self.name_) or {}
-            last = self.store.attempt(self.username, self.name_, attempt) or {}
+            diagnostics = last.get("diagnostics") or job.get("diagnostics")
+            if notice:
+                diagnostics = f"{diagnostics}; {notice}" if diagnostics else notice
             self.store.update_job(
                 self.username, self.name_, state=state, sub_state="Completed", completed_time=now_ms(),
                 app_exit_code=last.get("exit_code"), trigger_message=last.get("trigger_message"),
                 trigger_role=last.get("trigger_role"), trigger_index=last.get("trigger_index"),
-                diagnostics=last.get("diagnostics") or job.get("diagnostics"),
+                diagnostics=diagnostics,
             )
             return
+
+    def _job_retry(self, state: str, code: int | None) -> str | None:
+        """None: run another job attempt (OpenPAI's retry policy); else the job ends, with this notice."""
+        if state != "FAILED" or code is None or self.stop_requested.is_set():
+            return ""
+        decision = exitspec.retry_decision(code, self._accountable_retries, self.plan.job_retry_count)
+        if not decision.retry:
+            return ""
+        if decision.unlimited:
+            if self._unlimited_retries >= unlimited_retry_cap():
+                return unlimited_retry_notice(code, "job", self._unlimited_retries)
+            self._unlimited_retries += 1
+        if decision.counted:
+            self._accountable_retries += 1
+        return None
 
     # ------------------------------------------------------------------ one attempt
 
@@ -255,7 +302,7 @@ class JobRunner(threading.Thread):
         self.store.upsert_attempt(u, n, attempt, state="WAITING")
         self.store.update_job(u, n, sub_state="AttemptPreparing", attempt_id=attempt, retries=attempt)
         if self.stop_requested.is_set():
-            return self._end_attempt(attempt, "STOPPED", None, self.stop_reason, None)
+            return self._end_attempt(attempt, "STOPPED", None, self.stop_reason, exitspec.STOP_REQUESTED_CODE)
 
         taken: set[int] = set()
         ports: Ports = {
@@ -265,6 +312,8 @@ class JobRunner(threading.Thread):
         }
         gpus = self.cluster.allocate_gpus(self.plan)
         self.tasks = []
+        self._placed = set()
+        self._task_retries = {}
         for role in self.plan.roles:
             for index in range(role.instances):
                 task = self._new_task(attempt, role, index, 0, ports, gpus)
@@ -282,20 +331,20 @@ class JobRunner(threading.Thread):
         while True:
             if self.stop_requested.is_set():
                 self._set_job(state="STOPPING", sub_state="AttemptDeletionPending")
-                self._kill([t for t in self.tasks if t.state == "RUNNING"], "STOPPED")
-                return self._end_attempt(attempt, "STOPPED", None, self.stop_reason, None)
+                self._stop_running(exitspec.STOP_REQUESTED_CODE)
+                return self._end_attempt(attempt, "STOPPED", None, self.stop_reason, exitspec.STOP_REQUESTED_CODE)
             for i, task in enumerate(list(self.tasks)):
                 if task.state != "RUNNING":
                     continue
                 if task.proc is None:  # could not even be started
-                    code = task.code if task.code is not None else 127
+                    raw = task.code if task.code is not None else 127
                 elif task.proc.poll() is None:
                     continue
                 else:
-                    code = exit_code(task.proc.returncode)
-                self._finish(task, "SUCCEEDED" if code == 0 else "FAILED", code)
-                retries = task.role.task_retry_count if not self.plan.gang_allocation else 0
-                if code != 0 and task.attempt < retries:
+                    raw = exit_code(task.proc.returncode)
+                self._finish(task, "SUCCEEDED" if raw == 0 else "FAILED", raw)
+                code = self._report_exit(task, raw)
+                if self._task_retry(task, code):
                     retry = self._new_task(attempt, task.role, task.index, task.attempt + 1, ports, gpus)
                     self.tasks[i] = retry
                     self._start(retry, attempt, ports, gpus)
@@ -303,13 +352,14 @@ class JobRunner(threading.Thread):
                 counts = succeeded if code == 0 else failed
                 counts[task.role.name] += 1
                 role = task.role
-                if code != 0 and role.min_failed is not None and failed[role.name] >= role.min_failed:
-                    self._kill([t for t in self.tasks if t.state == "RUNNING"], "STOPPED")
+                if code != 0 and role.failed_enough(failed[role.name]):
+                    self._stop_running(exitspec.ATTEMPT_COMPLETION_CODE)
                     message = (f"{failed[role.name]} task(s) of role {role.name} failed "
-                               f"(minFailedInstances {role.min_failed}); {task.key} exited with code {code}")
+                               f"(minFailedInstances {role.min_failed}); {task.key} exited with code {code} "
+                               f"({exitspec.spec_for(code).phrase})")
                     return self._end_attempt(attempt, "FAILED", task, message, code)
-                if code == 0 and role.min_succeeded is not None and succeeded[role.name] >= role.min_succeeded:
-                    self._kill([t for t in self.tasks if t.state == "RUNNING"], "STOPPED")
+                if code == 0 and role.succeeded_enough(succeeded[role.name]):
+                    self._stop_running(exitspec.ATTEMPT_COMPLETION_CODE)
                     message = (f"{succeeded[role.name]} task(s) of role {role.name} succeeded "
                                f"(minSucceededInstances {role.min_succeeded})")
                     return self._end_attempt(attempt, "SUCCEEDED", task, message, 0)
@@ -317,6 +367,46 @@ class JobRunner(threading.Thread):
                 last = max(self.tasks, key=lambda t: t.code or 0)
                 return self._end_attempt(attempt, "SUCCEEDED", last, "All Tasks are completed", 0)
             time.sleep(POLL)
+
+    # ------------------------------------------------------------------ OpenPAI's exit and retry rules
+
+    def _report_exit(self, task: Task, raw: int) -> int:
+        """The container exit code openpai-runtime reports (exit spec patterns over the task's log)."""
+        result = exitspec.container_exit(raw, _log_tail(task.log_dir / "all"))
+        if result.code != raw:
+            task.code = result.code
+            note = (f"user command exited with {raw}; OpenPAI reports {result.code} "
+                    f"({result.spec.phrase})" + (f", matched {result.matched!r}" if result.matched else ""))
+            self.store.update_task(self.username, self.name_, task.job_attempt, task.role.name, task.index,
+                                   task.attempt, exit_code=result.code, diagnostics=note)
+        return result.code
+
+    def _task_retry(self, task: Task, code: int) -> bool:
+        """frameworkcontroller's task retry policy (only with gang allocation off, else taskRetryCount is 0)."""
+        if code == 0 or self.plan.gang_allocation:
+            return False
+        key = (task.role.name, task.index)
+        counted, unlimited = self._task_retries.get(key, (0, 0))
+        decision = exitspec.retry_decision(code, counted, task.role.task_retry_count)
+        if not decision.retry:
+            return False
+        if decision.unlimited:
+            if unlimited >= unlimited_retry_cap():
+                self.store.update_task(self.username, self.name_, task.job_attempt, task.role.name, task.index,
+                                       task.attempt, diagnostics=unlimited_retry_notice(code, "task", unlimited))
+                return False
+            unlimited += 1
+        self._task_retries[key] = (counted + decision.counted, unlimited)
+        return True
+
+    def _stop_running(self, code: int) -> None:
+        """Stop every running task; frameworkcontroller records them with ``code`` (-210 stop, -220 completion)."""
+        running = [t for t in self.tasks if t.state == "RUNNING"]
+        self._kill(running, "STOPPED")
+        for task in running:
+            task.code = code
+            self.store.update_task(self.username, self.name_, task.job_attempt, task.role.name, task.index,
+                                   task.attempt, exit_code=code)
 
     def _set_job(self, **fields: Any) -> None:
         self.store.update_job(self.username, self.name_, **fields)
@@ -327,8 +417,13 @@ class JobRunner(threading.Thread):
             trigger_message=message, trigger_role=trigger.role.name if trigger else None,
             trigger_index=trigger.index if trigger else None, diagnostics=message,
         )
-        if state == "FAILED" and attempt < self.plan.job_retry_count and not self.stop_requested.is_set():
-            self._set_job(sub_state="AttemptCompleted", diagnostics=f"attempt {attempt}: {message}; retrying")
+        if state == "FAILED" and code is not None and not self.stop_requested.is_set():
+            decision = exitspec.retry_decision(code, self._accountable_retries, self.plan.job_retry_count)
+            if decision.retry:
+                why = (f"exit code {code} ({exitspec.spec_for(code).phrase}) is "
+                       f"{'retried without limit by OpenPAI' if not decision.counted else 'retried up to jobRetryCount'}")
+                self._set_job(sub_state="AttemptCompleted",
+                              diagnostics=f"attempt {attempt}: {message}; {why}; retrying")
         return state
 
     def _new_task(self, attempt: int, role: RolePlan, index: int, task_attempt: int,
@@ -341,7 +436,7 @@ class JobRunner(threading.Thread):
 
     def _start(self, task: Task, attempt: int, ports: Ports, gpus: dict[tuple[str, int], str | None]) -> None:
         env = {k: v for k, v in os.environ.items() if not k.startswith("PAI_") and k not in _SCRUB}
-        env.update(task_env(self.plan, self.username, task.role.name, task.index, ports))
+        env.update(self._task_env(task, attempt, ports))
         python_bin = str(Path(sys.executable).parent)
         env["PATH"] = python_bin + os.pathsep + env.get("PATH", os.defpath)
         env[MARKER] = task.uid
@@ -361,7 +456,8 @@ class JobRunner(threading.Thread):
             note = (f"[paijob local] docker images are not pulled: role {task.role.name} asks for "
                     f"'{task.role.docker_image}'; commands run in this Python environment ({sys.executable})\n")
             sink.write("stderr", note.encode())
-            if self.plan.gang_allocation and any(r.task_retry_count for r in self.plan.roles):
+            if self.plan.gang_allocation and any(
+                    (spec or {}).get("taskRetryCount") for spec in ((self.plan.job or {}).get("taskRoles") or {}).values()):
                 sink.write("stderr", b"[paijob local] taskRetryCount only takes effect with "
                                      b"extras.gangAllocation: false (as on OpenPAI); ignored\n")
         script = task_script(self.plan, task.role)
@@ -391,6 +487,15 @@ class JobRunner(threading.Thread):
         closer.start()
         self.store.update_task(self.username, self.name_, attempt, task.role.name, task.index, task.attempt,
                                state="RUNNING", launched_time=now_ms(), pid=proc.pid)
+
+    def _task_env(self, task: Task, attempt: int, ports: Ports) -> dict[str, str]:
+        """OpenPAI's variables for this task. Gang allocation off: tasks are placed one by one in
+        job order, so a task sees the host IPs of the tasks started before it (and its own)."""
+        self._placed.add((task.role.name, task.index))
+        workdir = self.cluster.work_dir(self.job_id, attempt, task.role.name, task.index)
+        return task_env(self.plan, self.username, task.role.name, task.index, ports,
+                        placed=None if self.plan.gang_allocation else set(self._placed),
+                        job_attempt=attempt, task_attempt=task.attempt, pod_uid=task.uid, work_dir=str(workdir))
 
     @staticmethod
     def _close_sink_when_done(task: Task, sink: _LogSink) -> None:
@@ -476,7 +581,8 @@ class LocalCluster:
             return
         job = self.store.job(username, name)
         if job and job["state"] in ("WAITING", "RUNNING", "STOPPING"):
-            self.store.update_job(username, name, state="STOPPED", sub_state="Completed", completed_time=now_ms())
+            self.store.update_job(username, name, state="STOPPED", sub_state="Completed", completed_time=now_ms(),
+                                  app_exit_code=exitspec.STOP_REQUESTED_CODE)
 
     def forget(self, job_id: str) -> None:
         with self._lock:

@@ -35,6 +35,7 @@ from paijob import __version__
 from paijob.local.plan import plan_job
 from paijob.local.runner import LocalCluster
 from paijob.local.store import JobExists
+from paijob.openpai import exitspec
 
 log = logging.getLogger(__name__)
 
@@ -136,18 +137,7 @@ def _job_status(job: dict[str, Any], attempt: dict[str, Any] | None, latest: boo
         "appLaunchedTime": a.get("launched_time"),
         "appCompletedTime": a.get("completed_time"),
         "appExitCode": exit_code,
-        "appExitSpec": None if not done else {
-            "code": exit_code if exit_code is not None else -1,
-            "phrase": state.title(),
-            "issuer": "USER_CONTAINER",
-            "causer": "USER_STOP" if state == "STOPPED" else "USER_CONTAINER",
-            "type": _EXIT_TYPES[state],
-            "stage": "COMPLETING",
-            "behavior": "UNKNOWN",
-            "reaction": "NEVER_RETRY",
-            "reason": message or "",
-            "repro": [],
-        },
+        "appExitSpec": None if not done or exit_code is None else exitspec.spec_for(exit_code).as_json(),
         "appExitDiagnostics": diagnostics,
         "appExitMessages": {"container": None, "runtime": None, "launcher": diagnostics} if done else None,
         "appExitTriggerMessage": message,
@@ -177,18 +167,7 @@ def _task_attempt_view(row: dict[str, Any], job_id: str) -> dict[str, Any]:
         "containerGpus": row["gpus"],
         "containerLog": _log_path(job_id, row["job_attempt"], row["role"], row["task_index"], row["task_attempt"]),
         "containerExitCode": row["exit_code"],
-        "containerExitSpec": None if row["exit_code"] is None else {
-            "code": row["exit_code"],
-            "phrase": "Succeeded" if row["exit_code"] == 0 else "ContainerExitCode",
-            "issuer": "USER_CONTAINER",
-            "causer": "USER_CONTAINER",
-            "type": "USER_SUCCESS" if row["exit_code"] == 0 else "USER_FAILURE",
-            "stage": "COMPLETING",
-            "behavior": "UNKNOWN",
-            "reaction": "NEVER_RETRY",
-            "reason": row["diagnostics"] or "",
-            "repro": [],
-        },
+        "containerExitSpec": None if row["exit_code"] is None else exitspec.spec_for(row["exit_code"]).as_json(),
         "containerExitDiagnostics": row["diagnostics"],
     }
 

@@ -39,15 +39,16 @@ def test_submitted_job_runs_to_succeeded_and_its_output_is_in_the_logs(client: P
     assert "docker images are not pulled" in everything and "hello from" in everything
 
 
-def test_failing_task_fails_the_job_with_its_exit_code(client: PaiClient) -> None:
+def test_failing_task_fails_the_job_with_the_exit_code_openpai_reports(client: PaiClient) -> None:
+    # openpai-runtime reports a user exit code no exit-spec pattern matches as 255
     job_id = client.submit(job_yaml("fails", ["echo about to fail", "exit 3"]))
     detail = wait(client, job_id)
     status = detail["jobStatus"]
     assert status["state"] == "FAILED"
-    assert status["appExitCode"] == 3
+    assert status["appExitCode"] == 255
     assert (status["appExitTriggerTaskRoleName"], status["appExitTriggerTaskIndex"]) == ("worker", 0)
     task = detail["taskRoles"]["worker"]["taskStatuses"][0]
-    assert (task["taskState"], task["containerExitCode"]) == ("FAILED", 3)
+    assert (task["taskState"], task["containerExitCode"]) == ("FAILED", 255)
 
 
 def test_unset_variable_kills_the_task_as_bash_nounset_does(client: PaiClient) -> None:
@@ -141,7 +142,7 @@ def test_jobs_states_and_logs_survive_a_server_restart(tmp_path: Path) -> None:
         client = PaiClient(second.url, TOKEN, user=local_user(), retries=0)
         detail = client.get_job(job_id)
         assert detail["jobStatus"]["state"] == "FAILED"
-        assert detail["taskRoles"]["worker"]["taskStatuses"][0]["containerExitCode"] == 4
+        assert detail["taskRoles"]["worker"]["taskStatuses"][0]["containerExitCode"] == 255
         assert "written before the restart" in log_text(client, job_id)
         assert [j["name"] for j in client.list_jobs()] == ["durable"]
         with pytest.raises(ConflictJobError):
@@ -188,7 +189,7 @@ assert e["PAI_TASK_ROLE_LIST"] == "ps_Server,worker"
 assert e["PAI_TASK_ROLE_COUNT"] == "2"
 assert e["PAI_TASK_ROLE_TASK_COUNT_worker"] == "2"
 assert e["PAI_TASK_ROLE_TASK_COUNT_ps_Server"] == "1"
-assert e["PAI_RESOURCE_worker"] == "0,1,256,512", e["PAI_RESOURCE_worker"]
+assert e["PAI_RESOURCE_worker"] == "0,1,256,0", e["PAI_RESOURCE_worker"]
 assert e["PAI_MIN_FAILED_TASK_COUNT_worker"] == "1"
 assert e["PAI_MIN_SUCCEEDED_TASK_COUNT_worker"] == "2"
 assert e["PAI_TASK_ROLE_INSTANCES"] == "psserver:0,worker:0,worker:1", e["PAI_TASK_ROLE_INSTANCES"]
@@ -223,7 +224,8 @@ def test_each_task_gets_the_pai_environment_openpai_would_give_it(client: PaiCli
     detail = wait(client, job_id)
     logs = "".join(log_text(client, job_id, role, i) for role, i in (("ps_Server", 0), ("worker", 0), ("worker", 1)))
     assert detail["jobStatus"]["state"] == "SUCCEEDED", logs
-    assert "env ok worker 1" in logs and "env ok ps_Server 0" in logs
+    # PAI_CURRENT_TASK_ROLE_NAME is frameworkcontroller's (converted) role name
+    assert "env ok worker 1" in logs and "env ok psserver 0" in logs
     assert "param=0.25" in logs
 
 
@@ -234,18 +236,20 @@ def test_min_failed_instances_lets_a_job_survive_fewer_failures(client: PaiClien
     detail = wait(client, job_id)
     assert detail["jobStatus"]["state"] == "SUCCEEDED"
     codes = [t["containerExitCode"] for t in detail["taskRoles"]["worker"]["taskStatuses"]]
-    assert codes == [0, 5, 0]
+    assert codes == [0, 255, 0]
 
 
 def test_a_failed_task_kills_the_others_and_fails_the_job(client: PaiClient) -> None:
-    commands = ["if [ $PAI_TASK_INDEX = 0 ]; then exit 7; fi", "sleep 300"]
+    commands = ["if [ $PAI_TASK_INDEX = 0 ]; then exit 134; fi", "sleep 300"]
     job_id = client.submit(job_yaml("failfast", commands, instances=2))
     started = time.monotonic()
     detail = wait(client, job_id)
     assert time.monotonic() - started < 10
     states = [(t["taskState"], t["containerExitCode"]) for t in detail["taskRoles"]["worker"]["taskStatuses"]]
-    assert states[0] == ("FAILED", 7) and states[1][0] == "STOPPED"
-    assert detail["jobStatus"]["appExitCode"] == 7
+    # 134 (SIGABRT) is in the exit spec, so it is reported as is; the stopped task gets
+    # frameworkcontroller's FrameworkAttemptCompletion code
+    assert states[0] == ("FAILED", 134) and states[1] == ("STOPPED", -220)
+    assert detail["jobStatus"]["appExitCode"] == 134
 
 
 def test_task_retry_runs_a_new_task_attempt_when_gang_allocation_is_off(client: PaiClient, tmp_path: Path) -> None:
@@ -259,7 +263,7 @@ def test_task_retry_runs_a_new_task_attempt_when_gang_allocation_is_off(client: 
     assert (task["retries"], task["attemptId"]) == (1, 1)
     history = client.task_status(job_id, 0, "worker", 0)
     assert [(a["attemptId"], a["attemptState"], a["containerExitCode"]) for a in history["attempts"]] == [
-        (0, "FAILED", 9), (1, "SUCCEEDED", 0)]
+        (0, "FAILED", 255), (1, "SUCCEEDED", 0)]
     assert "first try" in log_text(client, job_id, task_attempt=0)
     assert "second try" in log_text(client, job_id, task_attempt=1)
 
@@ -273,7 +277,7 @@ def test_job_retry_runs_a_new_job_attempt(client: PaiClient, tmp_path: Path) -> 
     assert (detail["jobStatus"]["attemptId"], detail["jobStatus"]["retries"]) == (1, 1)
     first = client.get_job(job_id, attempt=0)
     assert first["jobStatus"]["attemptState"] == "FAILED"
-    assert first["taskRoles"]["worker"]["taskStatuses"][0]["containerExitCode"] == 2
+    assert first["taskRoles"]["worker"]["taskStatuses"][0]["containerExitCode"] == 255
 
 
 def test_logs_can_be_read_from_an_offset(client: PaiClient) -> None:

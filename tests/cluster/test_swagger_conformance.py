@@ -94,7 +94,8 @@ def test_job_detail_and_attempt_match_job_detail(swagger: dict[str, Any], finish
     server, _, job_id = finished
     detail = get(server, f"/api/v2/jobs/{job_id}").json()
     check(swagger, "/api/v2/jobs/{user}~{job}", "get", 200, detail)
-    assert [t["containerExitCode"] for t in detail["taskRoles"]["worker"]["taskStatuses"]] == [0, 1]
+    # exit 1 is reported as 255 by the exit spec (paijob.openpai.exitspec)
+    assert [t["containerExitCode"] for t in detail["taskRoles"]["worker"]["taskStatuses"]] == [0, 255]
     attempt = get(server, f"/api/v2/jobs/{job_id}/attempts/0").json()
     check(swagger, "/api/v2/jobs/{user}~{job}/attempts/{jobAttemptId}", "get", 200, attempt)
 
