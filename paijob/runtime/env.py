@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 
 from paijob.errors import PaijobError
 from paijob.openpai.names import DEFAULT_PORT_LABEL, runtime_role_name
+from paijob.openpai.taskenv import job_role_name
 
 STANDALONE_ADDR = "127.0.0.1"
 BACKENDS = ("auto", "nccl", "gloo")
@@ -305,12 +306,13 @@ def _current_role(environ: Mapping[str, str], role_list: tuple[str, ...]) -> str
             f"PAI_CURRENT_TASK_ROLE_NAME is not set and the job has several task roles "
             f"(PAI_TASK_ROLE_LIST={','.join(role_list)!r}): cannot tell which role this task is"
         )
-    if current not in role_list:
+    resolved = job_role_name(current, role_list)  # OpenPAI sets the converted name (Worker_A -> workera)
+    if resolved is None:
         raise DistEnvError(
             f"PAI_CURRENT_TASK_ROLE_NAME={current!r} is not in "
             f"PAI_TASK_ROLE_LIST={','.join(role_list)!r}: the environment is inconsistent"
         )
-    return current
+    return resolved
 
 
 def _participating_roles(
