@@ -56,7 +56,7 @@ def test_run_local_exits_1_and_names_the_failing_task(capsys: pytest.CaptureFixt
     code, out, err = paijob(capsys, "run", str(job), "--local")
     assert code == 1
     assert "worker/1 | bad" in out
-    assert "FAILED: worker/1 exited with code 3" in err
+    assert "FAILED: worker/1 exited with code 255" in err  # exit 3 is reported as 255 (exit spec)
 
 
 def test_local_up_status_down(capsys: pytest.CaptureFixture[str], local: Path) -> None:
