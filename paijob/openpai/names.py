@@ -9,6 +9,13 @@ from __future__ import annotations
 
 import re
 
+# rest-server config/v2/protocol.js: job, prerequisite and deployment names
+NAME_PATTERN = "^[a-zA-Z0-9_-]+$"
+# ... and task role names, port labels (patternProperties keys)
+IDENTIFIER_PATTERN = "^[a-zA-Z_][a-zA-Z0-9_]*$"
+# OpenPAI's own template tags in commands and auth: <% $parameters.x %>, <% $secrets.y %>
+PAI_TAG_PATTERN = r"<%\s*\$(parameters|secrets|script|output|data)\.([^\s%]+?)\s*%>"
+
 # What paijob's templates declare and paijob-runtime train reads when the command line does not say.
 DEFAULT_PORT_LABEL = "SynPort"
 
@@ -16,6 +23,16 @@ DEFAULT_PORT_LABEL = "SynPort"
 DEFAULT_API_PATH = "/rest-server/api/v2"
 
 _NOT_RUNTIME_CHAR = re.compile(r"[^a-z0-9]")
+
+
+def js_match(pattern: str, text: str) -> bool:
+    """``new RegExp(pattern).test(text)`` for the anchored patterns above.
+
+    Python's ``$`` also matches before a final newline; JavaScript's does not.
+    """
+    if pattern.endswith("$"):
+        pattern = pattern[:-1] + r"\Z"
+    return re.search(pattern, text) is not None
 
 
 def runtime_role_name(role: str) -> str:

@@ -74,6 +74,11 @@ def _add_layout_options(parser: argparse.ArgumentParser) -> None:
         "PAI_RESOURCE_<role>, else 1; default: auto)",
     )
     group.add_argument(
+        "--mode", choices=("per-gpu", "per-node", "dataparallel"), default="per-gpu",
+        help="per-gpu: one worker per GPU on torch's elastic agent (default); per-node: run "
+        "the command once per node (scripts that mp.spawn); dataparallel: one process, all GPUs",
+    )
+    group.add_argument(
         "--backend", choices=BACKENDS, default="auto",
         help="process-group backend exported as PAIJOB_BACKEND (auto: nccl with GPUs, else gloo)",
     )
@@ -104,11 +109,6 @@ def build_parsers() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     _add_layout_options(train)
-    train.add_argument(
-        "--mode", choices=("per-gpu", "per-node", "dataparallel"), default="per-gpu",
-        help="per-gpu: one worker per GPU on torch's elastic agent (default); per-node: run "
-        "the command once per node (scripts that mp.spawn); dataparallel: one process, all GPUs",
-    )
     train.add_argument(
         "--recipe", metavar="NAME", help="run a built-in recipe (python -m paijob.runtime.recipes)"
     )
@@ -190,6 +190,7 @@ def _layout(args: argparse.Namespace) -> tuple[DistEnv, int]:
         roles=parse_roles_option(args.roles),
         nproc_per_node=parse_nproc_option(args.nproc_per_node),
         backend=args.backend,
+        mode=args.mode,
     )
     gpus = count_visible_gpus(environ)
     free_port = find_free_port()

@@ -53,6 +53,7 @@ class LaunchOptions:
     roles: tuple[str, ...] | None = None
     nproc_per_node: int | None = None  # None means "auto"
     backend: str = "auto"
+    mode: str = "per-gpu"  # per-gpu | per-node | dataparallel (see workers_per_node)
 
 
 @dataclass(frozen=True)
@@ -155,6 +156,17 @@ def parse_nproc_option(text: str | int | None) -> int | None:
     return value
 
 
+def workers_per_node(mode: str, requested: int | None, gpus: int) -> int:
+    """Worker processes of one task: the world-size unit that paijob validate reports too.
+
+    ``dataparallel`` is one process driving every GPU of the node, so 1; the
+    other modes start ``--nproc-per-node`` workers, by default one per GPU.
+    """
+    if mode == "dataparallel":
+        return 1
+    return requested or gpus or 1
+
+
 def compute_dist_env(
     environ: Mapping[str, str],
     options: LaunchOptions | None = None,
@@ -181,7 +193,7 @@ def compute_dist_env(
         raise ValueError("visible_gpus must be >= 0")
     backend = _backend(options.backend, visible_gpus)
     if not is_openpai(environ):
-        nproc = options.nproc_per_node or (visible_gpus if visible_gpus > 0 else 1)
+        nproc = workers_per_node(options.mode, options.nproc_per_node, visible_gpus)
         return DistEnv(
             master_addr=STANDALONE_ADDR,
             master_port=free_port,
@@ -241,7 +253,10 @@ def _openpai_env(
             f"inconsistent: check the role's 'instances' in the job YAML"
         )
 
-    nprocs = _nprocs(environ, ordered, current, options.nproc_per_node, visible_gpus)
+    if options.mode == "dataparallel":
+        nprocs = {role: workers_per_node(options.mode, None, 0) for role in ordered}
+    else:
+        nprocs = _nprocs(environ, ordered, current, options.nproc_per_node, visible_gpus)
     node_rank = 0
     rank_offset = 0
     for role in ordered:

@@ -11,6 +11,15 @@ from paijob.templating import builtin_names, render_template
 
 CASES = [(t, c) for t, cases in GOLDEN_CASES.items() for c in cases]
 
+# ddp-extras renders gangAllocation: false on 2 nodes on purpose; validate warns
+# that OpenPAI then starts tasks one by one (see protocol_plan.gang_allocation).
+EXPECTED_WARNINGS = {"ddp-extras": {("extras", "gangAllocation")}}
+
+
+def unexpected(name: str, problems: list) -> list:  # type: ignore[type-arg]
+    allowed = EXPECTED_WARNINGS.get(name, set())
+    return [p for p in problems if p.severity == "error" or p.path not in allowed]
+
 
 @pytest.mark.parametrize(("template", "case"), CASES, ids=[f"{t}-{c}" for t, c in CASES])
 def test_template_renders_its_golden_file(template: str, case: str) -> None:
@@ -23,7 +32,9 @@ def test_template_renders_its_golden_file(template: str, case: str) -> None:
         f"{path.name} differs from the render; if the change is intended, "
         "regenerate with PAIJOB_UPDATE_GOLDEN=1 and review the diff"
     )
-    assert not result.report.problems, result.report.formatted_problems()
+    assert not unexpected(f"{template}-{case}", result.report.problems), (
+        result.report.formatted_problems()
+    )
 
 
 def test_every_builtin_template_has_golden_cases_for_one_and_many_nodes() -> None:
@@ -43,7 +54,7 @@ def test_no_stale_golden_files() -> None:
 def test_every_golden_file_passes_validate(path) -> None:  # type: ignore[no-untyped-def]
     report = validate_file(path)
     assert report.ok, report.formatted_problems()
-    assert not report.warnings, report.formatted_problems()
+    assert not unexpected(path.stem, report.warnings), report.formatted_problems()
     assert report.plan is not None
 
 

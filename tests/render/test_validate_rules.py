@@ -60,7 +60,7 @@ def test_base_job_is_valid_with_its_world_size() -> None:
     ("old", "new", "path", "line", "message"),
     [
         ("type: job\n", "", "", 1, "missing required key 'type' (type: job)"),
-        ("protocolVersion: 2", "protocolVersion: 3", "protocolVersion", 1, "3 is not allowed here; use one of: 2, '2'"),
+        ("protocolVersion: 2", "protocolVersion: 3", "protocolVersion", 1, "3 is not allowed here; use one of: '2', 2"),
         ("name: base-job", "name: base job", "name", 2, "'base job' is not a valid name"),
         ("name: base-job", "name: " + "x" * 256, "name", 2, "is 256 characters long; at most 255"),
         ("type: job", "type: jobs", "type", 3, "'jobs' is not allowed here; use one of: 'job'"),
@@ -68,18 +68,23 @@ def test_base_job_is_valid_with_its_world_size() -> None:
         ("    instances: 4", "    instance: 4", "taskRoles.worker.instance", 10, "unknown key 'instance' (did you mean 'instances'?)"),
         ("    instances: 4", "    instances: 0", "taskRoles.worker.instances", 10, "must be at least 1, got 0"),
         ("    instances: 4", "    instances: four", "taskRoles.worker.instances", 10, "expected integer, got string 'four'"),
-        ("      gpu: 8", "      gpu: -1", "taskRoles.worker.resourcePerInstance.gpu", 13, "must be at least 0, got -1"),
+        ("      gpu: 8", "      gpu: 1.5", "taskRoles.worker.resourcePerInstance.gpu", 13, "expected integer, got number 1.5"),
         ("      gpu: 8", "      gpu: true", "taskRoles.worker.resourcePerInstance.gpu", 13, "expected integer, got boolean True"),
         ("      cpu: 16\n", "", "taskRoles.worker.resourcePerInstance", 12, "missing required key 'cpu'"),
         ("      cpu: 16", "      cpus: 16", "taskRoles.worker.resourcePerInstance.cpus", 14, "unknown key 'cpus' (did you mean 'cpu'?)"),
-        ("        SynPort: 1", "        SynPort: 0", "taskRoles.worker.resourcePerInstance.ports.SynPort", 17, "must be at least 1, got 0"),
+        ("        SynPort: 1", "        SynPort: one", "taskRoles.worker.resourcePerInstance.ports.SynPort", 17, "expected integer, got string 'one'"),
         ("    commands:\n      - paijob-runtime train --port-label SynPort train.py --epochs 1\n", "    commands: []\n", "taskRoles.worker.commands", 18, "needs at least 1 item(s)"),
         ("    dockerImage: image\n", "", "taskRoles.worker", 9, "missing required key 'dockerImage': the name of a 'type: dockerimage' prerequisite"),
         ("    uri: repo/image:tag\n", "", "prerequisites[0]", 5, "missing required key 'uri'"),
-        ("    instances: 4\n", "    instances: 4\n    completion:\n      minFailedInstances: 0\n", "taskRoles.worker.completion.minFailedInstances", 12, "must be -1 or at least 1, got 0"),
+        ("    instances: 4\n", "    instances: 4\n    completion:\n      minFailedInstances: all\n", "taskRoles.worker.completion.minFailedInstances", 12, "expected integer or null, got string 'all'"),
         ("    instances: 4\n", "    instances: 4\n    extraContainerOptions:\n      shmMB: lots\n", "taskRoles.worker.extraContainerOptions.shmMB", 12, "expected integer"),
         ("taskRoles:\n", "jobRetryCount: -1\ntaskRoles:\n", "jobRetryCount", 8, "must be at least 0, got -1"),
-        ("type: job\n", "type: job\ndefaults:\n  virtualCluster: vc\n  queue: q\n", "defaults.queue", 6, "unknown key 'queue'"),
+        ("type: job\n", "type: job\ndefaults:\n  virtualCluster: vc\n  deployment: 1\n", "defaults.deployment", 6, "expected string, got number 1"),
+        ("taskRoles:\n", "secrets: token\ntaskRoles:\n", "secrets", 8, "expected a mapping, got string 'token'"),
+        ("      ports:\n        SynPort: 1\n", "      ports: {}\n", "taskRoles.worker.resourcePerInstance.ports", 16, "needs at least one entry"),
+        ("    uri: repo/image:tag\n", "    uri: repo/image:tag\n    plugin: x\n", "prerequisites[0].plugin", 8, "unknown key 'plugin'"),
+        ("taskRoles:\n", "deployments: []\ntaskRoles:\n", "deployments", 8, "needs at least 1 item(s)"),
+        ("taskRoles:\n", "deployments: [{name: d}]\ntaskRoles:\n", "deployments[0]", 8, "missing required key 'taskRoles'"),
     ],
 )
 def test_schema_rule(old: str, new: str, path: str, line: int, message: str) -> None:
@@ -125,7 +130,7 @@ def test_duplicate_prerequisite_names() -> None:
     text = edit("taskRoles:\n", "  - type: dockerimage\n    name: image\n    uri: other:1\ntaskRoles:\n")
     problem = only(check(text))
     assert problem.dotted_path == "prerequisites[1].name" and problem.line == 9
-    assert "duplicate prerequisite name 'image'" in problem.message
+    assert "duplicate dockerimage prerequisite name 'image'" in problem.message
 
 
 def test_role_data_output_script_must_name_prerequisites_of_that_type() -> None:
@@ -141,7 +146,8 @@ def test_task_retries_without_gang_allocation_off_are_a_warning() -> None:
     problem = only(report, WARNING)
     assert problem.dotted_path == "taskRoles.worker.taskRetryCount" and problem.line == 11
     assert "has no effect unless extras.gangAllocation is false" in problem.message
-    assert not check(text + "extras:\n  gangAllocation: false\n").problems
+    gang_off = check(text + "extras:\n  gangAllocation: false\n")
+    assert [p.dotted_path for p in gang_off.problems] == ["extras.gangAllocation"]
 
 
 def test_role_names_the_runtime_rewrites_are_a_warning() -> None:
@@ -247,8 +253,10 @@ def test_deployments_must_match_roles_and_defaults() -> None:
     )
     report = check(text)
     messages = {p.dotted_path: p.message for p in report.errors}
-    assert "'ps' is not a task role of this job" in messages["deployments[0].taskRoles.ps"]
     assert "'dev' names no deployment (prod)" in messages["defaults.deployment"]
+    # the server renders only the roles the job has and ignores the others
+    warning = only(check(text.replace("deployment: dev", "deployment: prod")), WARNING)
+    assert "'ps' is not a task role of this job" in warning.message
 
 
 def test_shm_not_below_memory_is_a_warning() -> None:
@@ -270,7 +278,7 @@ def test_not_yaml_or_not_a_mapping() -> None:
 
 
 def test_every_problem_is_reported_at_once_in_line_order() -> None:
-    text = edit("name: base-job", "name: bad name", edit("      gpu: 8", "      gpu: -2"))
+    text = edit("name: base-job", "name: bad name", edit("      gpu: 8", "      gpu: many"))
     text = edit("    dockerImage: image", "    dockerImage: nope", text)
     report = check(text)
     assert [p.line for p in report.errors] == [2, 11, 13]
@@ -285,7 +293,7 @@ def test_validate_cli_exit_codes_and_output(capsys: pytest.CaptureFixture[str], 
     warned = tmp_path / "warned.yaml"
     warned.write_text(BASE.replace("  worker:", "  ps_server:"))
     bad = tmp_path / "bad.yaml"
-    bad.write_text(edit("      gpu: 8", "      gpu: -1"))
+    bad.write_text(edit("      gpu: 8", "      gpu: eight"))
 
     code, out, err = run_cli(capsys, "validate", str(good), str(warned))
     assert code == 0 and err == ""
@@ -294,7 +302,10 @@ def test_validate_cli_exit_codes_and_output(capsys: pytest.CaptureFixture[str], 
 
     code, out, _ = run_cli(capsys, "validate", str(good), str(bad), str(tmp_path / "missing.yaml"))
     assert code == 2
-    assert f"{bad}:13: error: taskRoles.worker.resourcePerInstance.gpu: must be at least 0, got -1" in out
+    assert (
+        f"{bad}:13: error: taskRoles.worker.resourcePerInstance.gpu: expected integer, got string 'eight'"
+        in out
+    )
     assert f"invalid: {bad} — 1 error" in out
     assert "cannot read job file" in out and f"ok: {good}" in out
 
@@ -361,3 +372,42 @@ def test_mpi_job_plan_and_its_warnings() -> None:
     ).message
     bad_np = check(MPI.replace("-np 4", "-np 3"))
     assert "-np 3 but the hosts list offers 4 slots" in only(bad_np, WARNING).message
+
+
+# --------------------------------------------------------------------------- paijob-runtime's own parser
+
+
+def test_runtime_commands_are_parsed_by_the_runtimes_own_parser() -> None:
+    verbose = check(edit("paijob-runtime train --port-label", "paijob-runtime -v train --port-label"))
+    assert verbose.ok and verbose.plan is not None and verbose.plan.world_size == 32
+    inline = check(edit("train --port-label SynPort", "train --nproc-per-node=2 --port-label=SynPort"))
+    assert inline.plan is not None and inline.plan.world_size == 8
+    refused = only(check(edit("train --port-label SynPort", "train --mode fast --port-label SynPort")))
+    assert "paijob-runtime would refuse this command" in refused.message and "--mode" in refused.message
+
+
+def test_dataparallel_world_size_is_what_the_runtime_computes() -> None:
+    from paijob.runtime.env import LaunchOptions, compute_dist_env
+
+    text = edit("    instances: 4", "    instances: 1", edit("train --port-label", "train --mode dataparallel --port-label"))
+    plan = check(text).plan
+    environ = {
+        "PAI_TASK_ROLE_LIST": "worker",
+        "PAI_CURRENT_TASK_ROLE_NAME": "worker",
+        "PAI_CURRENT_TASK_ROLE_CURRENT_TASK_INDEX": "0",
+        "PAI_TASK_ROLE_TASK_COUNT_worker": "1",
+        "PAI_RESOURCE_worker": "8,16,65536,0",
+    }
+    dist = compute_dist_env(environ, LaunchOptions(mode="dataparallel"), visible_gpus=8, free_port=1)
+    assert plan is not None and plan.world_size == dist.world_size == 1
+    several = check(edit("train --port-label", "train --mode dataparallel --port-label"))
+    assert "--mode dataparallel runs one process on one node" in only(several).message
+
+
+def test_gang_allocation_off_with_a_multi_node_world_is_a_warning() -> None:
+    report = check(BASE + "extras:\n  gangAllocation: false\n")
+    problem = only(report, WARNING)
+    assert report.ok and problem.dotted_path == "extras.gangAllocation"
+    assert "exports PAI_HOST_IP_<role>_<i> only for tasks already placed" in problem.message
+    single = edit("    instances: 4", "    instances: 1", BASE + "extras:\n  gangAllocation: false\n")
+    assert not check(single).problems

@@ -1,0 +1,254 @@
+"""An OpenPAI job parsed once into typed, frozen data, with OpenPAI's defaults applied.
+
+Sources (copies under ``../shared/reference/openpai/upstream``):
+
+* rest-server ``models/v2/job/k8s.js`` ``generateTaskRole``: ``taskNumber =
+  instances || 1``; every role gets ports ``ssh`` and ``http`` (1 each)
+  unless it declares them; ``/dev/shm`` is ``shmMB || 512`` MB; gang
+  allocation is on unless ``extras.gangAllocation === false``, and only then
+  is ``taskRetryCount || 0`` used (otherwise tasks are never retried on their
+  own); ``minFailedTaskCount = minFailedInstances || 1`` and
+  ``minSucceededTaskCount = minSucceededInstances || taskNumber`` (so ``null``
+  and ``0`` mean the default, ``-1`` is kept: never by count);
+* rest-server ``runtime-env.js``: ``PAI_RESOURCE_<role> =
+  gpu,cpu,memoryMB,shmMB`` where the 4th field is the ``shmMB`` as written
+  when the key is present and ``0`` when absent (not 512);
+* ``k8s.js`` ``put``: the virtual cluster is ``defaults.virtualCluster`` when
+  not null, else ``default``;
+* openpai-runtime ``framework_parser.py``: role names in variable names are
+  lowercased and stripped to ``a-z0-9`` (``names.runtime_role_name``).
+
+``parse_job`` is lenient: a field of the wrong type is left at its default,
+so that rules can run on what is well-formed while the schema rules report
+the rest. The raw mapping stays available as ``Job.raw``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, TypeGuard
+
+from paijob.openpai.names import runtime_role_name
+from paijob.openpai.yaml12 import js_string
+
+SERVER_PORTS = ("ssh", "http")  # added to every role by the rest-server (k8s.js)
+DEFAULT_SHM_MB = 512
+PREREQUISITE_TYPES = ("script", "output", "data", "dockerimage")
+
+
+def is_int(value: Any) -> TypeGuard[int]:
+    """A JSON integer as the job model keeps it (yaml12 turns 1.0 into 1)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _int(value: Any, default: int) -> int:
+    return value if is_int(value) else default
+
+
+def _js_truthy_int(value: Any) -> int | None:
+    """``x || default`` in the server's JavaScript: None, 0 (and non-numbers) give None."""
+    return value if is_int(value) and value != 0 else None
+
+
+def _strings(value: Any) -> tuple[str, ...]:
+    return tuple(v for v in value if isinstance(v, str)) if isinstance(value, list) else ()
+
+
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+@dataclass(frozen=True)
+class Prerequisite:
+    name: str
+    type: str
+    index: int  # position in the job's prerequisites list
+    uri: Any = None
+    raw: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Resources:
+    cpu: int
+    memory_mb: int
+    gpu: int
+    ports: Mapping[str, int]  # as declared (counts that are not integers are left out)
+
+    @property
+    def all_ports(self) -> dict[str, int]:
+        """Declared ports plus the ``ssh`` and ``http`` ports the server adds."""
+        ports = dict(self.ports)
+        for label in SERVER_PORTS:
+            ports.setdefault(label, 1)
+        return ports
+
+
+@dataclass(frozen=True)
+class Completion:
+    min_failed: int  # effective: minFailedInstances || 1
+    min_succeeded: int  # effective: minSucceededInstances || instances
+    raw_min_failed: Any = None
+    raw_min_succeeded: Any = None
+
+
+@dataclass(frozen=True)
+class TaskRole:
+    name: str
+    instances: int
+    docker_image: str | None
+    resources: Resources
+    commands: tuple[str, ...]
+    completion: Completion
+    task_retry_count: int  # effective: used only when gang allocation is off
+    shm_mb: int  # effective /dev/shm size
+    shm_mb_env: str  # 4th field of PAI_RESOURCE_<role>
+    infiniband: bool
+    data: str | None = None
+    output: str | None = None
+    script: str | None = None
+    prerequisites: tuple[str, ...] = ()
+    raw: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def runtime_name(self) -> str:
+        return runtime_role_name(self.name)
+
+    @property
+    def port_labels(self) -> tuple[str, ...]:
+        """Every port label written under resourcePerInstance.ports (valid or not)."""
+        res = self.raw.get("resourcePerInstance")
+        ports = res.get("ports") if isinstance(res, dict) else None
+        return tuple(str(k) for k in ports) if isinstance(ports, dict) else ()
+
+    @property
+    def resource_env(self) -> str:
+        """``PAI_RESOURCE_<role>``: ``gpu,cpu,memoryMB,shmMB`` (JavaScript ``[..].join(',')``)."""
+        raw = self.raw.get("resourcePerInstance")
+        res = raw if isinstance(raw, dict) else {}
+        fields = [res.get("gpu"), res.get("cpu"), res.get("memoryMB")]
+        return ",".join("" if v is None else js_string(v) for v in fields) + "," + self.shm_mb_env
+
+
+@dataclass(frozen=True)
+class Deployment:
+    name: str
+    index: int
+    roles: Mapping[str, tuple[tuple[str, ...], tuple[str, ...]]]  # role -> (pre, post)
+
+
+@dataclass(frozen=True)
+class Job:
+    name: str
+    roles: tuple[TaskRole, ...]  # in YAML order (PAI_TASK_ROLE_LIST)
+    prerequisites: tuple[Prerequisite, ...]
+    parameters: Mapping[str, Any]
+    secrets: Mapping[str, Any] | None
+    job_retry_count: int
+    deployments: tuple[Deployment, ...]
+    default_deployment: str | None
+    virtual_cluster: str
+    gang_allocation: bool
+    runtime_plugins: tuple[Mapping[str, Any], ...]
+    hived: Mapping[str, Any] | None
+    raw: Mapping[str, Any] = field(default_factory=dict)
+
+    def role(self, name: str) -> TaskRole | None:
+        return next((r for r in self.roles if r.name == name), None)
+
+    @property
+    def role_names(self) -> tuple[str, ...]:
+        return tuple(r.name for r in self.roles)
+
+    def prerequisite(self, name: str, kind: str) -> Prerequisite | None:
+        return next((p for p in self.prerequisites if p.name == name and p.type == kind), None)
+
+    def plugin(self, name: str) -> Mapping[str, Any] | None:
+        return next((p for p in self.runtime_plugins if p.get("plugin") == name), None)
+
+
+def parse_role(name: str, raw: Mapping[str, Any], gang_allocation: bool) -> TaskRole:
+    res = _mapping(raw.get("resourcePerInstance"))
+    ports = {str(k): v for k, v in _mapping(res.get("ports")).items() if is_int(v)}
+    instances = _js_truthy_int(raw.get("instances")) or 1
+    completion = _mapping(raw.get("completion"))
+    options = _mapping(raw.get("extraContainerOptions"))
+    shm_raw = options.get("shmMB")
+    return TaskRole(
+        name=name,
+        instances=instances,
+        docker_image=raw.get("dockerImage") if isinstance(raw.get("dockerImage"), str) else None,
+        resources=Resources(
+            cpu=_int(res.get("cpu"), 0),
+            memory_mb=_int(res.get("memoryMB"), 0),
+            gpu=_int(res.get("gpu"), 0),
+            ports=ports,
+        ),
+        commands=_strings(raw.get("commands")),
+        completion=Completion(
+            min_failed=_js_truthy_int(completion.get("minFailedInstances")) or 1,
+            min_succeeded=_js_truthy_int(completion.get("minSucceededInstances")) or instances,
+            raw_min_failed=completion.get("minFailedInstances"),
+            raw_min_succeeded=completion.get("minSucceededInstances"),
+        ),
+        task_retry_count=(_js_truthy_int(raw.get("taskRetryCount")) or 0) if not gang_allocation else 0,
+        shm_mb=_js_truthy_int(shm_raw) or DEFAULT_SHM_MB,
+        shm_mb_env=("" if shm_raw is None else js_string(shm_raw)) if "shmMB" in options else "0",
+        infiniband=bool(options.get("infiniband")),
+        data=raw.get("data") if isinstance(raw.get("data"), str) else None,
+        output=raw.get("output") if isinstance(raw.get("output"), str) else None,
+        script=raw.get("script") if isinstance(raw.get("script"), str) else None,
+        prerequisites=_strings(raw.get("prerequisites")),
+        raw=raw,
+    )
+
+
+def _prerequisites(raw: Any) -> tuple[Prerequisite, ...]:
+    items = raw if isinstance(raw, list) else []
+    return tuple(
+        Prerequisite(item["name"], item["type"], index, item.get("uri"), item)
+        for index, item in enumerate(items)
+        if isinstance(item, dict) and isinstance(item.get("name"), str) and isinstance(item.get("type"), str)
+    )
+
+
+def _deployments(raw: Any) -> tuple[Deployment, ...]:
+    out = []
+    for index, item in enumerate(raw if isinstance(raw, list) else []):
+        if not isinstance(item, dict) or not isinstance(item.get("name"), str):
+            continue
+        roles = {
+            str(role): (_strings(_mapping(spec).get("preCommands")), _strings(_mapping(spec).get("postCommands")))
+            for role, spec in _mapping(item.get("taskRoles")).items()
+        }
+        out.append(Deployment(item["name"], index, roles))
+    return tuple(out)
+
+
+def parse_job(raw: Mapping[str, Any]) -> Job:
+    """The job model of a loaded job mapping (see the module docstring for the defaults)."""
+    extras = _mapping(raw.get("extras"))
+    defaults = _mapping(raw.get("defaults"))
+    gang = extras.get("gangAllocation") is not False
+    roles = tuple(
+        parse_role(str(name), spec, gang)
+        for name, spec in _mapping(raw.get("taskRoles")).items()
+        if isinstance(spec, dict)
+    )
+    plugins = extras.get("com.microsoft.pai.runtimeplugin")
+    vc = defaults.get("virtualCluster")
+    return Job(
+        name=str(raw["name"]) if isinstance(raw.get("name"), str) else "",
+        roles=roles,
+        prerequisites=_prerequisites(raw.get("prerequisites")),
+        parameters=_mapping(raw.get("parameters")),
+        secrets=raw.get("secrets") if isinstance(raw.get("secrets"), dict) else None,
+        job_retry_count=_js_truthy_int(raw.get("jobRetryCount")) or 0,
+        deployments=_deployments(raw.get("deployments")),
+        default_deployment=defaults.get("deployment") if isinstance(defaults.get("deployment"), str) else None,
+        virtual_cluster="default" if vc is None else js_string(vc),
+        gang_allocation=gang,
+        runtime_plugins=tuple(p for p in plugins if isinstance(p, dict)) if isinstance(plugins, list) else (),
+        hived=extras.get("hivedScheduler") if isinstance(extras.get("hivedScheduler"), dict) else None,
+        raw=raw,
+    )

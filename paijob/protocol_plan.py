@@ -1,0 +1,457 @@
+"""What ``paijob-runtime`` (or an MPI launcher) will do with a job: its distributed plan.
+
+The ``paijob-runtime`` calls in a role's commands are parsed with
+paijob-runtime's own argparse parser (``paijob.runtime.cli.build_parsers``,
+torch-free), so whatever the runtime accepts (``paijob-runtime -v train
+...``, ``--nproc-per-node=4``) validate reads the same way, and options the
+runtime would refuse are reported. Workers per node come from
+``paijob.runtime.env.workers_per_node``, the function the runtime itself
+uses, so validate and ``paijob-runtime env`` report the same world size.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import shlex
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from paijob.openpai.model import Job, TaskRole
+from paijob.openpai.names import DEFAULT_PORT_LABEL
+
+RUNTIME_PROGRAM = "paijob-runtime"
+MPI_LAUNCHERS = ("mpirun", "horovodrun", "mpiexec")
+_SEPARATORS = {"&&", "||", ";", "|", "&", "(", ")", "{", "}"}
+_TAG = re.compile(r"<%.*?%>")
+_PLACEHOLDER = "__pai_tag_"
+
+
+@dataclass(frozen=True)
+class RoleLayout:
+    """How many processes one role starts, as paijob-runtime will see it."""
+
+    role: str
+    instances: int
+    processes_per_node: int | None  # None: not knowable from the file
+    gpu: int
+    mode: str
+
+
+@dataclass(frozen=True)
+class DistributedPlan:
+    """Facts about the distributed run that the job file fixes."""
+
+    launcher: str  # "paijob-runtime" or "mpirun"
+    master_role: str | None
+    port_label: str | None
+    roles: tuple[RoleLayout, ...]
+    world_size: int | None
+
+    @property
+    def nodes(self) -> int:
+        return sum(role.instances for role in self.roles)
+
+    def describe(self) -> str:
+        """``world size 32 (4 nodes × 8 processes)``, or the per-role sum."""
+        if self.world_size is None:
+            size = "world size unknown (processes per node not fixed in the file)"
+        elif len(self.roles) == 1:
+            only = self.roles[0]
+            nodes = "node" if only.instances == 1 else "nodes"
+            procs = "process" if only.processes_per_node == 1 else "processes"
+            size = (
+                f"world size {self.world_size} "
+                f"({only.instances} {nodes} × {only.processes_per_node} {procs})"
+            )
+        elif self.launcher == "mpirun":
+            size = f"world size {self.world_size} (mpirun -np across {self.nodes} nodes)"
+        else:
+            parts = " + ".join(f"{r.role} {r.instances} × {r.processes_per_node}" for r in self.roles)
+            size = f"world size {self.world_size} ({parts})"
+        if self.port_label:
+            size += f", port label {self.port_label}"
+        return size
+
+
+@dataclass(frozen=True)
+class RuntimeCall:
+    """One ``paijob-runtime train`` call found in a role's commands."""
+
+    role: str
+    command_index: int
+    mode: str = "per-gpu"
+    port_label: str | None = None
+    master_role: str | None = None
+    nproc: str | None = None
+    roles: str | None = None
+    error: str | None = None  # what paijob-runtime would say about these options
+
+
+def is_literal(value: str) -> bool:
+    """False for text that OpenPAI or the shell fills in at run time."""
+    return not any(marker in value for marker in ("$", "<%", "`", _PLACEHOLDER))
+
+
+def split_command(command: str) -> list[str]:
+    """Shell words of a command, each ``<% ... %>`` tag kept as one (non-literal) word."""
+    text = _TAG.sub(lambda m: f"{_PLACEHOLDER}{m.start()}", command)
+    try:
+        return shlex.split(text, comments=True, posix=True)
+    except ValueError:
+        return text.split()
+
+
+class _RuntimeRefuses(Exception):
+    pass
+
+
+def _raise(message: str) -> None:
+    raise _RuntimeRefuses(message)
+
+
+def _parsers() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
+    from paijob.runtime.cli import build_parsers  # torch-free; imported only when needed
+
+    parser, train = build_parsers()
+    parser.error = _raise  # type: ignore[method-assign,assignment]
+    train.error = _raise  # type: ignore[method-assign,assignment]
+    return parser, train
+
+
+def _train_argv(words: list[str], start: int) -> list[str] | None:
+    """The words after ``paijob-runtime [-v] train`` up to a shell separator, or None."""
+    parser, _ = _parsers()
+    actions = parser._option_string_actions  # noqa: SLF001 - argparse has no public lookup
+    i = start
+    while i < len(words) and words[i] in actions and actions[words[i]].nargs == 0:
+        i += 1
+    if words[i : i + 1] != ["train"]:
+        return None
+    end = next((j for j in range(i + 1, len(words)) if words[j] in _SEPARATORS), len(words))
+    return words[i + 1 : end]
+
+
+def _parse_call(role: str, index: int, argv: list[str]) -> RuntimeCall:
+    from paijob.runtime.cli import split_train_argv
+
+    _, train = _parsers()
+    ours, command = split_train_argv(train, argv)
+    try:
+        args, unknown = train.parse_known_args(ours)
+        if unknown:
+            _raise(f"unrecognized arguments: {' '.join(unknown)}")
+        if not command and not args.recipe:
+            _raise("no training script, -m MODULE or --recipe NAME")
+    except _RuntimeRefuses as refused:
+        return RuntimeCall(role, index, error=str(refused))
+    return RuntimeCall(
+        role,
+        index,
+        mode=args.mode,
+        port_label=args.port_label,
+        master_role=args.master_role,
+        nproc=args.nproc_per_node,
+        roles=args.roles,
+    )
+
+
+def runtime_calls(role: str, commands: Iterable[Any]) -> list[RuntimeCall]:
+    """Every ``paijob-runtime train`` in a role's commands, parsed by paijob-runtime's parser."""
+    calls: list[RuntimeCall] = []
+    for index, command in enumerate(commands):
+        if not isinstance(command, str) or RUNTIME_PROGRAM not in command:
+            continue
+        words = split_command(command)
+        for i, word in enumerate(words):
+            if word.rsplit("/", 1)[-1] == RUNTIME_PROGRAM:
+                argv = _train_argv(words, i + 1)
+                if argv is not None:
+                    calls.append(_parse_call(role, index, argv))
+    return calls
+
+
+@dataclass(frozen=True)
+class MpiLaunch:
+    role: str
+    command_index: int
+    np: int | None
+    hosts: str | None
+
+
+def mpi_launch(role: TaskRole) -> MpiLaunch | None:
+    """The first mpirun / horovodrun in a role's commands, with its ``-np`` and ``-H``."""
+    for index, command in enumerate(role.commands):
+        words = split_command(command)
+        for i, word in enumerate(words):
+            if word.rsplit("/", 1)[-1] not in MPI_LAUNCHERS:
+                continue
+            np: int | None = None
+            hosts: str | None = None
+            for j in range(i + 1, len(words) - 1):
+                if words[j] in ("-np", "-n", "--np", "-c") and np is None:
+                    np = int(words[j + 1]) if words[j + 1].isdigit() else None
+                elif words[j] in ("-H", "--host", "-host", "--hosts") and hosts is None:
+                    hosts = words[j + 1]
+            return MpiLaunch(role.name, index, np, hosts)
+    return None
+
+
+def all_runtime_calls(job: Job) -> list[RuntimeCall]:
+    return [call for role in job.roles for call in runtime_calls(role.name, role.commands)]
+
+
+def first(calls: list[RuntimeCall], attr: str) -> str | None:
+    return next((getattr(c, attr) for c in calls if getattr(c, attr)), None)
+
+
+@dataclass(frozen=True)
+class RuntimeSettings:
+    """The settings every task must agree on, after ``validate --master-role/--port-label``."""
+
+    calls: tuple[RuntimeCall, ...]
+    participating: tuple[str, ...]
+    roles_flag: str | None
+    master: str
+    label: str
+
+
+def runtime_settings(
+    job: Job, master_override: str | None = None, label_override: str | None = None
+) -> RuntimeSettings | None:
+    calls = [c for c in all_runtime_calls(job) if c.error is None]
+    if not calls or not job.roles:
+        return None
+    names = job.role_names
+    roles_flag = first(calls, "roles")
+    if roles_flag and is_literal(roles_flag):
+        wanted = {r.strip() for r in roles_flag.split(",") if r.strip()}
+        participating = tuple(r for r in names if r in wanted)
+    else:
+        participating = names
+    master = master_override or first(calls, "master_role") or (participating or names)[0]
+    label = label_override or first(calls, "port_label") or DEFAULT_PORT_LABEL
+    return RuntimeSettings(tuple(calls), participating, roles_flag, master, label)
+
+
+def workers_per_node(mode: str, nproc: str | None, gpu: int) -> int | None:
+    """Processes one task starts, as the runtime computes them (None: not fixed in the file)."""
+    from paijob.runtime.env import workers_per_node as runtime_workers
+
+    if nproc in (None, "auto"):
+        return runtime_workers(mode, None, max(gpu, 0))
+    if not nproc.isdigit():
+        return None
+    return runtime_workers(mode, int(nproc), max(gpu, 0))
+
+
+def runtime_plan(job: Job, settings: RuntimeSettings) -> DistributedPlan:
+    layouts: list[RoleLayout] = []
+    world: int | None = 0
+    for role in job.roles:
+        mine = [c for c in settings.calls if c.role == role.name]
+        if not mine or role.name not in settings.participating:
+            continue
+        ppn = workers_per_node(mine[0].mode, mine[0].nproc, role.resources.gpu)
+        layouts.append(RoleLayout(role.name, role.instances, ppn, role.resources.gpu, mine[0].mode))
+        world = None if world is None or ppn is None else world + role.instances * ppn
+    return DistributedPlan(RUNTIME_PROGRAM, settings.master, settings.label, tuple(layouts), world)
+
+
+def mpi_plan(job: Job, launch: MpiLaunch) -> DistributedPlan:
+    layouts = tuple(
+        RoleLayout(r.name, r.instances, None, max(r.resources.gpu, 0), "mpi") for r in job.roles
+    )
+    return DistributedPlan("mpirun", launch.role, None, layouts, launch.np)
+
+
+def distributed_plan(
+    job: Job, master_override: str | None = None, label_override: str | None = None
+) -> DistributedPlan | None:
+    for role in job.roles:
+        launch = mpi_launch(role)
+        if launch is not None:
+            return mpi_plan(job, launch)
+    settings = runtime_settings(job, master_override, label_override)
+    return runtime_plan(job, settings) if settings else None
+
+
+# --------------------------------------------------------------------------- rules
+
+Finding = tuple[str, tuple[Any, ...], str]
+ERROR = "error"
+WARNING = "warning"
+
+
+def _command_path(call: RuntimeCall) -> tuple[Any, ...]:
+    return ("taskRoles", call.role, "commands", call.command_index)
+
+
+def refused_options(job: Job) -> Iterator[Finding]:
+    """Options paijob-runtime's parser refuses: the task would exit 2 at once."""
+    for call in all_runtime_calls(job):
+        if call.error:
+            yield ERROR, _command_path(call), f"paijob-runtime would refuse this command: {call.error}"
+
+
+def roles_flag(job: Job, s: RuntimeSettings) -> Iterator[Finding]:
+    if not s.roles_flag or not is_literal(s.roles_flag):
+        return
+    for name in (r.strip() for r in s.roles_flag.split(",") if r.strip()):
+        if job.role(name) is None:
+            yield ERROR, ("taskRoles",), (
+                f"--roles names '{name}', which is not a task role (roles: {', '.join(job.role_names)})"
+            )
+
+
+def agreement(job: Job, s: RuntimeSettings) -> Iterator[Finding]:
+    """Every task must pass the same layout flags, or ranks and ports do not line up."""
+    wanted = {
+        "port_label": s.label,
+        "master_role": s.master,
+        "roles": s.roles_flag,
+        "nproc": first(list(s.calls), "nproc"),
+    }
+    for call in s.calls:
+        for attr, value in wanted.items():
+            mine = getattr(call, attr)
+            if mine and value and is_literal(mine) and mine != value:
+                flag = "--" + {"nproc": "nproc-per-node"}.get(attr, attr.replace("_", "-"))
+                yield ERROR, _command_path(call), (
+                    f"{flag} {mine} here but {value} elsewhere; every task must agree"
+                )
+
+
+def training_roles_run_the_runtime(job: Job, s: RuntimeSettings) -> Iterator[Finding]:
+    calling = {call.role for call in s.calls}
+    for role in s.participating:
+        if role not in calling:
+            why = "--roles lists it" if s.roles_flag else "every role does unless --roles says otherwise"
+            yield ERROR, ("taskRoles", role, "commands"), (
+                f"role '{role}' takes part in training ({why}) but its commands do not run "
+                f"paijob-runtime train, so the others would wait for it forever; run it "
+                f"here, or pass --roles {','.join(sorted(calling))} to paijob-runtime"
+            )
+    for role in sorted(calling - set(s.participating)):
+        yield ERROR, ("taskRoles", role, "commands"), (
+            f"role '{role}' runs paijob-runtime train but --roles {s.roles_flag} leaves "
+            "it out; the runtime refuses to start there"
+        )
+
+
+def master_and_port(job: Job, s: RuntimeSettings) -> Iterator[Finding]:
+    master = job.role(s.master)
+    if master is None:
+        yield ERROR, ("taskRoles",), (
+            f"master role '{s.master}' (--master-role) is not a task role; "
+            f"roles: {', '.join(job.role_names)}"
+        )
+        return
+    if s.master not in s.participating:
+        yield ERROR, ("taskRoles", s.master), (
+            f"master role '{s.master}' does not take part in training (--roles {s.roles_flag})"
+        )
+        return
+    tasks = sum(r.instances for r in job.roles if r.name in s.participating)
+    # (a one-task world needs no rendezvous port: the runtime uses a local one)
+    if is_literal(s.label) and tasks > 1 and s.label not in master.resources.ports:
+        declared = ", ".join(master.port_labels) or "none"
+        yield ERROR, ("taskRoles", s.master, "resourcePerInstance"), (
+            f"paijob-runtime reads port label '{s.label}' from the master role "
+            f"'{s.master}', but it declares no such port (declared: {declared}); "
+            f"add ports: {{{s.label}: 1}}"
+        )
+
+
+def layout_warnings(job: Job, s: RuntimeSettings) -> Iterator[Finding]:
+    for call in s.calls:
+        role = job.role(call.role)
+        if role is None:
+            continue
+        if call.mode == "dataparallel" and role.instances > 1:
+            yield ERROR, _command_path(call), (
+                f"--mode dataparallel runs one process on one node, but role '{role.name}' has "
+                f"{role.instances} instances: paijob-runtime refuses to start (use --mode per-gpu)"
+            )
+        nproc = call.nproc if call.nproc not in (None, "auto") else None
+        gpu = role.resources.gpu
+        if call.mode != "dataparallel" and nproc and nproc.isdigit() and gpu > 0 and int(nproc) != gpu:
+            yield WARNING, _command_path(call), (
+                f"--nproc-per-node {nproc} but resourcePerInstance.gpu is {gpu}: "
+                "one process per GPU is the usual layout"
+            )
+
+
+def gang_allocation(job: Job, nodes: int, what: str, path: tuple[Any, ...]) -> Iterator[Finding]:
+    """gangAllocation: false starts tasks one by one: no barrier, partial host lists, no job ssh."""
+    if job.gang_allocation or nodes < 2:
+        return
+    yield WARNING, path, (
+        f"extras.gangAllocation is false but {what} spans {nodes} tasks: OpenPAI then starts "
+        "tasks as they are placed, exports PAI_HOST_IP_<role>_<i> only for tasks already placed "
+        "and disables job ssh, so the rendezvous can fail; remove gangAllocation: false"
+    )
+
+
+RUNTIME_RULES = (roles_flag, agreement, training_roles_run_the_runtime, master_and_port, layout_warnings)
+
+
+def runtime_findings(
+    job: Job, master_override: str | None = None, label_override: str | None = None
+) -> Iterator[Finding]:
+    yield from refused_options(job)
+    if any(mpi_launch(role) for role in job.roles):
+        yield from mpi_findings(job)
+        return
+    settings = runtime_settings(job, master_override, label_override)
+    if settings is None:
+        return
+    for rule in RUNTIME_RULES:
+        yield from rule(job, settings)
+    nodes = sum(r.instances for r in job.roles if r.name in settings.participating)
+    yield from gang_allocation(job, nodes, "paijob-runtime's training world", ("extras", "gangAllocation"))
+
+
+def mpi_findings(job: Job) -> Iterator[Finding]:
+    launch = next(launch for role in job.roles if (launch := mpi_launch(role)))
+    path = ("taskRoles", launch.role, "commands")
+    if launch.hosts:
+        for message in _host_problems(job, launch):
+            yield WARNING, path, message
+    ssh = job.plugin("ssh")
+    if ssh is None:
+        yield WARNING, path, (
+            "an MPI launcher needs ssh between tasks: add the ssh runtime plugin "
+            "(extras.com.microsoft.pai.runtimeplugin: [{plugin: ssh, parameters: "
+            "{jobssh: true, sshbarrier: true}}])"
+        )
+    elif not (ssh.get("parameters") or {}).get("sshbarrier"):
+        yield WARNING, ("extras", "com.microsoft.pai.runtimeplugin"), (
+            "without sshbarrier: true the launcher may start before the other tasks accept ssh"
+        )
+    total_gpu = sum(r.instances * max(r.resources.gpu, 0) for r in job.roles)
+    if launch.np is not None and total_gpu and launch.np > total_gpu:
+        yield WARNING, path, f"mpirun starts {launch.np} processes but the job has {total_gpu} GPUs"
+    yield from gang_allocation(job, sum(r.instances for r in job.roles), "the MPI job", ("extras", "gangAllocation"))
+
+
+def _host_problems(job: Job, launch: MpiLaunch) -> list[str]:
+    """Check ``role-index[:slots]`` host names (the ssh plugin's) against the roles."""
+    problems: list[str] = []
+    slots_total = 0
+    for entry in (launch.hosts or "").split(","):
+        name, _, slots = entry.partition(":")
+        role_name, dash, index = name.rpartition("-")
+        if not is_literal(entry) or not dash or not index.isdigit():
+            return []  # not the role-index form: nothing to check
+        role = job.role(role_name)
+        if role is None:
+            problems.append(f"host '{name}' names no task role (roles: {', '.join(job.role_names)})")
+            continue
+        if int(index) >= role.instances:
+            problems.append(f"host '{name}' does not exist: role '{role_name}' has {role.instances} instance(s)")
+        slots_total += int(slots) if slots.isdigit() else 1
+    if launch.np is not None and not problems and slots_total and launch.np != slots_total:
+        problems.append(f"-np {launch.np} but the hosts list offers {slots_total} slots")
+    return problems
