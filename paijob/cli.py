@@ -31,6 +31,7 @@ COMMANDS: dict[str, str] = {
     "local": "paijob.commands.local",
     "cluster": "paijob.commands.cluster",
     "login": "paijob.commands.login",
+    "completion": "paijob.commands.completion",
 }
 
 DESCRIPTION = """\

@@ -8,6 +8,7 @@ import re
 import sys
 import time
 import uuid
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -35,16 +36,38 @@ def add_cluster_options(parser: argparse.ArgumentParser) -> None:
                        help="read timeout of each request in seconds (default 30)")
 
 
+OUTPUT_FORMATS = ("table", "wide", "json", "yaml")
+
+
 def add_output_option(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--output", choices=("table", "json"), default="table",
-                        help="table for people (default), json for scripts")
+    parser.add_argument("-o", "--output", choices=OUTPUT_FORMATS, default="table",
+                        help="table for people (default), wide (more columns), json or yaml for scripts")
 
 
-def client_for(args: argparse.Namespace) -> PaiClient:
+def print_data(data: Any, fmt: str, out: TextIO | None = None) -> bool:
+    """Print ``data`` as JSON or YAML when ``fmt`` asks for it; False for table/wide (the verb's own table)."""
+    if fmt == "json":
+        print_json(data, out)
+        return True
+    if fmt == "yaml":
+        (out or sys.stdout).write(yaml.safe_dump(data, sort_keys=False, allow_unicode=True))
+        return True
+    return False
+
+
+def client_for(args: argparse.Namespace, *, start_local: bool = True) -> PaiClient:
+    """A client for ``-c`` (else the project's, else the current profile). Read-only verbs pass
+    ``start_local=False``: a local cluster that is down is then an error saying so, not started."""
     from paijob import profiles
     from paijob.client import PaiClient
+    from paijob.project import load as load_project
 
-    cluster = profiles.resolve(getattr(args, "cluster", None))
+    name = getattr(args, "cluster", None) or load_project().cluster
+    cluster = profiles.resolve(name, start_local=start_local)
+    if cluster.is_local and not start_local:
+        from paijob.local import service
+
+        cluster = service.local_cluster(start=False)
     return PaiClient(
         cluster.url,
         cluster.token,
@@ -221,6 +244,10 @@ class LogFollower:
     stream: str = "all"
     out: TextIO = field(default_factory=lambda: sys.stdout)
     prefix: bool = True
+    rank: int | None = None  # only lines paijob-runtime prefixed [rank<N>]:
+    timestamps: bool = False  # prefix the UTC time the line was read (OpenPAI logs carry none)
+    tail: int | None = None  # of what is there at the first poll, only the last N lines per task
+    tails: dict[tuple[int, str, int, int], deque[str]] = field(default_factory=dict)
     streams: dict[tuple[int, str, int, int], _Stream] = field(default_factory=dict)
     announced: set[tuple[int, str, int, int]] = field(default_factory=set)
     done: set[tuple[int, str, int, int]] = field(default_factory=set)
@@ -275,17 +302,32 @@ class LogFollower:
             self._emit(key, line.decode("utf-8", "replace"))
 
     def _emit(self, key: tuple[int, str, int, int], line: str) -> None:
+        if self.rank is not None and not line.startswith(f"[rank{self.rank}]:"):
+            return
+        if self.tail is not None:
+            self.tails.setdefault(key, deque(maxlen=self.tail)).append(line)
+            return
+        if self.timestamps:
+            line = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ ") + line
         if self.prefix:
             print(f"{key[1]}/{key[2]} | {line}", file=self.out)
         else:
             print(line, file=self.out)
         self.out.flush()
 
+    def flush_tail(self) -> None:
+        """Print what ``tail`` kept, then stream every later line."""
+        kept, self.tail, self.tails = self.tails, None, {}
+        for key in sorted(kept):
+            for line in kept[key]:
+                self._emit(key, line)
+
     def finish(self) -> None:
         for key in sorted(self.streams):
             if key not in self.done:
                 self._read(key, final=True)
                 self.done.add(key)
+        self.flush_tail()
 
     def follow(self, interval: float = 0.5, on_update: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
         """Print logs until the job ends; returns the final job detail."""
@@ -294,6 +336,7 @@ class LogFollower:
             if on_update:
                 on_update(detail)
             self.poll(detail)
+            self.flush_tail()
             if detail["jobStatus"]["state"] in TERMINAL_STATES:
                 self.poll(detail)
                 self.finish()

@@ -62,8 +62,7 @@ def run_list(args: argparse.Namespace) -> int:
     from paijob import profiles
 
     rows = profiles.describe()
-    if args.output == "json":
-        common.print_json(rows)
+    if common.print_data(rows, args.output):
         return 0
     table = [["", "NAME", "URL", "USER", "TOKEN"]]
     for row in rows:

@@ -22,15 +22,16 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    client = common.client_for(args)
+    client = common.client_for(args, start_local=False)
     jobs = client.list_jobs(user=None if args.all_users else client.user, state=args.state, limit=args.limit)
-    if args.output == "json":
-        common.print_json(jobs)
+    if common.print_data(jobs, args.output):
         return 0
     if not jobs:
         print("no jobs" + (f" in state {args.state}" if args.state else ""))
         return 0
-    rows = [["ID", "STATE", "SUBMITTED", "DURATION", "EXIT", "TASKS", "GPUS"]]
+    wide = args.output == "wide"
+    rows = [["ID", "STATE", "SUBMITTED", "DURATION", "EXIT", "TASKS", "GPUS"]
+            + (["RETRIES", "VIRTUAL CLUSTER", "EXECUTION"] if wide else [])]
     for job in jobs:
         code = job.get("appExitCode")
         rows.append([
@@ -41,6 +42,7 @@ def run(args: argparse.Namespace) -> int:
             "-" if code is None else str(code),
             str(job.get("totalTaskNumber", "-")),
             str(job.get("totalGpuNumber", "-")),
-        ])
+        ] + ([str(job.get("retries", 0)), str(job.get("virtualCluster") or "-"),
+              str(job.get("executionType") or "-")] if wide else []))
     common.table(rows)
     return 0

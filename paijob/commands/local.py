@@ -27,7 +27,31 @@ def register(subparsers: Any) -> None:
     status = actions.add_parser("status", help="is it running, where, and how many jobs")
     common.add_output_option(status)
     status.set_defaults(func=run_status)
+    prune = actions.add_parser("prune", help="remove finished jobs' work folders and logs (and outputs)",
+                               description="Remove the work folders and logs of finished local jobs, and "
+                                           "workdir snapshots no active job uses. Job records stay (names are "
+                                           "never reused); output folders go only with --outputs.")
+    prune.add_argument("--older-than", default="0s", metavar="DURATION",
+                       help="only jobs that finished at least this long ago, e.g. 7d, 12h (default: all)")
+    prune.add_argument("--outputs", action="store_true",
+                       help="also remove the jobs' output folders (PAIJOB_OUTPUT_DIR: checkpoints, results)")
+    prune.add_argument("--dry-run", action="store_true", help="only say what would be removed")
+    prune.set_defaults(func=run_prune)
     parser.set_defaults(func=lambda args: (parser.print_help(sys.stderr), 2)[1])
+
+
+def run_prune(args: argparse.Namespace) -> int:
+    from paijob.local import service
+    from paijob.local.prune import parse_duration, prune
+    from paijob.workdir import human_size
+
+    report = prune(service.state_dir(), older_than=parse_duration(args.older_than), outputs=args.outputs,
+                   dry_run=args.dry_run)
+    verb = "would remove" if args.dry_run else "removed"
+    for path in report.paths:
+        print(f"{verb} {path}")
+    print(f"{verb} {human_size(report.bytes)} of {len(report.jobs)} finished job(s)", file=sys.stderr)
+    return 0
 
 
 def run_up(args: argparse.Namespace) -> int:
@@ -63,8 +87,7 @@ def run_status(args: argparse.Namespace) -> int:
         for job in client.list_jobs():
             counts[job["state"]] = counts.get(job["state"], 0) + 1
         data["jobs"] = counts
-    if args.output == "json":
-        common.print_json(data)
+    if common.print_data(data, args.output):
         return 0
     if not info:
         print(f"local cluster is not running (state {directory}); start it with `paijob local up`")

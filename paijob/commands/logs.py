@@ -13,7 +13,8 @@ from paijob.errors import PaijobError
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser("logs", help="print (or follow) the logs of a job's tasks",
                                    description="Print the logs of every task of a job (or one role / index), "
-                                               "each line prefixed role/index. -f follows until the job ends.")
+                                               "each line prefixed role/index. -f follows until the job ends and "
+                                               "exits 0 if it SUCCEEDED, 1 otherwise.")
     parser.add_argument("job_id", metavar="ID", help="job id USER~NAME (or just NAME for your own jobs)")
     parser.add_argument("--role", "-r", metavar="R", help="only tasks of this role")
     parser.add_argument("--index", "-i", type=int, metavar="I", help="only the task with this index")
@@ -21,19 +22,28 @@ def register(subparsers: Any) -> None:
                         help="which output (default all: stdout and stderr interleaved)")
     parser.add_argument("-f", "--follow", action="store_true", help="keep printing until the job ends")
     parser.add_argument("--no-prefix", action="store_true", help="print lines without the role/index prefix")
+    parser.add_argument("--tail", type=int, metavar="N",
+                        help="only the last N lines of each task (with -f: then follow the new ones)")
+    parser.add_argument("--rank", type=int, metavar="N",
+                        help="only the lines of global rank N (paijob-runtime prefixes them [rankN]:)")
+    parser.add_argument("--timestamps", action="store_true",
+                        help="prefix each line with the UTC time paijob read it (OpenPAI logs carry no times)")
     common.add_cluster_options(parser)
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    client = common.client_for(args)
+    client = common.client_for(args, start_local=False)
     job_id = client.job_id(args.job_id)
+    if args.tail is not None and args.tail < 0:
+        raise PaijobError(f"--tail {args.tail}: give a number of lines, 0 or more")
     follower = common.LogFollower(client, job_id, role=args.role, index=args.index, stream=args.stream,
-                                  prefix=not args.no_prefix)
+                                  prefix=not args.no_prefix, rank=args.rank, timestamps=args.timestamps,
+                                  tail=args.tail)
     if args.follow:
         detail = follower.follow()
         print(common.outcome_line(job_id, detail), file=sys.stderr)
-        return 0
+        return 0 if detail["jobStatus"]["state"] == "SUCCEEDED" else 1  # like `paijob run`
     detail = client.get_job(job_id)
     roles = detail.get("taskRoles") or {}
     if args.role is not None and args.role not in roles:

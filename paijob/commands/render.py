@@ -31,6 +31,8 @@ __all__ = [
     "write_atomic",
 ]
 
+OUTPUT_FORMATS = ("yaml", "json")
+
 DESCRIPTION = """\
 Render a job template with values into an OpenPAI protocol-v2 job YAML and
 check it with the same rules as 'paijob validate' before printing it.
@@ -38,7 +40,7 @@ check it with the same rules as 'paijob validate' before printing it.
 Values layer like Helm: template defaults < each -f file in order < each
 --set / --set-string in order. Examples:
 
-  paijob render ddp --set instances=4 --set gpu=8 -o job.yaml
+  paijob render ddp --set instances=4 --set gpu=8 --output-file job.yaml
   paijob render apex -f my.values.yaml --set optLevel=O1
   paijob render ./mytemplate.yaml.j2 -f values.yaml
 """
@@ -134,6 +136,12 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "-o",
         "--output",
+        metavar="FORMAT",
+        help="yaml (default) or json, printed on stdout; any other value is read as a file name "
+        "(deprecated: use --output-file)",
+    )
+    parser.add_argument(
+        "--output-file",
         metavar="FILE",
         help="write the job YAML to FILE (atomically) instead of stdout",
     )
@@ -145,9 +153,18 @@ def run(args: argparse.Namespace) -> int:
     report = result.report
     for problem in report.warnings:
         print(f"paijob: {problem.format(report.source)}", file=sys.stderr)
-    if args.output:
-        write_atomic(args.output, result.text)
-        print(f"wrote {args.output} — {report.summary()}", file=sys.stderr)
+    output_file = args.output_file
+    if args.output and args.output not in OUTPUT_FORMATS:
+        print(f"paijob: note: -o FILE is deprecated (-o now names a format: {', '.join(OUTPUT_FORMATS)}); "
+              f"use --output-file {args.output}", file=sys.stderr)
+        output_file = output_file or args.output
+    if output_file:
+        write_atomic(output_file, result.text)
+        print(f"wrote {output_file} — {report.summary()}", file=sys.stderr)
+    elif args.output == "json":
+        import json
+
+        sys.stdout.write(json.dumps(result.job, indent=2) + "\n")
     else:
         sys.stdout.write(result.text)
     return 0

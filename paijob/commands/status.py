@@ -20,13 +20,12 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    client = common.client_for(args)
+    client = common.client_for(args, start_local=False)
     detail = client.get_job(args.job_id, attempt=args.attempt)
-    if args.output == "json":
-        common.print_json(detail)
+    if common.print_data(detail, args.output):
         return 0
     job_id = client.job_id(args.job_id)
-    print_status(detail, job_id)
+    print_status(detail, job_id, wide=args.output == "wide")
     from paijob.api import output_location
 
     output = output_location(client.cluster_name, job_id)
@@ -35,7 +34,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def print_status(detail: dict[str, Any], job_id: str) -> None:
+def print_status(detail: dict[str, Any], job_id: str, wide: bool = False) -> None:
     status = detail["jobStatus"]
     print(f"job        {job_id}")
     print(f"state      {status['state']} (attempt {status.get('attemptId', 0)}, retries {status.get('retries', 0)}, "
@@ -48,7 +47,7 @@ def print_status(detail: dict[str, Any], job_id: str) -> None:
     if message:
         print(f"reason     {message}")
     print()
-    rows = [["TASK", "STATE", "EXIT", "RETRIES", "IP", "PORTS"]]
+    rows = [["TASK", "STATE", "EXIT", "RETRIES", "IP", "PORTS"] + (["STARTED", "DURATION", "EXIT TYPE"] if wide else [])]
     for role, task in common.tasks_of(detail):
         ports = task.get("containerPorts") or {}
         code = task.get("containerExitCode")
@@ -59,5 +58,7 @@ def print_status(detail: dict[str, Any], job_id: str) -> None:
             str(task.get("retries", 0)),
             str(task.get("containerIp") or "-"),
             " ".join(f"{label}={value}" for label, value in sorted(ports.items())) or "-",
-        ])
+        ] + ([common.when(task.get("launchedTime")), common.duration(task.get("launchedTime"), task.get("completedTime")),
+              str(task.get("containerExitSpec", {}).get("type", "-") if isinstance(task.get("containerExitSpec"), dict)
+                  else "-")] if wide else []))
     common.table(rows)

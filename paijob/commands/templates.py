@@ -21,6 +21,10 @@ def register(subparsers: Any) -> None:
     )
     show = verbs.add_parser("show", help="print a template and its default values")
     show.add_argument("name", metavar="NAME", help="built-in name or path to a .yaml.j2 file")
+    show.add_argument("--values", action="store_true",
+                      help="list every value the template reads: type, default and comment")
+    show.add_argument("-o", "--output", choices=("table", "wide", "json", "yaml"), default="table",
+                      help="with --values: table (default), json or yaml")
     show.set_defaults(func=show_template)
 
 
@@ -38,6 +42,8 @@ def list_templates(args: argparse.Namespace) -> int:
 def show_template(args: argparse.Namespace) -> int:
     from paijob.templating import find_template
 
+    if args.values:
+        return show_values(args)
     ref = find_template(args.name)
     print(f"# ---- template {ref.filename}")
     sys.stdout.write(ref.source())
@@ -48,4 +54,22 @@ def show_template(args: argparse.Namespace) -> int:
         sys.stdout.write(text)
     else:
         print("\n# ---- no default values file: every value the template uses must be given")
+    return 0
+
+
+def show_values(args: argparse.Namespace) -> int:
+    import json
+
+    from paijob.commands import _cluster as common
+    from paijob.valuesdoc import describe
+
+    docs = describe(args.name)
+    if common.print_data([{"name": d.name, "type": d.type, "default": d.default, "required": d.required,
+                           "comment": d.comment} for d in docs], args.output):
+        return 0
+    rows = [["VALUE", "TYPE", "DEFAULT", "COMMENT"]]
+    for doc in docs:
+        default = "(required)" if doc.required else json.dumps(doc.default)
+        rows.append([doc.name, doc.type, default, doc.comment])
+    common.table(rows)
     return 0

@@ -68,7 +68,11 @@ def test_local_up_status_down(capsys: pytest.CaptureFixture[str], local: Path) -
     assert code == 0 and "stopped" in out
     code, out, _ = paijob(capsys, "local", "status")
     assert code == 3 and "not running" in out
+    # read-only verbs never start it (issue 12): they say it is down
+    code, _, err = paijob(capsys, "list", "-c", "local")
+    assert code == 2 and "not running" in err
     # jobs are still there after a restart
+    paijob(capsys, "local", "up")
     code, out, _ = paijob(capsys, "list", "-c", "local")
     assert code == 0 and "hello_" in out and "broken_" in out
 
