@@ -13,6 +13,7 @@ server accepts, so paijob's own concerns are warnings.
 
 from __future__ import annotations
 
+import datetime
 import re
 from collections.abc import Callable, Hashable, Iterator
 from typing import Any
@@ -124,7 +125,7 @@ def default_deployment(job: Job) -> Iterator[Finding]:
 def task_roles_shape(job: Job) -> Iterator[Finding]:
     """The schema gives ``taskRoles`` no type; anything but a mapping breaks the server."""
     roles = job.raw.get("taskRoles", {})
-    if not isinstance(roles, dict) and type(roles).__name__ != "Timestamp":
+    if not isinstance(roles, (dict, datetime.date)):
         yield ERROR, ("taskRoles",), (
             f"expected a mapping of role name to role, got {type_name(roles)}; the server's "
             "schema lets this through but then fails on it (HTTP 500, no job)"

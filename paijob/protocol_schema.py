@@ -27,6 +27,7 @@ Rules that relate fields (prerequisite names, deployments, hived) live in
 
 from __future__ import annotations
 
+import datetime
 import math
 import re
 from collections import deque
@@ -227,7 +228,7 @@ def js_object(instance: Any) -> dict[Any, Any] | None:
     """The properties ajv sees on an ``object``: a mapping's, none on a Date; None if not one."""
     if isinstance(instance, dict):
         return instance
-    if type(instance).__name__ == "Timestamp" or isinstance(instance, bytes):
+    if isinstance(instance, (datetime.date, bytes)):
         return {}
     return None
 

@@ -34,6 +34,7 @@ rendered job is then read with ``load_job`` like any other job.
 from __future__ import annotations
 
 import base64
+import datetime
 import math
 import re
 from collections.abc import Callable, Hashable, Iterator
@@ -43,6 +44,9 @@ from typing import Any
 import yaml
 
 from paijob.errors import PaijobError
+from paijob.openpai.tags import js_number, js_string
+
+__all__ = ["js_number", "js_string"]  # JavaScript's String(x), defined once in tags
 
 Path = tuple[Hashable, ...]
 
@@ -78,14 +82,31 @@ class YamlError(PaijobError):
         super().__init__(f"{where}: invalid YAML: {message}")
 
 
-@dataclass(frozen=True)
-class Timestamp:
-    """A YAML timestamp (``2001-12-14``): a JavaScript Date on the server, so not a string."""
+Timestamp = (datetime.date, datetime.datetime)  # what a YAML timestamp becomes
 
-    text: str
 
-    def __str__(self) -> str:
-        return self.text
+def js_date(text: str) -> datetime.date | datetime.datetime:
+    """A YAML timestamp as js-yaml 3 builds its Date: ``Date.UTC`` with JavaScript's rollover
+    (``2001-02-30`` is March 2nd); a date alone is a ``date``, a time makes an aware ``datetime``."""
+    match = _TIMESTAMP_PARTS.match(text)
+    assert match is not None
+    year, month, day = int(match["y"]), int(match["m"]), int(match["d"])
+    base = datetime.datetime(year + (month - 1) // 12, (month - 1) % 12 + 1, 1, tzinfo=datetime.timezone.utc)
+    if match["H"] is None:
+        return (base + datetime.timedelta(days=day - 1)).date()
+    fraction = (match["f"] or "")[:3].ljust(3, "0")
+    offset = 0
+    if match["tz"] and match["tz"] != "Z":
+        sign = -1 if match["tz"][0] == "-" else 1
+        hours, _, minutes = match["tz"][1:].partition(":")
+        offset = sign * (int(hours) * 60 + int(minutes or 0))
+    return base + datetime.timedelta(
+        days=day - 1,
+        hours=int(match["H"]),
+        minutes=int(match["M"]) - offset,
+        seconds=int(match["S"]),
+        milliseconds=int(fraction),
+    )
 
 
 @dataclass(frozen=True)
@@ -136,62 +157,11 @@ def describe(value: Any) -> str:
     if isinstance(value, str):
         return f"the string {value!r}"
     if isinstance(value, Timestamp):
-        return f"the date {value.text}"
+        return f"the date {value.isoformat()}"
     return js_string(value)
 
 
 # --------------------------------------------------------------------------- JavaScript values
-
-
-def js_number(value: float | int) -> str:
-    """``String(x)`` of a JavaScript number: ``1000``, ``0.00001``, ``1e-7``, ``1e+21``."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int):
-        if abs(value) < 10**21:
-            return str(value)
-        value = float(value)
-    if math.isnan(value):
-        return "NaN"
-    if math.isinf(value):
-        return "Infinity" if value > 0 else "-Infinity"
-    if value == 0:
-        return "0"
-    sign = "-" if value < 0 else ""
-    mantissa, _, exponent = repr(abs(value)).partition("e")  # shortest round-trip digits
-    whole, _, fraction = mantissa.partition(".")
-    digits = whole + fraction
-    point = len(whole) + (int(exponent) if exponent else 0)
-    stripped = digits.lstrip("0")
-    point -= len(digits) - len(stripped)
-    digits = stripped.rstrip("0") or "0"
-    # ECMAScript Number::toString: plain decimals for 1e-7 < |x| < 1e21
-    if len(digits) <= point <= 21:
-        text = digits + "0" * (point - len(digits))
-    elif 0 < point <= 21:
-        text = digits[:point] + "." + digits[point:]
-    elif -6 < point <= 0:
-        text = "0." + "0" * -point + digits
-    else:
-        exp = point - 1
-        text = digits[0] + ("." + digits[1:] if len(digits) > 1 else "")
-        text += f"e{'+' if exp > 0 else '-'}{abs(exp)}"
-    return sign + text
-
-
-def js_string(value: Any) -> str:
-    """JavaScript's ``String(value)`` for values a job can hold (how keys and tags print)."""
-    if value is None:
-        return "null"
-    if isinstance(value, (bool, int, float)):
-        return js_number(value)
-    if isinstance(value, str):
-        return value
-    if isinstance(value, list):
-        return ",".join("" if v is None else js_string(v) for v in value)
-    if isinstance(value, dict):
-        return "[object Object]"
-    return str(value)
 
 
 def _js_number_value(value: float) -> int | float:
@@ -217,6 +187,11 @@ _DATE = re.compile(r"^[0-9]{4}-[0-9]{2}-[0-9]{2}$")
 _TIMESTAMP = re.compile(
     r"^[0-9]{4}-[0-9]{1,2}-[0-9]{1,2}(?:[Tt]|[ \t]+)[0-9]{1,2}:[0-9]{2}:[0-9]{2}"
     r"(?:\.[0-9]*)?(?:[ \t]*(?:Z|[-+][0-9]{1,2}(?::[0-9]{2})?))?$"
+)
+_TIMESTAMP_PARTS = re.compile(
+    r"^(?P<y>[0-9]{4})-(?P<m>[0-9]{1,2})-(?P<d>[0-9]{1,2})"
+    r"(?:(?:[Tt]|[ \t]+)(?P<H>[0-9]{1,2}):(?P<M>[0-9]{2}):(?P<S>[0-9]{2})(?:\.(?P<f>[0-9]*))?"
+    r"(?:[ \t]*(?P<tz>Z|[-+][0-9]{1,2}(?::[0-9]{2})?))?)?$"
 )
 _BASE60 = re.compile(r"^(:[0-5]?[0-9])+$")
 
@@ -305,7 +280,7 @@ def resolve_js_yaml(text: str) -> Any:
     if _FLOAT.match(text) and not text.endswith("_"):
         return _js_float(text)
     if _DATE.match(text) or _TIMESTAMP.match(text):
-        return Timestamp(text)
+        return js_date(text)
     return text
 
 
@@ -319,7 +294,10 @@ def resolve_yaml11(text: str) -> Any:
     if tag == TAG + "str":
         return text
     if tag == TAG + "timestamp":
-        return Timestamp(text)
+        try:
+            return _YAML11_CONSTRUCTOR.construct_object(yaml.ScalarNode(tag, text))
+        except ValueError:
+            return text
     if tag == TAG + "int" and len(text) > MAX_INT_DIGITS:
         return -math.inf if text.startswith("-") else math.inf
     try:

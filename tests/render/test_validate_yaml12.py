@@ -6,6 +6,7 @@ version range the rest-server's package.json pins); see tests/conformance."""
 
 from __future__ import annotations
 
+import datetime
 import math
 import time
 from pathlib import Path
@@ -15,9 +16,9 @@ from render_helpers import run_cli
 
 from paijob.errors import PaijobError
 from paijob.openpai.yaml12 import (
-    Timestamp,
     YamlError,
     js_number,
+    js_string,
     load_job,
     load_values,
     yaml11_difference,
@@ -63,7 +64,10 @@ def test_plain_scalars_read_as_js_yaml_reads_them(text: str, expected: object) -
 
 
 def test_dates_are_not_strings_and_infinities_are_numbers() -> None:
-    assert one("2001-12-14") == Timestamp("2001-12-14")
+    assert one("2001-12-14") == datetime.date(2001, 12, 14)
+    assert one("2001-02-30") == datetime.date(2001, 3, 2)  # JavaScript's Date.UTC rolls over
+    utc = datetime.timezone.utc
+    assert one("2001-12-14t21:59:43.10-05:00") == datetime.datetime(2001, 12, 15, 2, 59, 43, 100000, utc)
     assert one(".inf") == math.inf and one("-.INF") == -math.inf
     assert math.isnan(one(".nan"))  # type: ignore[arg-type]
 
@@ -106,10 +110,16 @@ def test_values_files_keep_yaml11_typing_with_the_same_bounds() -> None:
 @pytest.mark.parametrize(
     ("number", "text"),
     [(1000, "1000"), (1e-05, "0.00001"), (1e-7, "1e-7"), (1e21, "1e+21"), (0.1, "0.1"),
-     (-2.5, "-2.5"), (123456.789, "123456.789"), (math.inf, "Infinity"), (True, "true")],
+     (-2.5, "-2.5"), (123456.789, "123456.789"), (math.inf, "Infinity"), (2**60, "1152921504606847000")],
 )
 def test_numbers_print_as_javascript_prints_them(number: float, text: str) -> None:
     assert js_number(number) == text
+
+
+def test_values_print_as_javascript_prints_them() -> None:
+    value = load_job("a: [true, null, 1e-7, 2001-12-14]\nb: {c: 1}\n", "j").value
+    assert js_string(value["a"]) == "true,,1e-7,Fri Dec 14 2001 00:00:00 GMT+0000 (Coordinated Universal Time)"
+    assert js_string(value["b"]) == "[object Object]"
 
 
 # --------------------------------------------------------------------------- bounds
