@@ -11,14 +11,10 @@ never pays for Jinja, YAML or the protocol checks.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-
-from paijob.errors import PaijobError
 
 if TYPE_CHECKING:
     from paijob.templating import RenderResult, TemplateRef
@@ -143,7 +139,9 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--output-file",
         metavar="FILE",
-        help="write the job YAML to FILE (atomically) instead of stdout",
+        help="write the job YAML to FILE instead of stdout: a regular file is replaced "
+        "atomically (its permissions kept); a symlink is written through, atomically at its "
+        "target; a device or FIFO (/dev/stdout, a pipe) is written in place",
     )
     parser.set_defaults(func=run)
 
@@ -171,30 +169,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def write_atomic(path: str | Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file in the same folder and a rename,
-    so a reader never sees half a file and a failed write leaves the old file alone."""
-    target = Path(path)
-    folder = target.parent
-    if not folder.is_dir():
-        raise PaijobError(f"cannot write {path}: folder {folder} does not exist")
-    if target.is_dir():
-        raise PaijobError(f"cannot write {path}: it is a folder; give a file name")
-    try:
-        fd, temp = tempfile.mkstemp(dir=folder, prefix=f".{target.name}.", suffix=".tmp")
-    except OSError as error:
-        raise PaijobError(
-            f"cannot write {path}: {error.strerror or error} (is {folder} writable?)"
-        ) from None
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(temp, 0o666 & ~umask)
-        os.replace(temp, target)
-    except OSError as error:
-        try:
-            os.unlink(temp)
-        except OSError:
-            pass
-        raise PaijobError(f"cannot write {path}: {error.strerror or error}") from None
+    """Write ``text`` to ``path`` as ``-o`` promises: regular files atomically (mode kept),
+    through a symlink to its target, into a device or FIFO in place
+    (see ``paijob.safefile``)."""
+    from paijob.safefile import write_text
+
+    write_text(path, text)
