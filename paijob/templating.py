@@ -44,20 +44,22 @@ from typing import Any
 
 import jinja2
 import yaml
+from jinja2.exceptions import SecurityError
+from jinja2.sandbox import SandboxedEnvironment
 
 from paijob.errors import PaijobError
-from paijob.openpai.yaml12 import load_values
+from paijob.openpai.yaml12 import YamlError, load_job, load_values
 from paijob.protocol import (
     WARNING,
     JobValidationError,
     Problem,
     ValidationReport,
-    validate_job,
+    validate_text,
 )
-from paijob.protocol_yaml import YamlSyntaxError, load_with_lines
 
 TEMPLATE_SUFFIX = ".yaml.j2"
 VALUES_SUFFIX = ".values.yaml"
+SCHEMA_SUFFIX = ".values.schema.json"
 TEMPLATE_PATH_ENV = "PAIJOB_TEMPLATE_PATH"
 
 Values = dict[str, Any]
@@ -86,7 +88,7 @@ class TemplateRef:
     def source(self) -> str:
         if self.builtin:
             return _builtin_text(self.name + TEMPLATE_SUFFIX)
-        return Path(self.filename).read_text(encoding="utf-8")
+        return _read_text(Path(self.filename), "template")
 
     def values_text(self) -> tuple[str, str] | None:
         """(text, filename) of the defaults file, or None when there is none."""
@@ -98,8 +100,14 @@ class TemplateRef:
                 return None
         values = Path(self.filename).with_name(self.name + VALUES_SUFFIX)
         if values.is_file():
-            return values.read_text(encoding="utf-8"), str(values)
+            return _read_text(values, "default values file"), str(values)
         return None
+
+    def schema_path(self) -> Path | None:
+        """The values schema beside the template (``NAME.values.schema.json``), if any."""
+        folder = _builtin_dir() if self.builtin else Path(self.filename).parent
+        path = folder / (self.name + SCHEMA_SUFFIX)
+        return path if path.is_file() else None
 
     def description(self) -> str:
         """The first comment line of the defaults file (``# ddp: one worker role ...``)."""
@@ -127,6 +135,18 @@ def _builtin_dir() -> Path:
 
 def _builtin_text(name: str) -> str:
     return (_builtin_dir() / name).read_text(encoding="utf-8")
+
+
+def _read_text(path: Path, what: str) -> str:
+    """A user's file as UTF-8 text; unreadable or non-UTF-8 files are one clear error."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as error:
+        raise TemplateError(
+            f"{what} {path} is not UTF-8 text (byte {error.start}); save it as UTF-8"
+        ) from None
+    except OSError as error:
+        raise TemplateError(f"cannot read {what} {path}: {error.strerror or error}") from None
 
 
 def builtin_names() -> list[str]:
@@ -179,7 +199,10 @@ def _user_template(path: Path) -> TemplateRef:
 
 
 def merge_values(base: Mapping[str, Any], override: Mapping[str, Any]) -> Values:
-    """Helm-style merge: mappings merge key by key, anything else replaces."""
+    """Helm-style merge: mappings merge key by key, anything else replaces.
+
+    ``-f`` files and ``--set`` of a mapping (``--set 'env={A: b}'``) both merge
+    this way, so neither drops the defaults it does not mention."""
     merged: Values = dict(base)
     for key, value in override.items():
         if isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
@@ -190,10 +213,11 @@ def merge_values(base: Mapping[str, Any], override: Mapping[str, Any]) -> Values
 
 
 def load_values_text(text: str, source: str) -> Values:
-    """Parse a values file; YAML errors name ``file:line:column``."""
+    """Parse a values file (bounded: see ``paijob.openpai.yaml12.load_values``); YAML
+    errors name ``file:line:column``."""
     try:
         loaded = load_values(text, source)
-    except YamlSyntaxError as error:
+    except PaijobError as error:
         raise ValuesError(str(error)) from None
     data, lines = loaded.value, loaded.lines
     if lines.duplicates:
@@ -218,6 +242,10 @@ def load_values_file(path: str | Path) -> Values:
         text = file.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise ValuesError(f"values file {path} does not exist") from None
+    except UnicodeDecodeError as error:
+        raise ValuesError(
+            f"values file {path} is not UTF-8 text (byte {error.start}); save it as UTF-8"
+        ) from None
     except OSError as error:
         raise ValuesError(f"cannot read values file {path}: {error.strerror or error}") from None
     return load_values_text(text, str(path))
@@ -226,6 +254,7 @@ def load_values_file(path: str | Path) -> Values:
 _SET_FORM = "expected KEY=VALUE with a dotted KEY, e.g. --set instances=4 or --set resources.gpu=8"
 _NULLS = {"null", "Null", "NULL", "~"}
 _BOOLS = {"true", "false"}
+_YAML_STRUCTURE = ("[", "{", "&", "*", "!", "|", ">")  # what only YAML syntax starts with
 
 
 def parse_set(expr: str, *, as_string: bool = False, flag: str = "--set") -> tuple[list[str], Any]:
@@ -241,16 +270,20 @@ def parse_set(expr: str, *, as_string: bool = False, flag: str = "--set") -> tup
     parts = [part.strip() for part in parts]
     if as_string:
         return parts, raw
-    return parts, _typed(raw)
+    return parts, _typed(raw, f"{flag} {key_text}")
 
 
-def _typed(raw: str) -> Any:
+def _typed(raw: str, source: str) -> Any:
     if raw == "":
         return ""
     try:
-        value = yaml.safe_load(raw)
-    except yaml.YAMLError:
-        return raw
+        value = load_values(raw, source, duplicates="error").value
+    except YamlError as error:
+        if raw.lstrip()[:1] in _YAML_STRUCTURE:  # meant as YAML: say what is wrong with it
+            raise ValuesError(
+                f"{error}; quote it, or use --set-string for text"
+            ) from None
+        return raw  # not YAML: the text itself (e.g. --set 'cmd=a: [b')
     if value is None:
         return None if raw.strip() in _NULLS else raw
     if isinstance(value, bool):
@@ -263,7 +296,10 @@ def _typed(raw: str) -> Any:
 
 
 def apply_set(values: Values, keys: Sequence[str], value: Any) -> Values:
-    """Set ``keys`` (a dotted path) to ``value``, creating mappings on the way."""
+    """Set ``keys`` (a dotted path) to ``value``, creating mappings on the way.
+
+    A mapping ``value`` merges into a mapping already there (like a ``-f``
+    file), so ``--set 'tensorboard={enabled: true}'`` keeps the default port."""
     result = dict(values)
     node = result
     for key in keys[:-1]:
@@ -271,6 +307,9 @@ def apply_set(values: Values, keys: Sequence[str], value: Any) -> Values:
         child = dict(child) if isinstance(child, Mapping) else {}
         node[key] = child
         node = child
+    old = node.get(keys[-1])
+    if isinstance(value, Mapping) and isinstance(old, Mapping):
+        value = merge_values(old, value)
     node[keys[-1]] = value
     return result
 
@@ -284,7 +323,8 @@ def build_values(
     sets: Sequence[SetArg] = (),
     unknown: list[str] | None = None,
 ) -> Values:
-    """Template defaults < each values file < each set, in order.
+    """Template defaults < each values file < each set, in order, then checked
+    against the template's values schema (``NAME.values.schema.json``) when it has one.
 
     When ``unknown`` is a list, a message is appended to it for each
     top-level key given that neither the defaults have nor the template
@@ -305,6 +345,11 @@ def build_values(
         keys, value = parse_set(expr, as_string=kind == "set-string", flag=flag)
         given.append((keys[0], f"{flag} {expr}"))
         values = apply_set(values, keys, value)
+    schema = template.schema_path()
+    if schema is not None:
+        from paijob.values_schema import check_values
+
+        check_values(values, schema, template.name)
     if unknown is not None and any(key not in known for key, _ in given):
         known |= used_names(template)  # parses the templates again: only when needed
         for key, where in given:
@@ -350,6 +395,8 @@ class _Undefined(jinja2.StrictUndefined):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        if self._undefined_exception is SecurityError:
+            return  # the sandbox refused an attribute: keep its SecurityError
         # Every failing operation raises self._undefined_exception(message).
         self._undefined_exception = functools.partial(  # type: ignore[assignment]
             UndefinedValue, self._value_path()
@@ -374,7 +421,13 @@ def _fail(message: str) -> None:
     raise TemplateFailure(message)
 
 
-class _Environment(jinja2.Environment):
+class _Environment(SandboxedEnvironment):
+    """Every template, built-in or the user's, renders in Jinja's sandbox: it
+    reads values, calls the filters and globals registered below and the
+    methods of plain values (``list.append``, ``dict.items``, ...), and
+    nothing else — no attributes starting with ``_``, no Python internals
+    (``cycler.__init__.__globals__``), no files, no imports."""
+
     def getattr(self, obj: Any, attribute: str) -> Any:
         # values.items must be the value "items", not dict.items
         if isinstance(obj, dict) and attribute in obj:
@@ -391,30 +444,39 @@ def yaml_scalar(value: Any) -> str:
             # one line whatever the indentation around it: a JSON string is YAML
             return json.dumps(value, ensure_ascii=False)
         text = yaml.safe_dump(value, default_flow_style=True, width=10**9, allow_unicode=True)
-        text = text.strip()
-        if text.endswith("\n..."):
-            text = text[: -len("\n...")]
-        if text.endswith("..."):
-            text = text[:-3].rstrip()
-        return text
+        return _without_document_end(text.strip())
     if value is None:
         return "null"
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, (int, float)):
         return repr(value)
-    return json.dumps(_plain(value), ensure_ascii=False)
+    return json.dumps(_plain(value), ensure_ascii=False, default=str)
+
+
+def _without_document_end(text: str) -> str:
+    """PyYAML ends a lone scalar with ``...`` (document end); in a job that would be data."""
+    if text.endswith("\n..."):
+        text = text[: -len("\n...")]
+    if text.endswith("..."):
+        text = text[:-3].rstrip()
+    return text
 
 
 def yaml_block(value: Any, indent: int = 0) -> str:
     """A mapping or list as block YAML, every line but the first indented by ``indent``."""
-    text = yaml.safe_dump(
-        _plain(value), default_flow_style=False, sort_keys=False, allow_unicode=True, width=100
-    ).rstrip("\n")
-    return text.replace("\n", "\n" + " " * indent)
+    try:
+        text = yaml.safe_dump(
+            _plain(value), default_flow_style=False, sort_keys=False, allow_unicode=True, width=100
+        ).rstrip("\n")
+    except yaml.YAMLError as error:
+        raise TemplateFailure(f"cannot write {type(value).__name__} value as YAML: {error}") from None
+    return _without_document_end(text).replace("\n", "\n" + " " * indent)
 
 
 def _plain(value: Any) -> Any:
+    if isinstance(value, jinja2.Undefined):
+        str(value)  # raises with the value's name
     if isinstance(value, dict):
         return {k: _plain(v) for k, v in value.items()}
     if isinstance(value, list):
@@ -422,29 +484,86 @@ def _plain(value: Any) -> Any:
     return value
 
 
+# OpenPAI's own references, replaced by the server before bash runs the command:
+# <% $parameters.x %>, <% $secrets.x %>, <% $script.name %>, ... (mustache names,
+# rest-server middlewares/v2/protocol.js). Nothing looser: an unquoted `<%`
+# is a shell redirection and anything else inside it would run.
+_OPENPAI_TAG = r"<%\s*\$[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z0-9_-]+|\[[0-9]+\])*\s*%>"
+_SHELL_VAR = r"\$[A-Za-z_][A-Za-z0-9_]*|\$\{[A-Za-z_][A-Za-z0-9_]*\}"
+_KEPT_WHOLE = re.compile(f"(?:{_OPENPAI_TAG}|{_SHELL_VAR})")
+_KEPT_PART = re.compile(f"({_OPENPAI_TAG})|({_SHELL_VAR})")
+_SHELL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
 def shell_quote(value: Any) -> str:
-    """Quote one shell word; OpenPAI ``<% ... %>`` and ``$VAR`` references stay unquoted."""
-    text = str(value)
-    if re.fullmatch(r"<%[^%]*%>|\$\{?[A-Za-z_][A-Za-z0-9_]*\}?", text):
+    """One shell word that bash reads back as ``value``, whatever it holds.
+
+    OpenPAI references (``<% $parameters.x %>``) and environment variables
+    (``$VAR``, ``${VAR}``) keep working: alone they stay as written, inside a
+    longer word the text around them is quoted (``--data=$DATA/x`` →
+    ``--data="$DATA"/x``). Everything else — ``;``, ``$(...)``, backquotes,
+    spaces — is quoted, so a value never becomes a command. A NUL character,
+    which no command line can hold, is refused.
+    """
+    if isinstance(value, jinja2.Undefined):
+        str(value)  # raises with the value's name
+    text = value if isinstance(value, str) else yaml_scalar(value) if isinstance(value, bool) else str(value)
+    if "\0" in text:
+        raise TemplateFailure(f"value {text!r} contains a NUL character, which no shell command can hold")
+    if _KEPT_WHOLE.fullmatch(text):
         return text
-    return shlex.quote(text)
+    words: list[str] = []
+    last = 0
+    for match in _KEPT_PART.finditer(text):
+        if match.start() > last:
+            words.append(shlex.quote(text[last : match.start()]))
+        tag, var = match.groups()
+        words.append(tag if tag else f'"{var}"')
+        last = match.end()
+    if last < len(text) or not words:
+        words.append(shlex.quote(text[last:]))
+    return "".join(words)
 
 
 def shell_join(values: Any) -> str:
+    """A list as shell words, each quoted by ``shell_quote`` (a list item with
+    spaces stays one argument). A string is split as the shell would split it
+    (without running anything in it), then each word is quoted."""
     if values is None:
         return ""
+    if isinstance(values, jinja2.Undefined):
+        str(values)  # raises with the value's name
     if isinstance(values, str):
-        return values
+        try:
+            values = shlex.split(values)
+        except ValueError as error:
+            raise TemplateFailure(f"cannot split {values!r} into shell words: {error}") from None
+    if not isinstance(values, (list, tuple)):
+        raise TemplateFailure(f"expected a list of words, got {yaml_scalar(values)}")
     return " ".join(shell_quote(v) for v in values)
+
+
+def shell_name(name: Any) -> str:
+    """``name`` when it is a shell variable name, else a template failure (no injection
+    through ``export NAME=...`` or ``mpirun -x NAME``)."""
+    text = str(name)
+    if not _SHELL_NAME.fullmatch(text):
+        raise TemplateFailure(
+            f"environment variable name {text!r} is not a shell variable name "
+            "(letters, digits and _, not starting with a digit)"
+        )
+    return text
 
 
 def cli_flags(options: Any) -> str:
     """``{data: synthetic, epochs: 2}`` → ``--data synthetic --epochs 2``; true → bare flag."""
     if not options:
         return ""
+    if not isinstance(options, Mapping):
+        raise TemplateFailure(f"expected a mapping of options, got {yaml_scalar(options)}")
     words: list[str] = []
     for key, value in options.items():
-        flag = "--" + str(key).replace("_", "-")
+        flag = shell_quote("--" + str(key).replace("_", "-"))
         if value is None or value is False:
             continue
         if value is True:
@@ -460,19 +579,38 @@ def cli_flags(options: Any) -> str:
 SHM_FLOOR_MB = 512  # OpenPAI's own default
 
 
+def _count(value: Any, what: str) -> int:
+    """A whole number ≥ 0 from a value, or a template failure naming it."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise TemplateFailure(f"{what} must be a whole number, got {yaml_scalar(value)}")
+    try:
+        number = int(value)
+    except (ValueError, OverflowError):
+        raise TemplateFailure(f"{what} must be a whole number, got {yaml_scalar(value)}") from None
+    if number < 0 or number != value and not isinstance(value, str):
+        raise TemplateFailure(f"{what} must be a whole number >= 0, got {yaml_scalar(value)}")
+    return number
+
+
 def processes_per_node(gpu: Any, explicit: Any = None) -> int:
     """Training processes per instance: ``explicit`` when given, else one per GPU, else 1."""
     if explicit is not None:
-        return int(explicit)
-    return int(gpu) if gpu and int(gpu) > 0 else 1
+        return _count(explicit, "processesPerNode")
+    count = _count(gpu, "gpu") if gpu else 0
+    return count if count > 0 else 1
 
 
 def shm_mb(ppn: Any, loader_workers: Any, per_worker_mb: Any, explicit: Any = None) -> int:
     """``/dev/shm`` for an instance: ``explicit`` when given, else processes ×
     DataLoader workers × MB per worker, at least ``SHM_FLOOR_MB``."""
     if explicit is not None:
-        return int(explicit)
-    return max(SHM_FLOOR_MB, int(ppn) * int(loader_workers) * int(per_worker_mb))
+        return _count(explicit, "shmMB")
+    return max(
+        SHM_FLOOR_MB,
+        _count(ppn, "processes per node")
+        * _count(loader_workers, "loaderWorkers")
+        * _count(per_worker_mb, "shmPerLoaderWorkerMB"),
+    )
 
 
 class _BuiltinLoader(jinja2.BaseLoader):
@@ -507,7 +645,8 @@ def _bytecode_cache() -> jinja2.BytecodeCache | None:
     if os.environ.get("PAIJOB_NO_TEMPLATE_CACHE"):
         return None
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    folder = os.path.join(base, "paijob", "templates")
+    # "-sandboxed": bytecode compiled outside the sandbox (older paijob) must never load
+    folder = os.path.join(base, "paijob", "templates-sandboxed")
     try:
         os.makedirs(folder, exist_ok=True)
     except OSError:
@@ -537,6 +676,7 @@ def _environment(folder: Path | None) -> jinja2.Environment:
         yaml_block=yaml_block,
         sh=shell_quote,
         shjoin=shell_join,
+        shname=shell_name,
         cli_flags=cli_flags,
     )
     env.globals.update(fail=_fail, shm_mb=shm_mb, processes_per_node=processes_per_node)
@@ -616,9 +756,30 @@ def render_text(template: TemplateRef, values: Mapping[str, Any]) -> str:
         raise TemplateError(f"template {error.name} not found (needed by {template.filename})") from None
     except OSError as error:
         raise TemplateError(f"cannot read template {template.filename}: {error}") from None
+    except UnicodeDecodeError as error:
+        raise TemplateError(
+            f"template {template.filename} (or one it imports) is not UTF-8 text "
+            f"(byte {error.start}); save it as UTF-8"
+        ) from None
     context = {str(k): _wrap(v, str(k)) for k, v in values.items()}
     try:
         return jinja_template.render(context)
+    except SecurityError as error:
+        raise TemplateError(
+            f"template {template.name} ({_where(error, template)}) uses something templates may "
+            f"not: {error} (templates run in Jinja's sandbox: values, filters and the methods "
+            "of plain values only; see 'paijob templates --help')"
+        ) from None
+    except RecursionError:
+        raise TemplateError(
+            f"template {template.filename} extends, includes or calls itself without end; "
+            "a template may extend or include only other templates"
+        ) from None
+    except UnicodeDecodeError as error:
+        raise TemplateError(
+            f"a template that {template.filename} imports is not UTF-8 text "
+            f"(byte {error.start}); save it as UTF-8"
+        ) from None
     except UndefinedValue as error:
         if error.value_path:
             raise TemplateError(
@@ -630,6 +791,13 @@ def render_text(template: TemplateRef, values: Mapping[str, Any]) -> str:
         raise TemplateError(f"template {template.name} ({_where(error, template)}): {error}") from None
     except jinja2.TemplateError as error:
         raise TemplateError(f"template {template.name} ({_where(error, template)}): {error}") from None
+    except (TypeError, ValueError, ArithmeticError, LookupError, MemoryError) as error:
+        if template.builtin:
+            raise  # values are schema-checked for the built-ins: this is a bug
+        raise TemplateError(
+            f"template {template.name} ({_where(error, template)}) failed: "
+            f"{type(error).__name__}: {error}"
+        ) from None
 
 
 def render_template(
@@ -659,17 +827,22 @@ def render_template(
     values = build_values(ref, value_files, ordered_sets, unknown)
     text = render_text(ref, values)
     source = f"{ref.name} (rendered)"
-    try:
-        job, lines = load_with_lines(text, source)
-    except YamlSyntaxError as error:
-        raise TemplateError(
-            f"template {ref.filename} rendered text that is not YAML: {error} "
-            "(quote values with the '| yaml' filter)"
-        ) from None
-    report = validate_job(job, source=source, lines=lines)
+    # The rendered TEXT, re-read exactly as `paijob validate` reads a file: what
+    # is checked is what is printed (a duplicate key, a value that broke the
+    # YAML structure), not the values as the template meant them.
+    report = validate_text(text, source)
+    if report.job is None:
+        try:
+            load_job(text, source)
+        except YamlError as error:
+            raise TemplateError(
+                f"template {ref.filename} rendered text that is not YAML: {error} "
+                "(quote values with the '| yaml' filter)"
+            ) from None
     report.problems[:0] = [Problem(WARNING, (), message) for message in unknown]
     if check and not report.ok:
         raise JobValidationError(report)
+    job = report.job
     return RenderResult(ref, values, text, job if isinstance(job, dict) else {}, report)
 
 
@@ -678,13 +851,12 @@ def load_job_file(path: str | Path, *, check: bool = True) -> RenderResult:
     file = Path(path)
     try:
         text = file.read_text(encoding="utf-8")
+    except UnicodeDecodeError as error:
+        raise PaijobError(f"job file {path} is not UTF-8 text (byte {error.start})") from None
     except OSError as error:
         raise PaijobError(f"cannot read job file {path}: {error.strerror or error}") from None
-    try:
-        job, lines = load_with_lines(text, str(path))
-    except YamlSyntaxError as error:
-        raise PaijobError(str(error)) from None
-    report = validate_job(job, source=str(path), lines=lines)
+    report = validate_text(text, str(path))  # the checks of `paijob validate`, duplicates included
+    job = report.job
     if check and not report.ok:
         raise JobValidationError(report)
     ref = TemplateRef(file.name, str(path), file.resolve().parent, False)

@@ -6,13 +6,32 @@ import argparse
 import sys
 from typing import Any
 
+DESCRIPTION = """\
+List the built-in job templates with a one-line description.
+'paijob templates show NAME' prints the template, its documented default values
+and the values schema they are checked against.
+
+A template is NAME.yaml.j2 with its defaults in NAME.values.yaml and,
+optionally, a JSON Schema for them in NAME.values.schema.json beside it.
+
+What a template may do: every template, built-in or yours, renders in Jinja's
+sandbox. It reads values; uses Jinja's tags, tests and filters; paijob's
+filters yaml, yaml_block, sh (one shell word, quoted), shjoin (a list as
+quoted words), shname (a shell variable name or an error), cli_flags; the
+globals fail("message"), shm_mb(...), processes_per_node(...); and the methods
+of plain values (list.append, dict.items, ...). It cannot reach Python
+internals (cycler.__init__.__globals__ is an error), import modules, or read
+files other than templates in its own folder, PAIJOB_TEMPLATE_PATH and the
+built-ins (e.g. {% import "_job.yaml.j2" as job with context %}).
+"""
+
 
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "templates",
         help="list the built-in job templates; 'templates show NAME' prints one",
-        description="List the built-in job templates with a one-line description. "
-        "'paijob templates show NAME' prints the template and its documented default values.",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.set_defaults(func=list_templates)
     verbs = parser.add_subparsers(dest="templates_command", metavar="{list,show}")
@@ -54,6 +73,10 @@ def show_template(args: argparse.Namespace) -> int:
         sys.stdout.write(text)
     else:
         print("\n# ---- no default values file: every value the template uses must be given")
+    schema = ref.schema_path()
+    if schema is not None:
+        print(f"\n# ---- values schema {schema.name} (values are checked against it before rendering)")
+        sys.stdout.write(schema.read_text(encoding="utf-8"))
     return 0
 
 

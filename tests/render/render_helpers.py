@@ -48,7 +48,13 @@ GOLDEN_CASES: dict[str, dict[str, list[str]]] = {
     "horovod": {
         "1x1": ["instances=1", "gpu=1"],
         "4x8": BIG,
-        "horovodrun": ["instances=2", "gpu=2", "launcher=horovodrun", "env={}"],
+        "horovodrun": [
+            "instances=2",
+            "gpu=2",
+            "launcher=horovodrun",
+            "env.NCCL_DEBUG=null",  # null leaves a default variable out
+            "env.NCCL_SOCKET_IFNAME=null",
+        ],
     },
     "dataparallel": {"1x1": ["gpu=1"], "1x8": ["gpu=8", "cpu=48", "memoryMB=393216"]},
     "spawn": {"1x1": ["instances=1", "gpu=1"], "4x8": BIG},

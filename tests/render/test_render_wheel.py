@@ -37,5 +37,6 @@ def test_wheel_contains_the_templates(tmp_path: Path) -> None:
     for template in builtin_names():
         assert f"paijob/templates/{template}.yaml.j2" in names
         assert f"paijob/templates/{template}.values.yaml" in names
+        assert f"paijob/templates/{template}.values.schema.json" in names
     assert "paijob/templates/_job.yaml.j2" in names
     assert "paijob/protocol_schema.py" in names

@@ -1,0 +1,134 @@
+"""Values schemas: type-check a template's values before rendering.
+
+Helm's convention: a JSON Schema beside the template (here
+``NAME.values.schema.json`` beside ``NAME.yaml.j2``, since the built-ins
+share one folder). The values after all layering (defaults < ``-f`` <
+``--set``) are checked against it, so ``--set setup=notalist`` is an error
+naming the value, the type it must have and the one it was given, instead of
+eight commands ``n``, ``o``, ``t``, ...
+
+Evaluated by ``paijob.protocol_schema.iter_schema_errors``, the small draft-7
+evaluator ``paijob validate`` already uses (importing ``jsonschema`` would cost
+more than the rest of ``paijob render``). A schema may use the keywords it
+implements; ``description`` texts are used in the messages.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from paijob.errors import PaijobError
+from paijob.protocol_schema import SchemaError, iter_schema_errors
+
+MAX_REPORTED = 5
+
+_TYPE_WORDS = {
+    "object": "a mapping",
+    "array": "a list",
+    "string": "a string",
+    "integer": "an integer",
+    "number": "a number",
+    "boolean": "true or false",
+    "null": "null",
+}
+
+
+class ValuesSchemaError(PaijobError):
+    """Values that break the template's values schema, or a schema that cannot be read."""
+
+
+@lru_cache(maxsize=16)
+def load_schema(path: str) -> dict[str, Any]:
+    """The schema in ``path`` (cached: built-in schemas never change during a run)."""
+    try:
+        schema = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as error:
+        raise ValuesSchemaError(f"cannot read values schema {path}: {error}") from None
+    if not isinstance(schema, dict):
+        raise ValuesSchemaError(f"values schema {path} is not a JSON object")
+    return schema
+
+
+def check_values(values: dict[str, Any], schema_path: Path, template: str) -> None:
+    """Raise ``ValuesSchemaError`` listing (up to ``MAX_REPORTED``) values that break the schema."""
+    schema = load_schema(str(schema_path))
+    try:
+        errors = list(iter_schema_errors(values, schema))
+    except (ValueError, TypeError, RecursionError) as error:  # a keyword not implemented
+        raise ValuesSchemaError(f"values schema {schema_path}: {error}") from None
+    if not errors:
+        return
+    messages = [describe(error, values) for error in errors[:MAX_REPORTED]]
+    more = f" (and {len(errors) - MAX_REPORTED} more)" if len(errors) > MAX_REPORTED else ""
+    raise ValuesSchemaError(
+        "; ".join(messages)
+        + more
+        + f"; fix it with --set or in a -f values file (see 'paijob templates show {template}')"
+    )
+
+
+def _dotted(path: Any) -> str:
+    text = ""
+    for part in path:
+        text += f"[{part}]" if isinstance(part, int) else ("." if text else "") + str(part)
+    return text
+
+
+def _given(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        text = repr(value)
+        return f"the number {text if len(text) <= 40 else text[:37] + '...'}"
+    if isinstance(value, str):
+        text = value if len(value) <= 40 else value[:37] + "..."
+        return f"the string {text!r}"
+    if isinstance(value, dict):
+        return "a mapping"
+    if isinstance(value, list):
+        return "a list"
+    return f"a {type(value).__name__}"
+
+
+def _expected(schema: dict[str, Any], keyword: str) -> str:
+    if keyword == "type":
+        names = schema["type"] if isinstance(schema["type"], list) else [schema["type"]]
+        return " or ".join(_TYPE_WORDS.get(str(name), str(name)) for name in names)
+    if keyword == "enum":
+        return "one of " + ", ".join(str(option) for option in schema["enum"])
+    if keyword == "minimum":
+        return f"at least {schema['minimum']}"
+    if keyword == "maximum":
+        return f"at most {schema['maximum']}"
+    if keyword in ("minLength", "minItems"):
+        return "not empty"
+    return str(schema.get("description") or f"valid ({keyword} {schema.get(keyword)!r})")
+
+
+def describe(error: SchemaError, values: Any) -> str:
+    """One clause: ``value 'setup' must be a list, given the string 'notalist'``."""
+    path = _dotted(error.absolute_path)
+    name = f"value '{path}'" if path else "the values"
+    if error.validator == "additionalProperties" and isinstance(error.instance, dict):
+        known = sorted(error.schema.get("properties", {}))
+        extra = [str(k) for k in error.instance if k not in known]
+        return f"{name} has unknown key(s) {', '.join(extra)} (known: {', '.join(known)})"
+    if isinstance(error.instance, str) and isinstance(_at(values, error.absolute_path), dict):
+        # propertyNames: the failing thing is a key of the mapping at this path
+        return f"{name} has a key {error.instance!r} that is not {_expected(error.schema, error.validator)}"
+    return f"{name} must be {_expected(error.schema, error.validator)}, given {_given(error.instance)}"
+
+
+def _at(values: Any, path: Any) -> Any:
+    node = values
+    for part in path:
+        try:
+            node = node[part]
+        except (KeyError, IndexError, TypeError):
+            return None
+    return node
