@@ -14,6 +14,7 @@ import pytest
 import yaml
 from render_helpers import ROOT, run_cli
 
+from paijob.errors import PaijobError
 from paijob.protocol import validate_text
 from paijob.templating import (
     builtin_names,
@@ -231,13 +232,13 @@ def test_a_user_template_with_a_schema_is_checked_too(
     ("text", "message"),
     [
         ("a: &a [*a]\n", "recursive alias"),
-        ("a: " + "[" * 5000 + "]" * 5000 + "\n", "nested more than 64 levels"),
-        ("a: " + "9" * 5000 + "\n", "a number with thousands of digits"),
-        ("a: " + "9" * 200 + "\n", "is too large (665 bits)"),
+        ("a: " + "[" * 5000 + "]" * 5000 + "\n", "nesting deeper than"),
+        ("gpu: " + "9" * 5000 + "\n", "value 'gpu' must be an integer, given the number inf"),
+        ("cpu: " + "9" * 200 + "\n", "value 'cpu' must be at most 9007199254740991"),
         (
             "a: &a [x, x, x, x, x, x, x, x, x, x]\n"
             + "".join(f"{c}: &{c} [{', '.join(['*' + p] * 10)}]\n" for p, c in zip("abcdefgh", "bcdefghi", strict=True)),
-            "more than 50000 values once aliases",
+            "expands to more than",
         ),
     ],
     ids=["recursive-alias", "deep", "5000-digits", "200-digits", "alias-bomb"],
@@ -249,8 +250,9 @@ def test_hostile_yaml_is_refused_at_once(
     values.write_text(text)
     code, out, err = run_cli(capsys, "render", "ddp", "-f", str(values))
     assert (code, out) == (2, "") and message in err and err.count("\n") == 1, err
-    code, out, err = run_cli(capsys, "render", "ddp", "--set", "x=" + text.split(": ", 1)[1].strip())
     if "\n" not in text.strip():  # one-line documents also reach --set
+        key, value = text.strip().split(": ", 1)
+        code, out, err = run_cli(capsys, "render", "ddp", "--set", f"{key}={value}")
         assert (code, out) == (2, "") and message in err, err
 
 
@@ -305,9 +307,7 @@ def test_render_checks_the_printed_text_as_validate_does(tmp_path: Path) -> None
     # A user template that prints a duplicate key: the values are fine, the text is not.
     golden = (ROOT / "tests/render/golden/ddp-1x1.yaml").read_text()
     (tmp_path / "dup.yaml.j2").write_text(golden.replace("type: job\n", "type: job\njobRetryCount: 1\n"))
-    from paijob.protocol import JobValidationError
-
-    with pytest.raises(JobValidationError, match="duplicate key"):
+    with pytest.raises(PaijobError, match="duplicate key"):
         render_template(str(tmp_path / "dup.yaml.j2"))
     assert not validate_text(golden.replace("type: job\n", "type: job\njobRetryCount: 1\n"), "x").ok
 
