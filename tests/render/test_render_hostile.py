@@ -195,22 +195,24 @@ def test_every_builtin_has_a_schema_its_defaults_pass(name: str) -> None:
 
 
 def test_the_schemas_agree_with_jsonschema(tmp_path: Path) -> None:
-    """paijob evaluates the schemas with protocol_schema's small evaluator; the
+    """paijob evaluates the schemas with values_schema's small evaluator; the
     real jsonschema must say the same (valid or not) on good and bad values."""
     jsonschema = pytest.importorskip("jsonschema")
-    from paijob.protocol_schema import iter_schema_errors
+    from paijob.values_schema import iter_errors
 
     samples = [
         {}, {"gpu": "x"}, {"setup": "notalist"}, {"env": {"A;B": 1}}, {"env": {"A": None}},
         {"precision": "BF16"}, {"precision": "apex:o2"}, {"precision": "fp8"},
         {"tensorboard": {"enable": True}}, {"processesPerNode": 1.5}, {"recipeArgs": {"a": [1, "b"]}},
+        {"gpu": 2**60}, {"gpu": 4.0}, {"instances": 0}, {"backend": "nccl"}, {"setup": [1]},
+        {"args": ["a", 1, True]}, {"shmMB": None}, {"tensorboard": {"port": 70000}},
     ]
     for name in builtin_names():
         schema = json.loads((TEMPLATES / f"{name}.values.schema.json").read_text())
         jsonschema.Draft7Validator.check_schema(schema)
         validator = jsonschema.Draft7Validator(schema)
         for sample in samples:
-            ours = not list(iter_schema_errors(sample, schema))
+            ours = not list(iter_errors(sample, schema))
             assert ours == validator.is_valid(sample), (name, sample)
 
 
