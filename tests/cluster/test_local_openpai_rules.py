@@ -13,14 +13,8 @@ import pytest
 import yaml
 
 from paijob.openpai import exitspec
-from paijob.openpai.tags import (
-    TemplateError,
-    js_number,
-    js_string,
-    render_runtime,
-    render_server,
-    role_entrypoint,
-)
+from paijob.openpai.tags import TemplateError, render_runtime, render_server, role_entrypoint
+from paijob.openpai.yaml12 import js_number, js_string
 
 SPEC_YAML = Path("/work/shared/reference/openpai/upstream/k8s-job-exit-spec.yaml")
 
@@ -89,7 +83,7 @@ def test_codes_missing_from_the_spec_use_the_rest_server_fallbacks() -> None:
 @pytest.mark.parametrize(("value", "text"), [
     (True, "true"), (False, "false"), (0.00001, "0.00001"), (1e-7, "1e-7"), (1e21, "1e+21"), (1.0, "1"),
     (2.5, "2.5"), (123, "123"), (["a", "b"], "a,b"), ([1, None, True], "1,,true"), ({"a": 1}, "[object Object]"),
-    ("text", "text"), (float("inf"), "Infinity"),
+    ("text", "text"), (float("inf"), "Infinity"), (None, "null"),
 ])
 def test_values_are_written_as_javascript_writes_them(value: Any, text: str) -> None:
     assert js_string(value) == text
