@@ -26,6 +26,7 @@ import yaml
 
 from paijob.errors import PaijobError
 from paijob.openpai.names import DEFAULT_API_PATH
+from paijob.openpai.rest import format_protocol_errors, rest_role_name
 
 log = logging.getLogger(__name__)
 
@@ -358,6 +359,7 @@ class PaiClient:
         )
 
     def task_status(self, job_id: str, job_attempt: int, role: str, index: int) -> dict[str, Any]:
+        role = rest_role_name(role)  # OpenPAI's paths use the converted role name (Worker_A -> workera)
         path = f"{self._job_path(job_id)}/attempts/{job_attempt}/taskRoles/{quote(role, safe='')}/taskIndex/{index}/attempts"
         data: dict[str, Any] = self._request("GET", path, what=f"reading task {role}/{index} of {job_id}").json()
         return data
@@ -366,6 +368,7 @@ class PaiClient:
         self, job_id: str, job_attempt: int, role: str, index: int, task_attempt: int, *, tail: bool = False
     ) -> dict[str, str]:
         """name (stdout / stderr / all) -> absolute URI of the log content."""
+        role = rest_role_name(role)  # OpenPAI's paths use the converted role name (Worker_A -> workera)
         path = (
             f"{self._job_path(job_id)}/attempts/{job_attempt}/taskRoles/{quote(role, safe='')}"
             f"/taskIndex/{index}/attempts/{task_attempt}/logs"
@@ -481,6 +484,9 @@ def _problems(message: str) -> list[str]:
     """OpenPAI packs the problem list into one message; split it back into lines."""
     if not message:
         return []
+    formatted = format_protocol_errors(message)  # a schema failure's message is ajv's JSON error array
+    if formatted is not None:
+        return formatted
     lines = [line.strip(" -\t") for line in message.splitlines()]
     lines = [line for line in lines if line]
     if len(lines) > 1 and lines[0].endswith(":"):

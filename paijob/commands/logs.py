@@ -8,6 +8,7 @@ from typing import Any
 
 from paijob.commands import _cluster as common
 from paijob.errors import PaijobError
+from paijob.openpai.rest import rest_role_name
 
 
 def register(subparsers: Any) -> None:
@@ -37,6 +38,8 @@ def run(args: argparse.Namespace) -> int:
     job_id = client.job_id(args.job_id)
     if args.tail is not None and args.tail < 0:
         raise PaijobError(f"--tail {args.tail}: give a number of lines, 0 or more")
+    if args.role is not None:  # OpenPAI's REST uses converted role names: --role Worker_A means workera
+        args.role = rest_role_name(args.role)
     follower = common.LogFollower(client, job_id, role=args.role, index=args.index, stream=args.stream,
                                   prefix=not args.no_prefix, rank=args.rank, timestamps=args.timestamps,
                                   tail=args.tail)

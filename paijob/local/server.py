@@ -27,7 +27,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import yaml
 from flask import Blueprint, Flask, Response, current_app, g, jsonify, request, send_file
 from werkzeug.serving import BaseWSGIServer, make_server
 
@@ -35,7 +34,9 @@ from paijob import __version__
 from paijob.local.plan import plan_job
 from paijob.local.runner import LocalCluster
 from paijob.local.store import JobExists
-from paijob.openpai import exitspec
+from paijob.openpai import exitspec, rest
+from paijob.openpai.tags import TemplateError, role_entrypoint
+from paijob.openpai.yaml12 import YamlError, load_job
 
 log = logging.getLogger(__name__)
 
@@ -141,15 +142,31 @@ def _job_status(job: dict[str, Any], attempt: dict[str, Any] | None, latest: boo
         "appExitDiagnostics": diagnostics,
         "appExitMessages": {"container": None, "runtime": None, "launcher": diagnostics} if done else None,
         "appExitTriggerMessage": message,
-        "appExitTriggerTaskRoleName": job.get("trigger_role") if latest else a.get("trigger_role"),
+        "appExitTriggerTaskRoleName": _rest_role(job.get("trigger_role") if latest else a.get("trigger_role")),
         "appExitTriggerTaskIndex": job.get("trigger_index") if latest else a.get("trigger_index"),
         "appExitType": _EXIT_TYPES.get(state),
         "virtualCluster": "default",
     }
 
 
+def read_job(text: str) -> Any:
+    """The job as the rest-server's js-yaml reads it (YAML 1.2)."""
+    return load_job(text, "job").value
+
+
+def _role_names(config_text: str) -> dict[str, str]:
+    """REST role name (``workera``) -> the job's role name (``Worker_A``)."""
+    job = read_job(config_text)
+    return {rest.rest_role_name(str(role)): str(role) for role in (job.get("taskRoles") or {})}
+
+
+def _rest_role(name: str | None) -> str | None:
+    return None if name is None else rest.rest_role_name(name)
+
+
 def _log_path(job_id: str, attempt: int, role: str, index: int, task_attempt: int) -> str:
-    return f"/api/v2/jobs/{job_id}/attempts/{attempt}/taskRoles/{role}/taskIndex/{index}/attempts/{task_attempt}/logs"
+    return (f"/api/v2/jobs/{job_id}/attempts/{attempt}/taskRoles/{rest.rest_role_name(role)}"
+            f"/taskIndex/{index}/attempts/{task_attempt}/logs")
 
 
 def _task_attempt_view(row: dict[str, Any], job_id: str) -> dict[str, Any]:
@@ -207,7 +224,7 @@ def job_detail(cluster: LocalCluster, job: dict[str, Any], attempt_id: int | Non
     attempt_id = job["attempt_id"] if attempt_id is None else attempt_id
     attempt = cluster.store.attempt(job["username"], job["name"], attempt_id)
     job_id = f"{job['username']}~{job['name']}"
-    plan = plan_job(yaml.safe_load(job["config"]))
+    plan = plan_job(read_job(job["config"]))
     rows = cluster.store.tasks(job["username"], job["name"], attempt_id)
     roles: dict[str, Any] = {}
     for role in plan.roles:
@@ -215,14 +232,23 @@ def job_detail(cluster: LocalCluster, job: dict[str, Any], attempt_id: int | Non
         for index in range(role.instances):
             mine = [r for r in rows if r["role"] == role.name and r["task_index"] == index]
             statuses.append(_task_view(mine, index, job_id, (attempt or {}).get("created_time")))
-        roles[role.name] = {"taskRoleStatus": {"name": role.name}, "taskStatuses": statuses}
+        roles[role.runtime_name] = {"taskRoleStatus": {"name": role.runtime_name}, "taskStatuses": statuses}
+    status = _job_status(job, attempt, latest)
+    status["retryDetails"] = _retry_details(cluster.store.attempts(job["username"], job["name"]), job["retries"])
     return {
         "name": job["name"],
         "tags": [],
-        "jobStatus": _job_status(job, attempt, latest),
+        "jobStatus": status,
         "taskRoles": roles,
         "debugId": job_id,
     }
+
+
+def _retry_details(attempts: list[dict[str, Any]], retries: int) -> dict[str, int]:
+    """k8s.js: user = retries counted against jobRetryCount, platform = the transient ones (not counted)."""
+    platform = sum(1 for a in attempts[:retries] if a.get("exit_code") is not None
+                   and exitspec.spec_for(a["exit_code"]).retried_without_limit)
+    return {"user": retries - platform, "platform": platform, "resource": 0}
 
 
 def job_summary(job: dict[str, Any]) -> dict[str, Any]:
@@ -302,13 +328,18 @@ def create_app(cluster: LocalCluster, token: str, user: str | None = None) -> Fl
     def submit() -> Response:
         text = request.get_data(as_text=True)
         try:
-            job = yaml.safe_load(text)
-        except yaml.YAMLError as problem:
+            job = read_job(text)
+        except YamlError as problem:
             return error(400, "InvalidProtocolError", f"Job protocol is not valid YAML: {problem}")
         problems = validate(job, text)
         if problems:
             return error(400, "InvalidProtocolError",
                          "Job protocol is invalid:\n" + "\n".join(f"- {p}" for p in problems))
+        try:
+            for role in job.get("taskRoles") or {}:
+                role_entrypoint(job, role)  # the rest-server renders commands before it accepts the job
+        except TemplateError as problem:
+            return error(400, "InvalidProtocolError", str(problem))
         name = str(job["name"])
         try:
             cluster.submit(g.user, name, job, text)
@@ -321,16 +352,21 @@ def create_app(cluster: LocalCluster, token: str, user: str | None = None) -> Fl
     @api.get("/jobs")
     def list_jobs() -> Response:
         try:
-            limit = int(request.args.get("limit", 5000))
+            limit = int(request.args.get("limit", rest.DEFAULT_LIST_LIMIT))
             offset = int(request.args.get("offset", 0))
         except ValueError:
             return error(400, "InvalidParametersError", "limit and offset must be numbers.")
-        rows = cluster.store.jobs(username=request.args.get("username"), state=request.args.get("state"),
-                                  limit=min(limit, 50000), offset=offset)
-        data = [job_summary(row) for row in rows]
+        if limit > rest.MAX_LIST_LIMIT:
+            return error(400, "InvalidParametersError", f"Limit exceeds max number {rest.MAX_LIST_LIMIT}.")
+        users = rest.list_filter(request.args.get("username"))
+        states = rest.list_filter(request.args.get("state"))
+        vcs = rest.list_filter(request.args.get("vc"))
+        rows = [row for row in cluster.store.jobs()
+                if (users is None or row["username"] in users) and (states is None or row["state"] in states)
+                and (vcs is None or "default" in vcs)]
+        data = [job_summary(row) for row in rows[offset:offset + limit]]
         if request.args.get("withTotalCount") == "true":
-            total = len(cluster.store.jobs(username=request.args.get("username"), state=request.args.get("state")))
-            return jsonify({"totalCount": total, "data": data})
+            return jsonify({"totalCount": len(rows), "data": data})
         return jsonify(data)
 
     @api.get("/jobs/<job_id>")
@@ -354,13 +390,9 @@ def create_app(cluster: LocalCluster, token: str, user: str | None = None) -> Fl
         job = find_job(job_id)
         if isinstance(job, Response):
             return job
-        config = yaml.safe_load(job["config"])
-        if isinstance(config, dict) and config.get("secrets"):
-            config.pop("secrets")  # OpenPAI keeps secrets out of the stored config
-            text = yaml.safe_dump(config, sort_keys=False)
-        else:
-            text = job["config"]
-        return Response(text, mimetype="text/yaml")
+        # the stored config has its secrets masked; Express sends the object as JSON, labelled text/yaml
+        config = read_job(rest.mask_secrets(job["config"]))
+        return Response(json.dumps(config, default=str), content_type=rest.CONFIG_CONTENT_TYPE)
 
     @api.put("/jobs/<job_id>/executionType")
     def execution_type(job_id: str) -> Response:
@@ -378,7 +410,11 @@ def create_app(cluster: LocalCluster, token: str, user: str | None = None) -> Fl
         return response
 
     def task_rows(job: dict[str, Any], attempt: int, role: str, index: int) -> list[dict[str, Any]]:
-        return cluster.store.task_attempts(job["username"], job["name"], attempt, role, index)
+        """Attempts of a task, oldest first; ``role`` is the REST (converted) role name, as on OpenPAI."""
+        name = _role_names(job["config"]).get(role)
+        if name is None:
+            return []
+        return cluster.store.task_attempts(job["username"], job["name"], attempt, name, index)
 
     @api.get("/jobs/<job_id>/attempts/<int:attempt>/taskRoles/<role>/taskIndex/<int:index>/attempts")
     def task_status(job_id: str, attempt: int, role: str, index: int) -> Response:
@@ -394,7 +430,7 @@ def create_app(cluster: LocalCluster, token: str, user: str | None = None) -> Fl
             "jobName": job["name"],
             "jobAttemptId": attempt,
             "taskRoleName": role,
-            "attempts": [_task_attempt_view(row, job_id) for row in rows],
+            "attempts": [_task_attempt_view(row, job_id) for row in reversed(rows)],  # newest first
         })
 
     @api.get("/jobs/<job_id>/attempts/<int:attempt>/taskRoles/<role>/taskIndex/<int:index>"
@@ -412,6 +448,10 @@ def create_app(cluster: LocalCluster, token: str, user: str | None = None) -> Fl
 
     @logs.get("/<job_id>/<int:attempt>/<role>/<int:index>/<int:task_attempt>/<any(stdout,stderr,all):name>")
     def log_content(job_id: str, attempt: int, role: str, index: int, task_attempt: int, name: str) -> Response:
+        job = find_job(job_id)
+        if isinstance(job, Response):
+            return job
+        role = _role_names(job["config"]).get(role, "")
         path = cluster.log_dir(job_id, attempt, role, index, task_attempt) / name
         root = (cluster.state_dir / "logs").resolve()
         if root not in path.resolve().parents or not path.is_file():
