@@ -28,14 +28,16 @@ Pure functions; the only error is a template mustache.js itself rejects.
 
 from __future__ import annotations
 
+import datetime
 import html
+import math
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any
 
 from paijob.errors import PaijobError
-from paijob.openpai.yaml12 import js_string
 
 _INDEX = re.compile(r"\[(\d+)\]")
 _TAG_TYPES = "#^/>{&=!"
@@ -47,6 +49,56 @@ class TemplateError(PaijobError):
 
 
 # --------------------------------------------------------------------------- JavaScript values
+
+
+def js_number(value: float | int) -> str:
+    """``String(n)`` in JavaScript (ECMAScript Number::toString): ``1e-7``, ``0.00001``, ``1e+21``, ``1``."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int) and abs(value) < 2**53:
+        return str(value)
+    number = float(value)
+    if math.isnan(number):
+        return "NaN"
+    if math.isinf(number):
+        return "Infinity" if number > 0 else "-Infinity"
+    if number == 0:
+        return "0"
+    sign, digit_tuple, exponent = Decimal(repr(abs(number))).as_tuple()
+    digits = "".join(str(d) for d in digit_tuple).rstrip("0") or "0"
+    assert isinstance(exponent, int)
+    point = exponent + len("".join(str(d) for d in digit_tuple))  # value = 0.digits * 10**point
+    k = len(digits)
+    prefix = "-" if number < 0 else ""
+    if k <= point <= 21:
+        return prefix + digits + "0" * (point - k)
+    if 0 < point <= 21:
+        return prefix + digits[:point] + "." + digits[point:]
+    if -6 < point <= 0:
+        return prefix + "0." + "0" * (-point) + digits
+    e = point - 1
+    mantissa = digits if k == 1 else digits[0] + "." + digits[1:]
+    return f"{prefix}{mantissa}e{'+' if e >= 0 else '-'}{abs(e)}"
+
+
+def js_string(value: Any) -> str:
+    """JavaScript's ``'' + value`` for a value js-yaml can produce."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return js_number(value)
+    if isinstance(value, str):
+        return value
+    if value is None:
+        return "null"
+    if isinstance(value, Sequence):
+        return ",".join("" if item is None else js_string(item) for item in value)
+    if isinstance(value, datetime.datetime):
+        when = value if value.tzinfo is None else value.astimezone(datetime.timezone.utc)
+        return when.strftime("%a %b %d %Y %H:%M:%S GMT+0000 (Coordinated Universal Time)")
+    if isinstance(value, datetime.date):
+        return value.strftime("%a %b %d %Y 00:00:00 GMT+0000 (Coordinated Universal Time)")
+    return "[object Object]"
 
 
 def _js_property(value: Any, name: str) -> Any:

@@ -13,8 +13,14 @@ import pytest
 import yaml
 
 from paijob.openpai import exitspec
-from paijob.openpai.tags import TemplateError, render_runtime, render_server, role_entrypoint
-from paijob.openpai.yaml12 import js_number, js_string
+from paijob.openpai.tags import (
+    TemplateError,
+    js_number,
+    js_string,
+    render_runtime,
+    render_server,
+    role_entrypoint,
+)
 
 SPEC_YAML = Path("/work/shared/reference/openpai/upstream/k8s-job-exit-spec.yaml")
 
