@@ -19,12 +19,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from paijob.openpai.model import Job, TaskRole
-from paijob.openpai.names import DEFAULT_PORT_LABEL
+from paijob.openpai.names import DEFAULT_PORT_LABEL, PAI_ANY_TAG_PATTERN
 
 RUNTIME_PROGRAM = "paijob-runtime"
 MPI_LAUNCHERS = ("mpirun", "horovodrun", "mpiexec")
 _SEPARATORS = {"&&", "||", ";", "|", "&", "(", ")", "{", "}"}
-_TAG = re.compile(r"<%.*?%>")
+_TAG = re.compile(PAI_ANY_TAG_PATTERN)
 _PLACEHOLDER = "__pai_tag_"
 
 
@@ -376,6 +376,13 @@ def layout_warnings(job: Job, s: RuntimeSettings) -> Iterator[Finding]:
             )
         nproc = call.nproc if call.nproc not in (None, "auto") else None
         gpu = role.resources.gpu
+        negative = [r for r in job.roles if r.name in s.participating and r.resources.gpu < 0]
+        if call.mode != "dataparallel" and nproc is None and negative:
+            yield ERROR, _command_path(call), (
+                f"role '{negative[0].name}' asks for {negative[0].resources.gpu} GPUs; paijob-runtime "
+                f"counts workers from PAI_RESOURCE_{negative[0].name} and refuses a negative GPU "
+                "count (pass --nproc-per-node, or set gpu to 0 or more)"
+            )
         if call.mode != "dataparallel" and nproc and nproc.isdigit() and gpu > 0 and int(nproc) != gpu:
             yield WARNING, _command_path(call), (
                 f"--nproc-per-node {nproc} but resourcePerInstance.gpu is {gpu}: "

@@ -17,9 +17,11 @@ if TYPE_CHECKING:
     from paijob.protocol import ValidationReport
 
 DESCRIPTION = """\
-Check OpenPAI job YAML files (rendered or hand-written) with the rules the
-OpenPAI server enforces, plus paijob's distributed-launch checks: the port
-label paijob-runtime reads is declared on the master role, and the world size
+Check OpenPAI job YAML files with the verdict of the OpenPAI server: the YAML
+is read as its js-yaml reads it (YAML 1.2: 'no' is a string, 1e3 a number),
+and every job the server refuses is an error (exit 2), every job it takes
+exits 0. paijob's own concerns are warnings, except where paijob-runtime
+provably cannot run the job (the message says why). The world size
 (instances x processes per node) is printed.
 
   paijob validate job.yaml

@@ -13,7 +13,9 @@ import re
 NAME_PATTERN = "^[a-zA-Z0-9_-]+$"
 # ... and task role names, port labels (patternProperties keys)
 IDENTIFIER_PATTERN = "^[a-zA-Z_][a-zA-Z0-9_]*$"
-# OpenPAI's own template tags in commands and auth: <% $parameters.x %>, <% $secrets.y %>
+# OpenPAI's own template tags in commands and auth (mustache with <% %> delimiters):
+# any tag, and the references validate checks: <% $parameters.x %>, <% $secrets.y %>
+PAI_ANY_TAG_PATTERN = r"<%[\s\S]*?%>"
 PAI_TAG_PATTERN = r"<%\s*\$(parameters|secrets|script|output|data)\.([^\s%]+?)\s*%>"
 
 # What paijob's templates declare and paijob-runtime train reads when the command line does not say.

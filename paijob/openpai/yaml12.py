@@ -158,6 +158,9 @@ def describe(value: Any) -> str:
         return f"the string {value!r}"
     if isinstance(value, Timestamp):
         return f"the date {value.isoformat()}"
+    if isinstance(value, int) and not isinstance(value, bool):
+        text = str(value) if value.bit_length() < 4000 else "a huge integer"
+        return text if len(text) <= 40 else text[:37] + "..."
     return js_string(value)
 
 

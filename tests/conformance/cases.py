@@ -87,7 +87,7 @@ CASES: list[Case] = [
     Case("task-retry-minus-1", ACCEPT, f"{SCHEMA}: taskRetryCount is only type integer", role("    taskRetryCount: -1\n")),
     Case("cpu-0", ACCEPT, f"{SCHEMA}: cpu is only type integer", edit("cpu: 4", "cpu: 0")),
     Case("memory-0", ACCEPT, f"{SCHEMA}: memoryMB is only type integer", edit("memoryMB: 8192", "memoryMB: 0")),
-    Case("gpu-minus-1", ACCEPT, f"{SCHEMA}: gpu is only type integer", edit("gpu: 1", "gpu: -1")),
+    Case("gpu-minus-1", ACCEPT, f"{SCHEMA}: gpu is only type integer", plain(edit("gpu: 1", "gpu: -1"))),
     Case("shm-0", ACCEPT, f"{SCHEMA}: shmMB is only type integer", role("    extraContainerOptions: {shmMB: 0}\n")),
     Case("extra-container-option-unknown-key", ACCEPT, f"{SCHEMA}: additionalProperties sits inside properties", role("    extraContainerOptions: {foo: 1}\n")),
     Case("infiniband-any-type", ACCEPT, f"{SCHEMA}: infiniband has no schema", role("    extraContainerOptions: {infiniband: 'yes'}\n")),

@@ -411,3 +411,10 @@ def test_gang_allocation_off_with_a_multi_node_world_is_a_warning() -> None:
     assert "exports PAI_HOST_IP_<role>_<i> only for tasks already placed" in problem.message
     single = edit("    instances: 4", "    instances: 1", BASE + "extras:\n  gangAllocation: false\n")
     assert not check(single).problems
+
+
+def test_negative_gpu_is_accepted_by_the_server_but_not_by_the_runtime_counting_gpus() -> None:
+    text = edit("      gpu: 8", "      gpu: -1")
+    assert "refuses a negative GPU count" in only(check(text)).message
+    explicit = check(edit("train --port-label", "train --nproc-per-node 2 --port-label", text))
+    assert explicit.ok and explicit.plan is not None and explicit.plan.world_size == 8
