@@ -301,7 +301,8 @@ def _simple(error: SchemaError, path: YamlPath) -> Iterator[Finding]:
     kind, schema, value = error.validator, error.schema, error.instance
     if kind == "type":
         got = type_name(value).removeprefix("a ")
-        message = f"expected {_expected(schema['type'])}, got {got} {_show(value)}".rstrip()
+        shown = "" if value is None or isinstance(value, (dict, list)) else " " + _show(value)
+        message = f"expected {_expected(schema['type'])}, got {got}{shown}"
     elif kind == "minimum":
         message = f"must be at least {schema['minimum']}, got {_show(value)}"
     elif kind == "minItems":

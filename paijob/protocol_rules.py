@@ -20,6 +20,8 @@ from typing import Any
 
 from paijob.openpai.model import Job, TaskRole, is_int
 from paijob.openpai.names import PAI_TAG_PATTERN, js_match
+from paijob.openpai.tags import TemplateError, render_server, role_entrypoint
+from paijob.protocol_schema import iter_schema_errors
 
 ERROR = "error"
 WARNING = "warning"
@@ -117,6 +119,35 @@ def default_deployment(job: Job) -> Iterator[Finding]:
     if wanted not in names:
         listed = ", ".join(names) if names else "none are defined"
         yield ERROR, ("defaults", "deployment"), f"'{wanted}' names no deployment ({listed})"
+
+
+# --------------------------------------------------------------------------- server: render
+
+
+def server_rendering(job: Job) -> Iterator[Finding]:
+    """``protocolRender``: mustache.js parses every role's commands and every docker auth
+    value; what it cannot parse (or a non-string auth value) fails the POST (HTTP 500)."""
+    if next(iter_schema_errors(job.raw), None) is not None:
+        return  # the server stops at the schema; so does this rule
+    for role in job.roles:
+        try:
+            role_entrypoint(job.raw, role.name)
+        except TemplateError as error:
+            yield ERROR, _role_path(role, "commands"), f"{error}; the server fails the submission (HTTP 500)"
+    for item in job.prerequisites:
+        auth = item.raw.get("auth") if item.type == "dockerimage" else None
+        for key, value in auth.items() if isinstance(auth, dict) else ():
+            path = ("prerequisites", item.index, "auth", key)
+            if value and not isinstance(value, str):
+                yield ERROR, path, (
+                    f"expected a string, got {type_name(value)}: the server renders every auth "
+                    "value as a template and fails on others (HTTP 500)"
+                )
+            elif isinstance(value, str):
+                try:
+                    render_server(value, {"$secrets": job.secrets or {}})
+                except TemplateError as error:
+                    yield ERROR, path, f"{error}; the server fails the submission (HTTP 500)"
 
 
 # --------------------------------------------------------------------------- server: later steps
@@ -370,6 +401,7 @@ SERVER_RULES: tuple[Rule, ...] = (
     role_prerequisite_lists,
     role_prerequisite_fields,
     default_deployment,
+    server_rendering,
     task_roles_shape,
     ports_shape,
     runtime_plugins_shape,

@@ -17,7 +17,8 @@ object model. Concretely (``js-yaml/lib/js-yaml/type/*.js``):
   ``type: integer`` accepts it); this loader returns such numbers as ``int``
   so that later checks and ``str()`` agree with JavaScript;
 * mapping keys are strings (``1: a`` has the key ``"1"``) and a repeated key
-  is an error ("duplicated mapping key"), except keys that came from ``<<``.
+  is an error ("duplicated mapping key"), except keys that came from ``<<``;
+  a key ``__proto__`` is lost (the assignment sets the object's prototype).
 
 Bounds (js-yaml shares aliased objects, so it does not blow up itself, but
 the server's later JSON serialisation and paijob's own walks would): the text
@@ -497,6 +498,8 @@ class _Composer:
         if key is _MERGE:
             self.merge(top, value, event)
             return
+        if self.js and key == "__proto__":
+            return  # js-yaml 3 assigns it, which sets the prototype: no own key, as if absent
         if key in mapping and key not in top.overridable:
             if self.duplicates == "error":
                 raise YamlError(
