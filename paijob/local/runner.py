@@ -171,6 +171,15 @@ def unlimited_retry_notice(code: int, what: str, retries: int) -> str:
             f"cluster stopped after {retries} such retries (PAIJOB_LOCAL_UNLIMITED_RETRY_CAP)")
 
 
+def retry_note(code: int, what: str, decision: exitspec.RetryDecision) -> str:
+    phrase = exitspec.spec_for(code).phrase
+    if decision.unlimited:
+        return (f"retrying the {what} after exit code {code} ({phrase}): OpenPAI retries it without limit; "
+                f"the local cluster stops after {unlimited_retry_cap()} such retries "
+                f"(PAIJOB_LOCAL_UNLIMITED_RETRY_CAP)")
+    return f"retrying the {what} after exit code {code} ({phrase}), as OpenPAI does up to its retry count"
+
+
 def exit_code(returncode: int) -> int:
     """Popen's ``-N`` for a signal becomes the container convention ``128 + N``."""
     return 128 - returncode if returncode < 0 else returncode
@@ -243,6 +252,7 @@ class JobRunner(threading.Thread):
         self._unlimited_retries = 0  # job retries OpenPAI would not limit
         self._placed: set[tuple[str, int]] = set()  # tasks of this attempt that have been started
         self._task_retries: dict[tuple[str, int], tuple[int, int]] = {}  # (counted, unlimited) per task
+        self._notes: list[str] = []  # written at the top of the next task's log
 
     def request_stop(self, reason: str = "stopped by the user") -> None:
         self.stop_reason = reason
@@ -293,6 +303,7 @@ class JobRunner(threading.Thread):
             self._unlimited_retries += 1
         if decision.counted:
             self._accountable_retries += 1
+        self._notes.append(retry_note(code, "job", decision))
         return None
 
     # ------------------------------------------------------------------ one attempt
@@ -397,6 +408,7 @@ class JobRunner(threading.Thread):
                 return False
             unlimited += 1
         self._task_retries[key] = (counted + decision.counted, unlimited)
+        self._notes.append(retry_note(code, f"task {task.key}", decision))
         return True
 
     def _stop_running(self, code: int) -> None:
@@ -451,6 +463,9 @@ class JobRunner(threading.Thread):
         output.mkdir(parents=True, exist_ok=True)
         env[OUTPUT_ENV] = str(output)
         sink = _LogSink(task.log_dir)
+        for note in self._notes:  # why this task is a retry, where the local cluster differs from OpenPAI
+            sink.write("stderr", f"[paijob local] {note}\n".encode())
+        self._notes.clear()
         if not self._announced_image:
             self._announced_image = True
             note = (f"[paijob local] docker images are not pulled: role {task.role.name} asks for "
@@ -611,7 +626,8 @@ class LocalCluster:
             self.store.upsert_attempt(job["username"], job["name"], job["attempt_id"], state=state,
                                       completed_time=now_ms(), diagnostics=message, trigger_message=message)
             self.store.update_job(job["username"], job["name"], state=state, sub_state="Completed",
-                                  completed_time=now_ms(), diagnostics=message, trigger_message=message)
+                                  completed_time=now_ms(), diagnostics=message, trigger_message=message,
+                                  **({"app_exit_code": exitspec.STOP_REQUESTED_CODE} if state == "STOPPED" else {}))
 
 
 def parse_config(text: str) -> Any:

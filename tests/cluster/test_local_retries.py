@@ -32,6 +32,8 @@ def test_sigterm_exit_is_retried_even_with_job_retry_count_0_up_to_a_local_cap(
     assert attempts_run(client, job_id) == 3  # the first attempt + 2 retries, then the cap
     assert "OpenPAI would retry this job without limit" in status["appExitDiagnostics"]
     assert "PAIJOB_LOCAL_UNLIMITED_RETRY_CAP" in status["appExitDiagnostics"]
+    retry_log = client.read_log(client.log_locations(job_id, 1, "worker", 0, 0)["stderr"]).data.decode()
+    assert "OpenPAI retries it without limit" in retry_log
 
 
 def test_transient_exit_then_success_succeeds(client: PaiClient, tmp_path: Path) -> None:
