@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import re
 import sys
 import time
@@ -22,6 +23,7 @@ if TYPE_CHECKING:  # the client (requests) is imported when a verb runs, not to 
 TERMINAL_STATES = frozenset({"SUCCEEDED", "FAILED", "STOPPED"})
 
 NAME_MAX = 255
+MAX_LINE = 1024 * 1024  # a log "line" longer than this is printed in pieces
 
 
 # --------------------------------------------------------------------------- options
@@ -32,8 +34,20 @@ def add_cluster_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("-c", "--cluster", metavar="NAME",
                        help="cluster profile (see `paijob cluster list`); 'local' is the built-in local "
                             "cluster, also the default when none is configured")
-    group.add_argument("--timeout", type=float, default=30.0, metavar="S",
-                       help="read timeout of each request in seconds (default 30)")
+    group.add_argument("--timeout", type=seconds, default=30.0, metavar="S",
+                       help="the most seconds one request to the cluster may take, from connect to its "
+                            "last byte (default 30); a request that runs out of time is not retried")
+
+
+def seconds(text: str) -> float:
+    """argparse type: a positive, finite number of seconds (not -1, nan or inf)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive, finite number of seconds, got {text!r}")
+    return value
 
 
 OUTPUT_FORMATS = ("table", "wide", "json", "yaml")
@@ -73,7 +87,7 @@ def client_for(args: argparse.Namespace, *, start_local: bool = True) -> PaiClie
         cluster.token,
         user=cluster.user,
         api_path=cluster.api_path,
-        read_timeout=getattr(args, "timeout", 30.0) or 30.0,
+        timeout=getattr(args, "timeout", 30.0) or 30.0,
         cluster_name=cluster.name,
     )
 
@@ -286,20 +300,30 @@ class LogFollower:
             if self.stream not in uris:
                 return
             stream = self.streams[key] = _Stream(uris[self.stream])
-        chunk = self.client.read_log(stream.uri, stream.offset)
-        stream.offset = chunk.next_offset
-        data = stream.partial + chunk.data
-        lines = data.split(b"\n")
-        stream.partial = lines.pop()
+        current = stream
+
+        def take(data: bytes) -> None:  # lines are printed as they arrive: memory stays flat
+            lines = (current.partial + data).split(b"\n")
+            current.partial = lines.pop()
+            if len(current.partial) > MAX_LINE:
+                lines.append(current.partial)
+                current.partial = b""
+            self._lines(key, lines)
+
+        stream.offset = self.client.stream_log(stream.uri, stream.offset, take)
         if final and stream.partial:
-            lines.append(stream.partial)
+            self._lines(key, [stream.partial])
             stream.partial = b""
-        if lines and key not in self.announced and (key[0] > 0 or key[3] > 0):
+
+    def _lines(self, key: tuple[int, str, int, int], lines: list[bytes]) -> None:
+        if not lines:
+            return
+        if key not in self.announced and (key[0] > 0 or key[3] > 0):
             self._emit(key, f"--- job attempt {key[0]}, task attempt {key[3]} ---")
-        if lines:
-            self.announced.add(key)
+        self.announced.add(key)
         for line in lines:
             self._emit(key, line.decode("utf-8", "replace"))
+        self.out.flush()
 
     def _emit(self, key: tuple[int, str, int, int], line: str) -> None:
         if self.rank is not None and not line.startswith(f"[rank{self.rank}]:"):
@@ -310,10 +334,9 @@ class LogFollower:
         if self.timestamps:
             line = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ ") + line
         if self.prefix:
-            print(f"{key[1]}/{key[2]} | {line}", file=self.out)
+            self.out.write(f"{key[1]}/{key[2]} | {line}\n")
         else:
-            print(line, file=self.out)
-        self.out.flush()
+            self.out.write(line + "\n")
 
     def flush_tail(self) -> None:
         """Print what ``tail`` kept, then stream every later line."""
