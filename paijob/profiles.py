@@ -31,6 +31,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import yaml
 
@@ -96,6 +97,23 @@ def save(data: dict[str, Any]) -> Path:
     return path
 
 
+def check_url(url: str, where: str) -> str:
+    """``url`` without a trailing slash when it is an http(s) URL with a host and a valid port."""
+    hint = f"{where}: the cluster URL {url!r} "
+    try:
+        parts = urlsplit(url.strip())
+        port = parts.port  # raises ValueError when out of range or not a number
+    except ValueError:
+        raise ProfileError(hint + "has an invalid port; use a port from 1 to 65535, e.g. https://pai.example.com:8443") from None
+    if parts.scheme not in ("http", "https"):
+        raise ProfileError(hint + "must start with http:// or https://, e.g. https://pai.example.com")
+    if not parts.hostname:
+        raise ProfileError(hint + "names no host, e.g. https://pai.example.com")
+    if port == 0:
+        raise ProfileError(hint + "has port 0; use a port from 1 to 65535")
+    return url.strip().rstrip("/")
+
+
 def check_name(name: str) -> str:
     if name == LOCAL:
         raise ProfileError("'local' is the built-in local cluster; pick another profile name")
@@ -107,10 +125,9 @@ def check_name(name: str) -> str:
 def add(name: str, url: str, *, user: str | None = None, token_env: str | None = None,
         token: str | None = None, api_path: str | None = None, make_current: bool = False) -> Path:
     check_name(name)
-    if not re.match(r"^https?://", url):
-        raise ProfileError(f"cluster URL {url!r} must start with http:// or https://")
+    url = check_url(url, f"cluster {name}")
     data = load()
-    entry: dict[str, Any] = {"url": url.rstrip("/")}
+    entry: dict[str, Any] = {"url": url}
     if user:
         entry["user"] = user
     if token_env:
@@ -141,6 +158,25 @@ def use(name: str) -> Path:
         raise ProfileError(f"no cluster named {name!r}; add it with `paijob cluster add {name} --url URL`")
     data["current"] = name
     return save(data)
+
+
+def store_login(name: str, url: str, token: str, user: str, *, api_path: str | None = None) -> tuple[Path, str | None]:
+    """Record a successful login in one write: the profile (created when new, its URL
+    updated) gets the token and user. A ``token_env`` it had is dropped, since it
+    would take precedence over the new token; returns (path, the dropped variable)."""
+    check_name(name)
+    url = check_url(url, f"cluster {name}")
+    data = load()
+    entry = data["clusters"].setdefault(name, {})
+    entry["url"] = url
+    entry["token"] = token
+    entry["user"] = user
+    if api_path:
+        entry["api_path"] = api_path
+    dropped = entry.pop("token_env", None)
+    if not data.get("current"):
+        data["current"] = name
+    return save(data), (str(dropped) if dropped else None)
 
 
 def store_token(name: str, token: str, user: str) -> Path:
@@ -174,7 +210,7 @@ def resolve(name: str | None = None, *, start_local: bool = True) -> Cluster:
     """
     env_token = os.environ.get("PAI_TOKEN") or None
     if name is None and os.environ.get("PAI_CLUSTER_URL"):
-        url = os.environ["PAI_CLUSTER_URL"].rstrip("/")
+        url = check_url(os.environ["PAI_CLUSTER_URL"], "PAI_CLUSTER_URL")
         user = os.environ.get("PAI_USER") or user_from_token(env_token)
         return Cluster("env", url, user, env_token, token_source="PAI_TOKEN" if env_token else "none")
     data = load()
@@ -213,7 +249,7 @@ def resolve(name: str | None = None, *, start_local: bool = True) -> Cluster:
     user = entry.get("user") or os.environ.get("PAI_USER") or user_from_token(token)
     return Cluster(
         name=name,
-        url=str(entry["url"]).rstrip("/"),
+        url=check_url(str(entry.get("url") or ""), f"cluster {name!r} in {config_path()}"),
         user=str(user) if user else None,
         token=token,
         api_path=str(entry.get("api_path") or "/rest-server/api/v2"),

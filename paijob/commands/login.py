@@ -7,6 +7,7 @@ import getpass
 import sys
 from typing import Any
 
+from paijob.commands._cluster import seconds
 from paijob.errors import PaijobError
 
 
@@ -23,33 +24,77 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--url", help="the cluster's web portal (to create the profile)")
     parser.add_argument("--user", help="user name (asked when not given)")
     parser.add_argument("--expiration", type=int, metavar="S", help="token lifetime in seconds")
+    parser.add_argument("--password-stdin", action="store_true",
+                        help="read the password from the first line of stdin (for scripts: "
+                             "`paijob login NAME --user U --password-stdin < file`); otherwise it is asked "
+                             "on the terminal")
+    parser.add_argument("--timeout", type=seconds, default=30.0, metavar="S",
+                        help="the most seconds the login request may take (default 30)")
     parser.set_defaults(func=run)
+
+
+class LoginInputError(PaijobError):
+    """The user name or password cannot be asked for (no terminal) and was not given."""
+
+
+def _interactive() -> bool:
+    return sys.stdin is not None and sys.stdin.isatty()
+
+
+def ask_credentials(args: argparse.Namespace, url: str) -> tuple[str, str]:
+    """(user, password) from the options, stdin (--password-stdin) or the terminal."""
+    user = (args.user or "").strip()
+    if args.password_stdin:
+        if not user:
+            raise LoginInputError("--password-stdin needs --user USER (stdin holds the password)")
+        line = sys.stdin.readline() if sys.stdin is not None else ""
+        password = line.rstrip("\r\n")
+        if not password:
+            raise LoginInputError("--password-stdin: stdin is empty; pipe the password in, e.g. "
+                                  f"`paijob login {args.name} --user {user} --password-stdin < password-file`")
+        return user, password
+    if not _interactive():
+        raise LoginInputError(
+            "stdin is not a terminal, so the password cannot be asked for; pass it with --user USER "
+            f"--password-stdin (`paijob login {args.name} --user USER --password-stdin < password-file`) "
+            "or use an application token (`paijob cluster add NAME --url URL --token-env VAR`)")
+    try:
+        if not user:
+            user = input(f"OpenPAI user for {url}: ").strip()
+        password = getpass.getpass(f"password for {user}: ")
+    except EOFError:
+        raise LoginInputError("no user name or password given (end of input)") from None
+    if not user or not password:
+        raise LoginInputError("a user name and a password are needed")
+    return user, password
 
 
 def run(args: argparse.Namespace) -> int:
     from paijob import profiles
     from paijob.client import PaiClient
 
-    data = profiles.load()
-    entry = data["clusters"].get(args.name)
     if args.name == profiles.LOCAL:
         raise PaijobError("the local cluster needs no login: `-c local` uses its token automatically")
-    url = args.url or (entry or {}).get("url")
+    profiles.check_name(args.name)
+    data = profiles.load()
+    entry = data["clusters"].get(args.name) or {}
+    url = args.url or entry.get("url")
     if not url:
         raise PaijobError(f"no cluster named {args.name!r}; pass --url to create it: "
                           f"`paijob login {args.name} --url https://...`")
-    if entry is None or args.url:
-        profiles.add(args.name, url, user=args.user or (entry or {}).get("user"))
-    user = args.user or input(f"OpenPAI user for {url}: ").strip()
-    password = getpass.getpass(f"password for {user}: ")
-    client = PaiClient(url, None, cluster_name=args.name,
-                       api_path=str((entry or {}).get("api_path") or "/rest-server/api/v2"))
+    url = profiles.check_url(str(url), f"cluster {args.name}")
+    user, password = ask_credentials(args, url)
+    api_path = str(entry.get("api_path") or "/rest-server/api/v2")
+    client = PaiClient(url, None, cluster_name=args.name, api_path=api_path,
+                       timeout=getattr(args, "timeout", None) or 30.0)
     answer = client.login(user, password, args.expiration)
-    token = answer.get("token")
-    if not token:
-        raise PaijobError(f"{url} answered the login without a token")
-    path = profiles.store_token(args.name, str(token), str(answer.get("user") or user))
-    print(f"logged in to {args.name} as {answer.get('user') or user}; token stored in {path} (mode 0600)")
+    # the profile changes only now, after a successful login
+    who = str(answer.get("user") or user)
+    path, dropped = profiles.store_login(args.name, url, str(answer["token"]), who)
+    print(f"logged in to {args.name} as {who}; token stored in {path} (mode 0600)")
+    if dropped:
+        print(f"the profile read its token from ${dropped} before; it now uses the stored login token",
+              file=sys.stderr)
     print("this token expires; for scripts, create an application token in the web portal and use "
           f"`paijob cluster add {args.name} --url {url} --token-env VAR`", file=sys.stderr)
     return 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import io
 import json
 import logging
 import stat
@@ -115,8 +116,8 @@ def test_the_token_never_appears_in_output_logs_or_dry_runs(capsys: pytest.Captu
 
 def test_login_stores_the_token_with_mode_0600(capsys: pytest.CaptureFixture[str], server: LocalServer,
                                                monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("getpass.getpass", lambda prompt="": TOKEN)  # the local cluster's password is its token
-    code, out, err = paijob(capsys, "login", "mine", "--url", server.url, "--user", local_user())
+    monkeypatch.setattr("sys.stdin", io.StringIO(TOKEN + "\n"))  # the local cluster's password is its token
+    code, out, err = paijob(capsys, "login", "mine", "--url", server.url, "--user", local_user(), "--password-stdin")
     assert code == 0, err
     assert "application token" in err
     path = profiles.config_path()
@@ -125,9 +126,58 @@ def test_login_stores_the_token_with_mode_0600(capsys: pytest.CaptureFixture[str
     assert profiles.resolve("mine").token == TOKEN
     code, out, _ = paijob(capsys, "list", "-c", "mine")
     assert code == 0 and "no jobs" in out
+    monkeypatch.setattr("paijob.commands.login._interactive", lambda: True)  # as on a terminal
     monkeypatch.setattr("getpass.getpass", lambda prompt="": "wrong")
     code, _, err = paijob(capsys, "login", "mine", "--user", local_user())
     assert code == 2 and "Password is incorrect" in err
+
+
+def test_login_without_a_terminal_says_how_to_pass_the_password(capsys: pytest.CaptureFixture[str],
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("sys.stdin", io.StringIO(""))
+    profiles.add("prod", "https://pai.example.com", user="alice", token_env="PROD_TOKEN")
+    before = profiles.config_path().read_text()
+    code, _, err = paijob(capsys, "login", "prod")
+    assert code == 2 and "--password-stdin" in err and "Traceback" not in err and len(err.splitlines()) == 1
+    code, _, err = paijob(capsys, "login", "prod", "--user", "alice", "--password-stdin")
+    assert code == 2 and "stdin is empty" in err
+    assert profiles.config_path().read_text() == before
+
+
+def test_a_failed_login_leaves_the_profile_as_it_was(capsys: pytest.CaptureFixture[str], server: LocalServer,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    profiles.add("mine", server.url, user=local_user(), token_env="MINE_TOKEN")
+    before = profiles.config_path().read_text()
+    monkeypatch.setattr("sys.stdin", io.StringIO("wrong-password\n"))
+    code, _, err = paijob(capsys, "login", "mine", "--url", server.url, "--user", local_user(), "--password-stdin")
+    assert code == 2 and "Password is incorrect" in err and "wrong-password" not in err
+    assert profiles.config_path().read_text() == before  # token_env kept, URL unchanged
+    monkeypatch.setattr("sys.stdin", io.StringIO(TOKEN + "\n"))
+    code, _, err = paijob(capsys, "login", "mine", "--user", local_user(), "--password-stdin")
+    assert code == 0 and "$MINE_TOKEN" in err  # a successful login replaces token_env, and says so
+    assert "token_env" not in profiles.load()["clusters"]["mine"]
+
+
+@pytest.mark.parametrize("url", ["pai.example.com", "ftp://pai.example.com", "http://pai.example.com:99999",
+                                 "http://:8080", "https://pai.example.com:port"])
+def test_a_bad_cluster_url_in_the_environment_is_a_clear_error(capsys: pytest.CaptureFixture[str],
+                                                               monkeypatch: pytest.MonkeyPatch, url: str) -> None:
+    monkeypatch.setenv("PAI_CLUSTER_URL", url)
+    monkeypatch.setenv("PAI_TOKEN", TOKEN)
+    for verb in (["list"], ["status", "x~y"], ["stop", "x~y"], ["logs", "x~y"]):
+        code, out, err = paijob(capsys, *verb)
+        assert code == 2 and "PAI_CLUSTER_URL" in err and len(err.splitlines()) == 1, (verb, err)
+        assert "Traceback" not in err and TOKEN not in out + err
+
+
+@pytest.mark.parametrize("value", ["-1", "0", "nan", "inf", "-inf", "soon"])
+def test_a_timeout_that_is_not_a_positive_finite_number_is_refused(capsys: pytest.CaptureFixture[str],
+                                                                   value: str) -> None:
+    for verb in (["list"], ["status", "x~y"], ["login", "prod"]):
+        with pytest.raises(SystemExit) as exit_:
+            cli.main([*verb, f"--timeout={value}"])
+        _, err = capsys.readouterr()
+        assert exit_.value.code == 2 and "--timeout" in err and "seconds" in err and "Traceback" not in err
 
 
 def test_submit_names_unique_suffix_and_conflict_hint(capsys: pytest.CaptureFixture[str], remote: str,
