@@ -51,7 +51,8 @@ def elsewhere() -> Iterator[FakePai]:
 def argv(verb: str, fake: FakePai, tmp_path: Path) -> list[str]:
     if verb == "submit":
         job = tmp_path / "job.yaml"
-        job.write_text(job_yaml("fresh", ["true"]))
+        resources = {"cpu": 1, "memoryMB": 2048, "gpu": 0, "ports": {"SynPort": 1}}  # no validate warning
+        job.write_text(job_yaml("fresh", ["true"], role_extra={"resourcePerInstance": resources}))
         return ["submit", str(job)]
     if verb == "login":
         return ["login", "prod", "--url", fake.url, "--user", USER, "--password-stdin"]
