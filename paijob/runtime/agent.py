@@ -26,6 +26,7 @@ store:
 
 from __future__ import annotations
 
+import inspect
 import logging
 import os
 import signal
@@ -54,6 +55,20 @@ _TAIL_BYTES = 64 * 1024
 _TAIL_LINES = 40
 _STORE_OP_TIMEOUT = 10.0
 
+
+def _accepts(function: Any, name: str) -> bool:
+    """Whether ``function`` takes a parameter called ``name`` (torch's signatures vary)."""
+    return name in inspect.signature(function).parameters
+
+
+# torch's elastic agent changed between releases (checked against 2.4.1, 2.11.0, 2.13.0):
+# ``LocalElasticAgent.__init__`` takes ``shutdown_timeout`` only from 2.12 on, and
+# ``_shutdown`` is ``(death_sig, is_restart)`` in 2.4-2.10, ``(death_sig)`` in 2.11,
+# ``(death_sig, timeout)`` from 2.12. Feature-detect once, here.
+_INIT_TAKES_SHUTDOWN_TIMEOUT = _accepts(LocalElasticAgent.__init__, "shutdown_timeout")
+_SHUTDOWN_TAKES_TIMEOUT = _accepts(LocalElasticAgent._shutdown, "timeout")  # noqa: SLF001
+
+
 class PaijobAgent(LocalElasticAgent):
     def __init__(
         self,
@@ -67,13 +82,17 @@ class PaijobAgent(LocalElasticAgent):
         log_line_prefix_template: str | None,
         poll_interval: float = 1.0,
     ) -> None:
+        extra: dict[str, Any] = {}
+        if _INIT_TAKES_SHUTDOWN_TIMEOUT:
+            extra["shutdown_timeout"] = grace_period
         super().__init__(
             spec,
             logs_specs,
             start_method="spawn",
             log_line_prefix_template=log_line_prefix_template,
-            shutdown_timeout=grace_period,
+            **extra,
         )
+        self.grace_period = grace_period
         self.node_rank = node_rank
         self.nnodes = nnodes
         self.heartbeat_timeout = heartbeat_timeout
@@ -93,8 +112,17 @@ class PaijobAgent(LocalElasticAgent):
         self.assigned_ranks = [w.global_rank for w in worker_group.workers]
         return pids
 
-    def _shutdown(self, death_sig: signal.Signals = signal.SIGTERM, timeout: int = 30) -> None:
-        super()._shutdown(death_sig, timeout)
+    def _shutdown(self, *args: Any, **kwargs: Any) -> None:
+        """torch's shutdown (called with whatever this torch passes), then our process groups.
+
+        Where torch's ``_shutdown`` has no ``timeout``, the workers are first stopped
+        here with ``PContext.close`` so that ``--grace-period`` holds (torch would wait
+        its fixed 30 s); torch's own close then finds them gone.
+        """
+        if not _SHUTDOWN_TAKES_TIMEOUT and self._pcontext is not None:
+            death_sig = kwargs.get("death_sig", args[0] if args else signal.SIGTERM)
+            self._pcontext.close(death_sig, timeout=self.grace_period)
+        super()._shutdown(*args, **kwargs)
         # Workers run in their own sessions; whatever they left behind in their
         # process groups (data-loader workers, shells) goes too: no orphans.
         for pgid in self._pgids:

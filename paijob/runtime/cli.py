@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import os
 import shlex
 import sys
@@ -25,12 +26,15 @@ from paijob.runtime import exitcodes
 from paijob.runtime.env import (
     BACKENDS,
     DEFAULT_PORT_LABEL,
+    MAX_WORKERS_PER_CORE,
     DistEnv,
     LaunchOptions,
+    check_nproc_fits,
     compute_dist_env,
     parse_nproc_option,
     parse_roles_option,
 )
+from paijob.runtime.launch import LOCAL_RANK_STYLES, MODES, LaunchError
 
 DESCRIPTION = """\
 Map OpenPAI's PAI_* variables to a torch.distributed layout and launch the workers.
@@ -68,16 +72,31 @@ def _add_layout_options(parser: argparse.ArgumentParser) -> None:
         "--roles", help="comma list of task roles that form the training world (default: all)"
     )
     group.add_argument(
-        "--nproc-per-node",
+        "--nproc-per-node", "--nproc_per_node",
         default="auto",
         help="workers per node: N or auto (visible GPUs, else the GPU count in "
-        "PAI_RESOURCE_<role>, else 1; default: auto)",
+        "PAI_RESOURCE_<role>, else 1; default: auto); at most "
+        f"{MAX_WORKERS_PER_CORE} per CPU core this process may use",
     )
     group.add_argument(
-        "--mode", choices=("per-gpu", "per-node", "dataparallel"), default="per-gpu",
+        "--mode", choices=MODES, default="per-gpu",
         help="per-gpu: one worker per GPU on torch's elastic agent (default); per-node: run "
-        "the command once per node (scripts that mp.spawn); dataparallel: one process, all GPUs",
+        "the command once per node (scripts that mp.spawn); dataparallel: one process, all "
+        "GPUs; horovod: this process is one MPI slot started by mpirun/horovodrun (ranks from "
+        "OMPI_*/HOROVOD_*/PMI_* variables), the script runs in it",
     )
+    group.add_argument(
+        "--nnodes", type=int, metavar="N",
+        help="nodes in the job: without PAI_* variables it sets the layout (like torchrun's "
+        "static rendezvous, with --node-rank, --master-addr, --master-port); in an OpenPAI "
+        "task it must agree with the PAI_* variables",
+    )
+    group.add_argument("--node-rank", "--node_rank", type=int, metavar="N",
+                       help="this node's rank (same rules as --nnodes)")
+    group.add_argument("--master-addr", "--master_addr", metavar="ADDR",
+                       help="node rank 0's address (same rules as --nnodes)")
+    group.add_argument("--master-port", "--master_port", type=int, metavar="PORT",
+                       help="the rendezvous port on node rank 0 (same rules as --nnodes)")
     group.add_argument(
         "--backend", choices=BACKENDS, default="auto",
         help="process-group backend exported as PAIJOB_BACKEND (auto: nccl with GPUs, else gloo)",
@@ -85,11 +104,16 @@ def _add_layout_options(parser: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The whole ``paijob-runtime`` parser. Imports no torch (``paijob validate`` uses it)."""
     return build_parsers()[0]
 
 
 def build_parsers() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
-    """The ``paijob-runtime`` parser and its ``train`` sub-parser."""
+    """The ``paijob-runtime`` parser and its ``train`` sub-parser (no torch import).
+
+    torchrun's underscore spellings of the options both share (``--nproc_per_node``,
+    ``--node_rank``, ``--master_addr``, ``--master_port``, ``--log_dir``) are aliases.
+    """
     parser = argparse.ArgumentParser(
         prog="paijob-runtime",
         description=DESCRIPTION,
@@ -113,8 +137,11 @@ def build_parsers() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
         "--recipe", metavar="NAME", help="run a built-in recipe (python -m paijob.runtime.recipes)"
     )
     train.add_argument(
-        "--local-rank-arg", action="store_true",
-        help="also pass --local_rank=N to the script (torch.distributed.launch style)",
+        "--local-rank-arg", nargs="?", const="auto", choices=LOCAL_RANK_STYLES, metavar="STYLE",
+        help="also pass the local rank as an argument, torch.distributed.launch style: "
+        "dash (--local-rank=N, torch>=2.0), underscore (--local_rank=N, older torch), or "
+        "auto (the default for a bare --local-rank-arg): the spelling the script's source "
+        "declares, underscore when it names neither",
     )
     train.add_argument(
         "--apex-compat", choices=("auto", "on", "off"), default="auto", nargs="?", const="on",
@@ -140,7 +167,8 @@ def build_parsers() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
         "--heartbeat-timeout", type=float, default=60.0, metavar="SECONDS",
         help="node 0 declares a silent peer lost after this long (default: %(default)s)",
     )
-    train.add_argument("--log-dir", help="keep each worker's stdout/stderr under this folder")
+    train.add_argument("--log-dir", "--log_dir",
+                       help="keep each worker's stdout/stderr under this folder")
     train.set_defaults(func=cmd_train)
 
     env = sub.add_parser(
@@ -191,10 +219,16 @@ def _layout(args: argparse.Namespace) -> tuple[DistEnv, int]:
         nproc_per_node=parse_nproc_option(args.nproc_per_node),
         backend=args.backend,
         mode=args.mode,
+        nnodes=args.nnodes,
+        node_rank=args.node_rank,
+        master_addr=args.master_addr,
+        master_port=args.master_port,
     )
     gpus = count_visible_gpus(environ)
     free_port = find_free_port()
-    return compute_dist_env(environ, options, visible_gpus=gpus, free_port=free_port), gpus
+    dist = compute_dist_env(environ, options, visible_gpus=gpus, free_port=free_port)
+    check_nproc_fits(dist.nproc_per_node, len(os.sched_getaffinity(0)))
+    return dist, gpus
 
 
 def cmd_env(args: argparse.Namespace) -> int:
@@ -211,8 +245,29 @@ def cmd_env(args: argparse.Namespace) -> int:
     return 0
 
 
+def _positive_seconds(value: float, option: str) -> float:
+    if not math.isfinite(value) or value <= 0:
+        raise LaunchError(f"{option} must be a positive number of seconds, got {value}")
+    return value
+
+
+def _check_log_dir(path: str) -> None:
+    """Create ``--log-dir`` now: a folder that cannot be written is one line, not a traceback."""
+    try:
+        os.makedirs(path, exist_ok=True)
+        probe = os.path.join(path, f".paijob-write-test-{os.getpid()}")
+        with open(probe, "w", encoding="utf-8"):
+            pass
+        os.remove(probe)
+    except OSError as error:
+        raise LaunchError(
+            f"--log-dir {path!r} cannot be used ({error.strerror or error}); give a writable "
+            f"folder, e.g. under the task's working directory"
+        ) from None
+
+
 def cmd_train(args: argparse.Namespace) -> int:
-    from paijob.runtime.launch import LaunchError, WorkerCommand, launch
+    from paijob.runtime.launch import WorkerCommand, launch
 
     rest: list[str] = args.rest
     if args.recipe is not None:
@@ -232,8 +287,10 @@ def cmd_train(args: argparse.Namespace) -> int:
         script=command.script, module=command.module, recipe=command.recipe,
         args=command.args, local_rank_arg=args.local_rank_arg, apex_compat=args.apex_compat,
     )
-    if args.master_timeout <= 0:
-        raise LaunchError(f"--master-timeout must be positive, got {args.master_timeout}")
+    _positive_seconds(args.master_timeout, "--master-timeout")
+    _positive_seconds(args.heartbeat_timeout, "--heartbeat-timeout")
+    if args.log_dir:
+        _check_log_dir(args.log_dir)
     if args.grace_period < 0:
         raise LaunchError(f"--grace-period must be >= 0, got {args.grace_period}")
     if args.precision:

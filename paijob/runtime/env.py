@@ -28,6 +28,7 @@ contiguous per node: ``RANK = rank_offset + LOCAL_RANK`` where
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -37,8 +38,9 @@ from paijob.openpai.taskenv import job_role_name
 
 STANDALONE_ADDR = "127.0.0.1"
 BACKENDS = ("auto", "nccl", "gloo")
-
-
+# More workers than this per usable CPU core is a typo (--nproc-per-node 100000), not a plan:
+# each worker is a whole python process with torch loaded.
+MAX_WORKERS_PER_CORE = 4
 
 class DistEnvError(PaijobError):
     """A ``PAI_*`` variable is missing or inconsistent, or an option contradicts the job."""
@@ -54,6 +56,11 @@ class LaunchOptions:
     nproc_per_node: int | None = None  # None means "auto"
     backend: str = "auto"
     mode: str = "per-gpu"  # per-gpu | per-node | dataparallel (see workers_per_node)
+    # torchrun-style layout: sets it without PAI_* variables, must agree with them otherwise
+    nnodes: int | None = None
+    node_rank: int | None = None
+    master_addr: str | None = None
+    master_port: int | None = None
 
 
 @dataclass(frozen=True)
@@ -167,6 +174,18 @@ def workers_per_node(mode: str, requested: int | None, gpus: int) -> int:
     return requested or gpus or 1
 
 
+def check_nproc_fits(nproc: int, cpu_cores: int) -> None:
+    """Refuse a worker count no machine of this size can run (``MAX_WORKERS_PER_CORE``)."""
+    limit = MAX_WORKERS_PER_CORE * max(1, cpu_cores)
+    if nproc > limit:
+        raise DistEnvError(
+            f"--nproc-per-node {nproc} is more than {MAX_WORKERS_PER_CORE} workers per CPU core "
+            f"this task may use ({cpu_cores} core(s), so at most {limit}); each worker is a "
+            f"python process of its own. Use one worker per GPU (--nproc-per-node auto), or "
+            f"request more cpu in resourcePerInstance"
+        )
+
+
 def compute_dist_env(
     environ: Mapping[str, str],
     options: LaunchOptions | None = None,
@@ -193,19 +212,61 @@ def compute_dist_env(
         raise ValueError("visible_gpus must be >= 0")
     backend = _backend(options.backend, visible_gpus)
     if not is_openpai(environ):
-        nproc = workers_per_node(options.mode, options.nproc_per_node, visible_gpus)
-        return DistEnv(
-            master_addr=STANDALONE_ADDR,
-            master_port=free_port,
-            node_rank=0,
-            nnodes=1,
-            nproc_per_node=nproc,
-            world_size=nproc,
-            rank_offset=0,
-            backend=backend,
-            gpus=visible_gpus,
+        return _standalone_env(options, visible_gpus, backend, free_port)
+    dist = _openpai_env(environ, options, visible_gpus, backend, free_port)
+    _check_agrees(dist, options)
+    return dist
+
+
+def _standalone_env(
+    options: LaunchOptions, visible_gpus: int, backend: str, free_port: int
+) -> DistEnv:
+    """No ``PAI_*`` variables: one node on 127.0.0.1, or the torchrun-style options' layout."""
+    nproc = workers_per_node(options.mode, options.nproc_per_node, visible_gpus)
+    nnodes = 1 if options.nnodes is None else options.nnodes
+    node_rank = 0 if options.node_rank is None else options.node_rank
+    if nnodes < 1:
+        raise DistEnvError(f"--nnodes must be at least 1, got {nnodes}")
+    if not 0 <= node_rank < nnodes:
+        raise DistEnvError(f"--node-rank must be in 0..{nnodes - 1} (--nnodes {nnodes}), "
+                           f"got {node_rank}")
+    if nnodes > 1 and options.master_port is None:
+        raise DistEnvError(
+            f"--nnodes {nnodes} without PAI_* variables needs --master-port (and "
+            f"--master-addr unless every node runs on this host): the nodes must agree on "
+            f"where node rank 0 listens"
         )
-    return _openpai_env(environ, options, visible_gpus, backend, free_port)
+    port = free_port if options.master_port is None else options.master_port
+    if options.master_port is not None and not 0 < options.master_port < 65536:
+        raise DistEnvError(f"--master-port {options.master_port} is outside 1..65535")
+    return DistEnv(
+        master_addr=options.master_addr or STANDALONE_ADDR,
+        master_port=port,
+        node_rank=node_rank,
+        nnodes=nnodes,
+        nproc_per_node=nproc,
+        world_size=nnodes * nproc,
+        rank_offset=node_rank * nproc,
+        backend=backend,
+        gpus=visible_gpus,
+    )
+
+
+def _check_agrees(dist: DistEnv, options: LaunchOptions) -> None:
+    """In an OpenPAI task the torchrun-style options may only repeat what PAI_* says."""
+    given = {
+        "--nnodes": (options.nnodes, dist.nnodes),
+        "--node-rank": (options.node_rank, dist.node_rank),
+        "--master-addr": (options.master_addr, dist.master_addr),
+        "--master-port": (options.master_port, dist.master_port),
+    }
+    for option, (value, computed) in given.items():
+        if value is not None and value != computed:
+            raise DistEnvError(
+                f"{option} {value} contradicts this OpenPAI task's layout ({option} would be "
+                f"{computed}, from the PAI_* variables); in an OpenPAI job paijob-runtime "
+                f"computes it: drop {option} from the command"
+            )
 
 
 def _backend(requested: str, visible_gpus: int) -> str:
@@ -346,9 +407,19 @@ def _participating_roles(
 
 
 def _task_index(environ: Mapping[str, str]) -> tuple[int, str]:
-    for name in ("PAI_CURRENT_TASK_ROLE_CURRENT_TASK_INDEX", "PAI_TASK_INDEX"):
-        if name in environ:
-            return _non_negative_int(environ, name, "the task index"), name
+    found = [
+        (_non_negative_int(environ, name, "the task index"), name)
+        for name in ("PAI_CURRENT_TASK_ROLE_CURRENT_TASK_INDEX", "PAI_TASK_INDEX")
+        if name in environ
+    ]
+    if len(found) == 2 and found[0][0] != found[1][0]:
+        raise DistEnvError(
+            f"PAI_CURRENT_TASK_ROLE_CURRENT_TASK_INDEX={found[0][0]} and "
+            f"PAI_TASK_INDEX={found[1][0]} disagree: OpenPAI sets both to this task's index; "
+            f"something in the job's commands overwrote one of them"
+        )
+    if found:
+        return found[0]
     raise DistEnvError(
         "PAI_CURRENT_TASK_ROLE_CURRENT_TASK_INDEX (older name PAI_TASK_INDEX) is not set: "
         "OpenPAI sets it for every task; when running by hand, export it (0 for the first task)"
@@ -448,6 +519,15 @@ def _multi_node(environ: Mapping[str, str], ordered: tuple[str, ...]) -> bool:
 def _master_addr(environ: Mapping[str, str], master_role: str) -> str:
     name = f"PAI_HOST_IP_{runtime_role_name(master_role)}_0"
     addr = environ.get(name, "").strip()
+    if addr:
+        try:
+            ipaddress.ip_address(addr)
+        except ValueError:
+            raise DistEnvError(
+                f"{name}={addr!r} is not an IP address: OpenPAI's runtime writes the master "
+                f"task's IP there, and the nodes bind and connect by IP; if you set it by hand, "
+                f"give the address (e.g. $(getent hosts {addr} | cut -d' ' -f1))"
+            ) from None
     if not addr:
         raise DistEnvError(
             f"{name} is not set, so the master task (role {master_role!r}, index 0) has no "
@@ -467,23 +547,37 @@ def _declares_port(environ: Mapping[str, str], master_role: str, label: str) -> 
 def _master_port(environ: Mapping[str, str], master_role: str, label: str) -> int:
     rt = runtime_role_name(master_role)
     names = (f"PAI_PORT_LIST_{rt}_0_{label}", f"PAI_{rt}_0_{label}_PORT")
+    lists = {name: _port_list(environ, name) for name in names if name in environ}
+    if len(lists) == 2 and lists[names[0]] != lists[names[1]]:
+        raise DistEnvError(
+            f"{names[0]}={environ[names[0]]!r} and {names[1]}={environ[names[1]]!r} disagree: "
+            f"OpenPAI's runtime writes the same ports into both; something in the job's "
+            f"commands overwrote one of them"
+        )
     for name in names:
-        if name in environ:
-            text = environ[name]
-            first = text.split(",")[0].strip()
-            try:
-                port = int(first)
-            except ValueError:
-                raise DistEnvError(
-                    f"{name}={text!r} is not a port number (expected a comma-separated list of "
-                    f"integers, the first is the rendezvous port)"
-                ) from None
-            if not 0 < port < 65536:
-                raise DistEnvError(f"{name}={text!r}: port {port} is outside 1..65535")
-            return port
+        if name in lists:
+            return lists[name][0]
     raise DistEnvError(
         f"neither {names[0]} nor {names[1]} is set: the master role {master_role!r} declares no "
         f"port labelled {label!r}. Declare it in the job YAML under taskRoles.{master_role}."
         f"resourcePerInstance: 'ports: {{{label}: 1}}', or pass --port-label to name a label "
         f"the role declares"
     )
+
+
+def _port_list(environ: Mapping[str, str], name: str) -> list[int]:
+    """A comma-separated port variable; the first port is the rendezvous port."""
+    text = environ[name]
+    ports = []
+    for part in text.split(","):
+        try:
+            port = int(part.strip())
+        except ValueError:
+            raise DistEnvError(
+                f"{name}={text!r} is not a port number (expected a comma-separated list of "
+                f"integers, the first is the rendezvous port)"
+            ) from None
+        if not 0 < port < 65536:
+            raise DistEnvError(f"{name}={text!r}: port {port} is outside 1..65535")
+        ports.append(port)
+    return ports

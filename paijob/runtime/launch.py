@@ -10,14 +10,19 @@ Modes (``--mode``):
     ``NODE_RANK``, ``NNODES``, ``NPROC_PER_NODE``, ``MASTER_ADDR``,
     ``MASTER_PORT``, ``PAIJOB_BACKEND`` and, unless set already,
     ``OMP_NUM_THREADS`` = cores / workers; its output lines are prefixed
-    ``[rank<N>]:``. ``--local-rank-arg`` also passes ``--local_rank=<N>``
-    (scripts written for ``torch.distributed.launch``).
+    ``[rank<N>]:``. ``--local-rank-arg`` also passes the local rank as an
+    argument (scripts written for ``torch.distributed.launch``): see
+    :func:`local_rank_style`.
 ``per-node``
     The command runs once per node with ``MASTER_ADDR``, ``MASTER_PORT``,
     ``NODE_RANK``, ``NNODES``, ``NPROC_PER_NODE``, ``WORLD_SIZE`` set, for
     scripts that ``mp.spawn`` their own workers.
 ``dataparallel``
     One process that sees every GPU (``nn.DataParallel``); one node only.
+
+Every worker runs through :mod:`paijob.runtime.worker` (dies with its
+launcher, exits with the script's own code without finalisation races), and
+output reaches this process's stdout/stderr line by line.
 
 Before anything joins the rendezvous, non-zero nodes wait (``--master-timeout``)
 for the master's port to accept connections. Exit codes: see
@@ -33,23 +38,28 @@ from __future__ import annotations
 import importlib.util
 import logging
 import os
+import re
 import signal
 import subprocess
 import sys
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from importlib.machinery import ModuleSpec, PathFinder
 
 from paijob.errors import PaijobError
 from paijob.runtime import exitcodes
 from paijob.runtime.env import DistEnv
 from paijob.runtime.netif import socket_ifname_env
 from paijob.runtime.probe import wait_for_master
+from paijob.runtime.worker import LAUNCHER_PID_VAR
 
 log = logging.getLogger("paijob.runtime")
 
 MODES = ("per-gpu", "per-node", "dataparallel")
 LOCAL_RANK_MACRO = "${local_rank}"  # torch.distributed.elastic.utils.macros.Macros.local_rank
+LOCAL_RANK_STYLES = ("auto", "dash", "underscore")
+WORKER_MODULE = "paijob.runtime.worker"
 RECIPES_MODULE = "paijob.runtime.recipes"
 APEX_COMPAT_MODULE = "paijob.runtime.apex_compat"
 APEX_DETECT_MODULE = "paijob.runtime.apex_compat.detect"
@@ -70,20 +80,37 @@ class WorkerCommand:
     module: str | None = None
     recipe: str | None = None
     args: tuple[str, ...] = ()
-    local_rank_arg: bool = False
+    local_rank_arg: str | None = None  # None (off) or one of LOCAL_RANK_STYLES
     apex_compat: str = "auto"  # auto | on | off
 
     def python_args(self, local_rank: int | str = LOCAL_RANK_MACRO) -> tuple[str, ...]:
-        """Arguments after ``python`` (``-u`` first: unbuffered, so prefixes line up)."""
-        extra = (f"--local_rank={local_rank}",) if self.local_rank_arg else ()
+        """Arguments after ``python``: ``-u`` (unbuffered), the worker wrapper, the target."""
+        return ("-u", "-m", WORKER_MODULE, *self.target_args(local_rank))
+
+    def target_args(self, local_rank: int | str = LOCAL_RANK_MACRO) -> tuple[str, ...]:
+        """What :mod:`paijob.runtime.worker` runs: ``SCRIPT ARGS`` or ``-m MODULE ARGS``."""
+        extra: tuple[str, ...] = ()
+        if self.local_rank_arg:
+            style = local_rank_style(self.local_rank_arg, self.source_path())
+            flag = "--local-rank" if style == "dash" else "--local_rank"
+            extra = (f"{flag}={local_rank}",)
         if self.recipe is not None:
-            return ("-u", "-m", RECIPES_MODULE, self.recipe, *extra, *self.args)
+            return ("-m", RECIPES_MODULE, self.recipe, *extra, *self.args)
         if self.module is not None:
-            return ("-u", "-m", self.module, *extra, *self.args)
+            return ("-m", self.module, *extra, *self.args)
         assert self.script is not None
         if self.uses_apex_compat():
-            return ("-u", "-m", APEX_COMPAT_MODULE, self.script, *extra, *self.args)
-        return ("-u", self.script, *extra, *self.args)
+            return ("-m", APEX_COMPAT_MODULE, self.script, *extra, *self.args)
+        return (self.script, *extra, *self.args)
+
+    def source_path(self) -> str | None:
+        """The file whose source says how it parses options (the script, or the module's file)."""
+        if self.script is not None:
+            return self.script
+        if self.module is not None:
+            spec = find_module_spec(self.module)
+            return spec.origin if spec is not None else None
+        return None
 
     def uses_apex_compat(self) -> bool:
         if self.script is None or self.apex_compat == "off":
@@ -104,6 +131,63 @@ class WorkerCommand:
                 f"{os.getcwd()!r}); give a path relative to the task's working directory, "
                 f"or use -m MODULE"
             )
+        if self.module is not None and find_module_spec(self.module) is None:
+            raise LaunchError(
+                f"module {self.module!r} not found (working directory {os.getcwd()!r}, "
+                f"python {sys.executable}); check its spelling, that its package is installed "
+                f"in this image, or run from the folder that contains it"
+            )
+
+
+def find_module_spec(name: str) -> ModuleSpec | None:
+    """Where ``python -m name`` (run from here) would find ``name``, without importing it.
+
+    ``importlib.util.find_spec`` imports the parent packages, which could run a
+    user's package ``__init__`` (and initialise CUDA) in the launcher; this walks
+    the packages' search paths instead, the working directory first as ``-m`` does.
+    """
+    parts = name.split(".")
+    if not all(part.isidentifier() for part in parts):
+        return None
+    spec = PathFinder.find_spec(parts[0], [os.getcwd()])
+    if spec is None:  # installed, builtin, frozen, or behind an import hook: no import needed
+        try:
+            spec = importlib.util.find_spec(parts[0])
+        except (ImportError, ValueError):
+            return None
+    for index in range(1, len(parts)):
+        if spec is None or spec.submodule_search_locations is None:
+            return None
+        spec = PathFinder.find_spec(".".join(parts[: index + 1]), spec.submodule_search_locations)
+    return spec
+
+
+_LOCAL_RANK_OPTION = re.compile(r"""["']--local([-_])rank["']""")
+
+
+def local_rank_style(requested: str, source: str | None) -> str:
+    """How ``--local-rank-arg`` spells the flag: ``dash`` (``--local-rank=N``) or ``underscore``.
+
+    ``torch.distributed.launch`` passed ``--local_rank`` before torch 2.0 and
+    ``--local-rank`` since; argparse treats them as different options. ``auto``
+    reads the script's source: the spelling it declares (``"--local-rank"`` or
+    ``"--local_rank"`` in quotes) wins, ``dash`` when it declares both, and
+    ``underscore`` (the older, more common spelling) when the source names
+    neither or cannot be read.
+    """
+    if requested not in LOCAL_RANK_STYLES:
+        raise LaunchError(
+            f"--local-rank-arg must be one of {', '.join(LOCAL_RANK_STYLES)}, got {requested!r}"
+        )
+    if requested != "auto":
+        return requested
+    try:
+        with open(source or "", encoding="utf-8", errors="replace") as fh:
+            text = fh.read()
+    except OSError:
+        return "underscore"
+    found = {match.group(1) for match in _LOCAL_RANK_OPTION.finditer(text)}
+    return "dash" if "-" in found else "underscore"
 
 
 def launch(
@@ -117,6 +201,7 @@ def launch(
     log_dir: str | None = None,
 ) -> int:
     """Run this node's workers to completion; return the process exit code."""
+    _line_buffered_stdio()
     if mode not in MODES:
         raise LaunchError(f"--mode must be one of {', '.join(MODES)}, got {mode!r}")
     command.check()
@@ -142,6 +227,7 @@ def launch(
     env = dict(os.environ)
     env.update(dist.node_env())
     env.setdefault("PYTHONUNBUFFERED", "1")
+    env[LAUNCHER_PID_VAR] = str(os.getpid())
     if mode == "dataparallel":
         env.update({"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "LOCAL_WORLD_SIZE": "1"})
     cmd = [sys.executable, *command.python_args(0)]
@@ -161,6 +247,7 @@ def _launch_per_gpu(
     for key, value in dist.node_env().items():
         os.environ[key] = value
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    os.environ[LAUNCHER_PID_VAR] = str(os.getpid())  # the agent starts the workers itself
     # Each worker would otherwise start one intra-op thread per core, and N
     # workers on one node would fight over the cores (torchrun sets 1, which
     # starves CPU training instead). A user's own OMP_NUM_THREADS wins.
@@ -258,6 +345,19 @@ def _announce(dist: DistEnv, mode: str) -> None:
         f"(ranks {ranks} of {dist.world_size}), master {dist.master_addr}:{dist.master_port}, "
         f"backend {dist.backend}, mode {mode}"
     )
+
+
+def _line_buffered_stdio() -> None:
+    """Pass worker output on line by line even when our stdout is a pipe (as on OpenPAI).
+
+    torch's log tailer writes each worker line to this process's ``sys.stdout`` /
+    ``sys.stderr`` without flushing; a pipe is block-buffered unless
+    ``PYTHONUNBUFFERED`` was set before this process started.
+    """
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:
+            reconfigure(line_buffering=True)
 
 
 def _say(message: str) -> None:

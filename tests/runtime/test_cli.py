@@ -6,7 +6,7 @@ import pytest
 
 from paijob.runtime.cli import build_parsers, split_train_argv
 from paijob.runtime.failures import Failure, choose_root_cause, looks_secondary
-from paijob.runtime.launch import LOCAL_RANK_MACRO, WorkerCommand
+from paijob.runtime.launch import LOCAL_RANK_MACRO, WorkerCommand, local_rank_style
 from paijob.runtime.probe import count_visible_gpus
 
 
@@ -31,17 +31,50 @@ def test_options_stop_where_the_training_command_starts(argv, ours, command):
 
 
 def test_worker_command_forms():
+    wrap = ("-u", "-m", "paijob.runtime.worker")
     script = WorkerCommand(script="t.py", args=("--a", "1"), apex_compat="off")
-    assert script.python_args() == ("-u", "t.py", "--a", "1")
-    legacy = WorkerCommand(script="t.py", args=("--a",), local_rank_arg=True, apex_compat="off")
-    assert legacy.python_args() == ("-u", "t.py", f"--local_rank={LOCAL_RANK_MACRO}", "--a")
-    assert legacy.python_args(3)[2] == "--local_rank=3"
+    assert script.python_args() == (*wrap, "t.py", "--a", "1")
+    legacy = WorkerCommand(script="t.py", args=("--a",), local_rank_arg="underscore",
+                           apex_compat="off")
+    assert legacy.python_args() == (*wrap, "t.py", f"--local_rank={LOCAL_RANK_MACRO}", "--a")
+    assert legacy.python_args(3)[4] == "--local_rank=3"
+    dash = WorkerCommand(script="t.py", local_rank_arg="dash", apex_compat="off")
+    assert dash.python_args(1)[4] == "--local-rank=1"
     module = WorkerCommand(module="pkg.train", args=("x",))
-    assert module.python_args() == ("-u", "-m", "pkg.train", "x")
+    assert module.python_args() == (*wrap, "-m", "pkg.train", "x")
     recipe = WorkerCommand(recipe="cifar10", args=("--epochs", "1"))
-    assert recipe.python_args() == ("-u", "-m", "paijob.runtime.recipes", "cifar10", "--epochs", "1")
+    assert recipe.python_args() == (*wrap, "-m", "paijob.runtime.recipes", "cifar10", "--epochs",
+                                    "1")
     apex = WorkerCommand(script="t.py", apex_compat="on")
-    assert apex.python_args() == ("-u", "-m", "paijob.runtime.apex_compat", "t.py")
+    assert apex.python_args() == (*wrap, "-m", "paijob.runtime.apex_compat", "t.py")
+
+
+@pytest.mark.parametrize(
+    ("source", "style"),
+    [
+        ("p.add_argument('--local-rank', type=int)", "dash"),
+        ('p.add_argument("--local_rank", type=int)', "underscore"),
+        ("p.add_argument('--local-rank', '--local_rank', type=int)", "dash"),
+        ("import os; rank = int(os.environ['LOCAL_RANK'])", "underscore"),
+    ],
+)
+def test_local_rank_arg_auto_follows_the_spelling_the_script_declares(tmp_path, source, style):
+    script = tmp_path / "t.py"
+    script.write_text(source + "\n")
+    assert local_rank_style("auto", str(script)) == style
+    assert local_rank_style("dash", str(script)) == "dash"
+    assert local_rank_style("auto", None) == "underscore"
+
+
+def test_torchrun_underscore_spellings_are_aliases():
+    parser, train = build_parsers()
+    ours, rest = split_train_argv(train, ["--nproc_per_node=2", "--node_rank", "0",
+                                          "--master_addr", "10.0.0.1", "--master_port", "29500",
+                                          "--nnodes", "1", "--log_dir", "logs", "t.py"])
+    assert rest == ["t.py"]
+    args = parser.parse_args(["train", *ours])
+    assert (args.nproc_per_node, args.node_rank, args.master_addr, args.master_port,
+            args.nnodes, args.log_dir) == ("2", 0, "10.0.0.1", 29500, 1, "logs")
 
 
 def test_apex_compat_auto_asks_the_detector(tmp_path):

@@ -7,6 +7,7 @@ import pytest
 from paijob.runtime.env import (
     DistEnvError,
     LaunchOptions,
+    check_nproc_fits,
     compute_dist_env,
     parse_nproc_option,
     parse_roles_option,
@@ -108,10 +109,25 @@ def test_old_pai_task_index_alone_is_enough():
     assert dist.node_rank == 1 and dist.task_index == 1
 
 
-def test_current_task_index_wins_over_pai_task_index():
+def test_task_index_variables_that_disagree_are_an_error():
     env = pai_env(index=1)
     env["PAI_TASK_INDEX"] = "0"
-    assert compute_dist_env(env, visible_gpus=4).node_rank == 1
+    with pytest.raises(DistEnvError, match=r"CURRENT_TASK_INDEX=1 and PAI_TASK_INDEX=0 disagree"):
+        compute_dist_env(env, visible_gpus=4)
+
+
+def test_port_list_and_port_variable_that_disagree_are_an_error():
+    env = pai_env(port="15000")
+    env["PAI_worker_0_SynPort_PORT"] = "15001"
+    with pytest.raises(DistEnvError, match=r"PAI_PORT_LIST_worker_0_SynPort='15000' and "
+                                           r"PAI_worker_0_SynPort_PORT='15001' disagree"):
+        compute_dist_env(env, visible_gpus=4)
+
+
+def test_a_host_name_instead_of_the_master_ip_is_an_error():
+    with pytest.raises(DistEnvError, match=r"PAI_HOST_IP_worker_0='node-a' is not an IP address"):
+        compute_dist_env(pai_env(ip="node-a"), visible_gpus=4)
+    assert compute_dist_env(pai_env(ip="fd00::1"), visible_gpus=4).master_addr == "fd00::1"
 
 
 def test_port_list_with_several_ports_uses_the_first():
@@ -258,7 +274,7 @@ def _without(env: dict[str, str], *names: str) -> dict[str, str]:
          r"PAI_PORT_LIST_worker_0_SynPort nor PAI_worker_0_SynPort_PORT.*ports: \{SynPort: 1\}"),
         (lambda e: _without(e, "PAI_TASK_ROLE_LIST", "PAI_CURRENT_TASK_ROLE_NAME"),
          r"neither PAI_TASK_ROLE_LIST nor PAI_CURRENT_TASK_ROLE_NAME"),
-        (lambda e: {**e, "PAI_CURRENT_TASK_ROLE_CURRENT_TASK_INDEX": "2"},
+        (lambda e: {**e, "PAI_CURRENT_TASK_ROLE_CURRENT_TASK_INDEX": "2", "PAI_TASK_INDEX": "2"},
          r"task index 2 .*PAI_TASK_ROLE_TASK_COUNT_worker=2"),
         (lambda e: {**e, "PAI_CURRENT_TASK_ROLE_CURRENT_TASK_INDEX": "one"},
          r"PAI_CURRENT_TASK_ROLE_CURRENT_TASK_INDEX='one' is not an integer"),
@@ -320,6 +336,36 @@ def test_bad_options():
         parse_nproc_option("0")
     assert parse_nproc_option("auto") is None and parse_nproc_option("3") == 3
     assert parse_roles_option(" a, b ,") == ("a", "b") and parse_roles_option("") is None
+
+
+def test_a_worker_count_beyond_four_per_core_is_refused():
+    check_nproc_fits(8, cpu_cores=2)
+    with pytest.raises(DistEnvError, match=r"--nproc-per-node 100000 is more than 4 workers per "
+                                           r"CPU core .*2 core\(s\), so at most 8"):
+        check_nproc_fits(100000, cpu_cores=2)
+
+
+def test_torchrun_style_options_set_the_layout_without_pai_variables():
+    options = LaunchOptions(nproc_per_node=2, nnodes=3, node_rank=2, master_addr="10.1.1.1",
+                            master_port=29400)
+    dist = compute_dist_env({}, options, free_port=1)
+    assert (dist.master_addr, dist.master_port, dist.node_rank, dist.nnodes) == (
+        "10.1.1.1", 29400, 2, 3)
+    assert (dist.world_size, dist.rank(1)) == (6, 5)
+    with pytest.raises(DistEnvError, match="needs --master-port"):
+        compute_dist_env({}, LaunchOptions(nnodes=2), free_port=1)
+    with pytest.raises(DistEnvError, match=r"--node-rank must be in 0..1"):
+        compute_dist_env({}, LaunchOptions(nnodes=2, node_rank=2, master_port=5), free_port=1)
+
+
+def test_torchrun_style_options_must_agree_with_an_openpai_task():
+    env = pai_env(index=1)
+    same = LaunchOptions(nnodes=2, node_rank=1, master_addr="10.0.0.1", master_port=15000)
+    assert compute_dist_env(env, same, visible_gpus=4).node_rank == 1
+    with pytest.raises(DistEnvError, match=r"--node-rank 0 contradicts .*would be 1"):
+        compute_dist_env(env, LaunchOptions(node_rank=0), visible_gpus=4)
+    with pytest.raises(DistEnvError, match=r"--master-port 12355 contradicts"):
+        compute_dist_env(env, LaunchOptions(master_port=12355), visible_gpus=4)
 
 
 def test_dist_env_is_frozen():

@@ -12,6 +12,7 @@ from typing import Any, NoReturn
 from paijob.errors import PaijobError
 from paijob.outputs import OUTPUT_ENV
 from paijob.runtime.precision import GRAMMAR, precision_from_env
+from paijob.runtime.worker import finish
 
 
 def _cifar10_recipe() -> Any:
@@ -151,14 +152,8 @@ def main_and_exit(argv: Sequence[str] | None = None) -> NoReturn:
 
     Once DDP has wrapped a model, torch never frees the process group (still alive after the
     module is deleted, collected and ``destroy_process_group`` has run), so gloo's worker threads
-    are still running when Python finalises. A native thread that then drops
-    the last reference to a tensor needs the GIL, and Python 3.11 answers with ``pthread_exit``,
-    which C++ turns into "terminate called without an active exception": a finished run exits
-    -6 and OpenPAI marks the task failed. Everything the run writes is closed before ``main``
-    returns, so after flushing the streams nothing is left for finalisation to do but race.
+    are still running when Python finalises, and a finished run can exit -6 ("terminate called
+    without an active exception"). :func:`paijob.runtime.worker.finish` is the one way out that
+    every worker, recipe or user script, takes; see there.
     """
-    code = main(argv)
-    logging.shutdown()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
+    finish(main(argv))

@@ -1,0 +1,175 @@
+"""``python -m paijob.runtime.worker (SCRIPT | -m MODULE) [ARGS...]``: how every worker starts.
+
+``paijob-runtime train`` runs the user's command through this module in each
+worker process (and in-process in ``--mode horovod``). It does three things
+that plain ``python SCRIPT`` does not:
+
+* **The worker dies with its launcher.** ``PR_SET_PDEATHSIG`` (Linux) makes the
+  kernel send SIGKILL to this process when the process that started it exits,
+  so a ``kill -9`` of ``paijob-runtime`` leaves no worker training on,
+  re-parented to init.
+* **It runs the target exactly as python would**: as ``__main__``, with
+  ``sys.argv[0]`` the script path (or the module's file), ``__file__`` set,
+  and the script's folder (or, for ``-m``, the working directory) first on
+  ``sys.path``.
+* **A finished script exits with its own code, every time.** Once DDP has
+  wrapped a model, torch never frees the process group, and gloo/TCPStore
+  native threads still run while the interpreter finalises; one of them
+  dropping a tensor then needs the GIL, Python answers with ``pthread_exit``
+  and C++ prints "terminate called without an active exception": a finished
+  run exits 134 (SIGABRT) and OpenPAI marks the task failed. :func:`finish`
+  does what a normal exit does that the user can observe (joins non-daemon
+  threads, runs ``atexit`` handlers, flushes every open file and the logging
+  handlers) and then ends the process with ``os._exit`` before
+  finalisation can race. A failing script keeps its code: an uncaught
+  exception prints its traceback and exits 1, ``sys.exit(n)`` exits ``n``.
+"""
+
+from __future__ import annotations
+
+import atexit
+import ctypes
+import gc
+import io
+import logging
+import os
+import runpy
+import signal
+import sys
+import threading
+from collections.abc import Callable, Sequence
+from typing import NoReturn
+
+USAGE = "usage: python -m paijob.runtime.worker (SCRIPT | -m MODULE) [ARGS...]"
+LAUNCHER_PID_VAR = "PAIJOB_LAUNCHER_PID"
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
+def die_with_parent(expected_parent: int | None = None) -> bool:
+    """Ask the kernel to SIGKILL this process when its parent exits (Linux only).
+
+    ``expected_parent`` closes the race where the parent died before the call:
+    then this process has already been re-parented and is killed at once.
+    Returns whether the request was made.
+    """
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+    except OSError:
+        return False
+    if libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0) != 0:
+        return False
+    if expected_parent is not None and os.getppid() != expected_parent:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return True
+
+
+def exit_code_of(error: SystemExit) -> int:
+    """The status ``sys.exit(value)`` gives: None → 0, an int → itself, anything else → 1."""
+    code = error.code
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code & 0xFF  # what the C exit() python calls makes of it
+    print(code, file=sys.stderr)  # python prints a non-int exit value
+    return 1
+
+
+def finish(code: int) -> NoReturn:
+    """End the process with ``code`` after what a normal exit does, minus finalisation."""
+    main = threading.main_thread()
+    for thread in threading.enumerate():
+        if thread is not main and not thread.daemon and thread.is_alive():
+            thread.join()
+    run_exitfuncs: Callable[[], None] | None = getattr(atexit, "_run_exitfuncs", None)
+    if run_exitfuncs is not None:  # CPython: atexit handlers, in the usual order
+        run_exitfuncs()
+    logging.shutdown()
+    _flush_open_files()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError, AttributeError):
+            pass
+    os._exit(code)
+
+
+def _flush_open_files() -> None:
+    """Flush files the script left open, which finalisation would have flushed on close."""
+    text, binary = [], []
+    for obj in gc.get_objects():
+        if isinstance(obj, io.TextIOBase):
+            text.append(obj)
+        elif isinstance(obj, io.BufferedIOBase):
+            binary.append(obj)
+    for stream in (*text, *binary):  # text wrappers first: they write into their buffers
+        try:
+            if not stream.closed and stream.writable():
+                stream.flush()
+        except Exception:  # noqa: BLE001 - a stream that cannot flush would not have on close
+            pass
+
+
+def run_as_main(target: str, args: Sequence[str], *, module: bool = False) -> int:
+    """Run a script (or ``module``) as ``__main__`` like python does; return its exit status.
+
+    ``python -m paijob.runtime.worker`` put the working directory first on
+    ``sys.path``; ``python SCRIPT`` puts the script's folder there instead, so a
+    script target replaces that entry, a module target keeps it.
+    """
+    cwd_first = bool(sys.path) and sys.path[0] in (os.getcwd(), "")
+    sys.argv = [target, *args]
+    try:
+        if module:
+            if not cwd_first:
+                sys.path.insert(0, os.getcwd())
+            runpy.run_module(target, run_name="__main__", alter_sys=True)
+        else:
+            script_dir = os.path.dirname(os.path.abspath(target))
+            if cwd_first:
+                sys.path[0] = script_dir
+            else:
+                sys.path.insert(0, script_dir)
+            runpy.run_path(target, run_name="__main__")
+    except SystemExit as error:
+        return exit_code_of(error)
+    except KeyboardInterrupt as error:
+        _print_user_traceback(error)
+        return 128 + int(signal.SIGINT)
+    except BaseException as error:  # noqa: BLE001 - python's own top level: print it, exit 1
+        _print_user_traceback(error)
+        return 1
+    return 0
+
+
+def _print_user_traceback(error: BaseException) -> None:
+    """The traceback python would print: without this module's and runpy's frames."""
+    ours = {__name__, "runpy"}
+    tb = error.__traceback__
+    while (
+        tb is not None
+        and tb.tb_next is not None
+        and tb.tb_frame.f_globals.get("__name__") in ours
+        and tb.tb_frame.f_code.co_filename in (__file__, "<frozen runpy>", runpy.__file__)
+    ):
+        tb = tb.tb_next
+    sys.excepthook(type(error), error.with_traceback(tb), tb)  # python >= 3.11 prints __traceback__
+
+
+def main(argv: Sequence[str] | None = None) -> NoReturn:
+    args = list(sys.argv[1:] if argv is None else argv)
+    launcher = os.environ.get(LAUNCHER_PID_VAR, "")
+    die_with_parent(int(launcher) if launcher.isdigit() else None)
+    if args and args[0] == "--":
+        args.pop(0)
+    if not args or (args[0] == "-m" and len(args) < 2):
+        print(USAGE, file=sys.stderr)
+        finish(2)
+    if args[0] == "-m":
+        finish(run_as_main(args[1], args[2:], module=True))
+    finish(run_as_main(args[0], args[1:]))
+
+
+if __name__ == "__main__":
+    main()
