@@ -60,6 +60,33 @@ class RoleResources:
         return int(self.instances) if self.instances else 1
 
 
+# --------------------------------------------------------------------------- variable names
+
+
+def task_count_name(role: str) -> str:
+    """``PAI_TASK_ROLE_TASK_COUNT_<role>``, the role as written in the job."""
+    return f"PAI_TASK_ROLE_TASK_COUNT_{role}"
+
+
+def resource_name(role: str) -> str:
+    """``PAI_RESOURCE_<role>`` (``gpu,cpu,memoryMB,shmMB``), the role as written in the job."""
+    return f"PAI_RESOURCE_{role}"
+
+
+def host_ip_name(role: str, index: int | str) -> str:
+    """``PAI_HOST_IP_<role>_<i>``, the role converted (runtime)."""
+    return f"PAI_HOST_IP_{runtime_role_name(role)}_{index}"
+
+
+def port_list_names(role: str, index: int | str, label: str) -> tuple[str, str]:
+    """The runtime's two names for a task's ports: ``PAI_PORT_LIST_<role>_<i>_<label>``, ``PAI_<role>_<i>_<label>_PORT``."""
+    name = runtime_role_name(role)
+    return f"PAI_PORT_LIST_{name}_{index}_{label}", f"PAI_{name}_{index}_{label}_PORT"
+
+
+# --------------------------------------------------------------------------- values
+
+
 def _js(value: Any) -> str:
     """``${value}`` in JavaScript for the values these variables hold."""
     if value is None:
@@ -104,8 +131,8 @@ def server_env(framework_name: str, roles: Sequence[RoleResources],
         "PAI_VIRTUAL_CLUSTER": virtual_cluster,
     }
     for role in roles:
-        env[f"PAI_TASK_ROLE_TASK_COUNT_{role.name}"] = str(role.task_count)
-        env[f"PAI_RESOURCE_{role.name}"] = resource_value(role)
+        env[task_count_name(role.name)] = str(role.task_count)
+        env[resource_name(role.name)] = resource_value(role)
         env[f"PAI_MIN_FAILED_TASK_COUNT_{role.name}"] = str(min_failed_task_count(role.min_failed))
         env[f"PAI_MIN_SUCCEEDED_TASK_COUNT_{role.name}"] = str(
             min_succeeded_task_count(role.min_succeeded, role.task_count))
@@ -177,11 +204,11 @@ def runtime_env(roles: Sequence[tuple[str, int]], current_role: str, current_ind
                           for label, numbers in ports.get(role, {}).get(index, {}).items()}
             instances.append(f"{name}:{index}")
             for label, numbers in task_ports.items():
-                env[f"PAI_PORT_LIST_{name}_{index}_{label}"] = ",".join(numbers)
-                env[f"PAI_{name}_{index}_{label}_PORT"] = ",".join(numbers)
+                for variable in port_list_names(role, index, label):
+                    env[variable] = ",".join(numbers)
             ip = host_ips.get((role, index))
             if ip:
-                env[f"PAI_HOST_IP_{name}_{index}"] = ip
+                env[host_ip_name(role, index)] = ip
                 host_list.append(f"{ip}:{task_ports['http'][0]}")
             if name == current_fc and index == current_index:
                 env["PAI_CURRENT_CONTAINER_IP"] = str(ip)

@@ -33,8 +33,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from paijob.errors import PaijobError
-from paijob.openpai.names import DEFAULT_PORT_LABEL, runtime_role_name
-from paijob.openpai.taskenv import job_role_name
+from paijob.openpai.names import DEFAULT_PORT_LABEL, runtime_role_name  # noqa: F401 - callers import runtime_role_name from here
+from paijob.openpai.taskenv import (
+    host_ip_name,
+    job_role_name,
+    port_list_names,
+    resource_name,
+    task_count_name,
+)
 
 STANDALONE_ADDR = "127.0.0.1"
 BACKENDS = ("auto", "nccl", "gloo")
@@ -427,7 +433,7 @@ def _task_index(environ: Mapping[str, str]) -> tuple[int, str]:
 
 
 def _task_count(environ: Mapping[str, str], role: str) -> int:
-    name = f"PAI_TASK_ROLE_TASK_COUNT_{role}"
+    name = task_count_name(role)
     if name not in environ:
         raise DistEnvError(
             f"{name} is not set: OpenPAI sets it from 'instances' of task role {role!r}; "
@@ -451,7 +457,7 @@ def _non_negative_int(environ: Mapping[str, str], name: str, what: str) -> int:
 
 
 def _resource_gpus(environ: Mapping[str, str], role: str) -> int | None:
-    name = f"PAI_RESOURCE_{role}"
+    name = resource_name(role)
     if name not in environ:
         return None
     text = environ[name]
@@ -508,7 +514,7 @@ def _nprocs(
 def _multi_node(environ: Mapping[str, str], ordered: tuple[str, ...]) -> bool:
     total = 0
     for role in ordered:
-        name = f"PAI_TASK_ROLE_TASK_COUNT_{role}"
+        name = task_count_name(role)
         try:
             total += int(environ.get(name, "1"))
         except ValueError:
@@ -517,7 +523,7 @@ def _multi_node(environ: Mapping[str, str], ordered: tuple[str, ...]) -> bool:
 
 
 def _master_addr(environ: Mapping[str, str], master_role: str) -> str:
-    name = f"PAI_HOST_IP_{runtime_role_name(master_role)}_0"
+    name = host_ip_name(master_role, 0)
     addr = environ.get(name, "").strip()
     if addr:
         try:
@@ -540,13 +546,11 @@ def _master_addr(environ: Mapping[str, str], master_role: str) -> str:
 
 
 def _declares_port(environ: Mapping[str, str], master_role: str, label: str) -> bool:
-    rt = runtime_role_name(master_role)
-    return f"PAI_PORT_LIST_{rt}_0_{label}" in environ or f"PAI_{rt}_0_{label}_PORT" in environ
+    return any(name in environ for name in port_list_names(master_role, 0, label))
 
 
 def _master_port(environ: Mapping[str, str], master_role: str, label: str) -> int:
-    rt = runtime_role_name(master_role)
-    names = (f"PAI_PORT_LIST_{rt}_0_{label}", f"PAI_{rt}_0_{label}_PORT")
+    names = port_list_names(master_role, 0, label)
     lists = {name: _port_list(environ, name) for name in names if name in environ}
     if len(lists) == 2 and lists[names[0]] != lists[names[1]]:
         raise DistEnvError(
