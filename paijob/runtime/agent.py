@@ -10,16 +10,20 @@ The rendezvous store (a ``TCPStore`` served by node rank 0's agent at
 (``TORCHELASTIC_USE_AGENT_STORE=True``), so ``init_process_group("env://")``
 in the workers joins it as a client.
 
-What torch alone does not do is tell the *other* nodes: their workers would
-sit in a collective until a timeout. :class:`PaijobAgent` adds, over that same
-store:
+What torch alone does not do is tell the *other* nodes (their workers would
+sit in a collective until a timeout) or bound its own waits on a real
+network. :class:`PaijobAgent` adds, over that same store (see
+:mod:`paijob.runtime.nodewatch` for the threads that do it):
 
 * a failure record (``paijob/failure/<node>``): written by the node whose
   worker failed, polled by every other node about once a second, which then
   stops its own workers and exits with the root cause's code;
-* heartbeats (``paijob/hb/<node>``), counted by node 0: a node whose agent
-  vanished without a record is reported as lost (an infrastructure failure);
-* non-zero nodes notice node 0 vanishing as a store error;
+* heartbeats (``paijob/hb/<node>``), counted by node 0: a node silent for
+  ``--heartbeat-timeout`` is lost, and node 0 publishes that as the record;
+* non-zero nodes notice node 0 vanishing (a store error, or a store call
+  unanswered for ``--heartbeat-timeout``);
+* a watchdog that ends the node (exit 143) when a store call or the
+  rendezvous outlives its deadline: nothing waits on the network unbounded;
 * ``paijob/finished``: node 0 hosts the store, so after a failure it lingers
   (a few seconds at most) until the others have read the record.
 """
@@ -33,27 +37,36 @@ import signal
 import time
 from typing import Any
 
-from torch.distributed.elastic.agent.server.api import RunResult, WorkerSpec, WorkerState
-from torch.distributed.elastic.agent.server.local_elastic_agent import LocalElasticAgent
-from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, SignalException, Std
-from torch.distributed.elastic.rendezvous import RendezvousParameters
-from torch.distributed.elastic.rendezvous import registry as rdzv_registry
-from torch.distributed.elastic.utils.store import store_timeout
+# c10d logs every failed store call with its full C++ stack: pages on each node
+# once the master is gone. This agent reports that in one line instead, so its
+# own c10 logging stays at ERROR; c10 reads the level once, when torch loads, and
+# the workers get the user's own setting back below.
+_CPP_LOG_LEVEL = "TORCH_CPP_LOG_LEVEL"
+_user_cpp_log_level = os.environ.get(_CPP_LOG_LEVEL)
+os.environ.setdefault(_CPP_LOG_LEVEL, "ERROR")
 
-from paijob.runtime import exitcodes
-from paijob.runtime.failures import Failure, choose_root_cause, looks_secondary, strip_rank_prefix
+from torch.distributed.elastic.agent.server.api import RunResult, WorkerSpec, WorkerState  # noqa: E402
+from torch.distributed.elastic.agent.server.local_elastic_agent import LocalElasticAgent  # noqa: E402
+from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, SignalException, Std  # noqa: E402
+from torch.distributed.elastic.rendezvous import RendezvousParameters  # noqa: E402
+from torch.distributed.elastic.rendezvous import registry as rdzv_registry  # noqa: E402
+
+from paijob.runtime import exitcodes  # noqa: E402
+from paijob.runtime.failures import (  # noqa: E402
+    Failure,
+    choose_root_cause,
+    looks_secondary,
+    strip_rank_prefix,
+)
+from paijob.runtime.nodewatch import NodeWatch, first_line  # noqa: E402
+
+if _user_cpp_log_level is None:
+    os.environ.pop(_CPP_LOG_LEVEL, None)
 
 log = logging.getLogger("paijob.runtime")
 
-FAILURE_COUNT_KEY = "paijob/failures"
-FAILURE_KEY = "paijob/failure/{node}"
-HEARTBEAT_KEY = "paijob/hb/{node}"
-DONE_KEY = "paijob/done/{node}"
-FINISHED_KEY = "paijob/finished"
-
 _TAIL_BYTES = 64 * 1024
 _TAIL_LINES = 40
-_STORE_OP_TIMEOUT = 10.0
 
 
 def _accepts(function: Any, name: str) -> bool:
@@ -98,12 +111,10 @@ class PaijobAgent(LocalElasticAgent):
         self.heartbeat_timeout = heartbeat_timeout
         self.poll_interval = poll_interval
         self.local_failure: Failure | None = None
-        self.remote_failures: list[Failure] = []
         self.assigned_ranks: list[int] = []
         self._pgids: set[int] = set()
-        self._last_poll = 0.0
-        self._heartbeats: dict[int, tuple[int, float]] = {}
-        self.lost_nodes: set[int] = set()
+        self.watch: NodeWatch | None = None  # set by run_per_gpu before run()
+        self.rendezvous_timeout = 600.0
 
     # -- worker lifecycle -------------------------------------------------
     def _start_workers(self, worker_group: Any) -> dict[int, Any]:
@@ -132,72 +143,89 @@ class PaijobAgent(LocalElasticAgent):
                 pass
 
     def _exit_barrier(self) -> None:
-        self._store_call(lambda s: s.set(DONE_KEY.format(node=self.node_rank), "1"))
+        watch = self._watch()
+        watch.mark_done()
+        watch.enter("exit barrier")
         super()._exit_barrier()
+        watch.release()
+
+    # -- rendezvous -----------------------------------------------------------
+    def _rendezvous(self, worker_group: Any) -> None:
+        watch = self._watch()
+        spec = worker_group.spec
+        master = f"{spec.master_addr}:{spec.master_port}"
+        limit = self.rendezvous_timeout
+        others = self.nnodes - 1
+        if self.node_rank != 0 and self.nnodes > 1:
+            # Something accepts connections on the master's port (wait_for_master saw to
+            # that); make sure it is a store before torch's client waits on it forever.
+            watch.enter(
+                "handshake", deadline=limit, expired=lambda: self._squatter(master, limit),
+                waiting_line=lambda waited: (
+                    f"connected to the master's port {master}, waiting for its rendezvous "
+                    f"store to answer ({waited:.0f}s of --master-timeout {limit:.0f}s)"
+                ),
+            )
+            watch.start_heartbeats()
+            watch.wait_connected(limit + 5)
+        watch.enter(
+            "rendezvous",
+            deadline=limit + 15,  # torch's own timeout (the same limit) normally fires first
+            expired=lambda: Failure(
+                node_rank=self.node_rank, rank=None, local_rank=None, returncode=None,
+                secondary=False, time=time.time(),
+                reason=f"the rendezvous at {master} did not complete within {limit:.0f}s",
+            ),
+            waiting_line=lambda waited: (
+                f"waiting for {others} other node(s) to join the rendezvous at {master} "
+                f"({waited:.0f}s of --master-timeout {limit:.0f}s)"
+                if others else None
+            ),
+            first_message_after=10.0,
+        )
+        super()._rendezvous(worker_group)
+        watch.enter("running")
+        watch.start_heartbeats()
+
+    def _squatter(self, master: str, limit: float) -> Failure:
+        return Failure(
+            node_rank=0, rank=None, local_rank=None, returncode=None, secondary=False,
+            time=time.time(),
+            reason=(
+                f"the master's port {master} accepts connections but did not answer as a "
+                f"rendezvous store within --master-timeout ({limit:.0f}s): another process "
+                f"holds that port on the master's host, or the master task does not run "
+                f"paijob-runtime with the same --port-label"
+            ),
+        )
+
+    def _watch(self) -> NodeWatch:
+        assert self.watch is not None, "run_per_gpu sets agent.watch"
+        return self.watch
+
+    def end_node(self, failure: Failure) -> None:
+        """The watchdog's way out: report the root cause, stop the workers now."""
+        from paijob.runtime.launch import report_root_cause
+
+        report_root_cause(failure, self.node_rank)
+        for pgid in self._pgids:
+            _signal_group(pgid, signal.SIGTERM)
+        deadline = time.monotonic() + min(10.0, self._watch().grace_period)
+        while time.monotonic() < deadline and any(_group_alive(p) for p in self._pgids):
+            time.sleep(0.1)
+        for pgid in self._pgids:
+            _signal_group(pgid, signal.SIGKILL)
 
     # -- monitoring ---------------------------------------------------------
     def _monitor_workers(self, worker_group: Any) -> RunResult:
         result = super()._monitor_workers(worker_group)
         if result.state == WorkerState.FAILED:
             self.local_failure = self._describe_local_failure(result)
-            self._publish(self.local_failure)
+            self._watch().publish(self.local_failure)
             return result
-        if result.state != WorkerState.HEALTHY or self.nnodes == 1:
-            return result
-        now = time.monotonic()
-        if now - self._last_poll < self.poll_interval:
-            return result
-        self._last_poll = now
-        store: Any = self._store
-        try:
-            with store_timeout(store, _STORE_OP_TIMEOUT):
-                store.add(HEARTBEAT_KEY.format(node=self.node_rank), 1)
-                if int(store.add(FAILURE_COUNT_KEY, 0)) > 0:
-                    self.remote_failures = self.read_failures()
-                    return RunResult(state=WorkerState.FAILED)
-                if self.node_rank == 0:
-                    lost = self._lost_peers(store, now)
-                    if lost:
-                        self.lost_nodes.update(lost)
-                        self.remote_failures = [
-                            Failure(
-                                node_rank=lost[0], rank=None, local_rank=None, returncode=None,
-                                secondary=False, time=time.time(),
-                                reason=(
-                                    f"node rank {lost[0]} stopped sending heartbeats for "
-                                    f"{self.heartbeat_timeout:.0f}s: its task was lost "
-                                    f"(node failure, container killed, or network partition)"
-                                ),
-                            )
-                        ]
-                        return RunResult(state=WorkerState.FAILED)
-        except Exception as error:  # the store lives in node 0's agent
-            self.remote_failures = [
-                Failure(
-                    node_rank=0, rank=None, local_rank=None, returncode=None, secondary=True,
-                    time=time.time(),
-                    reason=(
-                        f"lost the rendezvous store at {worker_group.master_addr}:"
-                        f"{worker_group.master_port} hosted by node rank 0 ({error}); "
-                        f"the master task stopped or its node was lost"
-                    ),
-                )
-            ]
+        if result.state == WorkerState.HEALTHY and self._watch().failed:
             return RunResult(state=WorkerState.FAILED)
         return result
-
-    def _lost_peers(self, store: Any, now: float) -> list[int]:
-        lost = []
-        for node in range(1, self.nnodes):
-            if store.check([DONE_KEY.format(node=node)]):
-                continue
-            count = int(store.add(HEARTBEAT_KEY.format(node=node), 0))
-            seen = self._heartbeats.get(node)
-            if seen is None or seen[0] != count:
-                self._heartbeats[node] = (count, now)
-            elif now - seen[1] > self.heartbeat_timeout:
-                lost.append(node)
-        return lost
 
     def _describe_local_failure(self, result: RunResult) -> Failure:
         candidates = []
@@ -243,59 +271,57 @@ class PaijobAgent(LocalElasticAgent):
         lines = [strip_rank_prefix(line) for line in lines]
         return "\n".join(lines[-_TAIL_LINES:])
 
-    # -- store helpers --------------------------------------------------------
-    def _store_call(self, fn: Any) -> Any:
-        store = getattr(self, "_store", None)
-        if store is None:
-            return None
+
+
+def _signal_group(pgid: int, signum: int) -> None:
+    try:
+        os.killpg(pgid, signum)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _group_alive(pgid: int) -> bool:
+    """Whether a process of group ``pgid`` still runs (zombies awaiting their reaper do not)."""
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
         try:
-            with store_timeout(store, _STORE_OP_TIMEOUT):
-                return fn(store)
-        except Exception as error:
-            log.debug("store operation failed: %s", error)
-            return None
+            with open(f"/proc/{entry}/stat") as fh:
+                fields = fh.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[0] != "Z" and int(fields[2]) == pgid:
+            return True
+    return False
 
-    def _publish(self, failure: Failure) -> None:
-        if self.nnodes == 1:
-            return
 
-        def publish(store: Any) -> None:
-            store.set(FAILURE_KEY.format(node=self.node_rank), failure.to_json())
-            store.add(FAILURE_COUNT_KEY, 1)
+def _connect_store(master_addr: str, master_port: int, run_id: str, timeout: float) -> Any:
+    """paijob's own client of the rendezvous store (torch's agent holds the lock of its own)."""
+    from datetime import timedelta
 
-        self._store_call(publish)
+    from torch.distributed import PrefixStore, TCPStore
 
-    def read_failures(self) -> list[Failure]:
-        def read(store: Any) -> list[Failure]:
-            found = []
-            for node in range(self.nnodes):
-                key = FAILURE_KEY.format(node=node)
-                if store.check([key]):
-                    found.append(Failure.from_json(store.get(key)))
-            return found
+    client = TCPStore(
+        master_addr, master_port, is_master=False, timeout=timedelta(seconds=timeout),
+        wait_for_workers=False,
+    )
+    return PrefixStore(run_id, client)
 
-        return self._store_call(read) or []
 
-    def wait_for_primary_failure(self, timeout: float) -> list[Failure]:
-        """When our own failure looks like a consequence, give the real one time to arrive."""
-        deadline = time.monotonic() + timeout
-        while True:
-            records = self.read_failures()
-            if any(not f.secondary for f in records) or time.monotonic() >= deadline:
-                return records
-            time.sleep(0.2)
+def _port_taken(error: BaseException) -> bool:
+    text = str(error)
+    return "EADDRINUSE" in text or "address already in use" in text.lower()
 
-    def finish_after_failure(self, linger: float) -> None:
-        """Count this node out; node 0 (the store host) lingers so the others can read why."""
-        self._store_call(lambda s: s.add(FINISHED_KEY, 1))
-        if self.node_rank != 0 or self.nnodes == 1:
-            return
-        deadline = time.monotonic() + linger
-        while time.monotonic() < deadline:
-            done = self._store_call(lambda s: int(s.add(FINISHED_KEY, 0)))
-            if done is None or done >= self.nnodes - len(self.lost_nodes):
-                return
-            time.sleep(0.2)
+
+def _who() -> str:
+    """``role:index at address`` of this task, for other nodes' messages about it."""
+    from paijob.runtime.netif import task_address
+
+    role = os.environ.get("PAI_CURRENT_TASK_ROLE_NAME", "")
+    index = os.environ.get("PAI_CURRENT_TASK_ROLE_CURRENT_TASK_INDEX", "")
+    found = task_address(os.environ)
+    where = f" at {found[0]}" if found else ""
+    return f"{role}:{index}{where}" if role else where.strip()
 
 
 def run_per_gpu(
@@ -347,21 +373,59 @@ def run_per_gpu(
         heartbeat_timeout=heartbeat_timeout,
         log_line_prefix_template="[rank${rank}]: " if prefix_output else None,
     )
+    from paijob.runtime.launch import _say
+
+    watch = NodeWatch(
+        node_rank=node_rank,
+        nnodes=nnodes,
+        master_addr=master_addr,
+        master_port=master_port,
+        heartbeat_timeout=heartbeat_timeout,
+        grace_period=grace_period,
+        connect=lambda: _connect_store(master_addr, master_port, run_id, heartbeat_timeout),
+        connect_timeout=rendezvous_timeout + 5,
+        end_node=agent.end_node,
+        say=_say,
+        who=_who(),
+    )
+    agent.watch = watch
+    agent.rendezvous_timeout = float(rendezvous_timeout)
     os.environ.setdefault("TORCHELASTIC_SIGNALS_TO_HANDLE", "SIGTERM,SIGINT,SIGHUP,SIGQUIT")
     try:
         result = agent.run()
     except SignalException as error:
-        agent.finish_after_failure(linger=0)
+        # torch has stopped our workers; tell the other nodes why before they see us vanish
+        name = signal.Signals(error.sigval).name
+        watch.publish(
+            Failure(
+                node_rank=node_rank, rank=None, local_rank=None, returncode=None,
+                secondary=False, time=time.time(),
+                reason=(
+                    f"node rank {node_rank} received {name} and stopped its workers (the job "
+                    f"was stopped, or the task preempted)"
+                ),
+            )
+        )
+        watch.finish_after_failure(linger=3.0)
+        watch.close()
         return exitcodes.from_signal(error.sigval), None
     except Exception as error:
+        watch.close()
         if agent.assigned_ranks:  # workers had started: a bug, keep the traceback
             raise
+        if node_rank == 0 and _port_taken(error):
+            raise exitcodes.InfrastructureError(
+                f"node rank 0 cannot host the rendezvous store: port {master_port} on this host "
+                f"is taken by another process ({first_line(error)}). OpenPAI gives each task "
+                f"its declared ports; a process outside this task holds it. The retry of this "
+                f"task (exit 143) normally gets a free port"
+            ) from error
         raise exitcodes.InfrastructureError(
             f"rendezvous at {master_addr}:{master_port} failed for node rank {node_rank} of "
-            f"{nnodes}: {str(error).rstrip('.')}. Node rank 0 waits up to --master-timeout "
-            f"({rendezvous_timeout}s) for every node to join; check that all {nnodes} tasks "
-            f"are running (extras.gangAllocation keeps them starting together) and that the "
-            f"port is not taken by another process on the master's host"
+            f"{nnodes}: {first_line(error).rstrip('.')}. Node rank 0 waits up to "
+            f"--master-timeout ({rendezvous_timeout}s) for every node to join; check that all "
+            f"{nnodes} tasks are running (extras.gangAllocation keeps them starting together) "
+            f"and that the port is not taken by another process on the master's host"
         ) from error
     if agent.assigned_ranks and agent.assigned_ranks != expected_ranks:
         log.warning(
@@ -369,18 +433,18 @@ def run_per_gpu(
             expected_ranks,
         )
     if result is not None and result.state == WorkerState.SUCCEEDED:
-        # No store call here: torch's exit barrier has passed, so node 0 may
-        # already have closed the store, and c10d would print a C++ trace on
-        # the other nodes for a connection nobody needs any more.
+        # The exit barrier released the store (NodeWatch.release): no store call here.
+        watch.close()
         return exitcodes.OK, None
-    records: list[Failure] = []
-    if agent.local_failure is not None:
-        records.append(agent.local_failure)
-    records.extend(agent.remote_failures)
-    if nnodes > 1 and not any(not f.secondary for f in records):
-        records.extend(agent.wait_for_primary_failure(timeout=2.0))
-    root = choose_root_cause(records)
-    agent.finish_after_failure(linger=5.0)
+    local = [agent.local_failure] if agent.local_failure is not None else []
+    records = watch.records()
+    if nnodes > 1 and not any(not f.secondary for f in [*local, *records]):
+        # A peer's connection broke under our workers: wait for the cause (its record,
+        # or node 0's verdict that it was lost, which takes --heartbeat-timeout).
+        records = watch.wait_for_primary(local, timeout=heartbeat_timeout + 5.0)
+    root = choose_root_cause([*local, *records])
+    watch.finish_after_failure(linger=5.0)
+    watch.close()
     if root is None:
         return exitcodes.INFRA_FAILURE, Failure(
             node_rank=node_rank, rank=None, local_rank=None, returncode=None, secondary=False,

@@ -75,16 +75,19 @@ def wait_for_master(
     port_label: str | None = None,
     interval: float = 0.5,
     log: Callable[[str], None] | None = None,
+    message_every: float = 30.0,
 ) -> None:
     """Block until ``addr:port`` accepts a TCP connection, or raise after ``timeout`` seconds.
 
     Non-zero nodes call this before joining the rendezvous, so a master that is
     still queueing or pulling its image is waited for, and a master that never
-    comes gives one clear error rather than a hang inside a collective.
+    comes gives one clear error rather than a hang inside a collective. While
+    waiting, ``log`` gets one line at once and one every ``message_every`` seconds.
     """
-    deadline = time.monotonic() + timeout
+    started = time.monotonic()
+    deadline = started + timeout
     last_error: OSError | None = None
-    announced = False
+    next_message = started
     while True:
         remaining = deadline - time.monotonic()
         try:
@@ -92,11 +95,18 @@ def wait_for_master(
                 return
         except OSError as error:
             last_error = error
-        if time.monotonic() >= deadline:
+        now = time.monotonic()
+        if now >= deadline:
             break
-        if log and not announced:
-            log(f"waiting up to {timeout:.0f}s for the master at {addr}:{port} ...")
-            announced = True
+        if log and now >= next_message:
+            if next_message == started:
+                log(f"waiting up to {timeout:.0f}s for the master at {addr}:{port} ...")
+            else:
+                log(
+                    f"still waiting for the master at {addr}:{port} ({now - started:.0f}s of "
+                    f"--master-timeout {timeout:.0f}s; last error: {last_error})"
+                )
+            next_message = now + message_every
         time.sleep(min(interval, max(0.0, deadline - time.monotonic())))
     label = f" (port label {port_label!r})" if port_label else ""
     raise MasterUnreachableError(

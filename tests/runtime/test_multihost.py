@@ -7,6 +7,8 @@ host name resolves to ``127.0.1.1`` there, as on stock Ubuntu.
 
 from __future__ import annotations
 
+import signal
+import sys
 import textwrap
 import time
 from collections.abc import Callable, Iterator
@@ -17,6 +19,7 @@ from conftest import RUNTIME, base_env
 from netns import Host, Network, netns_unavailable
 
 from paijob.openpai.names import runtime_role_name
+from paijob.runtime import exitcodes
 
 _UNAVAILABLE = netns_unavailable()
 pytestmark = pytest.mark.skipif(_UNAVAILABLE is not None, reason=str(_UNAVAILABLE))
@@ -196,3 +199,146 @@ def test_two_roles_one_master_and_two_workers_train_together(network, tmp_path: 
     assert sorted(results) == [0, 1, 2], outputs(nodes)
     assert len({tuple(lines[0].split()) for lines in results.values()}) == 1, results
     assert results[0][1] == "host0,host1,host2"
+
+
+KEEPS_TRAINING = textwrap.dedent(
+    """
+    import os, sys, time
+    import torch
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo")
+    t = torch.ones(1)
+    dist.all_reduce(t)
+    with open(os.path.join(sys.argv[1], os.environ["RANK"]), "w") as fh:
+        fh.write(str(os.getpid()))
+    while True:  # in a collective most of the time, as training is
+        dist.all_reduce(t)
+        time.sleep(0.02)
+    """
+)
+HEARTBEAT_TIMEOUT = 10.0
+BOUND = HEARTBEAT_TIMEOUT + 30  # the promise: every node exits within this after a loss
+
+
+def start_training(
+    net: Network, tmp_path: Path, roles: list[tuple[str, int]]
+) -> tuple[list[Node], Path]:
+    """A job whose workers all-reduce forever; returns once every worker is in the loop."""
+    script = tmp_path / "trains.py"
+    script.write_text(KEEPS_TRAINING)
+    ready = tmp_path / "ready"
+    ready.mkdir()
+    nodes = start_job(
+        net, tmp_path, roles,
+        ["--nproc-per-node", "1", "--heartbeat-timeout", str(HEARTBEAT_TIMEOUT),
+         "--grace-period", "3", "--master-timeout", "60", str(script), str(ready)],
+    )
+    world = sum(count for _, count in roles)
+    wait_for(lambda: len(list(ready.iterdir())) == world, nodes, 120, "every worker training")
+    return nodes, ready
+
+
+def assert_nothing_left(net: Network) -> None:
+    for host in net.hosts:
+        assert host.pids() == [], f"processes left on {host.name}: {host.pids()}"
+
+
+def test_a_partition_ends_every_node_with_143_naming_the_lost_node(network, tmp_path: Path):
+    net = network(2)
+    nodes, _ = start_training(net, tmp_path, [("worker", 2)])
+    net.hosts[1].cut()
+    cut_at = time.monotonic()
+    codes = wait_nodes(nodes, timeout=BOUND + 30)
+    took = [round((n.ended_at or float("inf")) - cut_at, 1) for n in nodes]
+    print(f"partition: node exits after {took} s (heartbeat timeout {HEARTBEAT_TIMEOUT:.0f}s)")
+    assert codes == [exitcodes.INFRA_FAILURE] * 2, outputs(nodes)
+    assert max(took) < BOUND, took
+    assert "error: node rank 1 (worker:1 at 10.213.0.2) stopped sending heartbeats for 10s" in (
+        nodes[0].output
+    )
+    assert (
+        "error: node rank 0 (the master, rendezvous store at 10.213.0.1:29517) was lost: "
+        "it did not answer for 10s" in nodes[1].output
+    ), outputs(nodes)
+    for node in nodes:
+        assert "frame #" not in node.output  # one line, not pages of C++ stack
+    assert_nothing_left(net)
+
+
+def test_a_killed_node_ends_the_survivors_with_143_naming_it(network, tmp_path: Path):
+    net = network(3)
+    nodes, _ = start_training(net, tmp_path, [("worker", 3)])
+    net.hosts[1].kill_all()  # kill -9 of the node's whole process tree
+    killed_at = time.monotonic()
+    survivors = [nodes[0], nodes[2]]
+    codes = wait_nodes(survivors, timeout=BOUND + 30)
+    took = [round((n.ended_at or float("inf")) - killed_at, 1) for n in survivors]
+    print(f"kill -9 of node rank 1: survivors (node ranks 0, 2) exit after {took} s")
+    assert codes == [exitcodes.INFRA_FAILURE] * 2, outputs(nodes)
+    assert max(took) < BOUND, took
+    lost = "node rank 1 (worker:1 at 10.213.0.2) stopped sending heartbeats for 10s"
+    for node in survivors:
+        assert f"error: {lost}" in node.output, outputs(nodes)
+        assert "Connection reset by peer" not in node.output.split("error:", 1)[1]
+    assert_nothing_left(net)
+
+
+SQUATTER = textwrap.dedent(
+    """
+    import socket, sys, time
+    server = socket.create_server(("", int(sys.argv[1])))
+    print("listening", flush=True)
+    held = []
+    while True:  # accept, never answer
+        held.append(server.accept()[0])
+    """
+)
+
+
+def test_a_squatter_on_the_master_port_is_reported_within_the_master_timeout(
+    network, tmp_path: Path
+):
+    net = network(2)
+    squatter_log = tmp_path / "squatter.log"
+    with open(squatter_log, "wb") as fh:
+        net.hosts[0].popen([sys.executable, "-c", SQUATTER, str(PORT)], env=base_env(),
+                           stdout=fh, cwd=tmp_path)
+    deadline = time.monotonic() + 30
+    while "listening" not in squatter_log.read_text():
+        assert time.monotonic() < deadline, squatter_log.read_text()
+        time.sleep(0.05)
+    script = tmp_path / "never.py"
+    script.write_text("raise SystemExit('must not run')\n")
+    master_timeout = 10.0
+    started = time.monotonic()
+    nodes = start_job(
+        net, tmp_path, [("worker", 2)], ["--master-timeout", str(master_timeout), str(script)]
+    )
+    codes = wait_nodes(nodes, timeout=master_timeout + 60)
+    took = [round((n.ended_at or float("inf")) - started, 1) for n in nodes]
+    print(f"squatter on the master port: nodes report after {took} s "
+          f"(--master-timeout {master_timeout:.0f}s, start-up included)")
+    assert codes == [exitcodes.INFRA_FAILURE] * 2, outputs(nodes)
+    assert f"port {PORT} on this host is taken by another process" in nodes[0].output
+    assert (
+        f"the master's port 10.213.0.1:{PORT} accepts connections but did not answer as a "
+        f"rendezvous store within --master-timeout (10s)" in nodes[1].output
+    ), outputs(nodes)
+    assert took[1] < master_timeout + 20, took  # start-up (python, torch) on a loaded host
+    for node in nodes:
+        assert "must not run" not in node.output
+
+
+def test_sigterm_to_node_0_stops_every_node_with_143_and_leaves_nothing(network, tmp_path: Path):
+    net = network(2)
+    nodes, _ = start_training(net, tmp_path, [("worker", 2)])
+    nodes[0].proc.send_signal(signal.SIGTERM)
+    sent_at = time.monotonic()
+    codes = wait_nodes(nodes, timeout=60)
+    took = [round((n.ended_at or float("inf")) - sent_at, 1) for n in nodes]
+    print(f"SIGTERM to node rank 0: nodes exit after {took} s")
+    assert codes == [exitcodes.INFRA_FAILURE] * 2, outputs(nodes)
+    assert max(took) < 15, took
+    assert "node rank 0 received SIGTERM and stopped its workers" in nodes[1].output
+    assert_nothing_left(net)

@@ -1,0 +1,414 @@
+"""Watching the other nodes of a job: heartbeats, failure records, and waits that end.
+
+Why: a TCPStore call has no deadline of its own that holds on a real
+network. ``add`` on a partitioned link blocks until the kernel gives up on
+the TCP connection (about 15 minutes), and a client that reached a foreign
+process on the master's port waits for an answer forever. So every node
+runs two daemon threads beside torch's elastic agent:
+
+* the **heartbeat** thread, on a store client of its own (torch's agent
+  holds its client's lock for the whole exit barrier): about once a second
+  it counts this node's heartbeat, looks for failure records, and on node 0
+  checks every peer's count. A peer whose count stalls for
+  ``heartbeat_timeout`` is *lost*: node 0 publishes that as the job's
+  failure record, so every node names the same lost node;
+* the **watchdog** thread, which needs no network: it ends the node when a
+  store call (the heartbeat's, the rendezvous, any bounded call) has been
+  blocked past its deadline, and when the main thread, busy in a call that
+  cannot be interrupted, has not ended the node soon after a fatal verdict.
+  It prints the root cause in one line, stops the workers and exits 143.
+
+Messages while waiting for the rendezvous come from the watchdog too: at
+most one line every 30 seconds. This module does not import torch; the store
+is anything with TCPStore's ``add``/``set``/``get``/``check`` methods.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable
+from functools import partial
+from typing import Any, TypeVar
+
+from paijob.runtime import exitcodes
+from paijob.runtime.failures import Failure
+
+FAILURE_COUNT_KEY = "paijob/failures"
+FAILURE_KEY = "paijob/failure/{node}"
+HEARTBEAT_KEY = "paijob/hb/{node}"
+WHO_KEY = "paijob/who/{node}"
+DONE_KEY = "paijob/done/{node}"  # this node's workers succeeded: no heartbeats needed
+EXITED_KEY = "paijob/exited/{node}"  # this node is ending after a failure
+FINISHED_KEY = "paijob/finished"
+RELEASED_KEY = "paijob/released"  # passed torch's exit barrier; node 0 may close the store
+
+STORE_OP_TIMEOUT = 10.0
+WAIT_MESSAGE_EVERY = 30.0
+T = TypeVar("T")
+
+
+class StoreTimeout(Exception):
+    """A store call did not return within its deadline."""
+
+
+def first_line(error: BaseException) -> str:
+    """c10d errors carry pages of C++ frames after their first line; keep that line."""
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
+
+
+def bounded(fn: Callable[[], T], timeout: float) -> T:
+    """``fn()`` in a daemon thread; its result, its exception, or :class:`StoreTimeout`."""
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            box["value"] = fn()
+        except BaseException as error:  # noqa: BLE001 - handed to the caller
+            box["error"] = error
+
+    thread = threading.Thread(target=run, name="paijob-store-call", daemon=True)
+    thread.start()
+    thread.join(timeout)
+    if thread.is_alive():
+        raise StoreTimeout(f"no answer within {timeout:.0f}s")
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
+
+
+class NodeWatch:
+    """Heartbeats and failure records of one node, and the deadlines that bound its waits."""
+
+    def __init__(
+        self,
+        *,
+        node_rank: int,
+        nnodes: int,
+        master_addr: str,
+        master_port: int,
+        heartbeat_timeout: float,
+        grace_period: float,
+        connect: Callable[[], Any],
+        end_node: Callable[[Failure], None],
+        say: Callable[[str], None],
+        who: str = "",
+        connect_timeout: float | None = None,
+        poll_interval: float = 1.0,
+    ) -> None:
+        self.node_rank = node_rank
+        self.nnodes = nnodes
+        self.master = f"{master_addr}:{master_port}"
+        self.heartbeat_timeout = heartbeat_timeout
+        self.grace_period = grace_period
+        self.poll_interval = poll_interval
+        self.who = who
+        self.connect_timeout = connect_timeout or heartbeat_timeout
+        self._connect = connect
+        self._end_node = end_node
+        self._say = say
+        self._client: Any = None
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._ended = False
+        self.fatal: Failure | None = None
+        self._fatal_at = 0.0
+        self.store_lost = False
+        self.remote_failures: list[Failure] = []
+        self.lost_nodes: set[int] = set()
+        self._seen_failures = 0
+        self._heartbeats: dict[int, tuple[int, float]] = {}
+        # what the main thread is doing, and until when it may block
+        self.phase = "starting"
+        self._phase_started = time.monotonic()
+        self._phase_deadline: float | None = None
+        self._phase_expired: Callable[[], Failure] | None = None
+        self._waiting_line: Callable[[float], str | None] | None = None
+        self._next_wait_message = 0.0
+        # the call blocking right now (heartbeat or bounded), if any: (start, what)
+        self._blocked: dict[int, tuple[float, float]] = {}
+        self._watchdog = threading.Thread(target=self._watch, name="paijob-watchdog", daemon=True)
+        self._watchdog.start()
+        self._heartbeat: threading.Thread | None = None
+
+    # -- phases of the main thread ------------------------------------------
+    def enter(
+        self,
+        phase: str,
+        *,
+        deadline: float | None = None,
+        expired: Callable[[], Failure] | None = None,
+        waiting_line: Callable[[float], str | None] | None = None,
+        first_message_after: float = WAIT_MESSAGE_EVERY,
+    ) -> None:
+        """The main thread starts ``phase``; past ``deadline`` seconds ``expired()`` ends the node."""
+        now = time.monotonic()
+        self.phase = phase
+        self._phase_started = now
+        self._phase_deadline = None if deadline is None else now + deadline
+        self._phase_expired = expired
+        self._waiting_line = waiting_line
+        self._next_wait_message = now + first_message_after
+
+    # -- the heartbeat thread ------------------------------------------------
+    def start_heartbeats(self) -> None:
+        """Connect our own store client and start beating (multi-node jobs only)."""
+        if self.nnodes == 1 or self._heartbeat is not None:
+            return
+        self._heartbeat = threading.Thread(target=self._beat, name="paijob-heartbeat", daemon=True)
+        self._heartbeat.start()
+
+    def _beat(self) -> None:
+        try:
+            self._client = self._guarded(self._connect, limit=self.connect_timeout)
+            if self.who:
+                self._guarded(lambda: self._client.set(WHO_KEY.format(node=self.node_rank), self.who))
+            while not self._stop.is_set():
+                self._beat_once()
+                self._stop.wait(self.poll_interval)
+        except Exception as error:  # the store lives in node 0's agent
+            if not self._stop.is_set():
+                self.declare(self._master_lost(f"the connection to it failed ({first_line(error)})"))
+
+    def _beat_once(self) -> None:
+        client = self._client
+        self._guarded(lambda: client.add(HEARTBEAT_KEY.format(node=self.node_rank), 1))
+        if self.node_rank == 0:
+            for node in self._silent_peers():
+                self._declare_lost(node)
+        count = int(self._guarded(lambda: client.add(FAILURE_COUNT_KEY, 0)))
+        if count > self._seen_failures:
+            self._seen_failures = count
+            records = self._guarded(self._read_failures)
+            with self._lock:
+                self.remote_failures = records
+
+    def _silent_peers(self) -> list[int]:
+        client = self._client
+        now = time.monotonic()
+        silent = []
+        for node in range(1, self.nnodes):
+            if node in self.lost_nodes:
+                continue
+            gone = [DONE_KEY.format(node=node), EXITED_KEY.format(node=node)]
+            if any(self._guarded(partial(client.check, [key])) for key in gone):
+                continue
+            count = int(self._guarded(partial(client.add, HEARTBEAT_KEY.format(node=node), 0)))
+            seen = self._heartbeats.get(node)
+            if seen is None or seen[0] != count:
+                self._heartbeats[node] = (count, now)
+            elif now - seen[1] > self.heartbeat_timeout:
+                silent.append(node)
+        return silent
+
+    def _declare_lost(self, node: int) -> None:
+        client = self._client
+        who = ""
+        key = WHO_KEY.format(node=node)
+        if self._guarded(lambda: client.check([key])):
+            who = f" ({self._guarded(lambda: client.get(key)).decode()})"
+        failure = Failure(
+            node_rank=node, rank=None, local_rank=None, returncode=None, secondary=False,
+            time=time.time(),
+            reason=(
+                f"node rank {node}{who} stopped sending heartbeats for "
+                f"{self.heartbeat_timeout:.0f}s: its task was lost (node failure, container "
+                f"killed, or network partition)"
+            ),
+        )
+        self.lost_nodes.add(node)
+        record = FAILURE_KEY.format(node=node)
+        if not self._guarded(lambda: client.check([record])):
+            self._guarded(lambda: client.set(record, failure.to_json()))
+            self._guarded(lambda: client.add(FAILURE_COUNT_KEY, 1))
+        self.declare(failure)
+
+    def _read_failures(self) -> list[Failure]:
+        found = []
+        for node in range(self.nnodes):
+            key = FAILURE_KEY.format(node=node)
+            if self._client.check([key]):
+                found.append(Failure.from_json(self._client.get(key)))
+        return found
+
+    def _guarded(self, fn: Callable[[], T], limit: float | None = None) -> T:
+        """Run a store call on this thread, with the watchdog holding its deadline."""
+        ident = threading.get_ident()
+        self._blocked[ident] = (time.monotonic(), limit or self.heartbeat_timeout)
+        try:
+            return fn()
+        finally:
+            self._blocked.pop(ident, None)
+
+    def _master_lost(self, how: str) -> Failure:
+        if self.node_rank == 0:
+            reason = f"node rank 0 lost its own rendezvous store at {self.master}: {how}"
+        else:
+            reason = (
+                f"node rank 0 (the master, rendezvous store at {self.master}) was lost: {how}; "
+                f"its task stopped, its node failed, or the network between us is cut"
+            )
+        return Failure(
+            node_rank=0, rank=None, local_rank=None, returncode=None, secondary=False,
+            time=time.time(), reason=reason,
+        )
+
+    # -- verdicts -------------------------------------------------------------
+    def declare(self, failure: Failure) -> None:
+        """A fatal verdict from a thread: the main loop stops the workers, or the watchdog does."""
+        with self._lock:
+            if self.fatal is not None:
+                return
+            self.fatal = failure
+            self._fatal_at = time.monotonic()
+            if failure.node_rank == 0 and self.node_rank != 0:
+                self.store_lost = True
+
+    @property
+    def failed(self) -> bool:
+        """Whether the main loop should stop this node's workers now."""
+        return self.fatal is not None or bool(self.remote_failures)
+
+    def records(self) -> list[Failure]:
+        with self._lock:
+            found = list(self.remote_failures)
+            if self.fatal is not None and self.fatal not in found:
+                found.append(self.fatal)
+        return found
+
+    # -- the watchdog ------------------------------------------------------------
+    def _watch(self) -> None:
+        while not self._ended:
+            time.sleep(0.2)
+            now = time.monotonic()
+            for started, limit in list(self._blocked.values()):
+                if now - started > limit and self.fatal is None:
+                    self.declare(
+                        self._master_lost(f"it did not answer for {limit:.0f}s")
+                    )
+            if self._phase_deadline is not None and now > self._phase_deadline:
+                if self._phase_expired is not None and self.fatal is None:
+                    self.declare(self._phase_expired())
+                if self.fatal is not None:
+                    self._end(self.fatal)
+            if self._waiting_line is not None and now >= self._next_wait_message:
+                self._next_wait_message = now + WAIT_MESSAGE_EVERY
+                line = self._waiting_line(now - self._phase_started)
+                if line:
+                    self._say(line)
+            if self.fatal is not None:
+                # The main thread ends the node itself when it can; when it is stuck in a
+                # call that cannot be interrupted (exit barrier, rendezvous, a store call),
+                # or takes too long, end it from here.
+                blocking = self.phase in ("handshake", "rendezvous", "exit barrier")
+                late = now - self._fatal_at > self.grace_period + 20
+                if blocking or late:
+                    self._end(self.fatal)
+
+    def _end(self, failure: Failure) -> None:
+        if self._ended:
+            return
+        self._ended = True
+        try:
+            self._end_node(failure)
+        finally:
+            os._exit(exitcodes.INFRA_FAILURE)
+
+    # -- bounded calls for the main thread -----------------------------------------
+    def call(self, fn: Callable[[Any], T], timeout: float = STORE_OP_TIMEOUT) -> T | None:
+        """``fn(store)`` on our client, at most ``timeout`` seconds; None when it fails."""
+        client = self._client
+        if client is None or self.store_lost:
+            return None
+        try:
+            return bounded(lambda: fn(client), timeout)
+        except StoreTimeout:
+            if self.node_rank != 0:
+                self.store_lost = True
+            return None
+        except Exception:  # noqa: BLE001 - the store is gone; the caller has a fallback
+            if self.node_rank != 0:
+                self.store_lost = True
+            return None
+
+    def wait_connected(self, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while self._client is None and self.fatal is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return self._client is not None
+
+    def publish(self, failure: Failure) -> None:
+        """Tell every node why this one fails (node 0 relays lost peers the same way)."""
+        if self.nnodes == 1:
+            return
+        if self._heartbeat is not None:
+            self.wait_connected(STORE_OP_TIMEOUT)
+
+        def publish(store: Any) -> None:
+            store.set(FAILURE_KEY.format(node=self.node_rank), failure.to_json())
+            store.add(FAILURE_COUNT_KEY, 1)
+
+        self.call(publish)
+
+    def mark_done(self) -> None:
+        """This node's workers succeeded: node 0 stops expecting its heartbeats."""
+        if self.nnodes > 1:
+            self.call(lambda s: s.set(DONE_KEY.format(node=self.node_rank), "1"))
+
+    def wait_for_primary(self, have: list[Failure], timeout: float) -> list[Failure]:
+        """When every failure seen so far looks like a consequence (a peer's connection
+        broke), wait for the cause: a record from the failing node, node 0's verdict on a
+        lost node, or this node losing the master."""
+        deadline = time.monotonic() + timeout
+        while True:
+            records = self.records()
+            if any(not f.secondary for f in [*have, *records]) or time.monotonic() >= deadline:
+                return records
+            time.sleep(0.2)
+
+    def finish_after_failure(self, linger: float) -> None:
+        """Count this node out; node 0 (the store host) lingers so the others can read why."""
+        self.enter("finishing")
+        if self.nnodes == 1:
+            return
+        self.call(lambda s: s.set(EXITED_KEY.format(node=self.node_rank), "1"))
+        self.call(lambda s: s.add(FINISHED_KEY, 1))
+        if self.node_rank != 0:
+            return
+        deadline = time.monotonic() + linger
+        while time.monotonic() < deadline:
+            done = self.call(lambda s: int(s.add(FINISHED_KEY, 0)))
+            if done is None or done >= self.nnodes - len(self.lost_nodes):
+                return
+            time.sleep(0.2)
+
+    def release(self, linger: float = 10.0) -> None:
+        """After torch's exit barrier: stop beating; node 0 keeps the store up until every
+        node has stopped using it, so nobody sees it vanish (no C++ trace, no false alarm)."""
+        self.enter("released")
+        self.stop_heartbeats()
+        if self.nnodes == 1:
+            return
+        if self.node_rank != 0:
+            self.call(lambda s: s.add(RELEASED_KEY, 1))
+            return
+        deadline = time.monotonic() + linger
+        while time.monotonic() < deadline:
+            released = self.call(lambda s: int(s.add(RELEASED_KEY, 0)))
+            if released is None or released >= self.nnodes - 1:
+                return
+            time.sleep(0.1)
+
+    def stop_heartbeats(self) -> None:
+        """Stop beating; wait briefly for a call in flight, never for a store that is gone."""
+        self._stop.set()
+        thread = self._heartbeat
+        if thread is not None and not self.store_lost and thread is not threading.current_thread():
+            thread.join(timeout=2.0)
+
+    def close(self) -> None:
+        """The node ends normally: no watchdog verdict after this."""
+        self.stop_heartbeats()
+        self._ended = True

@@ -1,0 +1,214 @@
+"""Heartbeats, failure records and bounded waits between nodes (no torch: a fake store)."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from paijob.runtime import nodewatch
+from paijob.runtime.failures import Failure
+from paijob.runtime.nodewatch import NodeWatch, StoreTimeout, bounded, first_line
+from paijob.runtime.probe import MasterUnreachableError, wait_for_master
+
+
+class FakeStore:
+    """TCPStore's add/set/get/check on a dict; ``hang`` makes every call block forever."""
+
+    def __init__(self) -> None:
+        self.data: dict[str, bytes] = {}
+        self.lock = threading.Lock()
+        self.hang = threading.Event()
+        self.never = threading.Event()
+
+    def _maybe_hang(self) -> None:
+        if self.hang.is_set():
+            self.never.wait()
+
+    def add(self, key: str, amount: int) -> int:
+        self._maybe_hang()
+        with self.lock:
+            value = int(self.data.get(key, b"0")) + amount
+            self.data[key] = str(value).encode()
+            return value
+
+    def set(self, key: str, value: str) -> None:
+        self._maybe_hang()
+        with self.lock:
+            self.data[key] = value.encode()
+
+    def get(self, key: str) -> bytes:
+        self._maybe_hang()
+        with self.lock:
+            return self.data[key]
+
+    def check(self, keys: list[str]) -> bool:
+        self._maybe_hang()
+        with self.lock:
+            return all(k in self.data for k in keys)
+
+
+class Ended(Exception):
+    pass
+
+
+@pytest.fixture
+def ends(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[Failure]]:
+    """The failures the watchdog ended the node with (os._exit replaced)."""
+    ended: list[Failure] = []
+    exits: list[int] = []
+    monkeypatch.setattr(nodewatch.os, "_exit", exits.append)
+    yield ended
+    assert len(exits) == len(ended)
+
+
+def make_watch(store: FakeStore, node_rank: int, nnodes: int, ends: list[Failure],
+               heartbeat_timeout: float = 0.6) -> NodeWatch:
+    return NodeWatch(
+        node_rank=node_rank, nnodes=nnodes, master_addr="10.0.0.1", master_port=29500,
+        heartbeat_timeout=heartbeat_timeout, grace_period=0, connect=lambda: store,
+        end_node=ends.append, say=lambda line: None, who=f"worker:{node_rank} at 10.0.0.{node_rank + 1}",
+        poll_interval=0.05,
+    )
+
+
+def wait_until(predicate, timeout: float = 10.0) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+
+
+def test_node_0_declares_a_silent_peer_lost_and_publishes_it_for_every_node(ends):
+    store = FakeStore()
+    master = make_watch(store, 0, 3, ends)
+    peer = make_watch(store, 1, 3, ends)
+    other = make_watch(store, 2, 3, ends)
+    try:
+        master.enter("running")
+        for watch in (master, peer, other):
+            watch.start_heartbeats()
+        wait_until(lambda: store.check(["paijob/hb/2"]))
+        other.close()  # node 2 falls silent without a word
+        wait_until(lambda: master.fatal is not None)
+        assert master.fatal is not None and master.fatal.node_rank == 2
+        assert master.fatal.reason.startswith(
+            "node rank 2 (worker:2 at 10.0.0.3) stopped sending heartbeats for 1s"
+        )
+        record = json.loads(store.get("paijob/failure/2"))
+        assert record["reason"] == master.fatal.reason
+        wait_until(lambda: peer.failed)  # node 1 reads node 0's verdict
+        assert [f.node_rank for f in peer.records()] == [2]
+        assert not ends  # the main loops end the nodes, not the watchdog
+    finally:
+        for watch in (master, peer, other):
+            watch.close()
+
+
+def test_a_node_that_said_it_finished_is_not_declared_lost(ends):
+    store = FakeStore()
+    master = make_watch(store, 0, 2, ends, heartbeat_timeout=0.3)
+    try:
+        store.set("paijob/done/1", "1")
+        master.enter("running")
+        master.start_heartbeats()
+        time.sleep(1.0)
+        assert master.fatal is None
+    finally:
+        master.close()
+
+
+def test_an_unanswered_store_call_ends_a_node_blocked_in_the_exit_barrier(ends):
+    store = FakeStore()
+    peer = make_watch(store, 1, 2, ends, heartbeat_timeout=0.5)
+    try:
+        peer.enter("running")
+        peer.start_heartbeats()
+        wait_until(lambda: store.check(["paijob/hb/1"]))
+        peer.enter("exit barrier")  # the main thread is stuck in torch's barrier
+        store.hang.set()  # a partition: calls neither answer nor fail
+        hung_at = time.monotonic()
+        wait_until(lambda: bool(ends))
+        assert 0.5 <= time.monotonic() - hung_at < 3.0
+        assert ends[0].reason.startswith(
+            "node rank 0 (the master, rendezvous store at 10.0.0.1:29500) was lost: "
+            "it did not answer for 0s"
+        )
+        assert peer.store_lost
+        assert peer.call(lambda s: s.add("x", 1)) is None  # no call waits on a lost store
+    finally:
+        peer.close()
+        store.never.set()  # let the blocked heartbeat thread go
+
+
+def test_a_main_loop_that_does_not_end_the_node_in_time_is_overruled(ends):
+    store = FakeStore()
+    peer = make_watch(store, 1, 2, ends, heartbeat_timeout=0.3)
+    try:
+        peer.grace_period = -19.5  # the main loop gets 0.5 s instead of grace + 20 s
+        peer.enter("running")
+        peer.declare(Failure(0, None, None, None, False, time.time(), reason="gone"))
+        wait_until(lambda: bool(ends), timeout=5)
+        assert ends[0].reason == "gone"
+    finally:
+        peer.close()
+
+
+def test_an_expired_phase_ends_the_node_with_its_own_reason(ends):
+    store = FakeStore()
+    peer = make_watch(store, 1, 2, ends)
+    try:
+        squatter = Failure(0, None, None, None, False, time.time(), reason="not a store")
+        peer.enter("handshake", deadline=0.3, expired=lambda: squatter)
+        wait_until(lambda: bool(ends))
+        assert ends == [squatter]
+    finally:
+        peer.close()
+
+
+def test_waiting_lines_come_at_most_once_per_period(ends, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setattr(nodewatch, "WAIT_MESSAGE_EVERY", 0.5)
+    said: list[str] = []
+    watch = make_watch(FakeStore(), 0, 2, ends)
+    watch._say = said.append  # noqa: SLF001 - the test's ear
+    try:
+        watch.enter("rendezvous", waiting_line=lambda waited: f"waiting {waited:.1f}",
+                    first_message_after=0.0)
+        time.sleep(1.2)
+    finally:
+        watch.close()
+    assert 2 <= len(said) <= 3, said
+
+
+def test_bounded_gives_the_result_the_error_or_a_timeout():
+    assert bounded(lambda: 7, 1.0) == 7
+    with pytest.raises(KeyError):
+        bounded(lambda: {}["x"], 1.0)
+    started = time.monotonic()
+    with pytest.raises(StoreTimeout):
+        bounded(lambda: threading.Event().wait(), 0.2)
+    assert time.monotonic() - started < 2
+
+
+def test_first_line_drops_the_cpp_frames():
+    error = RuntimeError("Connection reset by peer\nException raised from recvBytes\nframe #0: x")
+    assert first_line(error) == "Connection reset by peer"
+    assert first_line(RuntimeError()) == "RuntimeError"
+
+
+def test_waiting_for_the_master_says_so_once_per_period():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]  # bound, not listening: refused
+        said: list[str] = []
+        with pytest.raises(MasterUnreachableError):
+            wait_for_master("127.0.0.1", port, timeout=1.3, interval=0.05, log=said.append,
+                            message_every=0.5)
+    assert said[0] == f"waiting up to 1s for the master at 127.0.0.1:{port} ..."
+    assert 2 <= len(said) <= 3, said
+    assert said[1].startswith(f"still waiting for the master at 127.0.0.1:{port} (")
+    assert "last error:" in said[1]
