@@ -160,9 +160,11 @@ def _log_tail(path: Path) -> str:
             handle.seek(0, os.SEEK_END)
             size = handle.tell()
             handle.seek(max(0, size - exitspec.MAX_SEARCH_LOG_BYTES))
-            return handle.read().decode(errors="replace")
+            text = handle.read().decode(errors="replace")
     except OSError:
         return ""
+    # the local cluster's own notes are not the user's output (OpenPAI keeps its runtime log apart)
+    return "".join(line for line in text.splitlines(keepends=True) if not line.startswith("[paijob local]"))
 
 
 def unlimited_retry_notice(code: int, what: str, retries: int) -> str:

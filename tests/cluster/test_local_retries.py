@@ -119,3 +119,11 @@ def test_without_gang_allocation_a_task_sees_only_the_ips_of_tasks_started_befor
     out = [client.read_log(client.log_locations(job_id, 0, "worker", i, 0)["stdout"]).data.decode()
            for i in (0, 1)]
     assert out == ["0: 127.0.0.1 none\n", "1: 127.0.0.1 127.0.0.1\n"]
+
+
+def test_the_local_clusters_own_notes_are_not_matched_as_user_output(client: PaiClient) -> None:
+    # the image note names the image; a name that looks like an exit-spec pattern must not change the code
+    job = yaml.safe_load(job_yaml("notes", ["exit 1"]))
+    job["prerequisites"][0]["uri"] = "importerror:-core-dumped"
+    job_id = client.submit(yaml.safe_dump(job, sort_keys=False))
+    assert wait(client, job_id)["jobStatus"]["appExitCode"] == 255
