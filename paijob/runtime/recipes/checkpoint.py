@@ -6,8 +6,10 @@ resumes from, plus a ``.sha256`` sidecar. Writing goes to a temporary file in
 the same folder, is fsync'ed, then renamed over the final name (and the
 folder fsync'ed), so a crash leaves either the old set or the new file, never
 half a file under a checkpoint name. Loading verifies the checksum when the
-sidecar exists; a file that fails (truncated, corrupted) is skipped with a
-warning and the previous one is used.
+sidecar exists; a file that fails (truncated, corrupted, or whose sidecar is
+itself unreadable) is skipped with a warning and the previous one is used.
+Temporary files a killed writer left behind are removed by the next
+successful save (and by :func:`remove_stale_temporaries` at start-up).
 """
 
 from __future__ import annotations
@@ -26,6 +28,9 @@ import torch
 log = logging.getLogger(__name__)
 
 NAME_RE = re.compile(r"^ckpt-e(\d{4,})-s(\d{6,})\.pt$")
+# What _atomic_write's mkstemp names look like for a checkpoint or its sidecar.
+TEMP_RE = re.compile(r"^\.ckpt-e\d{4,}-s\d{6,}\.pt(\.sha256)?\..+\.tmp$")
+SIDECAR_RE = re.compile(r"^([0-9a-f]{64})\s+(\d+)\s*$")
 
 
 @dataclass(frozen=True, order=True)
@@ -108,7 +113,28 @@ def save_checkpoint(folder: str | os.PathLike[str], epoch: int, step: int, state
                 victim.unlink()
             except OSError:
                 pass
+    remove_stale_temporaries(base)
     return path
+
+
+def remove_stale_temporaries(folder: str | os.PathLike[str]) -> list[Path]:
+    """Delete the temporary files of writes that never finished (a process killed mid-save).
+
+    Only names ``_atomic_write`` creates for checkpoints are touched; one writer (rank 0) saves
+    at a time, so a temporary file seen here is never one still being written.
+    """
+    base = Path(folder)
+    if not base.is_dir():
+        return []
+    removed = []
+    for entry in base.iterdir():
+        if TEMP_RE.match(entry.name) and entry.is_file():
+            try:
+                entry.unlink()
+            except OSError:
+                continue
+            removed.append(entry)
+    return removed
 
 
 def list_checkpoints(folder: str | os.PathLike[str]) -> list[CheckpointRef]:
@@ -134,10 +160,9 @@ def load_checkpoint(path: str | os.PathLike[str]) -> dict[str, Any]:
     sidecar = target.with_name(target.name + ".sha256")
     data = target.read_bytes()
     if sidecar.is_file():
-        fields = sidecar.read_text().split()
-        if len(fields) >= 2 and (len(data) != int(fields[1])
-                                 or hashlib.sha256(data).hexdigest() != fields[0]):
-            raise CorruptCheckpoint(f"{target}: checksum mismatch (size {len(data)}, expected {fields[1]})")
+        digest, size = _read_sidecar(sidecar)
+        if len(data) != size or hashlib.sha256(data).hexdigest() != digest:
+            raise CorruptCheckpoint(f"{target}: checksum mismatch (size {len(data)}, expected {size})")
     import io
 
     try:
@@ -147,6 +172,18 @@ def load_checkpoint(path: str | os.PathLike[str]) -> dict[str, Any]:
     if not isinstance(state, dict) or "model" not in state:
         raise CorruptCheckpoint(f"{target}: not a paijob recipe checkpoint")
     return state
+
+
+def _read_sidecar(sidecar: Path) -> tuple[str, int]:
+    """``<sha256 hex>  <size>``; anything else means the sidecar (so the pair) is not trustworthy."""
+    try:
+        text = sidecar.read_bytes().decode("ascii")
+    except UnicodeDecodeError:
+        text = ""
+    match = SIDECAR_RE.match(text)
+    if match is None:
+        raise CorruptCheckpoint(f"{sidecar}: checksum sidecar is not '<sha256> <size>' ({text[:60]!r})")
+    return match.group(1), int(match.group(2))
 
 
 def load_newest(folder: str | os.PathLike[str]) -> tuple[CheckpointRef, dict[str, Any]] | None:

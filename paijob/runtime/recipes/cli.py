@@ -84,7 +84,25 @@ def _add_common(parser: argparse.ArgumentParser, *, arch: str, lr: float, epochs
                              "CPUs per process - 1 for image folders)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--deterministic", action="store_true")
-    parser.add_argument("--compile", action="store_true", help="torch.compile the model")
+    parser.add_argument("--compile", action="store_true",
+                        help="torch.compile the model (compiled once: training and evaluation share one shape)")
+    parser.add_argument("--compile-mode", default=None,
+                        choices=("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"),
+                        help="torch.compile mode; reduce-overhead adds CUDA graphs (GPU)")
+    parser.add_argument("--compile-backend", default="inductor", help=argparse.SUPPRESS)
+    parser.add_argument("--data-placement", default="auto", choices=("auto", "device", "host"),
+                        help="in-memory data (synthetic, CIFAR-10): keep it on the GPU ('device'), or "
+                             "prefetch pinned batches on a side stream ('host'); auto: device when it "
+                             "takes at most a quarter of the free GPU memory")
+    parser.add_argument("--prefetch-depth", type=int, default=2, help="batches prepared ahead of the step")
+    parser.add_argument("--prefetch-factor", type=int, default=4,
+                        help="DataLoader batches in flight per worker (image folders)")
+    parser.add_argument("--ddp-bucket-mb", type=float, default=25.0,
+                        help="DDP gradient bucket size in MB (gradients are views into the buckets)")
+    parser.add_argument("--ddp-static-graph", action="store_true",
+                        help="tell DDP the graph is the same every step (true of the built-in models)")
+    parser.add_argument("--no-bn-recalibration", action="store_true",
+                        help="evaluate with BatchNorm running statistics even while they are young")
     parser.add_argument("--steps-per-epoch", type=int, default=None, help="cap the steps of an epoch")
     parser.add_argument("--eval-steps", type=int, default=None, help="cap the evaluation batches")
     parser.add_argument("--synthetic-size", type=int, default=None, metavar="N",
@@ -130,13 +148,19 @@ def main(argv: Sequence[str] | None = None) -> int:
             synthetic_size=args.synthetic_size, image_size=args.image_size,
             log_interval=max(1, args.log_interval), keep_checkpoints=args.keep_checkpoints,
             loss_scale=args.loss_scale, keep_batchnorm_fp32=args.keep_batchnorm_fp32,
-            no_resume=args.no_resume,
+            no_resume=args.no_resume, compile_mode=args.compile_mode,
+            compile_backend=args.compile_backend, data_placement=args.data_placement,
+            prefetch_depth=max(1, args.prefetch_depth), prefetch_factor=max(1, args.prefetch_factor),
+            ddp_bucket_mb=args.ddp_bucket_mb, ddp_static_graph=args.ddp_static_graph,
+            bn_recalibration=not args.no_bn_recalibration,
         )
         if args.recipe == "cifar10":
             recipe = _cifar10_recipe()
         else:
             recipe = _imagenet_recipe(args.num_classes)
-        if args.arch not in ("convnet", "tinynet"):
+        from paijob.runtime.recipes.models import BUILTIN_ARCHS
+
+        if args.arch not in BUILTIN_ARCHS:
             from paijob.runtime.recipes.data import require_torchvision
 
             require_torchvision(f"--arch {args.arch}")

@@ -64,6 +64,9 @@ class InMemoryImages:
     def get_batch(self, indices: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return self.images[indices], self.labels[indices]
 
+    def tensors(self) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.images, self.labels
+
 
 class SyntheticImages:
     """Deterministic, learnable fake images: the same dataset on every rank for a seed.
@@ -110,6 +113,10 @@ class SyntheticImages:
         if self._cache is not None:
             return self._cache[indices], self.labels[indices]
         return self._make(indices), self.labels[indices]
+
+    def tensors(self) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """The whole set when it is kept (small sizes); None when images are made per batch."""
+        return (self._cache, self.labels) if self._cache is not None else None
 
 
 # ---------------------------------------------------------------------------------------
@@ -343,16 +350,6 @@ def imagefolder_datasets(root: str | os.PathLike[str], image_size: int) -> tuple
 # Batching
 
 
-@dataclass
-class BatchPlan:
-    """The index batches one rank runs in one epoch (training) or evaluation."""
-
-    batches: list[torch.Tensor]
-
-    def __len__(self) -> int:
-        return len(self.batches)
-
-
 def train_batches(sampler: Any, batch_size: int, cap: int | None) -> list[torch.Tensor]:
     """Full batches from the sampler's order for this epoch (drop the ragged last one)."""
     order = torch.tensor(list(iter(sampler)), dtype=torch.int64)
@@ -372,17 +369,89 @@ def eval_batches(size: int, rank: int, world_size: int, batch_size: int,
     return batches[:cap] if cap is not None else batches
 
 
-def iterate_in_memory(source: Any, batches: Sequence[torch.Tensor], pin: bool
-                      ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-    for index in batches:
-        images, labels = source.get_batch(index)
-        if pin:
-            images, labels = images.pin_memory(), labels.pin_memory()
-        yield images, labels
+@dataclass
+class EvalPlan:
+    """Evaluation batches of one fixed shape: ``indices`` (S, B) and ``valid`` (S, B) weights.
+
+    The ragged tail is padded with index 0 and weight 0, and every rank gets the same number
+    of batches, so a compiled model sees one input shape in training and evaluation alike
+    (no recompile) and collectives inside the forward cannot hang on an uneven count.
+    """
+
+    indices: torch.Tensor
+    valid: torch.Tensor
+
+    def __len__(self) -> int:
+        return int(self.indices.shape[0])
+
+
+def padded_eval_plan(size: int, rank: int, world_size: int, batch_size: int,
+                     cap: int | None = None) -> EvalPlan:
+    per_rank_max = -(-size // world_size)
+    steps = -(-per_rank_max // batch_size) if size > 0 else 0
+    if cap is not None:
+        steps = min(steps, cap)
+    order = torch.arange(rank, size, world_size, dtype=torch.int64)
+    total = steps * batch_size
+    indices = torch.zeros(total, dtype=torch.int64)
+    valid = torch.zeros(total, dtype=torch.float32)
+    take = min(total, len(order))
+    indices[:take] = order[:take]
+    valid[:take] = 1.0
+    return EvalPlan(indices.view(steps, batch_size), valid.view(steps, batch_size))
+
+
+@dataclass
+class TrainPlan:
+    """One epoch of training for one rank, decided up front on the CPU.
+
+    ``indices`` (S, B) are the samples; ``crop_y``/``crop_x`` (S, B) the random-crop offsets
+    and ``flip`` (S, B) the horizontal flips, drawn from a generator seeded per (epoch, step),
+    so the batches are a pure function of the seed (exact resume) and the training step itself
+    needs no random numbers from the host (no host-to-device copy, no sync).
+    """
+
+    indices: torch.Tensor
+    crop_y: torch.Tensor
+    crop_x: torch.Tensor
+    flip: torch.Tensor
+
+    def __len__(self) -> int:
+        return int(self.indices.shape[0])
+
+    def rows(self, start: int) -> TrainPlan:
+        return TrainPlan(self.indices[start:], self.crop_y[start:], self.crop_x[start:], self.flip[start:])
+
+
+def train_plan(batches: Sequence[torch.Tensor], pad: int, seed_of_step: Any) -> TrainPlan:
+    """Stack ``batches`` and draw each step's crop/flip from ``torch.Generator(seed_of_step(i))``."""
+    if not batches:
+        empty = torch.zeros(0, 0, dtype=torch.int64)
+        return TrainPlan(empty, empty, empty, empty.bool())
+    indices = torch.stack(list(batches))
+    ys, xs, flips = [], [], []
+    for step in range(indices.shape[0]):
+        params = draw_crop_flip(indices.shape[1], torch.Generator().manual_seed(seed_of_step(step)), pad)
+        ys.append(params[0])
+        xs.append(params[1])
+        flips.append(params[2])
+    return TrainPlan(indices, torch.stack(ys), torch.stack(xs), torch.stack(flips))
+
+
+def dataset_tensors(source: Any) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """The (images, labels) tensors an in-memory source holds whole, or None (made on the fly)."""
+    whole = getattr(source, "tensors", None)
+    return whole() if callable(whole) else None
+
+
+def _pinned(tensor: torch.Tensor, pin: bool) -> torch.Tensor:
+    return tensor.pin_memory() if pin else tensor
 
 
 class _IndexBatchSampler:
-    def __init__(self, batches: Sequence[torch.Tensor]) -> None:
+    """Index batches a DataLoader walks; replaced per epoch so persistent workers survive."""
+
+    def __init__(self, batches: Sequence[torch.Tensor] = ()) -> None:
         self.batches = batches
 
     def __iter__(self) -> Iterator[list[int]]:
@@ -393,8 +462,33 @@ class _IndexBatchSampler:
         return len(self.batches)
 
 
+class FolderLoader:
+    """One DataLoader for the whole run over index batches set per epoch.
+
+    Worker processes start once (``persistent_workers``) instead of once per epoch and
+    evaluation; batches come back pinned when the model trains on a GPU.
+    """
+
+    def __init__(self, dataset: Any, workers: int, pin: bool, prefetch_factor: int = 4) -> None:
+        from torch.utils.data import DataLoader
+
+        self.sampler = _IndexBatchSampler()
+        self.loader = DataLoader(
+            dataset,
+            batch_sampler=self.sampler,
+            num_workers=workers,
+            pin_memory=pin,
+            persistent_workers=workers > 0,
+            prefetch_factor=prefetch_factor if workers > 0 else None,
+        )
+
+    def batches(self, batches: Sequence[torch.Tensor]) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        self.sampler.batches = batches
+        return iter(self.loader)
+
+
 def folder_loader(dataset: Any, batches: Sequence[torch.Tensor], workers: int, pin: bool) -> Any:
-    """A DataLoader over precomputed index batches (decoding in worker processes)."""
+    """A one-off DataLoader over precomputed index batches (decoding in worker processes)."""
     from torch.utils.data import DataLoader
 
     return DataLoader(
@@ -407,30 +501,52 @@ def folder_loader(dataset: Any, batches: Sequence[torch.Tensor], workers: int, p
     )
 
 
+def iterate_in_memory(source: Any, batches: Sequence[torch.Tensor], pin: bool
+                      ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    for index in batches:
+        images, labels = source.get_batch(index)
+        yield _pinned(images, pin), _pinned(labels, pin)
+
+
 # ---------------------------------------------------------------------------------------
 # On-device preprocessing
 
 
-def augment_crop_flip(images: torch.Tensor, generator: torch.Generator, pad: int, flip: bool
-                      ) -> torch.Tensor:
-    """Per-sample random crop (zero padding ``pad``) and horizontal flip, batched, on any device.
+def draw_crop_flip(batch: int, generator: torch.Generator, pad: int
+                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per-sample crop offsets in ``[0, 2*pad]`` and flip flags, from ``generator`` (CPU)."""
+    if pad > 0:
+        oy = torch.randint(0, 2 * pad + 1, (batch,), generator=generator)
+        ox = torch.randint(0, 2 * pad + 1, (batch,), generator=generator)
+    else:
+        oy = ox = torch.zeros(batch, dtype=torch.int64)
+    flip = torch.rand(batch, generator=generator) < 0.5
+    return oy, ox, flip
 
-    The crop is one gather from a strided view of all windows (no per-sample
-    loop); random numbers come from ``generator`` on the CPU, so the result
-    depends only on the generator's seed, not on the device.
+
+def apply_crop_flip(images: torch.Tensor, oy: torch.Tensor, ox: torch.Tensor, flip: torch.Tensor | None,
+                    pad: int) -> torch.Tensor:
+    """Random crop (zero padding ``pad``) and horizontal flip, batched, without a host sync.
+
+    The crop is one integer-index gather from a strided view of all windows; the flip is a
+    ``torch.where`` between the batch and its mirror. Neither needs a boolean-mask index
+    (whose output size the host must learn) nor any value read back to the host.
     """
     batch, _, height, width = images.shape
-    device = images.device
     if pad > 0:
-        oy = torch.randint(0, 2 * pad + 1, (batch,), generator=generator).to(device)
-        ox = torch.randint(0, 2 * pad + 1, (batch,), generator=generator).to(device)
         windows = F.pad(images, (pad, pad, pad, pad)).unfold(2, height, 1).unfold(3, width, 1)
-        images = windows[torch.arange(batch, device=device), :, oy, ox]
-    if flip:
-        mask = (torch.rand(batch, generator=generator) < 0.5).to(device)
-        images = images.clone() if pad == 0 else images
-        images[mask] = images[mask].flip(3)
+        images = windows[torch.arange(batch, device=images.device), :, oy, ox]
+    if flip is not None:
+        images = torch.where(flip.view(batch, 1, 1, 1), images.flip(3), images)
     return images
+
+
+def augment_crop_flip(images: torch.Tensor, generator: torch.Generator, pad: int, flip: bool
+                      ) -> torch.Tensor:
+    """Per-sample random crop and flip drawn from ``generator``: a pure function of its seed."""
+    oy, ox, flips = draw_crop_flip(images.shape[0], generator, pad)
+    device = images.device
+    return apply_crop_flip(images, oy.to(device), ox.to(device), flips.to(device) if flip else None, pad)
 
 
 class Normalizer:

@@ -4,8 +4,15 @@ One process per rank: under ``paijob-runtime`` (RANK, LOCAL_RANK, WORLD_SIZE,
 MASTER_ADDR, MASTER_PORT, PAIJOB_BACKEND in the environment) the process
 group is initialised from the environment; without RANK it is a plain single
 process. Rank 0 alone prepares data (others wait at a barrier), logs, writes
-TensorBoard scalars and checkpoints. Metrics are all-reduced; nothing syncs
-the host per step except at log intervals.
+TensorBoard scalars and checkpoints. Metrics are all-reduced.
+
+The training step never waits for the device: batches come prepared ahead
+(see ``prefetch``), augmentation is index arithmetic on the device, losses
+and accuracy accumulate in device tensors read once per log interval and
+epoch, and fp16 loss scaling uses the fused optimizer's on-device overflow
+check where torch has one. Evaluation uses the training precision,
+normalisation and (recalibrated when still young) BatchNorm statistics, and
+batches of the training shape, so a compiled model compiles once.
 """
 
 from __future__ import annotations
@@ -29,15 +36,20 @@ import torch.distributed as dist
 import torch.nn as nn
 
 from paijob.runtime.precision import PrecisionPolicy, resolve_policy
+from paijob.runtime.recipes import batchnorm
 from paijob.runtime.recipes import checkpoint as ckpt
 from paijob.runtime.recipes.data import (
+    EvalPlan,
+    FolderLoader,
     Normalizer,
-    augment_crop_flip,
-    eval_batches,
-    folder_loader,
-    iterate_in_memory,
+    TrainPlan,
+    apply_crop_flip,
+    dataset_tensors,
+    padded_eval_plan,
     train_batches,
+    train_plan,
 )
+from paijob.runtime.recipes.prefetch import Prefetcher, choose_placement, resident
 
 log = logging.getLogger("paijob.recipes")
 SUMMARY_PREFIX = "PAIJOB_SUMMARY "
@@ -70,6 +82,14 @@ class TrainConfig:
     loss_scale: str | None = None
     keep_batchnorm_fp32: str | None = None
     no_resume: bool = False
+    compile_mode: str | None = None  # torch.compile mode: default, reduce-overhead (CUDA graphs), ...
+    compile_backend: str = "inductor"
+    data_placement: str = "auto"  # in-memory data: auto | device (resident) | host (prefetched)
+    prefetch_depth: int = 2
+    prefetch_factor: int = 4  # DataLoader batches per worker in flight (image folders)
+    ddp_bucket_mb: float = 25.0
+    ddp_static_graph: bool = False
+    bn_recalibration: bool = True
 
 
 @dataclass
@@ -135,6 +155,12 @@ class Progress:
     def __init__(self, enabled: bool) -> None:
         self.enabled = enabled
         self.tty = enabled and sys.stderr.isatty()
+
+    def log_step(self, where: str, loss_sum: torch.Tensor, seen: int, lr: float, rate: float,
+                 final: bool = False) -> None:
+        """A log interval's line: the one place a step reads a device value back (the loss)."""
+        self.update(f"{where} loss {float(loss_sum.item()) / max(seen, 1):.4f} lr {lr:.4g} {rate:.1f} img/s",
+                    final=final)
 
     def update(self, text: str, final: bool = False) -> None:
         if not self.enabled:
@@ -243,6 +269,147 @@ def _fault_hook() -> tuple[int, int, str] | None:
     return int(parts[0]), int(parts[1]), (parts[2] if len(parts) > 2 else "kill")
 
 
+def make_sgd(params: Any, *, lr: float, momentum: float, weight_decay: float, fused: bool
+             ) -> torch.optim.Optimizer:
+    """SGD; fused on a GPU where torch has it: one kernel, and GradScaler then checks fp16
+    overflow on the device (``_step_supports_amp_scaling``) instead of reading it back per step."""
+    import inspect
+
+    kwargs: dict[str, Any] = {}
+    if fused and "fused" in inspect.signature(torch.optim.SGD).parameters:
+        kwargs["fused"] = True
+    return torch.optim.SGD(params, lr=lr, momentum=momentum, weight_decay=weight_decay, **kwargs)
+
+
+def ddp_options(cfg: TrainConfig) -> dict[str, Any]:
+    """DDP's knobs: bucket size, gradients as views into the buckets (no copy), static graph."""
+    return {
+        "bucket_cap_mb": cfg.ddp_bucket_mb,
+        "gradient_as_bucket_view": True,
+        "static_graph": cfg.ddp_static_graph,
+    }
+
+
+class _CompiledGraphs:
+    """How many graphs torch.compile made since the last call (0 = nothing recompiled)."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.counters: Any = None
+        if enabled:
+            from torch._dynamo.utils import counters
+
+            self.counters = counters
+        self.seen = self._total()
+
+    def _total(self) -> int:
+        return int(self.counters["stats"]["unique_graphs"]) if self.counters is not None else 0
+
+    def new(self) -> int:
+        total = self._total()
+        fresh, self.seen = total - self.seen, total
+        return fresh
+
+
+class _Feed:
+    """Where this run's batches come from: device-resident, prefetched, or a DataLoader.
+
+    ``train(plan)`` yields ``(images, labels, crop_y, crop_x, flip)`` on the device for in-memory
+    data (augmented by the step) and ``(images, labels)`` for image folders (augmented by the
+    workers); ``eval(plan)`` yields ``(images, labels, valid)``.
+    """
+
+    def __init__(self, cfg: TrainConfig, train_set: Any, test_set: Any, device: torch.device,
+                 in_memory: bool, workers: int) -> None:
+        self.device = device
+        self.cuda = device.type == "cuda"
+        self.depth = cfg.prefetch_depth
+        self.train_set, self.test_set = train_set, test_set
+        self.placement = "loader"
+        self.resident: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
+        self.loaders: dict[str, FolderLoader] = {}
+        if in_memory:
+            whole = {name: dataset_tensors(source) for name, source in (("train", train_set), ("eval", test_set))}
+            nbytes = sum(t.numel() * t.element_size() for pair in whole.values() if pair for t in pair)
+            can_reside = all(pair is not None for pair in whole.values())
+            self.placement = choose_placement(cfg.data_placement, nbytes, device) if can_reside else "host"
+            if self.placement == "device":
+                self.resident = {name: (pair[0].to(device), pair[1].to(device))
+                                 for name, pair in whole.items() if pair is not None}
+        else:
+            self.loaders = {"train": FolderLoader(train_set, workers, self.cuda, cfg.prefetch_factor),
+                            "eval": FolderLoader(test_set, workers, self.cuda, cfg.prefetch_factor)}
+
+    def _to_device(self, tensor: torch.Tensor) -> torch.Tensor:
+        """A per-epoch plan to the device: one copy, before the steps (pinned, so asynchronous)."""
+        if not self.cuda:
+            return tensor
+        return tensor.pin_memory().to(self.device, non_blocking=True)
+
+    def _gather(self, source: Any, index: torch.Tensor, slot: list[torch.Tensor] | None
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+        whole = dataset_tensors(source)
+        if slot is None:
+            return source.get_batch(index) if whole is None else (
+                whole[0].index_select(0, index), whole[1].index_select(0, index))
+        if whole is None:
+            images, labels = source.get_batch(index)
+            slot[0].copy_(images)
+            slot[1].copy_(labels)
+        else:
+            torch.index_select(whole[0], 0, index, out=slot[0])
+            torch.index_select(whole[1], 0, index, out=slot[1])
+        return slot[0], slot[1]
+
+    def _slot_specs(self, source: Any, batch: int, extras: list[torch.Tensor]
+                    ) -> list[tuple[Any, torch.dtype]] | None:
+        if not self.cuda:
+            return None
+        images, labels = source.get_batch(torch.zeros(1, dtype=torch.int64))
+        return ([((batch, *images.shape[1:]), images.dtype), ((batch,), labels.dtype)]
+                + [((batch,), extra.dtype) for extra in extras])
+
+    def _in_memory(self, name: str, index_rows: torch.Tensor, extras: list[torch.Tensor]) -> Any:
+        steps = int(index_rows.shape[0])
+        if steps == 0:
+            return iter(())
+        if name in self.resident:
+            return resident(self.resident[name], self._to_device(index_rows),
+                            [self._to_device(extra) for extra in extras])
+        source = self.train_set if name == "train" else self.test_set
+
+        def produce(step: int, slot: list[torch.Tensor] | None) -> list[torch.Tensor]:
+            images, labels = self._gather(source, index_rows[step], slot)
+            rows = [extra[step] for extra in extras]
+            if slot is None:
+                return [images, labels, *rows]
+            for target, row in zip(slot[2:], rows, strict=True):
+                target.copy_(row)
+            return slot
+
+        specs = self._slot_specs(source, int(index_rows.shape[1]), extras)
+        return iter(Prefetcher(produce, steps, self.device, self.depth, specs))
+
+    def _from_loader(self, name: str, index_rows: torch.Tensor, extras: list[torch.Tensor]) -> Any:
+        batches = list(index_rows)
+        loader = self.loaders[name].batches(batches)
+
+        def produce(step: int, slot: list[torch.Tensor] | None) -> list[torch.Tensor]:
+            images, labels = next(loader)
+            return [images, labels, *(extra[step] for extra in extras)]
+
+        return iter(Prefetcher(produce, len(batches), self.device, self.depth))
+
+    def train(self, plan: TrainPlan) -> Any:
+        if self.loaders:
+            return self._from_loader("train", plan.indices, [])
+        return self._in_memory("train", plan.indices, [plan.crop_y, plan.crop_x, plan.flip])
+
+    def eval(self, plan: EvalPlan) -> Any:
+        if self.loaders:
+            return self._from_loader("eval", plan.indices, [plan.valid])
+        return self._in_memory("eval", plan.indices, [plan.valid])
+
+
 # Steady-state throughput leaves out each epoch's first steps: loader start-up and DDP's bucket
 # rebuild land there, and on a short benchmark epoch they would outweigh the loop itself.
 STEADY_AFTER_STEPS = 2
@@ -291,8 +458,8 @@ def train(recipe: Recipe, cfg: TrainConfig) -> dict[str, Any]:
                             keep_batchnorm_fp32=cfg.keep_batchnorm_fp32)
     policy.prepare_model(model)
     base_lr = cfg.lr * (cfg.batch_size * info.world_size / 256.0 if recipe.scale_lr else 1.0)
-    optimizer: torch.optim.Optimizer = torch.optim.SGD(model.parameters(), lr=base_lr, momentum=cfg.momentum,
-                                weight_decay=cfg.weight_decay)
+    optimizer = make_sgd(model.parameters(), lr=base_lr, momentum=cfg.momentum,
+                         weight_decay=cfg.weight_decay, fused=on_gpu and not policy.use_real_apex)
     stepper = _Stepper(policy, model, optimizer)
     model, optimizer = stepper.model, stepper.optimizer
     raw_model = model
@@ -301,6 +468,9 @@ def train(recipe: Recipe, cfg: TrainConfig) -> dict[str, Any]:
     # Resume.
     start_epoch, start_step, resumed_from = 0, 0, None
     history: list[dict[str, Any]] = []
+    if info.is_main:
+        for leftover in ckpt.remove_stale_temporaries(ckpt_dir):
+            log.warning("paijob: removed %s, left by a checkpoint write that never finished", leftover)
     if not cfg.no_resume:
         found = _resume_state(ckpt_dir, info)
         if found is not None:
@@ -320,9 +490,17 @@ def train(recipe: Recipe, cfg: TrainConfig) -> dict[str, Any]:
     train_model: nn.Module = model
     if info.distributed:
         train_model = nn.parallel.DistributedDataParallel(
-            model, device_ids=[device.index] if on_gpu else None)
+            model, device_ids=[device.index] if on_gpu else None, **ddp_options(cfg))
+    eval_model: nn.Module = raw_model
     if cfg.compile:
-        train_model = torch.compile(train_model)  # type: ignore[assignment]
+        compile_kwargs: dict[str, Any] = {"backend": cfg.compile_backend}
+        if cfg.compile_mode:
+            compile_kwargs["mode"] = cfg.compile_mode
+        train_model = torch.compile(train_model, **compile_kwargs)  # type: ignore[assignment]
+        # Without DDP both are the same module: one compiled object, whose cache holds the
+        # training and the evaluation graph side by side (each compiled once, in epoch 1).
+        eval_model = (train_model if not info.distributed
+                      else torch.compile(raw_model, **compile_kwargs))  # type: ignore[assignment]
 
     from torch.utils.data.distributed import DistributedSampler
 
@@ -333,7 +511,15 @@ def train(recipe: Recipe, cfg: TrainConfig) -> dict[str, Any]:
     normalize = Normalizer(recipe.mean, recipe.std, device)
     writer = _tensorboard(out_dir) if info.is_main else None
     progress = Progress(info.is_main)
-    pin = on_gpu
+    feed = _Feed(cfg, train_set, test_set, device, in_memory, workers)
+    eval_plan = padded_eval_plan(len(test_set), info.rank, info.world_size, cfg.batch_size, cfg.eval_steps)
+
+    def prepare(images: torch.Tensor) -> torch.Tensor:
+        """uint8 batch on the device → the model's input, identical in training and evaluation."""
+        x = normalize(images)
+        if on_gpu:
+            x = x.contiguous(memory_format=torch.channels_last)
+        return policy.cast_input(x)
 
     stop = {"flag": False}
 
@@ -374,16 +560,15 @@ def train(recipe: Recipe, cfg: TrainConfig) -> dict[str, Any]:
     exit_code = 0
     eval_metrics: dict[str, float] = {}
     train_metrics: dict[str, float] = {}
+    graphs = _CompiledGraphs(cfg.compile)
     try:
         for epoch in range(start_epoch, cfg.epochs):
             sampler.set_epoch(epoch)
             batches = train_batches(sampler, cfg.batch_size, cfg.steps_per_epoch)
             steps = len(batches)
             first = start_step if epoch == start_epoch else 0
-            if in_memory:
-                loader: Any = iterate_in_memory(train_set, batches[first:], pin)
-            else:
-                loader = folder_loader(train_set, batches[first:], workers, pin)
+            plan = train_plan(batches, recipe.crop_pad,
+                              lambda step, epoch=epoch: _seed_for(cfg.seed, epoch, step, info.rank))
             train_model.train()
             loss_sum = torch.zeros((), device=device)
             correct = torch.zeros((), device=device, dtype=torch.int64)
@@ -391,26 +576,21 @@ def train(recipe: Recipe, cfg: TrainConfig) -> dict[str, Any]:
             epoch_start = time.perf_counter()
             steady_start: float | None = None
             seen_before_steady = 0
-            for step, (images, labels) in enumerate(loader, start=first):
+            for step, batch in enumerate(feed.train(plan.rows(first)), start=first):
                 lr = recipe.lr_at(cfg, base_lr, epoch, step, steps)
                 for group in optimizer.param_groups:
                     group["lr"] = lr
-                images = images.to(device, non_blocking=True)
-                labels = labels.to(device, non_blocking=True)
+                images, labels = batch[0], batch[1]
                 if in_memory:
-                    gen = torch.Generator().manual_seed(_seed_for(cfg.seed, epoch, step, info.rank))
-                    images = augment_crop_flip(images, gen, recipe.crop_pad, flip=True)
-                x = normalize(images)
-                if on_gpu:
-                    x = x.contiguous(memory_format=torch.channels_last)
-                x = policy.cast_input(x)
+                    images = apply_crop_flip(images, batch[2], batch[3], batch[4], recipe.crop_pad)
+                x = prepare(images)
                 with policy.autocast():
                     output = train_model(x)
                     loss = criterion(output.float(), labels)
                 stepper.backward_step(loss)
-                batch = labels.shape[0]
-                seen += batch
-                loss_sum += loss.detach().float() * batch
+                size = labels.shape[0]
+                seen += size
+                loss_sum += loss.detach().float() * size
                 correct += (output.detach().argmax(1) == labels).sum()
                 done = step + 1
                 if done - first == STEADY_AFTER_STEPS:
@@ -433,12 +613,8 @@ def train(recipe: Recipe, cfg: TrainConfig) -> dict[str, Any]:
                     raise _Preempted()
                 if info.is_main and (done % cfg.log_interval == 0 or done == steps):
                     elapsed = time.perf_counter() - epoch_start
-                    rate = seen * info.world_size / max(elapsed, 1e-9)
-                    progress.update(
-                        f"epoch {epoch + 1}/{cfg.epochs} step {done}/{steps} "
-                        f"loss {float(loss_sum.item()) / max(seen, 1):.4f} lr {lr:.4g} {rate:.1f} img/s",
-                        final=done == steps,
-                    )
+                    progress.log_step(f"epoch {epoch + 1}/{cfg.epochs} step {done}/{steps}", loss_sum, seen,
+                                      lr, seen * info.world_size / max(elapsed, 1e-9), final=done == steps)
             if on_gpu:
                 torch.cuda.synchronize(device)
             epoch_end = time.perf_counter()
@@ -449,15 +625,21 @@ def train(recipe: Recipe, cfg: TrainConfig) -> dict[str, Any]:
                 steady_time += epoch_end - steady_start
                 steady_images += (seen - seen_before_steady) * info.world_size
             train_metrics = _reduce_metrics(loss_sum, correct, seen, info)
-            eval_metrics = evaluate(recipe, cfg, raw_model, test_set, info, normalize, policy,
-                                    criterion, in_memory, workers, pin)
+            recalibrated = 0
+            if cfg.bn_recalibration and batchnorm.needs_recalibration(raw_model):
+                recalibrated = _recalibrate_batchnorm(raw_model, feed, plan, recipe, prepare, policy,
+                                                      in_memory, info)
+            eval_metrics = evaluate(eval_model, feed, eval_plan, prepare, policy, criterion, info)
             record = {
                 "epoch": epoch + 1,
                 "train_loss": train_metrics["loss"], "train_top1": train_metrics["top1"],
                 "eval_loss": eval_metrics["loss"], "eval_top1": eval_metrics["top1"],
                 "images_per_sec": (seen * info.world_size) / max(epoch_time, 1e-9),
                 "lr": optimizer.param_groups[0]["lr"],
+                "bn_recalibration_batches": recalibrated,
             }
+            if cfg.compile:
+                record["graphs_compiled"] = graphs.new()
             history.append(record)
             if info.is_main:
                 log.info("paijob: epoch %d/%d train loss %.4f top1 %.2f%% | eval loss %.4f top1 %.2f%% | %.1f img/s",
@@ -504,6 +686,9 @@ def train(recipe: Recipe, cfg: TrainConfig) -> dict[str, Any]:
         "wall_time_s": time.perf_counter() - start_wall,
         "resumed_from": resumed_from,
         "checkpoint": str(last_ckpt) if last_ckpt else None,
+        "data_placement": feed.placement,
+        "compile": {"enabled": cfg.compile, "mode": cfg.compile_mode, "backend": cfg.compile_backend}
+        if cfg.compile else None,
         "param_digest": digest,
         "replicas_in_sync": len(set(digests)) == 1,
         "history": history,
@@ -525,10 +710,12 @@ def train(recipe: Recipe, cfg: TrainConfig) -> dict[str, Any]:
     return summary
 
 
-def _reduce_metrics(loss_sum: torch.Tensor, correct: torch.Tensor, seen: int, info: DistInfo
-                    ) -> dict[str, float]:
-    packed = torch.stack([loss_sum.double(), correct.double(),
-                          torch.tensor(float(seen), device=loss_sum.device, dtype=torch.float64)])
+def _reduce_metrics(loss_sum: torch.Tensor, correct: torch.Tensor, seen: int | torch.Tensor,
+                    info: DistInfo) -> dict[str, float]:
+    """The one host read of an epoch's (or an evaluation's) device-side sums."""
+    count = seen.double() if isinstance(seen, torch.Tensor) else torch.tensor(
+        float(seen), device=loss_sum.device, dtype=torch.float64)
+    packed = torch.stack([loss_sum.double(), correct.double(), count])
     if info.distributed:
         dist.all_reduce(packed)
     total = max(packed[2].item(), 1.0)
@@ -537,30 +724,46 @@ def _reduce_metrics(loss_sum: torch.Tensor, correct: torch.Tensor, seen: int, in
 
 
 @torch.no_grad()
-def evaluate(recipe: Recipe, cfg: TrainConfig, model: nn.Module, test_set: Any, info: DistInfo,
-             normalize: Normalizer, policy: PrecisionPolicy, criterion: nn.Module,
-             in_memory: bool, workers: int, pin: bool) -> dict[str, float]:
-    """Loss and top-1 over the whole test set, sharded by its own (strided) split, all-reduced."""
+def evaluate(model: nn.Module, feed: _Feed, plan: EvalPlan, prepare: Callable[[torch.Tensor], torch.Tensor],
+             policy: PrecisionPolicy, criterion: nn.Module, info: DistInfo) -> dict[str, float]:
+    """Loss and top-1 over the whole test set, sharded by its own (strided) split, all-reduced.
+
+    Batches have the training batch's shape (the tail padded, padding weighted 0), the input
+    is prepared by the training step's own ``prepare`` and run under the same precision.
+    """
     model.eval()
-    batches = eval_batches(len(test_set), info.rank, info.world_size, cfg.batch_size, cfg.eval_steps)
-    loader = (iterate_in_memory(test_set, batches, pin) if in_memory
-              else folder_loader(test_set, batches, workers, pin))
     device = info.device
     loss_sum = torch.zeros((), device=device)
-    correct = torch.zeros((), device=device, dtype=torch.int64)
-    seen = 0
-    for images, labels in loader:
-        images = images.to(device, non_blocking=True)
-        labels = labels.to(device, non_blocking=True)
-        x = policy.cast_input(normalize(images))
-        if device.type == "cuda":
-            x = x.contiguous(memory_format=torch.channels_last)
+    correct = torch.zeros((), device=device)
+    seen = torch.zeros((), device=device)
+    for images, labels, valid in feed.eval(plan):
         with policy.autocast():
-            output = model(x).float()
-        loss_sum += criterion(output, labels) * labels.shape[0]
-        correct += (output.argmax(1) == labels).sum()
-        seen += labels.shape[0]
+            output = model(prepare(images)).float()
+        per_sample = nn.functional.cross_entropy(output, labels, reduction="none")
+        loss_sum += (per_sample * valid).sum()
+        correct += ((output.argmax(1) == labels).float() * valid).sum()
+        seen += valid.sum()
+    _ = criterion  # the recipes' criterion is plain cross-entropy, taken per sample here
     return _reduce_metrics(loss_sum, correct, seen, info)
+
+
+def _recalibrate_batchnorm(model: nn.Module, feed: _Feed, plan: TrainPlan, recipe: Recipe,
+                           prepare: Callable[[torch.Tensor], torch.Tensor], policy: PrecisionPolicy,
+                           in_memory: bool, info: DistInfo, max_batches: int = 50) -> int:
+    """Exact BatchNorm statistics from this epoch's first training batches (see ``batchnorm``)."""
+    def inputs() -> Any:
+        for batch in feed.train(TrainPlan(plan.indices[:max_batches], plan.crop_y[:max_batches],
+                                           plan.crop_x[:max_batches], plan.flip[:max_batches])):
+            images = batch[0]
+            if in_memory:
+                images = apply_crop_flip(images, batch[2], batch[3], batch[4], recipe.crop_pad)
+            yield prepare(images)
+
+    def forward(x: torch.Tensor) -> Any:
+        with policy.autocast():
+            return model(x)
+
+    return batchnorm.recalibrate(model, inputs(), forward, distributed=info.distributed)
 
 
 def _resume_state(folder: Path, info: DistInfo) -> tuple[Path, dict[str, Any]] | None:

@@ -8,7 +8,7 @@ import torch.nn.functional as F
 
 from paijob.runtime.recipes.data import DataError, require_torchvision
 
-BUILTIN_ARCHS = ("convnet", "tinynet")
+BUILTIN_ARCHS = ("convnet", "tinynet", "tinyresnet")
 
 
 class ConvNet(nn.Module):
@@ -51,6 +51,56 @@ class TinyNet(nn.Module):
         return self.fc(torch.flatten(self.features(x), 1))
 
 
+class _Bottleneck(nn.Module):
+    def __init__(self, cin: int, mid: int, stride: int) -> None:
+        super().__init__()
+        cout = mid * 4
+        self.conv1 = nn.Conv2d(cin, mid, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(mid)
+        self.conv2 = nn.Conv2d(mid, mid, 3, stride, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(mid)
+        self.conv3 = nn.Conv2d(mid, cout, 1, bias=False)
+        self.bn3 = nn.BatchNorm2d(cout)
+        self.downsample: nn.Module | None = None
+        if stride != 1 or cin != cout:
+            self.downsample = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = F.relu(self.bn1(self.conv1(x)))
+        out = F.relu(self.bn2(self.conv2(out)))
+        out = self.bn3(self.conv3(out))
+        return F.relu(out + (x if self.downsample is None else self.downsample(x)))
+
+
+class TinyResNet(nn.Module):
+    """ResNet-50's layout (7x7 stem, max-pool, 3-4-6-3 bottlenecks, Kaiming init) at a small width.
+
+    Without torchvision, this is what reproduces ResNet-50's depth-dependent behaviour on a
+    CPU (for instance how BatchNorm statistics compound through 53 layers in evaluation).
+    """
+
+    def __init__(self, num_classes: int = 10, width: int = 16, blocks: tuple[int, ...] = (3, 4, 6, 3)) -> None:
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, width, 7, 2, 3, bias=False), nn.BatchNorm2d(width),
+                                  nn.ReLU(inplace=True), nn.MaxPool2d(3, 2, 1))
+        layers: list[nn.Module] = []
+        cin = width
+        for stage, count in enumerate(blocks):
+            mid = width * 2**stage
+            for index in range(count):
+                layers.append(_Bottleneck(cin, mid, 2 if index == 0 and stage > 0 else 1))
+                cin = mid * 4
+        self.layers = nn.Sequential(*layers)
+        self.fc = nn.Linear(cin, num_classes)
+        for module in self.modules():
+            if isinstance(module, nn.Conv2d):
+                nn.init.kaiming_normal_(module.weight, mode="fan_out", nonlinearity="relu")
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.layers(self.stem(x))
+        return self.fc(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
+
+
 def build_model(arch: str, num_classes: int, image_size: int) -> nn.Module:
     if arch == "convnet":
         if image_size != 32:
@@ -58,6 +108,8 @@ def build_model(arch: str, num_classes: int, image_size: int) -> nn.Module:
         return ConvNet(num_classes)
     if arch == "tinynet":
         return TinyNet(num_classes)
+    if arch == "tinyresnet":
+        return TinyResNet(num_classes)
     torchvision = require_torchvision(f"--arch {arch}")
     try:
         return torchvision.models.get_model(arch, weights=None, num_classes=num_classes)
