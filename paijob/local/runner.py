@@ -5,9 +5,9 @@ RUNNING -> SUCCEEDED / FAILED / STOPPED, with the completion rules
 (``minFailedInstances``, ``minSucceededInstances``), ``taskRetryCount`` (when
 gang allocation is off) and ``jobRetryCount`` as new attempts. A task is
 ``bash -o errexit -o nounset -o pipefail -c "<commands>"`` in its own session,
-with a marker variable in its environment so that every process it leaves
-behind (even one that called setsid) is found and killed: SIGTERM, a grace
-period, then SIGKILL. Like a container, a task's leftover processes die when
+tracked by ``tracking`` (a cgroup per task where possible, else its process
+tree and a marker variable) so that every process it leaves behind (even one
+that called setsid) is found and killed: SIGTERM, a grace period, then SIGKILL. Like a container, a task's leftover processes die when
 its main process ends.
 """
 
@@ -16,7 +16,6 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -31,12 +30,13 @@ import yaml
 
 from paijob.local.plan import JobPlan, Ports, RolePlan, plan_job, task_env, task_script
 from paijob.local.store import Store, now_ms
+from paijob.local.tracking import TASK_MARKER, Tracker
 from paijob.openpai import exitspec
 from paijob.outputs import OUTPUT_ENV, local_output_dir
 
 log = logging.getLogger(__name__)
 
-MARKER = "PAIJOB_LOCAL_TASK"
+MARKER = TASK_MARKER
 JOB_MARKER = "PAIJOB_LOCAL_JOB"
 POLL = 0.05
 # Server-side variables a task must not inherit from whoever started the server.
@@ -86,71 +86,6 @@ def free_ports(count: int, taken: set[int]) -> list[int]:
 
 
 # --------------------------------------------------------------------------- processes
-
-
-def _marked_pids(key: str, value: str) -> list[int]:
-    """Pids of processes whose environment holds ``key=value`` (ours, visible in /proc)."""
-    needle = f"{key}={value}".encode()
-    pids = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/environ", "rb") as handle:
-                environ = handle.read()
-        except OSError:
-            continue
-        if needle in environ.split(b"\0"):
-            pids.append(int(entry))
-    return [pid for pid in pids if pid != os.getpid()]
-
-
-def _signal_all(pids: list[int], pgids: list[int], sig: int) -> None:
-    for pgid in pgids:
-        try:
-            os.killpg(pgid, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
-    for pid in pids:
-        try:
-            os.kill(pid, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
-
-
-def kill_marked(key: str, values: list[str], pgids: list[int], grace: float,
-                waiters: list[subprocess.Popen[bytes]] | None = None) -> None:
-    """SIGTERM every process group in ``pgids`` and every marked process; SIGKILL after ``grace``."""
-    def alive() -> list[int]:
-        return [pid for value in values for pid in _marked_pids(key, value) if not _is_zombie(pid)]
-
-    _signal_all(alive(), pgids, signal.SIGTERM)
-    deadline = time.monotonic() + grace
-    while time.monotonic() < deadline:
-        for proc in waiters or ():
-            proc.poll()
-        if not alive():
-            break
-        time.sleep(POLL)
-    remaining = alive()
-    if remaining or pgids:
-        _signal_all(remaining, pgids, signal.SIGKILL)
-    for proc in waiters or ():
-        try:
-            proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            pass
-    deadline = time.monotonic() + 5  # wait until the kill has landed
-    while time.monotonic() < deadline and alive():
-        time.sleep(POLL)
-
-
-def _is_zombie(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as handle:
-            return handle.read().rsplit(")", 1)[1].split()[0] == "Z"
-    except OSError:
-        return True
 
 
 def _log_tail(path: Path) -> str:
@@ -208,12 +143,18 @@ class Task:
         return f"{self.role.name}/{self.index}"
 
 
+def _private_file(path: str, flags: int) -> int:
+    """``open`` opener: a new file is 0600 whatever the umask (task logs may print secrets)."""
+    return os.open(path, flags, 0o600)
+
+
 class _LogSink:
     """Writes a task's stdout / stderr to their own files and to the interleaved ``all``."""
 
     def __init__(self, log_dir: Path) -> None:
-        log_dir.mkdir(parents=True, exist_ok=True)
-        self.files = {name: open(log_dir / name, "ab", buffering=0) for name in ("stdout", "stderr", "all")}
+        log_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self.files = {name: open(log_dir / name, "ab", buffering=0, opener=_private_file)
+                      for name in ("stdout", "stderr", "all")}
         self.lock = threading.Lock()
 
     def write(self, stream: str, data: bytes) -> None:
@@ -454,7 +395,7 @@ class JobRunner(threading.Thread):
         python_bin = str(Path(sys.executable).parent)
         env["PATH"] = python_bin + os.pathsep + env.get("PATH", os.defpath)
         env[MARKER] = task.uid
-        env[JOB_MARKER] = self.job_id
+        env[JOB_MARKER] = self.cluster.tracker.job_marker(self.job_id)
         gpu = gpus.get((task.role.name, task.index))
         if gpu is not None:
             env["CUDA_VISIBLE_DEVICES"] = gpu
@@ -480,7 +421,8 @@ class JobRunner(threading.Thread):
         script = task_script(self.plan, task.role)
         try:
             proc = subprocess.Popen(
-                ["bash", "-o", "errexit", "-o", "nounset", "-o", "pipefail", "-c", script],
+                self.cluster.tracker.wrap(task.uid, ["bash", "-o", "errexit", "-o", "nounset", "-o", "pipefail",
+                                                     "-c", script]),
                 cwd=workdir, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE, start_new_session=True,
             )
@@ -523,7 +465,7 @@ class JobRunner(threading.Thread):
     def _finish(self, task: Task, state: str, code: int | None) -> None:
         # like a container: when the main process ends, whatever it left behind dies too
         if task.proc is not None:
-            kill_marked(MARKER, [task.uid], [], grace=0.5)
+            self.cluster.tracker.end([task.uid], [], grace=0.5)
             for reader in task.readers:
                 reader.join(timeout=5)
         task.state, task.code = state, code
@@ -536,7 +478,7 @@ class JobRunner(threading.Thread):
         if not live:
             return
         procs = [t.proc for t in live if t.proc is not None]
-        kill_marked(MARKER, [t.uid for t in live], [p.pid for p in procs], stop_grace(), waiters=procs)
+        self.cluster.tracker.end([t.uid for t in live], [p.pid for p in procs], stop_grace(), waiters=procs)
         for task in live:
             assert task.proc is not None
             code = task.proc.poll()
@@ -557,6 +499,7 @@ class LocalCluster:
         self._gpu_next = 0
         self._lock = threading.Lock()
         self.runners: dict[str, JobRunner] = {}
+        self.tracker = Tracker(state_dir)
         self._recover()
 
     def log_dir(self, job_id: str, attempt: int, role: str, index: int, task_attempt: int) -> Path:
@@ -612,12 +555,14 @@ class LocalCluster:
             runner.request_stop(reason)
         for runner in runners:
             runner.join(timeout=timeout)
+        self.tracker.close()
 
     def _recover(self) -> None:
         """Jobs left active by a server that died: kill what remains of them, then end them."""
         for job in self.store.active_jobs():
-            job_id = f"{job['username']}~{job['name']}"
-            kill_marked(JOB_MARKER, [job_id], [], grace=1)
+            # task uids are uuid4s: they name this cluster's tasks and nothing else
+            tasks = self.store.tasks(job["username"], job["name"], job["attempt_id"])
+            self.tracker.end_leftovers([t["uid"] for t in tasks if t["state"] in ("WAITING", "RUNNING")])
             state = "STOPPED" if job["execution_type"] == "STOP" else "FAILED"
             message = "the local cluster server ended while this job ran"
             for task in self.store.tasks(job["username"], job["name"], job["attempt_id"]):

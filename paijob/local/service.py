@@ -4,6 +4,12 @@ State dir: ``$PAIJOB_LOCAL_STATE_DIR``, else ``$XDG_STATE_HOME/paijob/local``,
 else ``~/.local/state/paijob/local``. It holds ``token`` (0600, made fresh by
 every ``up``), ``server.json`` (pid, port, url of the running server),
 ``jobs.sqlite`` (jobs, attempts, tasks), ``logs/``, ``work/`` and ``server.log``.
+
+It is private whatever the umask: ``up`` takes group and other permissions off
+everything already in it (directories 0700, files 0600 or 0700) and starts the
+server, and so its tasks, with umask 077. A pid in ``server.json`` is trusted
+only while ``/proc/<pid>/cmdline`` shows the server of this very state dir, so
+a stale file never gets an unrelated process signalled.
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ import json
 import os
 import secrets
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -79,6 +86,61 @@ def server_info(directory: Path | None = None) -> dict[str, Any] | None:
         return None
 
 
+def secure(directory: Path) -> None:
+    """Take group and other permissions off the state dir and everything in it (links untouched)."""
+    directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+    for root, dirs, files in os.walk(directory):
+        for name in [*dirs, *files]:
+            _private(Path(root) / name)
+    _private(directory)
+
+
+def _private(path: Path) -> None:
+    try:
+        mode = path.lstat().st_mode
+        if not stat.S_ISLNK(mode) and mode & 0o077:
+            os.chmod(path, stat.S_IMODE(mode) & 0o700)
+    except OSError:
+        pass
+
+
+def _open_private(path: Path, flags: int) -> int:
+    fd = os.open(path, flags | os.O_CREAT, 0o600)
+    os.fchmod(fd, 0o600)
+    return fd
+
+
+def _is_server(pid: int, directory: Path) -> bool:
+    """Is ``pid`` the local-cluster server of ``directory``? (Not just any process with that pid.)"""
+    if pid <= 0 or not _alive(pid):
+        return False
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as handle:
+            args = [arg.decode(errors="replace") for arg in handle.read().split(b"\0")]
+    except FileNotFoundError:
+        return False
+    except OSError:  # no /proc (not Linux): the pid is all there is to go by
+        return True
+    if "paijob.local.server" not in args or "--state-dir" not in args:
+        return False
+    given = args[args.index("--state-dir") + 1] if args.index("--state-dir") + 1 < len(args) else ""
+    try:
+        cwd = os.readlink(f"/proc/{pid}/cwd")
+    except OSError:
+        cwd = "/"
+    try:
+        return Path(cwd, given).resolve() == directory.resolve()
+    except OSError:
+        return False
+
+
+def _pid(info: dict[str, Any] | None) -> int:
+    try:
+        return int((info or {}).get("pid", -1))
+    except (TypeError, ValueError):
+        return -1
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -110,9 +172,10 @@ def running(directory: Path | None = None) -> dict[str, Any] | None:
     info = server_info(directory)
     if not info:
         return None
-    if not _alive(int(info.get("pid", -1))) or not _healthy(str(info.get("url"))):
-        if not _alive(int(info.get("pid", -1))):
-            (directory / "server.json").unlink(missing_ok=True)
+    if not _is_server(_pid(info), directory):
+        (directory / "server.json").unlink(missing_ok=True)
+        return None
+    if not _healthy(str(info.get("url"))):
         return None
     return info
 
@@ -124,8 +187,8 @@ def up(directory: Path | None = None, port: int = 0) -> dict[str, Any]:
     state dir: the check-and-start happens under a lock file.
     """
     directory = directory or state_dir()
-    directory.mkdir(parents=True, exist_ok=True, mode=0o700)
-    with open(directory / "up.lock", "w") as lock:
+    secure(directory)
+    with os.fdopen(_open_private(directory / "up.lock", os.O_WRONLY), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         return _up_locked(directory, port)
 
@@ -135,18 +198,18 @@ def _up_locked(directory: Path, port: int) -> dict[str, Any]:
     if info:
         return {**info, "already": True}
     stale = server_info(directory)
-    if stale and _alive(int(stale.get("pid", -1))):
+    if stale and _is_server(_pid(stale), directory):
         raise LocalClusterError(
             f"a local cluster process (pid {stale['pid']}) holds {directory} but does not answer; "
             f"stop it with `paijob local down` or `kill {stale['pid']}`"
         )
     (directory / "server.json").unlink(missing_ok=True)
     new_token(directory)
-    log_file = open(directory / "server.log", "ab")
+    log_file = os.fdopen(_open_private(directory / "server.log", os.O_WRONLY | os.O_APPEND), "ab")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "paijob.local.server", "--state-dir", str(directory), "--port", str(port)],
+        [sys.executable, "-m", "paijob.local.server", "--state-dir", str(directory.resolve()), "--port", str(port)],
         stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True,
-        close_fds=True,
+        close_fds=True, umask=0o077,  # SQLite's -wal/-shm, logs, work dirs: private from the start
     )
     log_file.close()
     deadline = time.monotonic() + START_TIMEOUT
@@ -167,15 +230,15 @@ def down(directory: Path | None = None, timeout: float = 60) -> bool:
     """Stop the server (it stops its running jobs first). False when none was running."""
     directory = directory or state_dir()
     info = server_info(directory)
-    if not info or not _alive(int(info.get("pid", -1))):
+    pid = _pid(info)
+    if not info or not _is_server(pid, directory):  # a stale file: its pid may be anyone's by now
         (directory / "server.json").unlink(missing_ok=True)
         return False
-    pid = int(info["pid"])
     os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and _alive(pid):
+    while time.monotonic() < deadline and _is_server(pid, directory):
         time.sleep(0.1)
-    if _alive(pid):
+    if _is_server(pid, directory):
         os.kill(pid, signal.SIGKILL)
     (directory / "server.json").unlink(missing_ok=True)
     return True

@@ -9,6 +9,7 @@ server's threads behind a lock.
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import threading
 import time
@@ -90,15 +91,20 @@ class JobExists(Exception):
 
 class Store:
     def __init__(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         self.path = path
+        # SQLite creates -wal / -shm (and journals) with the database file's mode: make it 0600
+        # before the first connection, whatever the umask (they hold job configs, secrets included)
+        for private in (path, *(path.with_name(path.name + suffix) for suffix in ("-wal", "-shm", "-journal"))):
+            if private == path or private.exists():
+                os.close(os.open(private, os.O_RDWR | os.O_CREAT, 0o600))
+                os.chmod(private, 0o600)
         self._lock = threading.RLock()
         self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None, timeout=30)
         self._db.row_factory = sqlite3.Row
         with self._lock:
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.executescript(SCHEMA)
-        path.chmod(0o600)
 
     def close(self) -> None:
         with self._lock:

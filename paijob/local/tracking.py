@@ -1,0 +1,299 @@
+"""Finding, and ending, every process a local task started: nothing escapes, nothing else is hit.
+
+A task may leave processes behind that ``setsid``, double-fork, or clear their
+environment. Three nets catch them, the first being the one that matters:
+
+* **a cgroup per task** (Linux, cgroup v2 mounted and writable: root, or a
+  delegated subtree): the task starts inside ``<our cgroup>/paijob-<cluster
+  id>/<task uid>`` (a two-line ``sh`` stub moves itself there, then execs the
+  task), and every descendant stays in it whatever it does. Ending the task is
+  SIGTERM to each member, the grace period, then ``cgroup.kill``.
+* the **process tree** below the task's main process, taken before any signal
+  (``setsid`` does not change a parent);
+* the **environment marker** ``PAIJOB_LOCAL_TASK=<task uid>`` (a uuid4, so it
+  names one task of one cluster and nothing else).
+
+``PAIJOB_LOCAL_CGROUP=0`` turns the cgroup off (the fallback is then tested
+alone). Each state dir has a random cluster id (file ``cluster-id``), so two
+local clusters never mistake each other's tasks or cgroups.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import signal
+import subprocess
+import time
+from collections.abc import Iterable
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+POLL = 0.05
+TASK_MARKER = "PAIJOB_LOCAL_TASK"
+CLUSTER_ID_FILE = "cluster-id"
+# Moves the shell into the task's cgroup (echo is a builtin: the writer is the shell), then becomes the task.
+_ENTER_CGROUP = 'echo 0 > "$1" || exit 125; shift; exec "$@"'
+
+
+def cluster_id(state_dir: Path) -> str:
+    """This state dir's random id (created once, mode 0600)."""
+    path = state_dir / CLUSTER_ID_FILE
+    try:
+        value = path.read_text().strip()
+        if value:
+            return value
+    except FileNotFoundError:
+        pass
+    value = secrets.token_hex(8)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:  # another process made it first
+        return path.read_text().strip()
+    with os.fdopen(fd, "w") as handle:
+        handle.write(value + "\n")
+    return value
+
+
+# --------------------------------------------------------------------------- /proc
+
+
+def _alive(pid: int) -> bool:
+    """Running, and not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def _parents() -> dict[int, int]:
+    """pid -> parent pid of every process visible in /proc."""
+    out: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as handle:
+                    out[int(entry)] = int(handle.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+    return out
+
+
+def descendants(roots: Iterable[int]) -> set[int]:
+    """Every live process below ``roots`` (not the roots themselves)."""
+    children: dict[int, list[int]] = {}
+    for pid, parent in _parents().items():
+        children.setdefault(parent, []).append(pid)
+    found: set[int] = set()
+    stack = list(roots)
+    while stack:
+        for child in children.get(stack.pop(), ()):
+            if child not in found:
+                found.add(child)
+                stack.append(child)
+    return found
+
+
+def marked(uids: Iterable[str]) -> set[int]:
+    """Pids whose environment holds ``PAIJOB_LOCAL_TASK=<uid>`` for one of ``uids``."""
+    needles = {f"{TASK_MARKER}={uid}".encode() for uid in uids}
+    if not needles:
+        return set()
+    found = set()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as handle:
+                environ = handle.read()
+        except OSError:
+            continue
+        if needles.intersection(environ.split(b"\0")):
+            found.add(int(entry))
+    found.discard(os.getpid())
+    return found
+
+
+# --------------------------------------------------------------------------- cgroups
+
+
+def _cgroup2_mount() -> Path | None:
+    try:
+        with open("/proc/self/mounts") as handle:
+            for line in handle:
+                fields = line.split()
+                if len(fields) > 2 and fields[2] == "cgroup2":
+                    return Path(fields[1].replace("\\040", " "))
+    except OSError:
+        pass
+    return None
+
+
+def _own_cgroup() -> str | None:
+    try:
+        with open("/proc/self/cgroup") as handle:
+            for line in handle:
+                if line.startswith("0::"):
+                    return line[3:].strip()
+    except OSError:
+        pass
+    return None
+
+
+class Cgroups:
+    """The cgroup v2 directory of one local cluster: one child cgroup per task."""
+
+    def __init__(self, base: Path) -> None:
+        self.base = base
+
+    @classmethod
+    def find(cls, ident: str) -> Cgroups | None:
+        """This cluster's cgroup directory, when tasks can really be moved into one here."""
+        if os.environ.get("PAIJOB_LOCAL_CGROUP", "1") == "0":
+            return None
+        mount, own = _cgroup2_mount(), _own_cgroup()
+        if mount is None or own is None:
+            return None
+        base = mount / own.lstrip("/") / f"paijob-{ident}"
+        probe = base / f"probe-{os.getpid()}"
+        try:
+            probe.mkdir(parents=True, exist_ok=True)
+            done = subprocess.run(["/bin/sh", "-c", _ENTER_CGROUP, "paijob-probe", str(probe / "cgroup.procs"),
+                                   "true"], stdin=subprocess.DEVNULL, capture_output=True, timeout=10)
+            probe.rmdir()
+        except (OSError, subprocess.SubprocessError) as error:
+            log.info("no cgroup per task (%s); tracking tasks by process tree and marker", error)
+            return None
+        if done.returncode != 0:
+            log.info("no cgroup per task (cannot move a process into %s); tracking tasks by process tree "
+                     "and marker", base)
+            return None
+        return cls(base)
+
+    def path(self, uid: str) -> Path:
+        return self.base / uid
+
+    def wrap(self, uid: str, argv: list[str]) -> list[str]:
+        """``argv`` started inside the task's (new) cgroup."""
+        group = self.path(uid)
+        group.mkdir(exist_ok=True)
+        return ["/bin/sh", "-c", _ENTER_CGROUP, "paijob-task", str(group / "cgroup.procs"), *argv]
+
+    def members(self, uid: str) -> set[int]:
+        try:
+            text = (self.path(uid) / "cgroup.procs").read_text()
+        except OSError:
+            return set()
+        return {int(pid) for pid in text.split() if _alive(int(pid))}
+
+    def kill(self, uid: str) -> None:
+        try:
+            (self.path(uid) / "cgroup.kill").write_text("1")
+        except OSError:  # kernels before 5.14: one by one
+            for pid in self.members(uid):
+                _signal(pid, signal.SIGKILL)
+
+    def remove(self, uid: str) -> None:
+        try:
+            self.path(uid).rmdir()
+        except OSError:
+            pass
+
+    def leftovers(self) -> list[str]:
+        """Task cgroups still present (a server that died left them)."""
+        try:
+            return [p.name for p in self.base.iterdir() if p.is_dir() and not p.name.startswith("probe-")]
+        except OSError:
+            return []
+
+
+def _signal(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _signal_groups(pgids: Iterable[int], sig: int) -> None:
+    for pgid in pgids:
+        try:
+            os.killpg(pgid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+# --------------------------------------------------------------------------- the tracker
+
+
+class Tracker:
+    """Starts tasks where they can be found again, and ends all that they started."""
+
+    def __init__(self, state_dir: Path) -> None:
+        self.cluster_id = cluster_id(state_dir)
+        self.cgroups = Cgroups.find(self.cluster_id)
+
+    def wrap(self, uid: str, argv: list[str]) -> list[str]:
+        return self.cgroups.wrap(uid, argv) if self.cgroups else argv
+
+    def job_marker(self, job_id: str) -> str:
+        """The value of ``PAIJOB_LOCAL_JOB``: unique to this cluster (two state dirs may share job ids)."""
+        return f"{self.cluster_id}:{job_id}"
+
+    def _members(self, uids: list[str], tree: set[int]) -> set[int]:
+        found = {pid for pid in tree if _alive(pid)} | {pid for pid in marked(uids) if _alive(pid)}
+        if self.cgroups:
+            for uid in uids:
+                found |= self.cgroups.members(uid)
+        found.discard(os.getpid())
+        return found
+
+    def end(self, uids: list[str], mains: list[int], grace: float,
+            waiters: list[subprocess.Popen[bytes]] | None = None) -> None:
+        """SIGTERM every process of the tasks ``uids`` (main processes ``mains``), SIGKILL what is
+        left after ``grace`` seconds; returns once they are gone (or after 5 s more)."""
+        tree = descendants(mains) | set(mains)  # before any signal: orphans lose their parent
+        targets = self._members(uids, tree)
+        _signal_groups(mains, signal.SIGTERM)  # each main process leads its own session and group
+        for pid in targets:
+            _signal(pid, signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline:
+            for proc in waiters or ():
+                proc.poll()
+            if not self._members(uids, tree):
+                break
+            time.sleep(POLL)
+        _signal_groups(mains, signal.SIGKILL)
+        for pid in self._members(uids, tree):
+            _signal(pid, signal.SIGKILL)
+        if self.cgroups:
+            for uid in uids:
+                self.cgroups.kill(uid)
+        for proc in waiters or ():
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass
+        deadline = time.monotonic() + 5  # until the kill has landed
+        while time.monotonic() < deadline and self._members(uids, tree):
+            time.sleep(POLL)
+        if self.cgroups:
+            for uid in uids:
+                self.cgroups.remove(uid)
+
+    def close(self) -> None:
+        """Remove this cluster's (empty) cgroup directory."""
+        if self.cgroups:
+            try:
+                self.cgroups.base.rmdir()
+            except OSError:
+                pass
+
+    def end_leftovers(self, uids: list[str], grace: float = 1.0) -> None:
+        """After a server died: end what tasks ``uids`` (from the store) and any task cgroup of
+        this cluster left running. Only processes proven to be ours are signalled."""
+        known = list(uids) + (self.cgroups.leftovers() if self.cgroups else [])
+        self.end(sorted(set(known)), [], grace)
