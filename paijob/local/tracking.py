@@ -166,12 +166,21 @@ class Cgroups:
             probe.rmdir()
         except (OSError, subprocess.SubprocessError) as error:
             log.info("no cgroup per task (%s); tracking tasks by process tree and marker", error)
+            cls(base).close()
             return None
         if done.returncode != 0:
             log.info("no cgroup per task (cannot move a process into %s); tracking tasks by process tree "
                      "and marker", base)
+            cls(base).close()
             return None
         return cls(base)
+
+    def close(self) -> None:
+        """Remove this cluster's cgroup directory when it is empty."""
+        try:
+            self.base.rmdir()
+        except OSError:
+            pass
 
     def path(self, uid: str) -> Path:
         return self.base / uid
@@ -287,10 +296,7 @@ class Tracker:
     def close(self) -> None:
         """Remove this cluster's (empty) cgroup directory."""
         if self.cgroups:
-            try:
-                self.cgroups.base.rmdir()
-            except OSError:
-                pass
+            self.cgroups.close()
 
     def end_leftovers(self, uids: list[str], grace: float = 1.0) -> None:
         """After a server died: end what tasks ``uids`` (from the store) and any task cgroup of
