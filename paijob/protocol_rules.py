@@ -203,19 +203,25 @@ def runtime_plugins_shape(job: Job) -> Iterator[Finding]:
 
 
 def runtime_role_names(job: Job) -> Iterator[Finding]:
-    """k8s.js ``convertName``: frameworkcontroller task roles are named lowercase a-z0-9."""
+    """k8s.js ``convertName`` and openpai-runtime name task roles lowercase a-z0-9.
+
+    The server accepts any role the schema allows, so these are warnings: an
+    empty or shared converted name leaves the framework's task roles and the
+    runtime's PAI_HOST_IP_/PAI_PORT_LIST_ variables ambiguous.
+    """
     taken: dict[str, str] = {}
     for role in job.roles:
         name = role.runtime_name
         if not name:
-            yield ERROR, _role_path(role), (
+            yield WARNING, _role_path(role), (
                 f"role name '{role.name}' has no letters or digits: OpenPAI names the "
-                "framework's task role and the runtime variables after them"
+                "framework's task role and the runtime variables (PAI_HOST_IP__0) with an empty name"
             )
         elif name in taken:
-            yield ERROR, _role_path(role), (
+            yield WARNING, _role_path(role), (
                 f"roles '{taken[name]}' and '{role.name}' both become '{name}' in OpenPAI's "
-                "framework and runtime variable names; rename one"
+                "framework and runtime variable names, so their PAI_HOST_IP_/PAI_PORT_LIST_ "
+                "variables collide; rename one"
             )
         elif name != role.name:
             yield WARNING, _role_path(role), (

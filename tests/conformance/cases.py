@@ -196,12 +196,18 @@ CASES: list[Case] = [
         BASE[: BASE.index("taskRoles:")] + "taskRoles: 5\n",
         differs="a job without task roles: the server passes it on, frameworkcontroller gets none",
     ),
+    # --- role names OpenPAI converts (convertName): accepted, paijob warns
     Case(
         "role-name-underscore-only",
         ACCEPT,
         f"{SCHEMA}: '_' matches the role pattern",
         edit("  worker:", "  _:", edit("--port-label SynPort", "--port-label SynPort --master-role _")),
-        differs=f"{K8S} convertName('_') is '': the framework's task role has no name",
+    ),
+    Case(
+        "roles-colliding-after-convert-name",
+        ACCEPT,
+        f"{SCHEMA}: both names match; {K8S} convertName makes them equal later",
+        plain(edit("taskRoles:\n", "taskRoles:\n  Worker:\n    dockerImage: image\n    resourcePerInstance: {cpu: 1, memoryMB: 1, gpu: 0}\n    commands: [x]\n")),
     ),
 ]
 
