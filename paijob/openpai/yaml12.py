@@ -609,8 +609,15 @@ def _text(text: str | bytes, source: str) -> str:
         if len(text) > MAX_TEXT_BYTES:
             raise _too_large(source, len(text))
         text = decode(text, source)
-    if len(text) > MAX_TEXT_BYTES or len(text.encode("utf-8", "surrogatepass")) > MAX_TEXT_BYTES:
-        raise _too_large(source, len(text.encode("utf-8", "surrogatepass")))
+    if len(text) > MAX_TEXT_BYTES:
+        raise _too_large(source, len(text))
+    try:
+        size = len(text.encode("utf-8"))
+    except UnicodeEncodeError as error:  # a lone surrogate, e.g. from surrogateescape decoding
+        line = text[: error.start].count("\n") + 1
+        raise YamlError(source, "not valid Unicode text (a lone surrogate); save the file as UTF-8", line) from None
+    if size > MAX_TEXT_BYTES:
+        raise _too_large(source, size)
     return text
 
 
