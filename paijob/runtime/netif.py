@@ -21,7 +21,7 @@ import socket
 import struct
 from collections.abc import Callable, Iterator, Mapping
 
-from paijob.openpai.names import runtime_role_name
+from paijob.openpai.taskenv import host_ip_name
 
 SOCKET_IFNAME_VARIABLES = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")
 _SIOCGIFADDR = 0x8915
@@ -38,7 +38,7 @@ def task_address(environ: Mapping[str, str]) -> tuple[str, str] | None:
     ).strip()
     names = []
     if role and index:
-        names.append(f"PAI_HOST_IP_{runtime_role_name(role)}_{index}")
+        names.append(host_ip_name(role, index))
     names += ["PAI_CURRENT_CONTAINER_IP", "PAI_CONTAINER_HOST_IP"]
     for name in names:
         value = environ.get(name, "").strip()

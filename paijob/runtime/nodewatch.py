@@ -176,8 +176,9 @@ class NodeWatch:
         client = self._client
         self._guarded(lambda: client.add(HEARTBEAT_KEY.format(node=self.node_rank), 1))
         if self.node_rank == 0:
-            for node in self._silent_peers():
-                self._declare_lost(node)
+            silent = self._silent_peers()
+            if silent:
+                self._declare_lost(silent)
         count = int(self._guarded(lambda: client.add(FAILURE_COUNT_KEY, 0)))
         if count > self._seen_failures:
             self._seen_failures = count
@@ -203,23 +204,35 @@ class NodeWatch:
                 silent.append(node)
         return silent
 
-    def _declare_lost(self, node: int) -> None:
+    def _declare_lost(self, nodes: list[int]) -> None:
+        """Node 0's verdict on silent peers, published as the job's failure record."""
         client = self._client
-        who = ""
-        key = WHO_KEY.format(node=node)
-        if self._guarded(lambda: client.check([key])):
-            who = f" ({self._guarded(lambda: client.get(key)).decode()})"
-        failure = Failure(
-            node_rank=node, rank=None, local_rank=None, returncode=None, secondary=False,
-            time=time.time(),
-            reason=(
-                f"node rank {node}{who} stopped sending heartbeats for "
+
+        def who(node: int) -> str:
+            key = WHO_KEY.format(node=node)
+            if self._guarded(lambda: client.check([key])):
+                return f" ({self._guarded(lambda: client.get(key)).decode()})"
+            return ""
+
+        if len(nodes) == 1:
+            reason = (
+                f"node rank {nodes[0]}{who(nodes[0])} stopped sending heartbeats for "
                 f"{self.heartbeat_timeout:.0f}s: its task was lost (node failure, container "
                 f"killed, or network partition)"
-            ),
+            )
+        else:  # every peer at once: more likely this node's own network
+            names = ", ".join(f"{node}{who(node)}" for node in nodes)
+            reason = (
+                f"node ranks {names} stopped sending heartbeats for "
+                f"{self.heartbeat_timeout:.0f}s: their tasks were lost, or node rank 0 "
+                f"(this node) lost its network"
+            )
+        failure = Failure(
+            node_rank=nodes[0], rank=None, local_rank=None, returncode=None, secondary=False,
+            time=time.time(), reason=reason,
         )
-        self.lost_nodes.add(node)
-        record = FAILURE_KEY.format(node=node)
+        self.lost_nodes.update(nodes)
+        record = FAILURE_KEY.format(node=nodes[0])
         if not self._guarded(lambda: client.check([record])):
             self._guarded(lambda: client.set(record, failure.to_json()))
             self._guarded(lambda: client.add(FAILURE_COUNT_KEY, 1))

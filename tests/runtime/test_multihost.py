@@ -18,7 +18,7 @@ import pytest
 from conftest import RUNTIME, base_env
 from netns import Host, Network, netns_unavailable
 
-from paijob.openpai.names import runtime_role_name
+from paijob.openpai import taskenv
 from paijob.runtime import exitcodes
 
 _UNAVAILABLE = netns_unavailable()
@@ -30,32 +30,19 @@ PORT = 29517  # inside the namespaces nothing else listens: a fixed port is safe
 def openpai_env(
     roles: list[tuple[str, int]], role: str, index: int, addresses: dict[tuple[str, int], str]
 ) -> dict[str, str]:
-    """The PAI_* variables of task ``role``/``index`` (see paijob.local.plan.task_env)."""
+    """The PAI_* variables of task ``role``/``index``, from paijob.openpai.taskenv's producers."""
+    resources = [
+        taskenv.RoleResources(name=name, instances=count, gpu=0, cpu=2, memory_mb=4096, shm_mb=512)
+        for name, count in roles
+    ]
+    ports = {
+        name: {i: {"SynPort": [PORT], "ssh": [PORT + 1], "http": [PORT + 2]} for i in range(count)}
+        for name, count in roles
+    }
     env = base_env()
-    env.update(
-        {
-            "PAI_JOB_NAME": "tester~multihost",
-            "PAI_USER_NAME": "tester",
-            "PAI_TASK_ROLE_COUNT": str(len(roles)),
-            "PAI_TASK_ROLE_LIST": ",".join(name for name, _ in roles),
-            "PAI_CURRENT_TASK_ROLE_NAME": role,
-            "PAI_CURRENT_TASK_ROLE_CURRENT_TASK_INDEX": str(index),
-            "PAI_TASK_INDEX": str(index),
-        }
-    )
-    instances = []
-    for name, count in roles:
-        short = runtime_role_name(name)
-        env[f"PAI_TASK_ROLE_TASK_COUNT_{name}"] = str(count)
-        env[f"PAI_RESOURCE_{name}"] = "0,2,4096,512"
-        for i in range(count):
-            instances.append(f"{short}:{i}")
-            env[f"PAI_HOST_IP_{short}_{i}"] = addresses[(name, i)]
-            env[f"PAI_PORT_LIST_{short}_{i}_SynPort"] = str(PORT)
-            env[f"PAI_{short}_{i}_SynPort_PORT"] = str(PORT)
-    env["PAI_TASK_ROLE_INSTANCES"] = ",".join(instances)
-    env["PAI_CURRENT_CONTAINER_IP"] = addresses[(role, index)]
-    env["PAI_CONTAINER_HOST_IP"] = addresses[(role, index)]
+    env.update(taskenv.server_env("tester~multihost", resources))
+    env.update(taskenv.current_task_env(role, index))
+    env.update(taskenv.runtime_env(roles, role, index, ports, addresses))
     return env
 
 
@@ -284,6 +271,22 @@ def test_a_killed_node_ends_the_survivors_with_143_naming_it(network, tmp_path: 
     assert_nothing_left(net)
 
 
+
+def test_a_killed_master_ends_the_other_node_with_143_in_one_line(network, tmp_path: Path):
+    net = network(2)
+    nodes, _ = start_training(net, tmp_path, [("worker", 2)])
+    net.hosts[0].kill_all()  # the store's host goes, with its whole process tree
+    killed_at = time.monotonic()
+    codes = wait_nodes([nodes[1]], timeout=BOUND + 30)
+    took = round((nodes[1].ended_at or float("inf")) - killed_at, 1)
+    print(f"kill -9 of node rank 0: node rank 1 exits after {took} s")
+    assert codes == [exitcodes.INFRA_FAILURE], outputs(nodes)
+    assert took < BOUND
+    out = nodes[1].output
+    assert "error: node rank 0 (the master, rendezvous store at 10.213.0.1:29517) was lost" in out
+    assert "frame #" not in out and "Traceback" not in out.split("error:", 1)[1]
+    assert_nothing_left(net)
+
 SQUATTER = textwrap.dedent(
     """
     import socket, sys, time
@@ -325,7 +328,7 @@ def test_a_squatter_on_the_master_port_is_reported_within_the_master_timeout(
         f"the master's port 10.213.0.1:{PORT} accepts connections but did not answer as a "
         f"rendezvous store within --master-timeout (10s)" in nodes[1].output
     ), outputs(nodes)
-    assert took[1] < master_timeout + 20, took  # start-up (python, torch) on a loaded host
+    assert took[1] < master_timeout + 40, took  # + start-up (python, torch) on a loaded host
     for node in nodes:
         assert "must not run" not in node.output
 

@@ -212,3 +212,20 @@ def test_waiting_for_the_master_says_so_once_per_period():
     assert 2 <= len(said) <= 3, said
     assert said[1].startswith(f"still waiting for the master at 127.0.0.1:{port} (")
     assert "last error:" in said[1]
+
+
+def test_every_peer_silent_at_once_names_them_all_and_suspects_node_0s_own_network(ends):
+    store = FakeStore()
+    master = make_watch(store, 0, 3, ends, heartbeat_timeout=0.4)
+    try:
+        master.enter("running")
+        master.start_heartbeats()
+        wait_until(lambda: master.fatal is not None)
+        assert master.fatal is not None
+        assert master.fatal.reason == (
+            "node ranks 1, 2 stopped sending heartbeats for 0s: their tasks were lost, or "
+            "node rank 0 (this node) lost its network"
+        )
+        assert master.lost_nodes == {1, 2}
+    finally:
+        master.close()
