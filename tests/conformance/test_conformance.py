@@ -86,3 +86,60 @@ def test_recorded_verdicts_are_the_servers() -> None:
         if verdict != (ACCEPT if answer["accept"] else REJECT)
     ]
     assert not wrong
+
+
+PAI_REPO = os.environ.get("PAIJOB_PAI_GIT_DIR")
+
+
+def _historical_jobs(git_dir: str) -> list[bytes]:
+    """Every distinct job YAML (protocolVersion + taskRoles) in microsoft/pai's history."""
+    log = subprocess.run(
+        ["git", "--git-dir", git_dir, "log", "--all", "--pretty=format:%H", "--name-only",
+         "--diff-filter=AMR", "--", "*.yaml", "*.yml"],
+        capture_output=True, text=True, check=True, timeout=600,
+    ).stdout
+    commit, wanted = "", []
+    for line in log.splitlines():
+        if len(line) == 40 and all(c in "0123456789abcdef" for c in line):
+            commit = line
+        elif line.strip():
+            wanted.append(f"{commit}:{line.strip()}")
+    blobs = subprocess.run(
+        ["git", "--git-dir", git_dir, "cat-file", "--batch"],
+        input="\n".join(wanted).encode(), capture_output=True, check=True, timeout=600,
+    ).stdout
+    jobs: dict[bytes, None] = {}
+    pos = 0
+    while pos < len(blobs):
+        end = blobs.index(b"\n", pos)
+        header = blobs[pos:end].split()
+        pos = end + 1
+        if len(header) < 3:
+            continue
+        data = blobs[pos : pos + int(header[2])]
+        pos += int(header[2]) + 1
+        if b"protocolVersion" in data and b"taskRoles" in data:
+            jobs.setdefault(data)
+    return list(jobs)
+
+
+@pytest.mark.skipif(
+    not (HARNESS and PAI_REPO) or shutil.which("node") is None,
+    reason="set PAIJOB_SERVER_HARNESS and PAIJOB_PAI_GIT_DIR (a microsoft/pai clone's .git)",
+)
+def test_every_historical_pai_job_gets_the_servers_verdict() -> None:
+    assert HARNESS is not None and PAI_REPO is not None
+    jobs = _historical_jobs(PAI_REPO)
+    result = subprocess.run(
+        ["node", str(HERE / "server_verdict.js")],
+        input=json.dumps([job.decode("utf-8", "replace") for job in jobs]),
+        capture_output=True, text=True, cwd=HARNESS, timeout=600, check=True,
+        env={**os.environ, "NODE_PATH": str(Path(HARNESS) / "node_modules")},
+    )
+    answers = json.loads(result.stdout)
+    wrong = [
+        job[:200]
+        for job, answer in zip(jobs, answers, strict=True)
+        if validate_text(job, "job.yaml").ok != answer["accept"]
+    ]
+    assert len(jobs) > 100 and not wrong
