@@ -43,7 +43,7 @@ typical session:
                                               render an OpenPAI job YAML
   paijob validate job.yaml                    check it before it waits in a queue
   paijob run job.yaml --local                 run it on this machine's local cluster
-  paijob cluster add prod --url URL --token-env PAI_PROD_TOKEN
+  paijob cluster add prod --url URL --token-env PROD_PAI_TOKEN
                                               tell paijob about a real cluster
   paijob submit job.yaml -c prod --wait       submit it and follow its tasks
   paijob logs ID -f                           follow the tasks' logs

@@ -4,7 +4,8 @@ A template is a Jinja file ``NAME.yaml.j2`` that renders an OpenPAI job YAML,
 with its documented defaults in ``NAME.values.yaml`` beside it. Built-ins
 ship as the package ``paijob.templates`` (the top-level ``templates/``
 folder); a path to a ``.yaml.j2`` file names a user template, which may
-``{% extends "_base.yaml.j2" %}`` like the built-ins do. Extra folders of
+``{% import "_job.yaml.j2" as job with context %}`` like the built-ins do
+(``examples/my-template.yaml.j2``). Extra folders of
 templates can be listed in ``PAIJOB_TEMPLATE_PATH`` (``:``-separated).
 
 Values layer like Helm: template defaults < each ``-f`` file in order < each

@@ -28,6 +28,7 @@ from typing import IO, Any
 
 import yaml
 
+from paijob.local import capacity
 from paijob.local.plan import JobPlan, Ports, RolePlan, plan_job, task_env, task_script
 from paijob.local.store import Store, now_ms
 from paijob.local.tracking import TASK_MARKER, Tracker
@@ -414,6 +415,9 @@ class JobRunner(threading.Thread):
             note = (f"[paijob local] docker images are not pulled: role {task.role.name} asks for "
                     f"'{task.role.docker_image}'; commands run in this Python environment ({sys.executable})\n")
             sink.write("stderr", note.encode())
+            asked = [(r.instances, r.gpu, r.cpu, r.memory_mb) for r in self.plan.roles]
+            for line in capacity.warnings(asked, capacity.this_machine(len(self.cluster.gpus))):
+                sink.write("stderr", f"[paijob local] warning: {line}\n".encode())
             if self.plan.gang_allocation and any(
                     (spec or {}).get("taskRetryCount") for spec in ((self.plan.job or {}).get("taskRoles") or {}).values()):
                 sink.write("stderr", b"[paijob local] taskRetryCount only takes effect with "

@@ -38,6 +38,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=50, help="steps per epoch")
     parser.add_argument("--batch-size", type=int, default=32, help="per process")
     parser.add_argument("--lr", type=float, default=0.05)
+    parser.add_argument("--output-dir", default=os.environ.get("PAIJOB_OUTPUT_DIR") or "output",
+                        help="checkpoints and result.json (default: $PAIJOB_OUTPUT_DIR, else ./output)")
     parser.add_argument("--fail-at-epoch", type=int, default=None,
                         help="exit 1 after saving this epoch's checkpoint, unless resumed (to try a retry)")
     args = parser.parse_args()
@@ -50,7 +52,7 @@ def main() -> None:
         torch.cuda.set_device(device)
     logging.basicConfig(level=logging.INFO if rank == 0 else logging.WARNING, format="%(message)s")
 
-    output = Path(os.environ.get("PAIJOB_OUTPUT_DIR", "output"))
+    output = Path(args.output_dir)
     checkpoints = output / "checkpoints"
     if rank == 0:
         checkpoints.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,82 @@
+"""The service layer (paijob.api) without a cluster: prepare, workdir shipping per cluster kind, dry run;
+and the local cluster's resource warnings."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from paijob import api, workdir
+from paijob.local import capacity
+
+
+@pytest.fixture(autouse=True)
+def _isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    monkeypatch.setenv("PAIJOB_LOCAL_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.chdir(tmp_path)
+    for var in ("PAI_CLUSTER_URL", "PAI_TOKEN", "PAI_USER"):
+        monkeypatch.delenv(var, raising=False)
+
+
+def project(tmp_path: Path) -> Path:
+    folder = tmp_path / "proj"
+    folder.mkdir()
+    (folder / "train.py").write_text("print('hi')\n")
+    return folder
+
+
+def test_prepare_ships_the_workdir_through_the_state_dir_on_the_local_cluster(tmp_path: Path) -> None:
+    job = api.prepare(api.JobRequest("ddp", sets=[("set", "script=train.py")], workdir=str(project(tmp_path)),
+                                     cluster="local"))
+    commands = yaml.safe_load(job.text)["taskRoles"]["worker"]["commands"]
+    stored = list((tmp_path / "state" / "snapshots").glob("*.tar.gz"))
+    assert len(stored) == 1 and commands[0] == workdir.local_command(stored[0])
+    assert commands[-1].endswith("train.py") and "1 files" in job.notes[0]
+
+
+def test_prepare_carries_the_workdir_in_the_job_for_a_real_cluster(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PAI_CLUSTER_URL", "https://pai.example.com")
+    monkeypatch.setenv("PAI_TOKEN", "t")
+    monkeypatch.setenv("PAI_USER", "alice")
+    job = api.prepare(api.JobRequest("ddp", sets=[("set", "script=train.py")], workdir=str(project(tmp_path))))
+    first = yaml.safe_load(job.text)["taskRoles"]["worker"]["commands"][0]
+    assert first.startswith(f"rm -rf {workdir.INLINE_DIR}") and "base64 -d | tar -xz" in first
+    assert not (tmp_path / "state").exists()  # nothing local was touched
+    assert "POST https://pai.example.com/rest-server/api/v2/jobs" in api.dry_run_text(job)
+
+
+def test_the_workdir_value_and_the_project_config_name_the_folder(tmp_path: Path) -> None:
+    folder = project(tmp_path)
+    by_value = api.prepare(api.JobRequest("ddp", sets=[("set", "script=train.py"), ("set", f"workdir={folder}")],
+                                          cluster="local"))
+    assert by_value.notes and str(folder) in by_value.notes[0]
+    (folder / "paijob.yaml").write_text("template: ddp\ncluster: local\nworkdir: .\n")
+    (folder / "v.yaml").write_text("script: train.py\nname: from-project\n")
+    (folder / "paijob.yaml").write_text("template: ddp\nvalues: [v.yaml]\ncluster: local\nworkdir: .\n")
+    from paijob import project as project_config
+
+    job = api.prepare(api.JobRequest(), project_config.load(folder))
+    assert job.name == "from-project" and job.cluster == "local" and job.notes
+
+
+def test_prepare_without_a_job_or_project_says_what_to_do(tmp_path: Path) -> None:
+    with pytest.raises(api.PaijobError, match="paijob init"):
+        api.prepare(api.JobRequest())
+
+
+def test_cp_on_a_real_cluster_explains_where_outputs_are(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PAI_CLUSTER_URL", "https://pai.example.com")
+    with pytest.raises(api.PaijobError, match="outputDir"):
+        api.copy_output("job:x", ".")
+
+
+def test_local_cluster_warns_about_what_the_machine_lacks() -> None:
+    laptop = capacity.Machine(gpus=0, cpus=2, memory_mb=8192)
+    lines = capacity.warnings([(4, 8, 48, 393216)], laptop)
+    assert "32 GPU(s)" in lines[0] and "192 CPU core(s)" in lines[1] and "1572864 MB" in lines[2]
+    assert "does not enforce" in lines[-1]
+    assert capacity.warnings([(2, 0, 1, 2048)], laptop) == []

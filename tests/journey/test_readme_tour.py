@@ -1,0 +1,130 @@
+"""Every command of README.md's "A 5-minute tour", run as written, in order, in one shell.
+
+The tour runs in a copy of the repository (its tracked files, committed in a
+fresh git repository) with an empty HOME and the venv this test runs in as
+`.venv`. Commands that need a real OpenPAI cluster (or data this machine does
+not have) are skipped, each named in SKIPPED with the reason; the test fails
+when a skipped command is no longer in the README, so the list stays true.
+Afterwards `git status` must be clean: the tour leaves no untracked files.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+
+SKIPPED = {
+    "paijob login prod --url https://pai.example.com": "needs a real OpenPAI cluster",
+    "paijob submit ddp -f examples/ddp-4x8.values.yaml --set instances=2": "needs a real OpenPAI cluster",
+    "paijob submit tour/ddp-4x8.yaml --unique-suffix --wait": "needs a real OpenPAI cluster",
+    "paijob status alice~ddp-train": "needs a real OpenPAI cluster",
+    "paijob list --state running --limit 10": "needs a real OpenPAI cluster",
+    "paijob logs ddp-train -f": "needs a real OpenPAI cluster",
+    "paijob stop ddp-train --wait": "needs a real OpenPAI cluster",
+    "paijob-runtime train --nproc-per-node 4 --recipe imagenet --arch resnet50 --data /mnt/imagenet --precision O2":
+        "needs torchvision and an ImageNet folder",
+}
+EXIT_CODES = {"paijob validate examples/broken.yaml": 2}
+
+pytestmark = [
+    pytest.mark.skipif(sys.prefix == sys.base_prefix or not (BIN / "paijob").exists(),
+                       reason="needs the venv with the paijob console scripts (the README's install command)"),
+    pytest.mark.timeout(1200),
+]
+
+
+def tour_steps(readme: str) -> list[tuple[str, str, list[str]]]:
+    """(kind, command, expected output lines) of the tour, in order; kind is bash or python."""
+    tour = readme.split("## A 5-minute tour", 1)[1].split("\n## ", 1)[0]
+    steps: list[tuple[str, str, list[str]]] = []
+    for lang, body in re.findall(r"```(\w+)\n(.*?)```", tour, flags=re.DOTALL):
+        if lang == "python":
+            steps.append(("python", body, []))
+        elif lang == "bash":
+            for line in body.splitlines():
+                if line.strip() and not line.lstrip().startswith("#"):
+                    steps.append(("bash", line, []))
+        elif lang == "text":
+            for line in body.splitlines():
+                if line.startswith("$ "):
+                    steps.append(("bash", line[2:], []))
+                elif steps and line.strip():
+                    steps[-1][2].append(line)
+    return steps
+
+
+def command_of(line: str) -> str:
+    """The command without its trailing comment (`  # ...`)."""
+    return re.split(r"\s{2,}#\s", line, maxsplit=1)[0].strip()
+
+
+def test_the_skip_list_names_commands_that_are_in_the_tour() -> None:
+    commands = {command_of(cmd) for kind, cmd, _ in tour_steps((REPO / "README.md").read_text()) if kind == "bash"}
+    assert set(SKIPPED) <= commands, set(SKIPPED) - commands
+
+
+def test_every_tour_command_runs_as_written(tmp_path: Path) -> None:
+    copy = tmp_path / "paijob"
+    files = subprocess.run(["git", "ls-files", "-z"], cwd=REPO, capture_output=True, check=True).stdout
+    for name in filter(None, files.decode().split("\0")):
+        if (REPO / name).is_file():
+            (copy / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(REPO / name, copy / name)
+    (copy / ".venv").symlink_to(sys.prefix)
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "init.defaultBranch=main"]
+    subprocess.run([*git, "init", "-q"], cwd=copy, check=True)
+    (copy / ".git" / "info" / "exclude").write_text(".venv\n")
+    subprocess.run([*git, "add", "-A"], cwd=copy, check=True)
+    subprocess.run([*git, "commit", "-qm", "clone"], cwd=copy, check=True)
+
+    steps = tour_steps((copy / "README.md").read_text())
+    script = ["exec 2>&1"]
+    for number, (kind, command, _) in enumerate(steps):
+        script.append(f"echo '::step {number}::'")
+        if kind == "python":
+            script.append(f"python - <<'PAIJOB_TOUR_PY'\n{command}PAIJOB_TOUR_PY")
+        elif command_of(command) in SKIPPED:
+            script.append("true")
+        else:
+            script.append(command)
+        script.append(f"echo \"::rc {number} $?::\"")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PAI_", "PAIJOB_", "XDG_", "VIRTUAL_ENV"))}
+    env.update(HOME=str(tmp_path / "home"), PAIJOB_LOCAL_STOP_GRACE="2",
+               PATH=os.pathsep.join(p for p in env.get("PATH", "").split(os.pathsep) if p != str(BIN)))
+    (tmp_path / "home").mkdir()
+    try:
+        done = subprocess.run(["bash", "-c", "\n".join(script)], cwd=copy, env=env, capture_output=True,
+                              text=True, timeout=1100)
+    finally:
+        subprocess.run([str(BIN / "paijob"), "local", "down"], env=env, capture_output=True, timeout=60)
+    output = done.stdout
+    failures = []
+    for number, (_, command, expected) in enumerate(steps):
+        match = re.search(rf"::step {number}::\n(.*?)::rc {number} (\d+)::", output, flags=re.DOTALL)
+        if not match:
+            failures.append(f"step {number} never finished: {command}")
+            continue
+        text, code = match.group(1), int(match.group(2))
+        want = EXIT_CODES.get(command_of(command), 0)
+        if code != want:
+            failures.append(f"exit {code} (want {want}): {command}\n{text[-3000:]}")
+        lines = text.splitlines()
+        for line in expected:
+            if line.endswith("..."):
+                ok = any(got.startswith(line[:-3]) for got in lines)
+            else:
+                ok = line in lines
+            if not ok:
+                failures.append(f"README shows {line!r} for {command!r}, the command printed:\n{text[-2000:]}")
+    assert not failures, "\n\n".join(failures)
+    status = subprocess.run(["git", "status", "--porcelain"], cwd=copy, capture_output=True, text=True, check=True)
+    assert status.stdout == "", f"the tour left files behind:\n{status.stdout}"
