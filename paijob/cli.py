@@ -38,8 +38,10 @@ DESCRIPTION = """\
 Render, validate, submit and follow OpenPAI jobs for distributed PyTorch.
 
 typical session:
+  paijob init demo && cd demo && paijob run --local
+                                              start a project and run it on this machine
   paijob templates                            list the built-in job templates
-  paijob render ddp --set instances=2 -o job.yaml
+  paijob render ddp --set instances=2 --output-file job.yaml
                                               render an OpenPAI job YAML
   paijob validate job.yaml                    check it before it waits in a queue
   paijob run job.yaml --local                 run it on this machine's local cluster
@@ -47,6 +49,7 @@ typical session:
                                               tell paijob about a real cluster
   paijob submit job.yaml -c prod --wait       submit it and follow its tasks
   paijob logs ID -f                           follow the tasks' logs
+  paijob cp ID:result.json .                  copy a file the job wrote (its PAIJOB_OUTPUT_DIR)
 """
 
 

@@ -143,3 +143,8 @@ def test_copy_out_copies_files_and_folders(tmp_path: Path) -> None:
     assert (dest / "ckpt" / "a.pt").read_text() == "a"
     with pytest.raises(outputs.OutputError, match=r"no such file.*there: ckpt/, result\.json"):
         outputs.copy_out(root, "missing.pt", dest, "j")
+
+
+def test_the_examples_train_script_is_the_one_paijob_init_writes() -> None:
+    repo = Path(__file__).resolve().parents[2]
+    assert (repo / "examples" / "train.py").read_text() == (repo / "paijob" / "scaffold" / "train.py").read_text()
