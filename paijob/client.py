@@ -829,6 +829,10 @@ def _short(error: Exception, secrets: Iterable[str] = ()) -> str:
     return redact(match.group(1).strip(" ')") if match else error.__class__.__name__, secrets)
 
 
+def _int_or_none(value: Any) -> bool:
+    return value is None or (isinstance(value, int) and not isinstance(value, bool))
+
+
 def _job_detail_problem(data: Any) -> str | None:
     """What is wrong with a job detail answer for the verbs that read it (None: fine)."""
     if not isinstance(data, dict):
@@ -836,6 +840,8 @@ def _job_detail_problem(data: Any) -> str | None:
     status = data.get("jobStatus")
     if not isinstance(status, dict) or not isinstance(status.get("state"), str):
         return "jobStatus.state is missing"
+    if not _int_or_none(status.get("attemptId")):
+        return "jobStatus.attemptId is not a number"
     roles = data.get("taskRoles") or {}
     if not isinstance(roles, dict):
         return "taskRoles is not a mapping"
@@ -843,7 +849,7 @@ def _job_detail_problem(data: Any) -> str | None:
         tasks = (info or {}).get("taskStatuses") if isinstance(info, dict) else None
         if not isinstance(tasks, list) or not all(
                 isinstance(t, dict) and isinstance(t.get("taskIndex"), int) and isinstance(t.get("taskState"), str)
-                for t in tasks):
+                and _int_or_none(t.get("attemptId")) for t in tasks):
             return f"taskRoles.{role}.taskStatuses must list tasks with taskIndex and taskState"
     return None
 

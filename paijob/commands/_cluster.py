@@ -149,16 +149,25 @@ def check_job_text(text: str, source: str) -> None:
 # --------------------------------------------------------------------------- display
 
 
-def when(ms: int | None) -> str:
-    if not ms:
-        return "-"
-    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+def _ms(value: Any) -> float | None:
+    """A server's milliseconds-since-epoch field, or None when it is absent or not a usable number."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return None
+    return value if 0 < value < 253402300800000 else None  # before year 10000
 
 
-def duration(start: int | None, end: int | None) -> str:
-    if not start:
+def when(ms: Any) -> str:
+    value = _ms(ms)
+    if value is None:
         return "-"
-    seconds = ((end or int(time.time() * 1000)) - start) / 1000
+    return datetime.fromtimestamp(value / 1000, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def duration(start: Any, end: Any) -> str:
+    begin = _ms(start)
+    if begin is None:
+        return "-"
+    seconds = ((_ms(end) or int(time.time() * 1000)) - begin) / 1000
     if seconds < 90:
         return f"{seconds:.1f} s"
     minutes, secs = divmod(int(seconds), 60)

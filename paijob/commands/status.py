@@ -49,7 +49,8 @@ def print_status(detail: dict[str, Any], job_id: str, wide: bool = False) -> Non
     print()
     rows = [["TASK", "STATE", "EXIT", "RETRIES", "IP", "PORTS"] + (["STARTED", "DURATION", "EXIT TYPE"] if wide else [])]
     for role, task in common.tasks_of(detail):
-        ports = task.get("containerPorts") or {}
+        ports = task.get("containerPorts")
+        ports = ports if isinstance(ports, dict) else {}
         code = task.get("containerExitCode")
         rows.append([
             f"{role}/{task['taskIndex']}",

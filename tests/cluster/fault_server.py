@@ -11,6 +11,8 @@ match gets the fault instead. Faults:
 ``bad-json``                 200 with a truncated JSON body
 ``html-200``                 200 with an HTML page (a captive portal, a wrong URL)
 ``wrong-shape``              200 with JSON that is not what the API sends
+``odd-fields``               200 with the right shape but odd optional fields (times as text, ports as a list)
+``odd-attempt``              200 with a job whose attemptId is text
 ``echo-401``                 401 whose message echoes what it was sent (Authorization header, form)
 ``echo-500-html``            500 with a long HTML page that echoes the same, and ``token=`` the token
 ``create-then-503``          POST /jobs stores the job, then answers 503; reading a config answers 503
@@ -116,6 +118,16 @@ def _handler(fake: FakePai) -> type[BaseHTTPRequestHandler]:
                                    "text/html")
             if fault == "wrong-shape":
                 return self.answer(200, {"jobStatus": "RUNNING", "data": 5, "locations": 7, "token": 3})
+            if fault in ("odd-fields", "odd-attempt") and self.command == "GET" and path.startswith(API + "/jobs"):
+                odd: Any = {"submissionTime": "yesterday", "launchedTime": {}, "completedTime": [1],
+                            "createdTime": 1e300, "containerPorts": ["SynPort"], "appExitCode": {"x": 1}}
+                if fault == "odd-attempt":
+                    odd["attemptId"] = "one"
+                job = fake.detail(f"{USER}~existing")
+                job["jobStatus"].update(odd)
+                job["taskRoles"]["worker"]["taskStatuses"][0].update(odd)
+                listed = [{"username": USER, "name": "existing", "state": "RUNNING", **odd}]
+                return self.answer(200, listed if path == API + "/jobs" else job)
             if fault == "echo-401":
                 sent = auth.removeprefix("Bearer ") if auth else None
                 return self.error(401, "UnauthorizedUserError",

@@ -176,6 +176,22 @@ def test_a_success_status_with_a_body_that_is_not_the_api_s_is_a_clear_error(
         assert not any(Path(os.environ["XDG_CONFIG_HOME"]).rglob("clusters.yaml"))
 
 
+@pytest.mark.parametrize("verb", READS)
+def test_odd_optional_fields_are_shown_as_unknown_not_a_traceback(verb: str, fake: FakePai, tmp_path: Path,
+                                                                   capsys: pytest.CaptureFixture[str],
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    fake.set_fault("odd-fields")
+    code, out, err, _ = run(verb, fake, tmp_path, capsys, monkeypatch)
+    assert code == 0, err
+    fake.set_fault("odd-attempt")
+    code, out, err, _ = run(verb, fake, tmp_path, capsys, monkeypatch)
+    if verb == "list":  # the list has no attempt ids
+        assert code == 0, err
+    else:
+        assert_clean_error(code, out, err)
+        assert "attemptId" in err
+
+
 @pytest.mark.parametrize("fault", ["echo-401", "echo-500-html"])
 @pytest.mark.parametrize("verb", VERBS)
 def test_a_token_echoed_by_the_server_is_never_shown(verb: str, fault: str, fake: FakePai, tmp_path: Path,
