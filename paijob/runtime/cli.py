@@ -31,10 +31,11 @@ from paijob.runtime.env import (
     LaunchOptions,
     check_nproc_fits,
     compute_dist_env,
+    compute_mpi_slot,
     parse_nproc_option,
     parse_roles_option,
 )
-from paijob.runtime.launch import LOCAL_RANK_STYLES, MODES, LaunchError
+from paijob.runtime.launch import LOCAL_RANK_STYLES, MODES, LaunchError, WorkerCommand
 
 DESCRIPTION = """\
 Map OpenPAI's PAI_* variables to a torch.distributed layout and launch the workers.
@@ -267,7 +268,7 @@ def _check_log_dir(path: str) -> None:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from paijob.runtime.launch import WorkerCommand, launch
+    from paijob.runtime.launch import launch
 
     rest: list[str] = args.rest
     if args.recipe is not None:
@@ -298,6 +299,8 @@ def cmd_train(args: argparse.Namespace) -> int:
 
         parse_precision(args.precision, source="--precision")
         os.environ["PAIJOB_PRECISION"] = args.precision
+    if args.mode == "horovod":
+        return _train_horovod(args, command)
     dist, _ = _layout(args)
     return launch(
         dist,
@@ -308,6 +311,27 @@ def cmd_train(args: argparse.Namespace) -> int:
         heartbeat_timeout=args.heartbeat_timeout,
         log_dir=args.log_dir,
     )
+
+
+def _train_horovod(args: argparse.Namespace, command: WorkerCommand) -> int:
+    """``--mode horovod``: the MPI launcher made the layout; the PAI_* layout options are refused."""
+    from paijob.runtime.launch import launch_horovod
+    from paijob.runtime.probe import count_visible_gpus
+
+    layout = [option for option, value in (
+        ("--nnodes", args.nnodes), ("--node-rank", args.node_rank),
+        ("--master-addr", args.master_addr), ("--master-port", args.master_port),
+        ("--roles", args.roles), ("--master-role", args.master_role),
+    ) if value is not None]
+    if layout or args.nproc_per_node != "auto":
+        raise LaunchError(
+            f"--mode horovod takes its layout from mpirun/horovodrun (-np, -H); drop "
+            f"{', '.join(layout or ['--nproc-per-node'])}"
+        )
+    slot = compute_mpi_slot(
+        os.environ, visible_gpus=count_visible_gpus(os.environ), backend=args.backend
+    )
+    return launch_horovod(slot, command)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

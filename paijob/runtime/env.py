@@ -585,3 +585,103 @@ def _port_list(environ: Mapping[str, str], name: str) -> list[int]:
             raise DistEnvError(f"{name}={text!r}: port {port} is outside 1..65535")
         ports.append(port)
     return ports
+
+
+# -- horovod mode: one MPI slot ----------------------------------------------------------------
+
+# Where each launcher puts a slot's place, most specific first: Open MPI (mpirun, and
+# horovodrun on top of it), horovodrun's gloo controller, then MPICH / Intel MPI (PMI).
+MPI_RANK_VARS = ("OMPI_COMM_WORLD_RANK", "HOROVOD_RANK", "PMI_RANK")
+MPI_SIZE_VARS = ("OMPI_COMM_WORLD_SIZE", "HOROVOD_SIZE", "PMI_SIZE")
+MPI_LOCAL_RANK_VARS = ("OMPI_COMM_WORLD_LOCAL_RANK", "HOROVOD_LOCAL_RANK", "MPI_LOCALRANKID")
+MPI_LOCAL_SIZE_VARS = ("OMPI_COMM_WORLD_LOCAL_SIZE", "HOROVOD_LOCAL_SIZE", "MPI_LOCALNRANKS")
+MPI_NODE_RANK_VARS = ("HOROVOD_CROSS_RANK",)
+
+
+@dataclass(frozen=True)
+class MpiSlot:
+    """One process started by mpirun / horovodrun: ``--mode horovod``."""
+
+    rank: int
+    size: int
+    local_rank: int
+    local_size: int
+    node_rank: int
+    backend: str
+    gpus: int = 0
+
+    def worker_env(self) -> dict[str, str]:
+        """torchrun's names for this slot, so env:// scripts and the recipes work under MPI too.
+
+        ``CUDA_VISIBLE_DEVICES`` is left alone: horovod scripts pick their GPU with
+        ``torch.cuda.set_device(hvd.local_rank())``, which needs every GPU visible;
+        ``LOCAL_RANK`` names the same GPU for the others.
+        """
+        return {
+            "RANK": str(self.rank),
+            "WORLD_SIZE": str(self.size),
+            "LOCAL_RANK": str(self.local_rank),
+            "LOCAL_WORLD_SIZE": str(self.local_size),
+            "NODE_RANK": str(self.node_rank),
+            "GROUP_RANK": str(self.node_rank),
+            "NPROC_PER_NODE": str(self.local_size),
+            "PAIJOB_BACKEND": self.backend,
+        }
+
+
+def _first_int(environ: Mapping[str, str], names: tuple[str, ...], what: str) -> int | None:
+    for name in names:
+        if name in environ:
+            return _non_negative_int(environ, name, what)
+    return None
+
+
+def compute_mpi_slot(
+    environ: Mapping[str, str], *, visible_gpus: int = 0, backend: str = "auto"
+) -> MpiSlot:
+    """This slot's place from the MPI launcher's variables (pure, like :func:`compute_dist_env`).
+
+    One GPU per slot: a node with more slots than visible GPUs is refused.
+    ``NODE_RANK`` is horovodrun's cross rank where set, else ``rank // local_size``
+    (mpirun's default by-slot placement, as the horovod template asks for).
+    """
+    if backend not in BACKENDS:
+        raise DistEnvError(f"--backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
+    rank = _first_int(environ, MPI_RANK_VARS, "this slot's rank")
+    size = _first_int(environ, MPI_SIZE_VARS, "the number of slots")
+    if rank is None or size is None:
+        raise DistEnvError(
+            f"--mode horovod runs as one slot of mpirun or horovodrun, but none of "
+            f"{', '.join(MPI_RANK_VARS)} (with its size) is set: start it as "
+            f"'mpirun -np N ... paijob-runtime train --mode horovod SCRIPT', or use "
+            f"--mode per-gpu without MPI"
+        )
+    local_rank = _first_int(environ, MPI_LOCAL_RANK_VARS, "this slot's rank on its node")
+    local_size = _first_int(environ, MPI_LOCAL_SIZE_VARS, "the slots on this node")
+    if local_rank is None or local_size is None:
+        raise DistEnvError(
+            f"the MPI launcher set this slot's rank but not its place on the node (none of "
+            f"{', '.join(MPI_LOCAL_RANK_VARS)} / {', '.join(MPI_LOCAL_SIZE_VARS)}): use Open "
+            f"MPI's mpirun or horovodrun, which set them"
+        )
+    if not (0 <= rank < size and 0 <= local_rank < local_size <= size):
+        raise DistEnvError(
+            f"inconsistent MPI variables: rank {rank} of {size}, local rank {local_rank} of "
+            f"{local_size} on this node"
+        )
+    if visible_gpus and local_size > visible_gpus:
+        raise DistEnvError(
+            f"{local_size} MPI slots on this node but {visible_gpus} visible GPU(s): horovod "
+            f"runs one slot per GPU; give each host at most {visible_gpus} slots "
+            f"(-H host:{visible_gpus}) or -np {visible_gpus} per node"
+        )
+    cross = _first_int(environ, MPI_NODE_RANK_VARS, "this node's rank")
+    return MpiSlot(
+        rank=rank,
+        size=size,
+        local_rank=local_rank,
+        local_size=local_size,
+        node_rank=cross if cross is not None else rank // local_size,
+        backend=_backend(backend, visible_gpus),
+        gpus=visible_gpus,
+    )

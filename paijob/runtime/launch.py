@@ -19,6 +19,11 @@ Modes (``--mode``):
     scripts that ``mp.spawn`` their own workers.
 ``dataparallel``
     One process that sees every GPU (``nn.DataParallel``); one node only.
+``horovod``
+    This process is one slot started by ``mpirun`` / ``horovodrun``: its rank
+    comes from the launcher's variables (see :func:`paijob.runtime.env.compute_mpi_slot`),
+    it exports torchrun's names for it, and runs the script in this very process
+    (no further launch), with the same precision and apex-compat handling.
 
 Every worker runs through :mod:`paijob.runtime.worker` (dies with its
 launcher, exits with the script's own code without finalisation races), and
@@ -49,17 +54,19 @@ from importlib.machinery import ModuleSpec, PathFinder
 
 from paijob.errors import PaijobError
 from paijob.runtime import exitcodes
-from paijob.runtime.env import DistEnv
+from paijob.runtime.env import DistEnv, MpiSlot
 from paijob.runtime.netif import socket_ifname_env
+from paijob.runtime.portwatch import MasterPortWatch, read_abort_notice, serve_abort_notice
 from paijob.runtime.probe import wait_for_master
-from paijob.runtime.worker import LAUNCHER_PID_VAR
+from paijob.runtime.worker import LAUNCHER_PID_VAR, finish, run_as_main
 
 log = logging.getLogger("paijob.runtime")
 
-MODES = ("per-gpu", "per-node", "dataparallel")
+MODES = ("per-gpu", "per-node", "dataparallel", "horovod")
 LOCAL_RANK_MACRO = "${local_rank}"  # torch.distributed.elastic.utils.macros.Macros.local_rank
 LOCAL_RANK_STYLES = ("auto", "dash", "underscore")
 WORKER_MODULE = "paijob.runtime.worker"
+NOTICE_LINGER = 30.0  # per-node: how long node 0 answers the waiting nodes after a diagnosis
 RECIPES_MODULE = "paijob.runtime.recipes"
 APEX_COMPAT_MODULE = "paijob.runtime.apex_compat"
 APEX_DETECT_MODULE = "paijob.runtime.apex_compat.detect"
@@ -202,8 +209,8 @@ def launch(
 ) -> int:
     """Run this node's workers to completion; return the process exit code."""
     _line_buffered_stdio()
-    if mode not in MODES:
-        raise LaunchError(f"--mode must be one of {', '.join(MODES)}, got {mode!r}")
+    if mode not in MODES or mode == "horovod":
+        raise LaunchError(f"--mode must be one of {', '.join(MODES[:3])}, got {mode!r}")
     command.check()
     if mode == "dataparallel" and dist.nnodes > 1:
         raise LaunchError(
@@ -214,13 +221,7 @@ def launch(
     _announce(dist, mode)
     os.environ.update(socket_ifname_env(os.environ, say=_say))  # collectives bind to our address
     if dist.node_rank != 0 and dist.nnodes > 1:
-        wait_for_master(
-            dist.master_addr,
-            dist.master_port,
-            timeout=master_timeout,
-            port_label=dist.port_label,
-            log=_say,
-        )
+        _wait_for_master(dist, master_timeout, notice=mode == "per-node")
     if mode == "per-gpu":
         return _launch_per_gpu(dist, command, master_timeout, grace_period, heartbeat_timeout,
                                log_dir)
@@ -231,7 +232,58 @@ def launch(
     if mode == "dataparallel":
         env.update({"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "LOCAL_WORLD_SIZE": "1"})
     cmd = [sys.executable, *command.python_args(0)]
-    return supervise(cmd, env, grace_period=grace_period, what=f"node rank {dist.node_rank}")
+    watch = None
+    if mode == "per-node" and dist.node_rank == 0 and dist.nnodes > 1 and _has_proc_net():
+        watch = MasterPortWatch(dist.master_port, port_label=dist.port_label)
+    code = supervise(cmd, env, grace_period=grace_period, what=f"node rank {dist.node_rank}",
+                     watch=watch)
+    if watch is not None and watch.diagnosis is not None:
+        # The declared port is free (that is the diagnosis): tell the waiting nodes there.
+        serve_abort_notice(dist.master_port, watch.diagnosis, peers=2 * (dist.nnodes - 1),
+                           linger=min(master_timeout, NOTICE_LINGER))
+    return code
+
+
+def _has_proc_net() -> bool:
+    return os.path.exists("/proc/net/tcp")
+
+
+def _wait_for_master(dist: DistEnv, master_timeout: float, *, notice: bool) -> None:
+    """Wait for node rank 0's port; in ``per-node`` mode, read node 0's notice if it sent one."""
+    try:
+        wait_for_master(
+            dist.master_addr,
+            dist.master_port,
+            timeout=master_timeout,
+            port_label=dist.port_label,
+            log=_say,
+        )
+    except PaijobError:
+        reason = read_abort_notice(dist.master_addr, dist.master_port) if notice else None
+        if reason is None:
+            raise
+        raise LaunchError(f"node rank 0 stopped the job: {reason}") from None
+    reason = read_abort_notice(dist.master_addr, dist.master_port) if notice else None
+    if reason is not None:
+        raise LaunchError(f"node rank 0 stopped the job: {reason}")
+
+
+def launch_horovod(slot: MpiSlot, command: WorkerCommand) -> int:
+    """Run the command in this process as MPI slot ``slot.rank``; never returns normally."""
+    _line_buffered_stdio()
+    command.check()
+    if slot.local_rank == 0:
+        _say(
+            f"horovod slot: node {slot.node_rank}, ranks {slot.rank}..."
+            f"{slot.rank + slot.local_size - 1} of {slot.size} on this node, backend "
+            f"{slot.backend}"
+        )
+    os.environ.update(slot.worker_env())
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    target = command.target_args(slot.local_rank)
+    if target[0] == "-m":
+        finish(run_as_main(target[1], target[2:], module=True))
+    finish(run_as_main(target[0], target[1:]))
 
 
 def _launch_per_gpu(
@@ -291,8 +343,13 @@ def supervise(
     *,
     grace_period: float,
     what: str = "worker",
+    watch: MasterPortWatch | None = None,
 ) -> int:
-    """Run one process in its own process group; forward SIGTERM/SIGINT/SIGHUP with a grace period."""
+    """Run one process in its own process group; forward SIGTERM/SIGINT/SIGHUP with a grace period.
+
+    ``watch`` is asked about once a second whether the command is misconfigured; when
+    it says so, the command is stopped like on SIGTERM and the exit code is 2.
+    """
     proc = subprocess.Popen(list(cmd), env=dict(env), start_new_session=True)
     received: list[int] = []
 
@@ -311,6 +368,12 @@ def supervise(
                 break
             except subprocess.TimeoutExpired:
                 pass
+            if watch is not None and not received and watch.diagnosis is None:
+                watch.diagnosis = watch(proc.pid)
+                if watch.diagnosis is not None:
+                    _say(f"error: {watch.diagnosis}")
+                    _signal_group(proc.pid, signal.SIGTERM)
+                    deadline = time.monotonic() + grace_period
             if received and deadline is None:
                 deadline = time.monotonic() + grace_period
             if deadline is not None and time.monotonic() >= deadline:
@@ -322,6 +385,8 @@ def supervise(
         _signal_group(proc.pid, signal.SIGKILL)  # leftovers of the group: no orphans
     if received:
         return exitcodes.from_signal(received[0])
+    if watch is not None and watch.diagnosis is not None:
+        return exitcodes.CONFIG_ERROR
     if returncode != 0:
         _say(f"error: {what} failed with {exitcodes.describe_status(returncode)}")
     return exitcodes.from_worker_status(returncode)

@@ -9,6 +9,7 @@ from paijob.runtime.env import (
     LaunchOptions,
     check_nproc_fits,
     compute_dist_env,
+    compute_mpi_slot,
     parse_nproc_option,
     parse_roles_option,
     runtime_role_name,
@@ -381,3 +382,43 @@ def test_a_single_task_without_a_declared_port_uses_a_free_local_port():
     assert (dist.master_addr, dist.master_port, dist.world_size) == ("127.0.0.1", 34567, 2)
     with pytest.raises(DistEnvError, match="ports: {SynPort: 1}"):
         compute_dist_env(env, visible_gpus=2)  # no free port offered
+
+
+# -- horovod mode: one MPI slot -----------------------------------------------------------------
+
+OMPI = {"OMPI_COMM_WORLD_RANK": "5", "OMPI_COMM_WORLD_SIZE": "8",
+        "OMPI_COMM_WORLD_LOCAL_RANK": "1", "OMPI_COMM_WORLD_LOCAL_SIZE": "4"}
+
+
+def test_an_open_mpi_slot_gets_torchrun_names():
+    slot = compute_mpi_slot(OMPI, visible_gpus=4)
+    assert slot.worker_env() == {
+        "RANK": "5", "WORLD_SIZE": "8", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "4",
+        "NODE_RANK": "1", "GROUP_RANK": "1", "NPROC_PER_NODE": "4", "PAIJOB_BACKEND": "nccl",
+    }
+    assert "CUDA_VISIBLE_DEVICES" not in slot.worker_env()  # hvd.local_rank() picks the GPU
+
+
+def test_horovodrun_gloo_and_pmi_variables_are_understood():
+    hvd = {"HOROVOD_RANK": "2", "HOROVOD_SIZE": "3", "HOROVOD_LOCAL_RANK": "0",
+           "HOROVOD_LOCAL_SIZE": "1", "HOROVOD_CROSS_RANK": "2"}
+    slot = compute_mpi_slot(hvd)
+    assert (slot.rank, slot.size, slot.local_rank, slot.node_rank, slot.backend) == (
+        2, 3, 0, 2, "gloo")
+    pmi = {"PMI_RANK": "3", "PMI_SIZE": "4", "MPI_LOCALRANKID": "1", "MPI_LOCALNRANKS": "2"}
+    assert compute_mpi_slot(pmi).node_rank == 1
+    assert compute_mpi_slot({**hvd, **OMPI}).rank == 5  # Open MPI's own variables first
+
+
+@pytest.mark.parametrize(
+    ("environ", "gpus", "pattern"),
+    [
+        ({}, 0, r"none of OMPI_COMM_WORLD_RANK, HOROVOD_RANK, PMI_RANK .* is set.*mpirun -np N"),
+        ({"PMI_RANK": "0", "PMI_SIZE": "2"}, 0, r"not its place on the node"),
+        ({**OMPI, "OMPI_COMM_WORLD_RANK": "8"}, 0, r"rank 8 of 8"),
+        (OMPI, 2, r"4 MPI slots on this node but 2 visible GPU\(s\).*-H host:2"),
+    ],
+)
+def test_mpi_variables_that_cannot_place_the_slot_are_errors(environ, gpus, pattern):
+    with pytest.raises(DistEnvError, match=pattern):
+        compute_mpi_slot(environ, visible_gpus=gpus)

@@ -159,3 +159,50 @@ def test_a_frozen_peer_is_declared_lost_and_both_nodes_exit_143(tmp_path: Path, 
     assert "node rank 0 (the master, rendezvous store at 127.0.0.1:" in peer.output
     assert "was lost" in peer.output and "frame #" not in peer.output  # one line, no C++ stack
     assert not [pid for pid in workers if _alive(pid)]
+
+
+OVERRIDES_MASTER = textwrap.dedent(
+    """
+    import os, sys
+    import torch.distributed as dist
+
+    os.environ["MASTER_ADDR"] = "localhost"  # the tutorial's lines
+    os.environ["MASTER_PORT"] = sys.argv[1]
+    dist.init_process_group("gloo", rank=int(os.environ["NODE_RANK"]), world_size=2)
+    print("joined", flush=True)
+    """
+)
+
+
+def test_per_node_script_that_sets_its_own_master_port_is_a_configuration_error_on_both_nodes(
+    tmp_path: Path, start_task
+):
+    script = tmp_path / "overrides.py"
+    script.write_text(OVERRIDES_MASTER)
+    port, own_port = free_port(), free_port()
+    args = ["train", "--mode", "per-node", "--nproc-per-node", "1", str(script), str(own_port)]
+    started = time.time()
+    tasks = [start_task(args, task_env(port, i), name=f"node{i}") for i in (0, 1)]
+    codes = wait_all(tasks, timeout=120)
+    took = max(t.ended_at or time.time() for t in tasks) - started
+    assert codes == [exitcodes.CONFIG_ERROR] * 2, "\n".join(t.output for t in tasks)
+    assert took < 60, f"took {took:.0f}s"
+    for task in tasks:
+        assert f"listens on port {own_port} but not on the rendezvous port {port}" in task.output
+        assert "sets MASTER_ADDR/MASTER_PORT itself" in task.output
+    assert "node rank 0 stopped the job" in tasks[1].output
+    assert "joined" not in tasks[0].output
+
+
+def test_the_port_watch_needs_a_listener_elsewhere_for_the_whole_confirm_time():
+    from paijob.runtime.portwatch import MasterPortWatch
+
+    watch = MasterPortWatch(23456, port_label="SynPort", confirm=15)
+    assert watch.judge([], now=0) is None  # still starting: nothing listens yet
+    assert watch.judge([12355], now=1) is None
+    assert watch.judge([], now=5) is None  # gone again: start over
+    assert watch.judge([12355], now=6) is None
+    assert watch.judge([12355], now=20) is None
+    message = watch.judge([12355], now=21)
+    assert message is not None and "port 12355 but not on the rendezvous port 23456" in message
+    assert "(port label 'SynPort')" in message

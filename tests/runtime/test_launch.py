@@ -9,6 +9,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
 from conftest import RUNTIME, base_env, free_port, task_env, wait_all
 
 ALLREDUCE = textwrap.dedent(
@@ -129,6 +130,24 @@ def test_standalone_without_pai_variables_and_local_rank_arg(tmp_path: Path, sta
     assert "standalone" in task.output and "127.0.0.1" in task.output
 
 
+def test_local_rank_arg_auto_passes_the_dash_spelling_to_newer_scripts(tmp_path: Path):
+    script = tmp_path / "newer.py"
+    script.write_text(textwrap.dedent(
+        """
+        import argparse
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--local-rank", type=int, required=True)  # torch >= 2.0 launch
+        print(f"dash local_rank={parser.parse_args().local_rank}")
+        """
+    ))
+    out = subprocess.run(
+        [*RUNTIME, "train", "--mode", "per-node", "--local-rank-arg", str(script)],
+        env=base_env(), capture_output=True, text=True, timeout=120, check=False,
+    )
+    assert out.returncode == 0, out.stderr
+    assert "dash local_rank=0" in out.stdout
+
+
 def test_env_command_prints_the_layout_without_importing_torch():
     probe = textwrap.dedent(
         """
@@ -179,6 +198,78 @@ def test_missing_script_is_a_configuration_error(tmp_path: Path):
         text=True, timeout=60, check=False,
     )
     assert out.returncode == 2 and "nope.py" in out.stderr and "not found" in out.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--master-timeout", "nan"], "--master-timeout must be a positive number of seconds, got nan"),
+        (["--master-timeout", "inf"], "--master-timeout must be a positive number of seconds, got inf"),
+        (["--master-timeout", "-1"], "--master-timeout must be a positive number of seconds, got -1"),
+        (["--heartbeat-timeout", "nan"], "--heartbeat-timeout must be a positive number"),
+        (["--nproc-per-node", "100000"], "--nproc-per-node 100000 is more than 4 workers per CPU core"),
+        (["--log-dir", "/proc/x"], "--log-dir '/proc/x' cannot be used"),
+        (["-m", "nosuch.module"], "module 'nosuch.module' not found"),
+        (["--local-rank-arg=both", "t.py"], "invalid choice: 'both'"),
+    ],
+)
+def test_bad_runtime_input_is_one_line_and_exit_2(tmp_path: Path, args, message):
+    (tmp_path / "t.py").write_text("raise SystemExit('must not run')\n")
+    if args[0] != "-m" and not args[-1].endswith(".py"):
+        args = [*args, "t.py"]
+    out = subprocess.run([*RUNTIME, "train", *args], env=base_env(), cwd=tmp_path,
+                         capture_output=True, text=True, timeout=60, check=False)
+    assert out.returncode == 2, out.stderr
+    assert message in out.stderr
+    assert "Traceback" not in out.stderr and "must not run" not in out.stderr
+    assert len(out.stderr.strip().splitlines()) <= 3  # argparse: usage + error; ours: one line
+
+
+def test_contradictory_pai_variables_are_one_line_and_exit_2(tmp_path: Path):
+    env = task_env(15126, 1)
+    env["PAI_TASK_INDEX"] = "0"
+    out = subprocess.run([*RUNTIME, "train", "t.py"], env=env, cwd=tmp_path,
+                         capture_output=True, text=True, timeout=60, check=False)
+    assert out.returncode == 2
+    assert "PAI_TASK_INDEX=0 disagree" in out.stderr and "Traceback" not in out.stderr
+
+
+SLOT = textwrap.dedent(
+    """
+    import json, os, sys
+    keys = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "NODE_RANK",
+            "PAIJOB_PRECISION", "PAIJOB_BACKEND")
+    print("slot", json.dumps({k: os.environ.get(k) for k in keys}), sys.argv[1:])
+    import apex.amp  # paijob's stand-in: real apex is not installed here
+    sys.exit(int(os.environ["RANK"]) + 3)
+    """
+)
+
+
+def test_horovod_mode_runs_the_script_in_the_mpi_slot(tmp_path: Path):
+    script = tmp_path / "slot.py"
+    script.write_text(SLOT)
+    env = base_env()
+    env.update({"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "2",
+                "OMPI_COMM_WORLD_LOCAL_RANK": "1", "OMPI_COMM_WORLD_LOCAL_SIZE": "2"})
+    out = subprocess.run(
+        [*RUNTIME, "train", "--mode", "horovod", "--precision", "bf16", "--local-rank-arg=dash",
+         str(script), "--x"],
+        env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False,
+    )
+    assert out.returncode == 4, out.stderr  # the script's own sys.exit(RANK + 3)
+    line = next(line for line in out.stdout.splitlines() if line.startswith("slot "))
+    seen = json.loads(line[5:line.index("} ") + 1])
+    assert seen == {"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2",
+                    "NODE_RANK": "0", "PAIJOB_PRECISION": "bf16", "PAIJOB_BACKEND": "gloo"}
+    assert line.endswith("['--local-rank=1', '--x']")
+
+
+def test_horovod_mode_outside_mpi_says_how_to_start_it(tmp_path: Path):
+    (tmp_path / "t.py").write_text("raise SystemExit('must not run')\n")
+    out = subprocess.run([*RUNTIME, "train", "--mode", "horovod", "t.py"], env=base_env(),
+                         cwd=tmp_path, capture_output=True, text=True, timeout=60, check=False)
+    assert out.returncode == 2 and "mpirun -np N" in out.stderr
 
 
 THREADS = textwrap.dedent(

@@ -50,6 +50,7 @@ def _start_pair(script: Path, tmp_path: Path, run: int) -> list[subprocess.Popen
     return procs
 
 
+@pytest.mark.timeout(900)  # 40 torch processes: about 2 minutes on 2 idle cores, more when busy
 def test_a_finished_ddp_script_exits_0_every_time(tmp_path: Path):
     """torch's finalisation race made 1 in 10 such runs exit 134 here (plain ``python``)."""
     script = tmp_path / "ddp.py"
@@ -60,7 +61,7 @@ def test_a_finished_ddp_script_exits_0_every_time(tmp_path: Path):
         batch, pending = pending[:2], pending[2:]
         started = {run: _start_pair(script, tmp_path, run) for run in batch}
         for run, procs in started.items():
-            codes[run] = [proc.wait(timeout=180) for proc in procs]
+            codes[run] = [proc.wait(timeout=300) for proc in procs]
     failed = {run: c for run, c in codes.items() if c != [0, 0]}
     assert not failed, {
         run: (tmp_path / f"run{run}-rank0.log").read_text(errors="replace") for run in failed
