@@ -162,7 +162,11 @@ class NodeWatch:
 
     def _beat(self) -> None:
         try:
-            self._client = self._guarded(self._connect, limit=self.connect_timeout)
+            client = self._guarded(self._connect, limit=self.connect_timeout)
+            # A round trip: some torch releases return from connecting to anything that
+            # accepts (a squatter on the master's port); a store answers ``check`` at once.
+            self._guarded(lambda: client.check([WHO_KEY.format(node=0)]), limit=self.connect_timeout)
+            self._client = client
             if self.who:
                 self._guarded(lambda: self._client.set(WHO_KEY.format(node=self.node_rank), self.who))
             while not self._stop.is_set():

@@ -229,3 +229,19 @@ def test_every_peer_silent_at_once_names_them_all_and_suspects_node_0s_own_netwo
         assert master.lost_nodes == {1, 2}
     finally:
         master.close()
+
+
+def test_a_store_that_accepts_but_never_answers_is_not_taken_for_connected(ends):
+    store = FakeStore()
+    store.hang.set()  # connecting works, the first round trip never returns
+    peer = make_watch(store, 1, 2, ends)
+    try:
+        peer.enter("handshake", deadline=0.5,
+                   expired=lambda: Failure(0, None, None, None, False, time.time(), reason="squat"))
+        peer.start_heartbeats()
+        assert not peer.wait_connected(1.0)
+        wait_until(lambda: bool(ends))
+        assert ends[0].reason == "squat"
+    finally:
+        peer.close()
+        store.never.set()
