@@ -9,7 +9,10 @@ environment. Three nets catch them, the first being the one that matters:
   task), and every descendant stays in it whatever it does. Ending the task is
   SIGTERM to each member, the grace period, then ``cgroup.kill``.
 * the **process tree** below the task's main process, taken before any signal
-  (``setsid`` does not change a parent);
+  (``setsid`` does not change a parent). Without a cgroup, the main process is
+  made a child subreaper (``PR_SET_CHILD_SUBREAPER``, set by a small Python
+  stub that then execs the task), so a double-forked orphan is re-parented to
+  it and stays in its tree while it runs;
 * the **environment marker** ``PAIJOB_LOCAL_TASK=<task uid>`` (a uuid4, so it
   names one task of one cluster and nothing else).
 
@@ -25,6 +28,7 @@ import os
 import secrets
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Iterable
 from pathlib import Path
@@ -36,6 +40,8 @@ TASK_MARKER = "PAIJOB_LOCAL_TASK"
 CLUSTER_ID_FILE = "cluster-id"
 # Moves the shell into the task's cgroup (echo is a builtin: the writer is the shell), then becomes the task.
 _ENTER_CGROUP = 'echo 0 > "$1" || exit 125; shift; exec "$@"'
+# Makes the task's main process a child subreaper (survives exec), then becomes the task. 36: PR_SET_CHILD_SUBREAPER
+_SUBREAPER = "import ctypes, os, sys\nctypes.CDLL(None).prctl(36, 1, 0, 0, 0)\nos.execvp(sys.argv[1], sys.argv[1:])\n"
 
 
 def cluster_id(state_dir: Path) -> str:
@@ -245,7 +251,11 @@ class Tracker:
         self.cgroups = Cgroups.find(self.cluster_id)
 
     def wrap(self, uid: str, argv: list[str]) -> list[str]:
-        return self.cgroups.wrap(uid, argv) if self.cgroups else argv
+        if self.cgroups:
+            return self.cgroups.wrap(uid, argv)
+        if sys.platform.startswith("linux"):
+            return [sys.executable, "-S", "-E", "-c", _SUBREAPER, *argv]
+        return argv
 
     def job_marker(self, job_id: str) -> str:
         """The value of ``PAIJOB_LOCAL_JOB``: unique to this cluster (two state dirs may share job ids)."""

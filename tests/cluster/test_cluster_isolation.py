@@ -85,9 +85,9 @@ def test_a_stop_ends_processes_that_escaped_with_setsid_within_the_grace_period(
     pids.mkdir()
     # each escapee: its own session, an empty environment (no marker), SIGTERM ignored
     escape = "setsid env -i bash -c 'trap \"\" TERM; echo $$ > {f}; exec sleep 300' &"
-    commands = [escape.format(f=pids / "a.pid"), "echo $$ > " + str(pids / "main.pid"), "sleep 300"]
-    if mode == "cgroup":  # a double fork: the escapee's parent is gone before the stop
-        commands.insert(0, "( " + escape.format(f=pids / "b.pid") + " ) ; true")
+    commands = [escape.format(f=pids / "a.pid"),
+                "( " + escape.format(f=pids / "b.pid") + " ) ; true",  # a double fork: an orphan at once
+                "echo $$ > " + str(pids / "main.pid"), "sleep 300"]
     with LocalServer(tmp_path / "state", TOKEN) as server:
         client = PaiClient(server.url, TOKEN, user=local_user(), cluster_name="local", retries=1)
         job_id = client.submit(job_yaml("escapes", commands))
