@@ -41,7 +41,15 @@ CLUSTER_ID_FILE = "cluster-id"
 # Moves the shell into the task's cgroup (echo is a builtin: the writer is the shell), then becomes the task.
 _ENTER_CGROUP = 'echo 0 > "$1" || exit 125; shift; exec "$@"'
 # Makes the task's main process a child subreaper (survives exec), then becomes the task. 36: PR_SET_CHILD_SUBREAPER
-_SUBREAPER = "import ctypes, os, sys\nctypes.CDLL(None).prctl(36, 1, 0, 0, 0)\nos.execvp(sys.argv[1], sys.argv[1:])\n"
+_SUBREAPER = """\
+import ctypes, os, sys
+ctypes.CDLL(None).prctl(36, 1, 0, 0, 0)
+try:
+    os.execvp(sys.argv[1], sys.argv[1:])
+except OSError as error:
+    sys.stderr.write(f"[paijob local] cannot start the task: {error}\\n")
+    sys.exit(127)
+"""
 
 
 def cluster_id(state_dir: Path) -> str:
