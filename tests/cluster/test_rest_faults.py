@@ -157,7 +157,7 @@ def test_the_process_exits_at_the_deadline_though_the_server_still_trickles(fake
                           env=env, capture_output=True, text=True, timeout=60)
     elapsed = time.monotonic() - started
     assert proc.returncode == 2 and "timed out" in proc.stderr and "Traceback" not in proc.stderr
-    assert elapsed < 2 + MARGIN + 2, f"took {elapsed:.1f} s"  # + the interpreter's start-up
+    assert elapsed < 2 + MARGIN + 4, f"took {elapsed:.1f} s"  # + the interpreter's start-up, under load
 
 
 # --------------------------------------------------------------------------- bad answers
