@@ -21,11 +21,12 @@ from pathlib import Path
 
 import bench_client
 import bench_failure
+import bench_gpu
 import bench_launch
 import bench_throughput
 from harness import ROOT, machine_info, progress, write_json
 
-BENCHMARKS = ("client", "launch", "throughput", "scaling", "failure")
+BENCHMARKS = ("client", "launch", "throughput", "scaling", "failure", "gpu")
 
 
 def _plan(samples: int, quick: bool) -> dict[str, Callable[[], dict[str, object]]]:
@@ -41,6 +42,8 @@ def _plan(samples: int, quick: bool) -> dict[str, Callable[[], dict[str, object]
         "scaling": lambda: bench_throughput.run_scaling(
             samples, max_procs, epochs=1 if quick else 2, size=400 * max_procs if quick else 4000),
         "failure": lambda: bench_failure.run(samples),
+        # Ceiling, recipe and seed-004 tutorial on a GPU; recorded as skipped without CUDA.
+        "gpu": lambda: bench_gpu.run(samples, quick),
     }
 
 

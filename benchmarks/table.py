@@ -32,6 +32,38 @@ def _context(entry: dict[str, Any]) -> str:
     return extra
 
 
+def gpu_rows(gpu: dict[str, Any]) -> list[str]:
+    """The GPU block: recipe / ceiling per precision, recipe / tutorial on JPEGs, scaling."""
+    if "skipped" in gpu:
+        return [f"| GPU sides (ceiling, recipe, seed-004 tutorial) | not measured: {gpu['skipped']} | — |"]
+    rows = []
+    where = f"{gpu['gpu']}, {gpu['arch']}, batch {gpu['batch_size_per_gpu']}"
+    for precision, entry in gpu.get("synthetic", {}).items():
+        for mode in ("eager", "compiled"):
+            recipe, ceiling = entry[f"recipe_{mode}"]["median"], entry[f"ceiling_{mode}"]["median"]
+            rows.append(f"| images/s, `--recipe imagenet --data synthetic` / the ceiling step, {mode}, "
+                        f"{precision}, {where} | {entry[f'of_ceiling_{mode}']:.2f} ({recipe:.0f} / {ceiling:.0f})"
+                        f" | ≥ 0.9 |")
+        startup = entry.get("compile_startup_seconds")
+        if startup:
+            rows.append(f"| `--compile` start-up cost, {precision} | {startup['median']:.0f} s | — |")
+    jpeg = gpu.get("jpeg", {})
+    if "skipped" in jpeg:
+        rows.append(f"| images/s on a JPEG ImageFolder tree | not measured: {jpeg['skipped']} | — |")
+    elif jpeg:
+        rows.append(f"| images/s, `--recipe imagenet` / the seed-004 tutorial loop, JPEG tree of {jpeg['images']} "
+                    f"images, {jpeg['workers']} workers, O2, {where} | {jpeg['ratio_O2']:.2f}× "
+                    f"({jpeg['recipe_O2']['median']:.0f} / {jpeg['tutorial_O2']['median']:.0f}) | ≥ 1.3 |")
+    scaling = gpu.get("scaling", {})
+    if "points" in scaling:
+        points = scaling["points"]
+        speeds = " → ".join(f"{p['images_per_second']:.0f}" for p in points)
+        efficiency = ", ".join(f"{p['efficiency']:.0%}" for p in points[1:])
+        rows.append(f"| scaling, recipe images/s at {' → '.join(str(p['gpus']) for p in points)} GPUs, bf16 | "
+                    f"{speeds} (efficiency {efficiency}) | — |")
+    return rows
+
+
 def table(results: dict[str, Any]) -> str:
     found = results["benchmarks"]
     rows = ["| measure | median | target |", "| --- | --- | --- |"]
@@ -70,6 +102,8 @@ def table(results: dict[str, Any]) -> str:
         efficiency = ", ".join(f"{p['efficiency']:.0%}" for p in points[1:])
         rows.append(f"| scaling, recipe images/s at 1 → {points[-1]['processes']} processes | {speeds} "
                     f"(efficiency {efficiency}) | — |")
+    if "gpu" in found:
+        rows.extend(gpu_rows(found["gpu"]))
     return "\n".join(rows)
 
 
