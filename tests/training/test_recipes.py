@@ -655,3 +655,59 @@ def test_corrupt_sidecar_on_the_only_checkpoint_starts_fresh(tmp_path: Path, cap
                                   "--output-dir", str(out), *TINY], capsys)
     assert code == 0 and fresh["resumed_from"] is None and fresh["epochs"] == 1
     assert any("skipping unusable checkpoint" in r.message for r in caplog.records)
+
+
+# --- issue 13: image folders, GPU JPEG decoding ------------------------------------------------
+
+def test_gpu_decode_without_cuda_or_torchvision_is_a_clear_error(tmp_path: Path,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    for split in ("train", "val"):
+        (tmp_path / "tree" / split / "a").mkdir(parents=True)
+    code = main(["imagenet", "--arch", "tinynet", "--data", str(tmp_path / "tree"), "--decode", "gpu",
+                 "--output-dir", str(tmp_path / "o")])
+    err = capsys.readouterr().err
+    if torch.cuda.is_available() and HAS_TORCHVISION:
+        pytest.skip("this machine can decode on the GPU")
+    assert code == 2 and "--decode gpu needs" in err and "Traceback" not in err
+
+
+def test_random_resized_crop_boxes_stay_inside_the_image() -> None:
+    import random
+
+    from paijob.runtime.recipes.data import GpuJpegDecoder
+
+    decoder = GpuJpegDecoder(224, train=True)
+    rng = random.Random(3)
+    for height, width in ((375, 500), (500, 375), (10, 1000), (224, 224)):
+        for _ in range(50):
+            top, left, h, w = decoder._box(height, width, rng)
+            assert 0 <= top and top + h <= height and 0 <= left and left + w <= width and h > 0 and w > 0
+
+
+def test_prefetcher_runs_the_device_stage_in_its_thread_and_passes_lists_through() -> None:
+    import threading
+
+    from paijob.runtime.recipes.data import keep_list_collate
+    from paijob.runtime.recipes.prefetch import Prefetcher
+
+    encoded, labels = keep_list_collate([(torch.tensor([1, 2, 3], dtype=torch.uint8), 4),
+                                         (torch.tensor([5], dtype=torch.uint8), 6)])
+    threads = []
+
+    def decode(step: int, moved: tuple[Any, ...]) -> tuple[torch.Tensor, ...]:
+        threads.append(threading.get_ident())
+        return (torch.stack([t.sum() for t in moved[0]]), moved[1])
+
+    (out,) = list(Prefetcher(lambda step, slot: (encoded, labels), 1, torch.device("cpu"), on_device=decode))
+    assert out[0].tolist() == [6, 5] and out[1].tolist() == [4, 6]
+    assert threads and threads[0] != threading.get_ident()
+
+
+def test_ddp_knobs_keep_replicas_bitwise_equal(tmp_path: Path) -> None:
+    """Small buckets, gradients as bucket views and a static graph change speed, never the result."""
+    results = run_ranks(["-m", "paijob.runtime.recipes", "cifar10", "--arch", "tinynet", "--epochs", "1",
+                         "--steps-per-epoch", "3", "--ddp-bucket-mb", "0.01", "--ddp-static-graph",
+                         "--output-dir", str(tmp_path), *TINY], 2, ROOT)
+    assert_all_ranks_succeeded(results)
+    summary = summary_of(results[0].stdout)
+    assert summary["replicas_in_sync"] is True and summary["config"]["ddp_static_graph"] is True

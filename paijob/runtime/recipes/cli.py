@@ -48,6 +48,11 @@ def _imagenet_recipe(num_classes: int) -> Any:
             size = cfg.synthetic_size or 1024
             return (data.SyntheticImages(size, num_classes, cfg.image_size, cfg.seed, "train"),
                     data.SyntheticImages(max(size // 8, 1), num_classes, cfg.image_size, cfg.seed, "test"))
+        if cfg.decode == "gpu":
+            reason = data.gpu_decode_unavailable(info.device)
+            if reason:
+                raise data.DataError(f"{reason}; drop --decode gpu to decode JPEGs in the loader workers")
+            return data.imagefolder_bytes_datasets(cfg.data)
         return data.imagefolder_datasets(cfg.data, cfg.image_size)
 
     return Recipe(
@@ -128,6 +133,10 @@ def build_parser() -> argparse.ArgumentParser:
     _add_common(imagenet, arch="resnet50", lr=0.1, epochs=90, batch_size=64, weight_decay=1e-4,
                 image_size=224)
     imagenet.add_argument("--num-classes", type=int, default=1000)
+    imagenet.add_argument("--decode", default="cpu", choices=("cpu", "gpu"),
+                          help="image folders: decode JPEGs in the loader workers (cpu) or on the GPU with "
+                               "torchvision's nvJPEG decode_jpeg (gpu; torchvision >= 0.19), for when the "
+                               "CPUs cannot keep up")
     return parser
 
 
@@ -152,7 +161,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             compile_backend=args.compile_backend, data_placement=args.data_placement,
             prefetch_depth=max(1, args.prefetch_depth), prefetch_factor=max(1, args.prefetch_factor),
             ddp_bucket_mb=args.ddp_bucket_mb, ddp_static_graph=args.ddp_static_graph,
-            bn_recalibration=not args.no_bn_recalibration,
+            bn_recalibration=not args.no_bn_recalibration, decode=getattr(args, "decode", "cpu"),
         )
         if args.recipe == "cifar10":
             recipe = _cifar10_recipe()

@@ -41,10 +41,12 @@ from paijob.runtime.recipes import checkpoint as ckpt
 from paijob.runtime.recipes.data import (
     EvalPlan,
     FolderLoader,
+    GpuJpegDecoder,
     Normalizer,
     TrainPlan,
     apply_crop_flip,
     dataset_tensors,
+    keep_list_collate,
     padded_eval_plan,
     train_batches,
     train_plan,
@@ -90,6 +92,7 @@ class TrainConfig:
     ddp_bucket_mb: float = 25.0
     ddp_static_graph: bool = False
     bn_recalibration: bool = True
+    decode: str = "cpu"  # image folders: JPEG decoding in the loader workers (cpu) or on the GPU
 
 
 @dataclass
@@ -327,6 +330,7 @@ class _Feed:
         self.placement = "loader"
         self.resident: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
         self.loaders: dict[str, FolderLoader] = {}
+        self.decoders: dict[str, GpuJpegDecoder] = {}
         if in_memory:
             whole = {name: dataset_tensors(source) for name, source in (("train", train_set), ("eval", test_set))}
             nbytes = sum(t.numel() * t.element_size() for pair in whole.values() if pair for t in pair)
@@ -335,6 +339,14 @@ class _Feed:
             if self.placement == "device":
                 self.resident = {name: (pair[0].to(device), pair[1].to(device))
                                  for name, pair in whole.items() if pair is not None}
+        elif cfg.decode == "gpu":
+            self.placement = "loader, GPU decode"
+            self.loaders = {"train": FolderLoader(train_set, workers, self.cuda, cfg.prefetch_factor,
+                                                  keep_list_collate),
+                            "eval": FolderLoader(test_set, workers, self.cuda, cfg.prefetch_factor,
+                                                 keep_list_collate)}
+            self.decoders = {"train": GpuJpegDecoder(cfg.image_size, train=True),
+                             "eval": GpuJpegDecoder(cfg.image_size, train=False)}
         else:
             self.loaders = {"train": FolderLoader(train_set, workers, self.cuda, cfg.prefetch_factor),
                             "eval": FolderLoader(test_set, workers, self.cuda, cfg.prefetch_factor)}
@@ -397,7 +409,15 @@ class _Feed:
             images, labels = next(loader)
             return [images, labels, *(extra[step] for extra in extras)]
 
-        return iter(Prefetcher(produce, len(batches), self.device, self.depth))
+        decoder = self.decoders.get(name)
+
+        def decode(step: int, moved: tuple[Any, ...]) -> tuple[torch.Tensor, ...]:
+            assert decoder is not None
+            seed = _seed_for(*(int(i) for i in index_rows[step][:4]), step)  # a pure function of the batch
+            return (decoder(moved[0], self.device, seed), *moved[1:])
+
+        return iter(Prefetcher(produce, len(batches), self.device, self.depth,
+                               on_device=decode if decoder is not None else None))
 
     def train(self, plan: TrainPlan) -> Any:
         if self.loaders:

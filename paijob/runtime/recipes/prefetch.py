@@ -64,8 +64,10 @@ class Prefetcher:
     """
 
     def __init__(self, produce: Producer, steps: int, device: torch.device, depth: int = 2,
-                 slot_specs: Sequence[tuple[Sequence[int], torch.dtype]] | None = None) -> None:
+                 slot_specs: Sequence[tuple[Sequence[int], torch.dtype]] | None = None,
+                 on_device: Callable[[int, tuple[Any, ...]], tuple[torch.Tensor, ...]] | None = None) -> None:
         self.produce = produce
+        self.on_device = on_device  # e.g. GPU JPEG decoding, run in this thread on the side stream
         self.steps = steps
         self.device = device
         self.depth = max(1, depth)
@@ -106,14 +108,18 @@ class Prefetcher:
                 host = self.produce(step, slot)
                 if self.cuda:
                     with torch.cuda.stream(self.stream):
-                        moved = tuple(t.to(self.device, non_blocking=True) for t in host)
+                        moved = tuple(t.to(self.device, non_blocking=True) if isinstance(t, torch.Tensor)
+                                      else t for t in host)
+                        if self.on_device is not None:
+                            moved = self.on_device(step, moved)
                         event = torch.cuda.Event()
                         event.record(self.stream)
                     if self.slots is not None:
                         copied[step % len(self.slots)] = event
                     item: Any = (moved, event)
                 else:
-                    item = (tuple(t.clone() if slot is not None else t for t in host), None)
+                    moved = tuple(t.clone() if slot is not None else t for t in host)
+                    item = (self.on_device(step, moved) if self.on_device is not None else moved, None)
                 if not self._put(item):
                     return
         except BaseException as error:  # handed to the consumer, which raises it
