@@ -113,3 +113,18 @@ def test_infrastructure_failures_exit_143():
     lost = Failure(node_rank=1, rank=None, local_rank=None, returncode=None, secondary=False,
                    time=0.0, reason="node rank 1 stopped sending heartbeats")
     assert lost.exit_code == 143 and lost.headline().startswith("node rank 1")
+
+
+@pytest.mark.parametrize("style", ["auto", "dash", "underscore"])
+def test_the_templates_local_rank_arg_value_reaches_paijob_runtime(style):
+    import shlex
+
+    from paijob.templating import render_template
+
+    text = render_template("ddp", sets=["script=t.py", f"localRankArg={style}"]).text
+    (command,) = [line for line in text.splitlines() if "paijob-runtime train" in line]
+    words = shlex.split(command.split("- ", 1)[1])
+    parser, train = build_parsers()
+    ours, rest = split_train_argv(train, words[2:])
+    assert rest == ["t.py"]
+    assert parser.parse_args(["train", *ours]).local_rank_arg == style
