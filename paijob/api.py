@@ -30,8 +30,8 @@ if TYPE_CHECKING:
     from paijob.client import PaiClient
     from paijob.profiles import Cluster
 
-__all__ = ["JobRequest", "PreparedJob", "connect", "copy_output", "dry_run_text", "output_location",
-           "prepare", "resolve_cluster", "status", "submit", "wait"]
+__all__ = ["JobRequest", "PreparedJob", "connect", "copy_output", "dry_run_text", "list_jobs", "output_location",
+           "prepare", "resolve_cluster", "status", "stop", "submit", "wait"]
 
 
 @dataclass
@@ -155,6 +155,19 @@ def wait(client: PaiClient, job_id: str) -> dict[str, Any]:
 def status(client: PaiClient, job: str, attempt: int | None = None) -> dict[str, Any]:
     """The job detail (OpenPAI's ``GET /jobs/{user}~{name}``) of ``job`` (``NAME`` or ``USER~NAME``)."""
     return client.get_job(job, attempt=attempt)
+
+
+def list_jobs(client: PaiClient, *, state: str | None = None, limit: int | None = 20,
+              all_users: bool = False) -> list[dict[str, Any]]:
+    """Jobs newest first (OpenPAI's ``GET /jobs`` entries), the client's user's unless ``all_users``."""
+    return client.list_jobs(user=None if all_users else client.user, state=state, limit=limit)
+
+
+def stop(client: PaiClient, job: str) -> str:
+    """Ask the cluster to stop ``job``; returns its id ``user~name`` (``wait`` follows it to the end)."""
+    job_id = client.job_id(job)
+    client.stop(job_id)
+    return job_id
 
 
 def output_location(cluster_name: str, job_id: str) -> str | None:

@@ -4,8 +4,10 @@ Every task of the job starts in a copy of DIR as it was at submit time, so the
 relative paths in a user's script and data resolve as they do on the laptop.
 
 How the snapshot travels depends on the cluster; both ways end in one command
-put first in every task role's ``commands`` (the commands of a task run as one
-bash script, so its ``cd`` holds for the rest):
+put first in every task role's ``commands`` (OpenPAI's rest-server joins a
+role's commands with newlines into one script, see
+``middlewares/v2/protocol.js``, and the local cluster does the same, so its
+``cd`` holds for the rest):
 
 * **local cluster**: the gzip'd tar is stored in the cluster's state dir
   (``snapshots/<sha256>.tar.gz``, content-addressed, so resubmitting the same

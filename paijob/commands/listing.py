@@ -23,7 +23,9 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     client = common.client_for(args, start_local=False)
-    jobs = client.list_jobs(user=None if args.all_users else client.user, state=args.state, limit=args.limit)
+    from paijob import api
+
+    jobs = api.list_jobs(client, state=args.state, limit=args.limit, all_users=args.all_users)
     if common.print_data(jobs, args.output):
         return 0
     if not jobs:

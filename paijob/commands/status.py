@@ -21,14 +21,14 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     client = common.client_for(args, start_local=False)
-    detail = client.get_job(args.job_id, attempt=args.attempt)
+    from paijob import api
+
+    detail = api.status(client, args.job_id, attempt=args.attempt)
     if common.print_data(detail, args.output):
         return 0
     job_id = client.job_id(args.job_id)
     print_status(detail, job_id, wide=args.output == "wide")
-    from paijob.api import output_location
-
-    output = output_location(client.cluster_name, job_id)
+    output = api.output_location(client.cluster_name, job_id)
     if output:
         print(f"\noutput     {output} (PAIJOB_OUTPUT_DIR; `paijob cp {job_id}:PATH .` copies from it)")
     return 0

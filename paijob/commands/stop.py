@@ -19,9 +19,10 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    client = common.client_for(args)
-    job_id = client.job_id(args.job_id)
-    client.stop(job_id)
+    from paijob import api
+
+    client = common.client_for(args, start_local=False)  # a local cluster that is down runs no job
+    job_id = api.stop(client, args.job_id)
     print(f"stop requested for {job_id}", file=sys.stderr)
     if args.wait:
         detail = client.wait(job_id, poll=0.5)

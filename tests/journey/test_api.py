@@ -80,3 +80,21 @@ def test_local_cluster_warns_about_what_the_machine_lacks() -> None:
     assert "32 GPU(s)" in lines[0] and "192 CPU core(s)" in lines[1] and "1572864 MB" in lines[2]
     assert "does not enforce" in lines[-1]
     assert capacity.warnings([(2, 0, 1, 2048)], laptop) == []
+
+
+def test_init_writes_the_starter_and_keeps_what_is_there(tmp_path: Path,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    from paijob import cli
+
+    (tmp_path / "My Project").mkdir()
+    (tmp_path / "My Project" / "train.py").write_text("# mine\n")
+    assert cli.main(["init", str(tmp_path / "My Project")]) == 0
+    folder = tmp_path / "My Project"
+    assert (folder / "train.py").read_text() == "# mine\n"  # never overwritten
+    assert yaml.safe_load((folder / "values.yaml").read_text())["name"] == "My-Project"
+    from paijob import project as project_config
+
+    config = project_config.load(folder)
+    assert (config.template, config.cluster, config.workdir) == ("ddp", "local", str(folder / "."))
+    assert (folder / ".paijobignore").is_file()
+    assert "kept 1 existing file" in capsys.readouterr().err

@@ -61,8 +61,8 @@ def local(cluster_state: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return cluster_state
 
 
-@pytest.mark.parametrize("argv", [["list"], ["status", "nojob"], ["logs", "nojob"]])
-def test_read_only_verbs_never_start_the_local_cluster(capsys: pytest.CaptureFixture[str], tmp_path: Path,
+@pytest.mark.parametrize("argv", [["list"], ["status", "nojob"], ["logs", "nojob"], ["stop", "nojob"]])
+def test_read_only_verbs_and_stop_never_start_the_local_cluster(capsys: pytest.CaptureFixture[str], tmp_path: Path,
                                                        argv: list[str]) -> None:
     code, _, err = paijob(capsys, *argv)
     assert code == 2 and "local cluster is not running" in err
