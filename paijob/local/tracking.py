@@ -29,6 +29,7 @@ import secrets
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterable
 from pathlib import Path
@@ -162,6 +163,7 @@ class Cgroups:
 
     def __init__(self, base: Path) -> None:
         self.base = base
+        self._lock = threading.Lock()  # the base exists only while a task cgroup does
 
     @classmethod
     def find(cls, ident: str) -> Cgroups | None:
@@ -178,6 +180,7 @@ class Cgroups:
             done = subprocess.run(["/bin/sh", "-c", _ENTER_CGROUP, "paijob-probe", str(probe / "cgroup.procs"),
                                    "true"], stdin=subprocess.DEVNULL, capture_output=True, timeout=10)
             probe.rmdir()
+            cls(base).close()  # made again by the first task: an idle cluster leaves nothing behind
         except (OSError, subprocess.SubprocessError) as error:
             log.info("no cgroup per task (%s); tracking tasks by process tree and marker", error)
             cls(base).close()
@@ -190,11 +193,12 @@ class Cgroups:
         return cls(base)
 
     def close(self) -> None:
-        """Remove this cluster's cgroup directory when it is empty."""
-        try:
-            self.base.rmdir()
-        except OSError:
-            pass
+        """Remove this cluster's cgroup directory when no task cgroup is left in it."""
+        with self._lock:
+            try:
+                self.base.rmdir()
+            except OSError:
+                pass
 
     def path(self, uid: str) -> Path:
         return self.base / uid
@@ -202,7 +206,8 @@ class Cgroups:
     def wrap(self, uid: str, argv: list[str]) -> list[str]:
         """``argv`` started inside the task's (new) cgroup."""
         group = self.path(uid)
-        group.mkdir(exist_ok=True)
+        with self._lock:
+            group.mkdir(parents=True, exist_ok=True)
         return ["/bin/sh", "-c", _ENTER_CGROUP, "paijob-task", str(group / "cgroup.procs"), *argv]
 
     def members(self, uid: str) -> set[int]:
@@ -220,10 +225,12 @@ class Cgroups:
                 _signal(pid, signal.SIGKILL)
 
     def remove(self, uid: str) -> None:
-        try:
-            self.path(uid).rmdir()
-        except OSError:
-            pass
+        with self._lock:
+            try:
+                self.path(uid).rmdir()
+            except OSError:
+                pass
+        self.close()
 
     def leftovers(self) -> list[str]:
         """Task cgroups still present (a server that died left them)."""

@@ -99,7 +99,10 @@ def test_a_stop_ends_processes_that_escaped_with_setsid_within_the_grace_period(
         client.stop(job_id)
         detail = client.wait(job_id, poll=0.05, timeout=60)
         took = time.monotonic() - started
+        cgroups = server.cluster.tracker.cgroups
     assert detail["jobStatus"]["state"] == "STOPPED"
+    assert (cgroups is not None) == (mode == "cgroup")
+    assert cgroups is None or not cgroups.base.exists()  # no cgroup directory left behind
     assert [pid for pid in escaped if alive(pid)] == []
     # SIGTERM, the grace period, SIGKILL: once, not twice (and no wait on pipes the escapees held)
     assert GRACE - 0.2 < took < 1.6 * GRACE, f"the stop took {took:.1f} s with a {GRACE:g} s grace"
