@@ -503,12 +503,14 @@ def test_training_steps_on_a_gpu_pass_sync_debug_mode_error(precision: str, tmp_
         torch.cuda.set_sync_debug_mode("default")
 
 
-def test_prefetcher_keeps_order_and_hands_over_producer_errors() -> None:
+@pytest.mark.parametrize("threaded", [True, False])
+def test_prefetcher_keeps_order_and_hands_over_producer_errors(threaded: bool) -> None:
     from paijob.runtime.recipes.prefetch import Prefetcher
 
     cpu = torch.device("cpu")
     produced = [(torch.full((2,), float(i)),) for i in range(5)]
-    got = [t[0][0].item() for t in Prefetcher(lambda step, slot: produced[step], 5, cpu, depth=2)]
+    got = [t[0][0].item() for t in Prefetcher(lambda step, slot: produced[step], 5, cpu, depth=2,
+                                              threaded=threaded)]
     assert got == [0.0, 1.0, 2.0, 3.0, 4.0]
 
     def failing(step: int, slot: Any) -> Any:
@@ -517,13 +519,14 @@ def test_prefetcher_keeps_order_and_hands_over_producer_errors() -> None:
         return produced[step]
 
     with pytest.raises(ValueError, match="bad batch 2"):
-        list(Prefetcher(failing, 5, cpu))
+        list(Prefetcher(failing, 5, cpu, threaded=threaded))
 
 
 def test_closing_the_prefetcher_early_stops_its_thread() -> None:
     from paijob.runtime.recipes.prefetch import Prefetcher
 
-    prefetcher = Prefetcher(lambda step, slot: (torch.zeros(1),), 1000, torch.device("cpu"), depth=2)
+    prefetcher = Prefetcher(lambda step, slot: (torch.zeros(1),), 1000, torch.device("cpu"), depth=2,
+                            threaded=True)
     iterator = iter(prefetcher)
     next(iterator)
     iterator.close()  # type: ignore[attr-defined]
@@ -698,7 +701,8 @@ def test_prefetcher_runs_the_device_stage_in_its_thread_and_passes_lists_through
         threads.append(threading.get_ident())
         return (torch.stack([t.sum() for t in moved[0]]), moved[1])
 
-    (out,) = list(Prefetcher(lambda step, slot: (encoded, labels), 1, torch.device("cpu"), on_device=decode))
+    (out,) = list(Prefetcher(lambda step, slot: (encoded, labels), 1, torch.device("cpu"), on_device=decode,
+                             threaded=True))
     assert out[0].tolist() == [6, 5] and out[1].tolist() == [4, 6]
     assert threads and threads[0] != threading.get_ident()
 
@@ -711,3 +715,35 @@ def test_ddp_knobs_keep_replicas_bitwise_equal(tmp_path: Path) -> None:
     assert_all_ranks_succeeded(results)
     summary = summary_of(results[0].stdout)
     assert summary["replicas_in_sync"] is True and summary["config"]["ddp_static_graph"] is True
+
+
+class _DecodedFolder:
+    """Stands in for torchvision's ImageFolder (uint8 CHW image, label): the loader-worker path."""
+
+    def __init__(self, size: int, seed: int) -> None:
+        self.source = SyntheticImages(size, 10, 32, seed, "train")
+
+    def __len__(self) -> int:
+        return len(self.source)
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
+        images, labels = self.source.get_batch(torch.tensor([index]))
+        return images[0], int(labels[0])
+
+
+def test_image_folder_path_trains_and_evaluates_every_sample_once(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    from paijob.runtime.recipes import cli
+
+    real_recipe = cli._cifar10_recipe
+
+    def folder_recipe() -> Any:
+        recipe = real_recipe()
+        recipe.load_data = lambda cfg, info: (_DecodedFolder(96, 0), _DecodedFolder(40, 1))
+        return recipe
+
+    monkeypatch.setattr(cli, "_cifar10_recipe", folder_recipe)
+    code, summary = run_recipe(["cifar10", "--epochs", "2", "--workers", "1", "--batch-size", "32",
+                                "--output-dir", str(tmp_path), "--log-interval", "1000"], capsys)
+    assert code == 0 and summary["data_placement"] == "loader"
+    assert summary["final"]["train_samples"] == 96 and summary["final"]["eval_samples"] == 40
