@@ -100,6 +100,10 @@ def _synthetic(samples: int, steps: int, tmp: Path) -> dict[str, Any]:
             raw["recipe_eager"].append(_recipe(precision, "synthetic", steps, tmp))
             raw["ceiling_compiled"].append(_ceiling(precision, True, steps, tmp))
             raw["recipe_compiled"].append(_recipe(precision, "synthetic", steps, tmp, compiled=True))
+            if precision == "bf16":  # CUDA graphs on top of inductor, where the step fits one
+                raw.setdefault("recipe_compiled_cudagraphs", []).append(
+                    _recipe(precision, "synthetic", steps, tmp, compiled=True,
+                            extra=["--compile-mode", "reduce-overhead"]))
         med = _medians(raw)
         out[precision] = {
             "raw": raw, **med,

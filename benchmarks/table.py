@@ -44,6 +44,10 @@ def gpu_rows(gpu: dict[str, Any]) -> list[str]:
             rows.append(f"| images/s, `--recipe imagenet --data synthetic` / the ceiling step, {mode}, "
                         f"{precision}, {where} | {entry[f'of_ceiling_{mode}']:.2f} ({recipe:.0f} / {ceiling:.0f})"
                         f" | ≥ 0.9 |")
+        if "recipe_compiled_cudagraphs" in entry:
+            graphs, ceiling = entry["recipe_compiled_cudagraphs"]["median"], entry["ceiling_compiled"]["median"]
+            rows.append(f"| same, `--compile-mode reduce-overhead` (CUDA graphs), {precision} | "
+                        f"{graphs / ceiling:.2f} ({graphs:.0f} / {ceiling:.0f}) | ≥ 0.9 |")
         startup = entry.get("compile_startup_seconds")
         if startup:
             rows.append(f"| `--compile` start-up cost, {precision} | {startup['median']:.0f} s | — |")
