@@ -78,10 +78,7 @@ def exit_code_of(error: SystemExit) -> int:
 
 def finish(code: int) -> NoReturn:
     """End the process with ``code`` after what a normal exit does, minus finalisation."""
-    main = threading.main_thread()
-    for thread in threading.enumerate():
-        if thread is not main and not thread.daemon and thread.is_alive():
-            thread.join()
+    _wait_for_threads()
     run_exitfuncs: Callable[[], None] | None = getattr(atexit, "_run_exitfuncs", None)
     if run_exitfuncs is not None:  # CPython: atexit handlers, in the usual order
         run_exitfuncs()
@@ -93,6 +90,23 @@ def finish(code: int) -> NoReturn:
         except (OSError, ValueError, AttributeError):
             pass
     os._exit(code)
+
+
+def _wait_for_threads() -> None:
+    """What python does first at exit: threading's exit hooks, then join non-daemon threads.
+
+    ``threading._shutdown`` (CPython 3.10-3.13) runs the hooks first, e.g. the one
+    that tells a ``ThreadPoolExecutor`` still referenced somewhere to stop; joining
+    its threads without them would wait forever.
+    """
+    shutdown: Callable[[], None] | None = getattr(threading, "_shutdown", None)
+    if shutdown is not None:
+        shutdown()
+        return
+    main = threading.main_thread()
+    for thread in threading.enumerate():
+        if thread is not main and not thread.daemon and thread.is_alive():
+            thread.join()
 
 
 def _flush_open_files() -> None:

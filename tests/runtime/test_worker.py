@@ -133,6 +133,10 @@ def test_what_a_normal_exit_would_write_is_written(tmp_path: Path):
             time.sleep(0.5)
             open("thread.txt", "w").write("joined")
         threading.Thread(target=late).start()     # non-daemon: python waits for it
+        import sys
+        from concurrent.futures import ThreadPoolExecutor
+        sys.pool = ThreadPoolExecutor(1)          # never shut down: python's exit stops it
+        sys.pool.submit(lambda: open("pool.txt", "w").write("done")).result()
         """,
         tmp_path,
     )
@@ -140,6 +144,7 @@ def test_what_a_normal_exit_would_write_is_written(tmp_path: Path):
     assert (tmp_path / "unclosed.txt").read_text() == "kept"
     assert (tmp_path / "atexit.txt").read_text() == "ran"
     assert (tmp_path / "thread.txt").read_text() == "joined"
+    assert (tmp_path / "pool.txt").read_text() == "done"
 
 
 LIVE = textwrap.dedent(
