@@ -49,6 +49,7 @@ from jinja2.exceptions import SecurityError
 from jinja2.sandbox import SandboxedEnvironment
 
 from paijob.errors import PaijobError
+from paijob.openpai.names import PAI_TAG_PATTERN
 from paijob.openpai.yaml12 import YamlError, load_job, load_values
 from paijob.protocol import (
     WARNING,
@@ -262,6 +263,15 @@ def parse_set(expr: str, *, as_string: bool = False, flag: str = "--set") -> tup
     """``a.b=1`` → (["a", "b"], 1). Values are typed as YAML would (ints,
     floats, true/false, null, [lists], {maps}) unless ``as_string``; a dot in
     a key is written ``\\.``."""
+    try:
+        expr.encode("utf-8")
+    except UnicodeEncodeError as error:  # bytes the shell passed that are not UTF-8
+        byte = ord(expr[error.start]) - 0xDC00 if "\udc80" <= expr[error.start] <= "\udcff" else None
+        what = f"byte 0x{byte:02x}" if byte is not None else f"character {expr[error.start]!r}"
+        raise ValuesError(
+            f"{flag} {expr[: error.start]!r}...: not UTF-8 text ({what} at position {error.start}); "
+            "values must be UTF-8"
+        ) from None
     if "=" not in expr:
         raise ValuesError(f"{flag} {expr!r}: no '='; {_SET_FORM}")
     key_text, raw = expr.split("=", 1)
@@ -485,14 +495,14 @@ def _plain(value: Any) -> Any:
     return value
 
 
-# OpenPAI's own references, replaced by the server before bash runs the command:
-# <% $parameters.x %>, <% $secrets.x %>, <% $script.name %>, ... (mustache names,
-# rest-server middlewares/v2/protocol.js). Nothing looser: an unquoted `<%`
-# is a shell redirection and anything else inside it would run.
-_OPENPAI_TAG = r"<%\s*\$[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z0-9_-]+|\[[0-9]+\])*\s*%>"
+# OpenPAI's own references (openpai.names.PAI_TAG_PATTERN), replaced by the
+# server before bash runs the command, are left unquoted when their names hold
+# only word characters, dots, dashes and [index]: a reference the server does
+# not resolve stays in the command as written, and an unquoted `<%` is a shell
+# redirection, so anything looser (`<% $parameters.$(id) %>`) is quoted.
+_SHELL_SAFE_TAG = r"<%\s*\$[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z0-9_-]+|\[[0-9]+\])+\s*%>"
 _SHELL_VAR = r"\$[A-Za-z_][A-Za-z0-9_]*|\$\{[A-Za-z_][A-Za-z0-9_]*\}"
-_KEPT_WHOLE = re.compile(f"(?:{_OPENPAI_TAG}|{_SHELL_VAR})")
-_KEPT_PART = re.compile(f"({_OPENPAI_TAG})|({_SHELL_VAR})")
+_KEPT_PART = re.compile(f"({_SHELL_SAFE_TAG})|({_SHELL_VAR})")
 _SHELL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
@@ -511,11 +521,16 @@ def shell_quote(value: Any) -> str:
     text = value if isinstance(value, str) else yaml_scalar(value) if isinstance(value, bool) else str(value)
     if "\0" in text:
         raise TemplateFailure(f"value {text!r} contains a NUL character, which no shell command can hold")
-    if _KEPT_WHOLE.fullmatch(text):
-        return text
+    kept = [
+        match
+        for match in _KEPT_PART.finditer(text)
+        if match.group(2) or re.fullmatch(PAI_TAG_PATTERN, match.group(1))
+    ]
+    if len(kept) == 1 and kept[0].span() == (0, len(text)):
+        return text  # a reference alone stays as written
     words: list[str] = []
     last = 0
-    for match in _KEPT_PART.finditer(text):
+    for match in kept:
         if match.start() > last:
             words.append(shlex.quote(text[last : match.start()]))
         tag, var = match.groups()

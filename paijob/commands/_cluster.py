@@ -130,11 +130,25 @@ def rename(text: str, name: str | None, unique: bool) -> tuple[str, str]:
         new = unique_name(new)
     if new == current:
         return text, current
+    check_job_name(new, "--name" if name else "the job's name")
     renamed, count = _NAME_LINE.subn(f"name: {new}", text, count=1)
     if count != 1 or (yaml.safe_load(renamed) or {}).get("name") != new:
         job["name"] = new
         renamed = yaml.safe_dump(job, sort_keys=False)
     return renamed, new
+
+
+def check_job_name(name: str, what: str) -> None:
+    """Refuse a job name OpenPAI would refuse (the pattern ``paijob validate`` checks),
+    before it is written into the job text: ``--name $'a\\nb'`` must not break the YAML."""
+    from paijob.errors import PaijobError
+    from paijob.openpai.names import NAME_PATTERN, js_match
+
+    if not js_match(NAME_PATTERN, name) or len(name) > NAME_MAX:
+        raise PaijobError(
+            f"{what} {name!r} is not a valid OpenPAI job name: use letters, digits, _ and - "
+            f"(at most {NAME_MAX})"
+        )
 
 
 def check_job_text(text: str, source: str) -> None:

@@ -162,7 +162,8 @@ def run(args: argparse.Namespace) -> int:
     elif args.output == "json":
         import json
 
-        sys.stdout.write(json.dumps(result.job, indent=2) + "\n")
+        # default=str: a YAML date (parameters: {day: 2024-01-02}) is an object, not JSON
+        sys.stdout.write(json.dumps(result.job, indent=2, default=str) + "\n")
     else:
         sys.stdout.write(result.text)
     return 0

@@ -123,6 +123,13 @@ def test_openpai_references_and_shell_variables_keep_working() -> None:
     assert shell_quote("--data=$DATA/x y") == "--data=\"$DATA\"'/x y'"
     # anything looser than an OpenPAI reference is quoted: `<%` alone is a redirection
     assert shell_quote("<% $(touch x) %>") == "'<% $(touch x) %>'"
+    assert shell_quote("<% $nosuch.x %>") == "'<% $nosuch.x %>'"  # not an OpenPAI namespace
+    # a reference OpenPAI would not resolve is not left unquoted: $(...) stays text
+    done = subprocess.run(
+        ["bash", "-c", "parameters=P; printf %s " + shell_quote("<% $parameters.$(echo ran) %>")],
+        capture_output=True, text=True, timeout=10,
+    )
+    assert done.stdout == "<% P.$(echo ran) %>"
 
 
 def test_environment_variable_names_are_shell_names(capsys: pytest.CaptureFixture[str]) -> None:
@@ -380,3 +387,31 @@ def test_templates_help_and_show_say_what_a_template_may_do(capsys: pytest.Captu
     assert code == 0 and "sandbox" in text and "cycler.__init__.__globals__ is an error" in text
     code, out, _ = run_cli(capsys, "templates", "show", "ddp")
     assert code == 0 and "# ---- values schema ddp.values.schema.json" in out
+
+
+def test_a_value_that_is_not_utf8_is_one_error(capsys: pytest.CaptureFixture[str]) -> None:
+    # what Python makes of a non-UTF-8 byte in argv (surrogateescape)
+    value = b"args=\xff".decode("utf-8", "surrogateescape")
+    for flag in ("--set", "--set-string"):
+        code, out, err = run_cli(capsys, "render", "ddp", flag, value)
+        assert (code, out) == (2, "") and "not UTF-8 text (byte 0xff at position 5)" in err
+
+
+def test_json_output_of_a_job_with_a_date(capsys: pytest.CaptureFixture[str]) -> None:
+    # OpenPAI (js-yaml) reads 2024-01-02 as a date object; -o json must still print
+    code, out, err = run_cli(capsys, "render", "ddp", "--set", "parameters={day: 2024-01-02}", "-o", "json")
+    assert code == 0, err
+    assert json.loads(out)["parameters"] == {"day": "2024-01-02"}
+
+
+@pytest.mark.parametrize("name", ["a\nb", "a b", "x" * 256, "a:\n  b: c"])
+def test_submit_name_is_checked_before_it_is_written_into_the_job(
+    name: str, capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the check runs before any cluster is contacted: no profile, no server needed
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    code, out, err = run_cli(capsys, "submit", "ddp", "--name", name)
+    assert (code, out) == (2, "")
+    assert err.startswith(f"paijob: error: --name {name!r} is not a valid OpenPAI job name")
+    assert err.count("\n") == 1

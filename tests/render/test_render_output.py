@@ -30,7 +30,7 @@ def test_a_regular_file_is_replaced_and_keeps_its_mode(
     target.write_text("old\n")
     target.chmod(0o640)
     old_inode = target.stat().st_ino
-    code, out, err = run_cli(capsys, "render", "ddp", "--set", "instances=3", "-o", str(target))
+    code, out, err = run_cli(capsys, "render", "ddp", "--set", "instances=3", "--output-file", str(target))
     assert (code, out) == (0, ""), err
     assert target.read_text() == rendered(capsys)
     assert stat.S_IMODE(target.stat().st_mode) == 0o640
@@ -58,7 +58,7 @@ def test_a_symlink_is_written_through_and_stays_a_link(
     link.symlink_to(real)
     chain = tmp_path / "chain.yaml"
     chain.symlink_to(link)
-    code, _, err = run_cli(capsys, "render", "ddp", "--set", "instances=3", "-o", str(chain))
+    code, _, err = run_cli(capsys, "render", "ddp", "--set", "instances=3", "--output-file", str(chain))
     assert code == 0, err
     assert chain.is_symlink() and link.is_symlink()
     assert os.readlink(chain) == str(link) and os.readlink(link) == str(real)
@@ -83,7 +83,7 @@ def test_a_symlink_loop_is_a_clear_error(tmp_path: Path) -> None:
 
 def test_dev_null_is_written_not_replaced(capsys: pytest.CaptureFixture[str]) -> None:
     before = os.stat("/dev/null")
-    code, out, err = run_cli(capsys, "render", "ddp", "-o", "/dev/null")
+    code, out, err = run_cli(capsys, "render", "ddp", "--output-file", "/dev/null")
     assert (code, out) == (0, ""), err
     after = os.stat("/dev/null")
     assert stat.S_ISCHR(after.st_mode) and after.st_rdev == before.st_rdev
@@ -97,7 +97,7 @@ def test_a_fifo_is_written_in_place(tmp_path: Path, capsys: pytest.CaptureFixtur
     received: list[str] = []
     reader = threading.Thread(target=lambda: received.append(fifo.read_text()), daemon=True)
     reader.start()
-    code, _, err = run_cli(capsys, "render", "ddp", "--set", "instances=3", "-o", str(fifo))
+    code, _, err = run_cli(capsys, "render", "ddp", "--set", "instances=3", "--output-file", str(fifo))
     reader.join(timeout=30)
     assert code == 0, err
     assert not reader.is_alive()
