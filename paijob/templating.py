@@ -716,7 +716,7 @@ def used_names(template: TemplateRef) -> set[str]:
         try:
             source = env.loader.get_source(env, name)[0] if env.loader else ""
             tree = env.parse(source)
-        except (jinja2.TemplateError, OSError):
+        except (jinja2.TemplateError, OSError, UnicodeDecodeError):  # render_text reports it
             continue
         names |= meta.find_undeclared_variables(tree)
         todo.extend(t for t in meta.find_referenced_templates(tree) if t)

@@ -274,6 +274,9 @@ def test_non_utf8_values_file_and_template(tmp_path: Path, capsys: pytest.Captur
     template.write_bytes(b"name: caf\xe9\n")
     code, _, err = run_cli(capsys, "render", str(template))
     assert code == 2 and "is not UTF-8 text" in err and "Traceback" not in err
+    # with a value the template does not know, render looks for the names it uses first
+    code, _, err = run_cli(capsys, "render", str(template), "--set", "nosuch=1")
+    assert code == 2 and "is not UTF-8 text" in err and "Traceback" not in err
     (tmp_path / "u.values.yaml").write_bytes(b"a: \xff\n")
     (tmp_path / "u.yaml.j2").write_text("x: 1\n")
     code, _, err = run_cli(capsys, "render", str(tmp_path / "u.yaml.j2"))
