@@ -111,3 +111,14 @@ def test_output_help_says_what_happens_to_links_and_devices(capsys: pytest.Captu
     assert code == 0
     out = " ".join(out.split())
     assert "atomically" in out and "symlink is written through" in out and "FIFO" in out
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="no /dev/full")
+def test_dev_full_is_a_clear_error_and_stays_a_device(capsys: pytest.CaptureFixture[str]) -> None:
+    # as root, the old rename-over would have replaced /dev/full with a regular file
+    before = os.stat("/dev/full")
+    code, out, err = run_cli(capsys, "render", "ddp", "--output-file", "/dev/full")
+    assert (code, out) == (2, "")
+    assert err.strip() == "paijob: error: cannot write /dev/full: No space left on device"
+    after = os.stat("/dev/full")
+    assert stat.S_ISCHR(after.st_mode) and (after.st_ino, after.st_rdev) == (before.st_ino, before.st_rdev)

@@ -52,7 +52,7 @@ def test_render_imports_neither_the_cluster_verbs_nor_requests() -> None:
     assert_not_loaded_after(
         "import io, contextlib\nfrom paijob.cli import main\n"
         "with contextlib.redirect_stdout(io.StringIO()):\n    assert main(['render', 'ddp']) == 0\n",
-        ("paijob.commands._cluster", "paijob.client", "requests", "torch"),
+        ("paijob.commands._cluster", "paijob.client", "requests", "torch", "jsonschema"),
     )
 
 
