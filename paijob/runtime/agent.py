@@ -313,6 +313,12 @@ def _port_taken(error: BaseException) -> bool:
     return "EADDRINUSE" in text or "address already in use" in text.lower()
 
 
+def _say(message: str) -> None:
+    import sys
+
+    print(f"paijob-runtime: {message}", file=sys.stderr, flush=True)
+
+
 def _who() -> str:
     """``role:index at address`` of this task, for other nodes' messages about it."""
     from paijob.runtime.netif import task_address
@@ -373,8 +379,6 @@ def run_per_gpu(
         heartbeat_timeout=heartbeat_timeout,
         log_line_prefix_template="[rank${rank}]: " if prefix_output else None,
     )
-    from paijob.runtime.launch import _say
-
     watch = NodeWatch(
         node_rank=node_rank,
         nnodes=nnodes,

@@ -300,16 +300,17 @@ class NodeWatch:
         while not self._ended:
             time.sleep(0.2)
             now = time.monotonic()
-            for started, limit in list(self._blocked.values()):
-                if now - started > limit and self.fatal is None:
-                    self.declare(
-                        self._master_lost(f"it did not answer for {limit:.0f}s")
-                    )
+            # An expired phase knows its reason best (e.g. a squatter): it goes first.
             if self._phase_deadline is not None and now > self._phase_deadline:
                 if self._phase_expired is not None and self.fatal is None:
                     self.declare(self._phase_expired())
                 if self.fatal is not None:
                     self._end(self.fatal)
+            for started, limit in list(self._blocked.values()):
+                if now - started > limit and self.fatal is None:
+                    self.declare(
+                        self._master_lost(f"it did not answer for {limit:.0f}s")
+                    )
             if self._waiting_line is not None and now >= self._next_wait_message:
                 self._next_wait_message = now + WAIT_MESSAGE_EVERY
                 line = self._waiting_line(now - self._phase_started)

@@ -85,9 +85,9 @@ def wait_until(predicate, timeout: float = 10.0) -> None:  # type: ignore[no-unt
 
 def test_node_0_declares_a_silent_peer_lost_and_publishes_it_for_every_node(ends):
     store = FakeStore()
-    master = make_watch(store, 0, 3, ends)
-    peer = make_watch(store, 1, 3, ends)
-    other = make_watch(store, 2, 3, ends)
+    master = make_watch(store, 0, 3, ends, heartbeat_timeout=2.0)
+    peer = make_watch(store, 1, 3, ends, heartbeat_timeout=2.0)
+    other = make_watch(store, 2, 3, ends, heartbeat_timeout=2.0)
     try:
         master.enter("running")
         for watch in (master, peer, other):
@@ -97,7 +97,7 @@ def test_node_0_declares_a_silent_peer_lost_and_publishes_it_for_every_node(ends
         wait_until(lambda: master.fatal is not None)
         assert master.fatal is not None and master.fatal.node_rank == 2
         assert master.fatal.reason.startswith(
-            "node rank 2 (worker:2 at 10.0.0.3) stopped sending heartbeats for 1s"
+            "node rank 2 (worker:2 at 10.0.0.3) stopped sending heartbeats for 2s"
         )
         record = json.loads(store.get("paijob/failure/2"))
         assert record["reason"] == master.fatal.reason
@@ -133,7 +133,7 @@ def test_an_unanswered_store_call_ends_a_node_blocked_in_the_exit_barrier(ends):
         store.hang.set()  # a partition: calls neither answer nor fail
         hung_at = time.monotonic()
         wait_until(lambda: bool(ends))
-        assert 0.5 <= time.monotonic() - hung_at < 3.0
+        assert 0.5 <= time.monotonic() - hung_at < 10.0
         assert ends[0].reason.startswith(
             "node rank 0 (the master, rendezvous store at 10.0.0.1:29500) was lost: "
             "it did not answer for 0s"
@@ -172,16 +172,17 @@ def test_an_expired_phase_ends_the_node_with_its_own_reason(ends):
 
 def test_waiting_lines_come_at_most_once_per_period(ends, monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setattr(nodewatch, "WAIT_MESSAGE_EVERY", 0.5)
-    said: list[str] = []
+    said: list[float] = []
     watch = make_watch(FakeStore(), 0, 2, ends)
-    watch._say = said.append  # noqa: SLF001 - the test's ear
+    watch._say = lambda line: said.append(time.monotonic())  # noqa: SLF001 - the test's ear
     try:
         watch.enter("rendezvous", waiting_line=lambda waited: f"waiting {waited:.1f}",
                     first_message_after=0.0)
         time.sleep(1.2)
     finally:
         watch.close()
-    assert 2 <= len(said) <= 3, said
+    assert 1 <= len(said) <= 3, said
+    assert all(later - earlier >= 0.45 for earlier, later in zip(said, said[1:], strict=False)), said
 
 
 def test_bounded_gives_the_result_the_error_or_a_timeout():
@@ -206,10 +207,10 @@ def test_waiting_for_the_master_says_so_once_per_period():
         port = sock.getsockname()[1]  # bound, not listening: refused
         said: list[str] = []
         with pytest.raises(MasterUnreachableError):
-            wait_for_master("127.0.0.1", port, timeout=1.3, interval=0.05, log=said.append,
+            wait_for_master("127.0.0.1", port, timeout=2.0, interval=0.05, log=said.append,
                             message_every=0.5)
-    assert said[0] == f"waiting up to 1s for the master at 127.0.0.1:{port} ..."
-    assert 2 <= len(said) <= 3, said
+    assert said[0] == f"waiting up to 2s for the master at 127.0.0.1:{port} ..."
+    assert 2 <= len(said) <= 4, said
     assert said[1].startswith(f"still waiting for the master at 127.0.0.1:{port} (")
     assert "last error:" in said[1]
 
@@ -234,7 +235,7 @@ def test_every_peer_silent_at_once_names_them_all_and_suspects_node_0s_own_netwo
 def test_a_store_that_accepts_but_never_answers_is_not_taken_for_connected(ends):
     store = FakeStore()
     store.hang.set()  # connecting works, the first round trip never returns
-    peer = make_watch(store, 1, 2, ends)
+    peer = make_watch(store, 1, 2, ends, heartbeat_timeout=30)  # the connect limit: not first
     try:
         peer.enter("handshake", deadline=0.5,
                    expired=lambda: Failure(0, None, None, None, False, time.time(), reason="squat"))
