@@ -197,4 +197,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    # Under torchrun this runs on plain python, whose finalisation can turn a finished DDP run
+    # into exit 134; end it as paijob-runtime's workers end (the benchmark measures the loop).
+    from paijob.runtime.worker import finish
+
+    finish(code)
