@@ -14,9 +14,11 @@ runs two daemon threads beside torch's elastic agent:
   failure record, so every node names the same lost node;
 * the **watchdog** thread, which needs no network: it ends the node when a
   store call (the heartbeat's, the rendezvous, any bounded call) has been
-  blocked past its deadline, and when the main thread, busy in a call that
+  blocked past its deadline, when another node failed while this one waits
+  in torch's exit barrier, and when the main thread, busy in a call that
   cannot be interrupted, has not ended the node soon after a fatal verdict.
-  It prints the root cause in one line, stops the workers and exits 143.
+  It prints the root cause in one line, stops the workers and exits with the
+  root cause's code (143 for a lost node or store).
 
 Messages while waiting for the rendezvous come from the watchdog too: at
 most one line every 30 seconds. This module does not import torch; the store
@@ -33,7 +35,7 @@ from functools import partial
 from typing import Any, TypeVar
 
 from paijob.runtime import exitcodes
-from paijob.runtime.failures import Failure
+from paijob.runtime.failures import Failure, choose_root_cause
 
 FAILURE_COUNT_KEY = "paijob/failures"
 FAILURE_KEY = "paijob/failure/{node}"
@@ -119,6 +121,7 @@ class NodeWatch:
         self.remote_failures: list[Failure] = []
         self.lost_nodes: set[int] = set()
         self._seen_failures = 0
+        self._records_since: float | None = None
         self._heartbeats: dict[int, tuple[int, float]] = {}
         # what the main thread is doing, and until when it may block
         self.phase = "starting"
@@ -189,6 +192,8 @@ class NodeWatch:
             records = self._guarded(self._read_failures)
             with self._lock:
                 self.remote_failures = records
+                if self._records_since is None:
+                    self._records_since = time.monotonic()
 
     def _silent_peers(self) -> list[int]:
         client = self._client
@@ -311,6 +316,8 @@ class NodeWatch:
                     self.declare(
                         self._master_lost(f"it did not answer for {limit:.0f}s")
                     )
+            if self.phase == "exit barrier" and self.fatal is None:
+                self._judge_from_the_barrier(now)
             if self._waiting_line is not None and now >= self._next_wait_message:
                 self._next_wait_message = now + WAIT_MESSAGE_EVERY
                 line = self._waiting_line(now - self._phase_started)
@@ -325,6 +332,21 @@ class NodeWatch:
                 if blocking or late:
                     self._end(self.fatal)
 
+    def _judge_from_the_barrier(self, now: float) -> None:
+        """This node's workers succeeded, another node's failed: torch's exit barrier would
+        wait for it (300 s) and then report success. End with that failure instead, as the
+        nodes still training do; a consequence alone waits for its cause a while first."""
+        with self._lock:
+            records = list(self.remote_failures)
+            since = self._records_since
+        if not records or since is None:
+            return
+        primary = any(not f.secondary for f in records)
+        if primary or now - since > self.heartbeat_timeout + 5:
+            root = choose_root_cause(records)
+            if root is not None:
+                self.declare(root)
+
     def _end(self, failure: Failure) -> None:
         if self._ended:
             return
@@ -332,7 +354,7 @@ class NodeWatch:
         try:
             self._end_node(failure)
         finally:
-            os._exit(exitcodes.INFRA_FAILURE)
+            os._exit(failure.exit_code or exitcodes.INFRA_FAILURE)
 
     # -- bounded calls for the main thread -----------------------------------------
     def call(self, fn: Callable[[Any], T], timeout: float = STORE_OP_TIMEOUT) -> T | None:

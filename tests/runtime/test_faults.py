@@ -206,3 +206,34 @@ def test_the_port_watch_needs_a_listener_elsewhere_for_the_whole_confirm_time():
     message = watch.judge([12355], now=21)
     assert message is not None and "port 12355 but not on the rendezvous port 23456" in message
     assert "(port label 'SynPort')" in message
+
+
+FAILS_AFTER_THE_OTHER_FINISHED = textwrap.dedent(
+    """
+    import os, time
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo")
+    if os.environ["RANK"] == "0":
+        time.sleep(3)  # rank 1 is done by now, its node waiting in torch's exit barrier
+        raise ValueError("late failure on purpose")
+    """
+)
+
+
+def test_a_node_whose_workers_finished_reports_a_later_failure_elsewhere(
+    tmp_path: Path, start_task
+):
+    script = tmp_path / "late.py"
+    script.write_text(FAILS_AFTER_THE_OTHER_FINISHED)
+    port = free_port()
+    args = ["train", "--nproc-per-node", "1", "--grace-period", "3", str(script)]
+    tasks = [start_task(args, task_env(port, i), name=f"node{i}") for i in (0, 1)]
+    codes = wait_all(tasks, timeout=120)
+    assert codes == [1, 1], tasks[0].output + tasks[1].output
+    # not torch's 300 s barrier wait, nor success after it
+    assert abs((tasks[1].ended_at or 0) - (tasks[0].ended_at or 0)) < 10
+    assert "worker rank 0 (node rank 0, local rank 0) failed with exit code 1 (on another node)" in (
+        tasks[1].output
+    )
+    assert "ValueError: late failure on purpose" in tasks[1].output

@@ -56,14 +56,19 @@ class Ended(Exception):
     pass
 
 
+class Endings(list):  # type: ignore[type-arg]
+    """The failures the watchdog ended the node with, and the exit codes it used."""
+
+    exits: list[int]
+
+
 @pytest.fixture
-def ends(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[Failure]]:
-    """The failures the watchdog ended the node with (os._exit replaced)."""
-    ended: list[Failure] = []
-    exits: list[int] = []
-    monkeypatch.setattr(nodewatch.os, "_exit", exits.append)
+def ends(monkeypatch: pytest.MonkeyPatch) -> Iterator[Endings]:
+    ended = Endings()
+    ended.exits = []
+    monkeypatch.setattr(nodewatch.os, "_exit", ended.exits.append)
     yield ended
-    assert len(exits) == len(ended)
+    assert len(ended.exits) == len(ended)
 
 
 def make_watch(store: FakeStore, node_rank: int, nnodes: int, ends: list[Failure],
@@ -246,3 +251,20 @@ def test_a_store_that_accepts_but_never_answers_is_not_taken_for_connected(ends)
     finally:
         peer.close()
         store.never.set()
+
+
+def test_a_failure_elsewhere_ends_a_node_waiting_in_the_exit_barrier_with_its_code(ends):
+    store = FakeStore()
+    peer = make_watch(store, 1, 2, ends, heartbeat_timeout=5.0)
+    try:
+        peer.enter("running")
+        peer.start_heartbeats()
+        wait_until(lambda: peer.wait_connected(0))
+        peer.enter("exit barrier")  # our workers succeeded; torch waits for the others
+        failed = Failure(0, 0, 0, 3, False, time.time(), tail="ValueError: bad batch")
+        store.set("paijob/failure/0", failed.to_json())
+        store.add("paijob/failures", 1)
+        wait_until(lambda: bool(ends))
+        assert ends == [failed] and ends.exits == [3]
+    finally:
+        peer.close()
