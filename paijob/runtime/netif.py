@@ -108,4 +108,6 @@ def socket_ifname_env(
         return {}
     if say is not None:
         say(f"collectives bind to interface {ifname} ({address}, from {source})")
-    return {name: ifname for name in missing}
+    # NCCL reads a list of name *prefixes* ("eth1" would also take eth10); "=" means exactly.
+    values = {"GLOO_SOCKET_IFNAME": ifname, "NCCL_SOCKET_IFNAME": f"={ifname}"}
+    return {name: values[name] for name in missing}

@@ -144,6 +144,7 @@ DDP_SCRIPT = textwrap.dedent(
     with open(os.path.join(sys.argv[1], f"rank{rank}"), "w") as fh:
         fh.write(" ".join(f"{v:.6f}" for v in params.tolist()) + "\\n")
         fh.write(",".join(hosts) + "\\n" + os.environ.get("GLOO_SOCKET_IFNAME", "") + "\\n")
+        fh.write(os.environ.get("NCCL_SOCKET_IFNAME", "") + "\\n")
     dist.destroy_process_group()
     """
 )
@@ -174,7 +175,8 @@ def test_two_hosts_with_loopback_hostnames_train_ddp_together(network, tmp_path:
     params = {tuple(lines[0].split()) for lines in results.values()}
     assert len(params) == 1, results  # DDP kept every replica identical
     assert results[0][1] == "host0,host0,host1,host1"  # really two hosts
-    assert {lines[2] for lines in results.values()} == {"eth0"}
+    assert {lines[2] for lines in results.values()} == {"eth0"}  # GLOO_SOCKET_IFNAME
+    assert {lines[3] for lines in results.values()} == {"=eth0"}  # NCCL_SOCKET_IFNAME, exact
     for node in nodes:
         assert f"collectives bind to interface eth0 ({node.host.address}" in node.output
 
