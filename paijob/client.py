@@ -59,6 +59,7 @@ CHUNK = 64 * 1024
 # A log body may outlast the deadline while it keeps arriving at least this fast (bytes per deadline).
 STREAM_MIN_PER_WINDOW = 64 * 1024
 SERVER_TEXT_CHARS = 300  # how much of a server's error text is shown
+MAX_BODY = 256 * 2**20  # an API answer (not a log) larger than this is refused, not held in memory
 
 T = TypeVar("T")
 
@@ -202,6 +203,10 @@ class Reply:
 
 class _Deadline(Exception):
     """The exchange did not finish within the request's deadline."""
+
+
+class _TooLarge(Exception):
+    """An answer held in memory (not a streamed log) grew past ``MAX_BODY``."""
 
 
 class _Exchange(threading.Thread):
@@ -405,6 +410,7 @@ class PaiClient:
             if on_head is not None:
                 on_head(response.status_code)
             body: list[bytes] = []
+            size = 0
             window_start, window_bytes = time.monotonic(), 0
             while True:
                 try:
@@ -429,6 +435,9 @@ class PaiClient:
                         window_start, window_bytes = time.monotonic(), 0
                 else:
                     body.append(value)
+                    size += len(value)
+                    if size > MAX_BODY:
+                        raise _TooLarge()
             return Reply(response.status_code, response.headers, b"".join(body), response.url,
                          response.reason or "")
         finally:
@@ -450,6 +459,11 @@ class PaiClient:
         except requests.ConnectionError as error:
             raise _Retryable(f"connection failed ({_short(error, self._secrets)})",
                              sent=not _never_sent(error)) from None
+        except requests.exceptions.ChunkedEncodingError:  # the connection broke in the middle of the body
+            raise _Retryable("connection broken while reading the answer") from None
+        except _TooLarge:
+            raise ClusterError(f"{method} {redact(url, self._secrets)}: the answer is larger than "
+                               f"{MAX_BODY // 2**20} MiB; is this an OpenPAI REST server?") from None
         except requests.RequestException as error:  # invalid URL and the like
             raise ClusterError(f"{method} {redact(url, self._secrets)}: {_short(error, self._secrets)}; "
                                "check the cluster URL") from None

@@ -16,6 +16,7 @@ match gets the fault instead. Faults:
 ``echo-401``                 401 whose message echoes what it was sent (Authorization header, form)
 ``echo-500-html``            500 with a long HTML page that echoes the same, and ``token=`` the token
 ``create-then-503``          POST /jobs stores the job, then answers 503; reading a config answers 503
+``broken-body``              the request is carried out, but the answer breaks off after 10 of its 1000 bytes
 """
 
 from __future__ import annotations
@@ -139,6 +140,13 @@ def _handler(fake: FakePai) -> type[BaseHTTPRequestHandler]:
                         + f"<p>request body: {body.decode()}</p>"
                         + f"<pre>token={fake.token}</pre></body></html>")
                 return self.answer(500, page, "text/html")
+            if fault == "broken-body":
+                if self.command == "POST" and path == API + "/jobs":
+                    fake.jobs.setdefault(f"{USER}~{yaml.safe_load(body)['name']}", body.decode())
+                self.wfile.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n"
+                                 b"\r\n{\"jobStatu")
+                self.close_connection = True
+                return None
             self.route(path, body, auth, trickle=fault == "trickle", create_then_503=fault == "create-then-503")
 
         def route(self, path: str, body: bytes, auth: str | None, *, trickle: bool, create_then_503: bool) -> None:

@@ -237,6 +237,20 @@ def test_create_then_503_is_a_success_once_the_job_can_be_read_back(
     assert out.strip() == f"{USER}~fresh" and len([m for m, _, _ in fake.seen if m == "POST"]) == 1
 
 
+@pytest.mark.parametrize("verb", ["submit", "status"])  # each try backs off: two verbs say enough
+def test_an_answer_that_breaks_off_is_retried_then_a_clear_error(verb: str, fake: FakePai, tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture[str],
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    fake.set_fault("broken-body")
+    code, out, err, _ = run(verb, fake, tmp_path, capsys, monkeypatch)
+    if verb == "submit":  # the job was created, and reading it back breaks off too
+        assert_clean_error(code, out, err, expected_code=4)
+        assert "outcome is unknown" in err
+    else:
+        assert_clean_error(code, out, err)
+        assert "connection broken while reading the answer" in err
+
+
 # --------------------------------------------------------------------------- memory
 
 
