@@ -198,8 +198,11 @@ def test_submit_names_unique_suffix_and_conflict_hint(capsys: pytest.CaptureFixt
 def test_submit_wait_exit_code_follows_the_job(capsys: pytest.CaptureFixture[str], remote: str,
                                                tmp_path: Path) -> None:
     job = tmp_path / "job.yaml"
-    # 134 (SIGABRT) is an exit-spec code, reported as is and not retried with jobRetryCount 0
-    job.write_text(job_yaml("waited", ["echo working", "exit 134"], instances=2))
+    # 134 (SIGABRT) is an exit-spec code, reported as is and not retried with jobRetryCount 0.
+    # Task 1 waits, so task 0 fails first and the attempt's completion stops task 1 (-220),
+    # as frameworkcontroller does; with both failing at once the order would be a race.
+    job.write_text(job_yaml("waited", ["echo working", '[ "$PAI_TASK_INDEX" = 0 ] || sleep 60', "exit 134"],
+                            instances=2))
     code, out, err = paijob(capsys, "submit", str(job), "-c", remote, "--wait")
     assert code == 1
     assert "FAILED" in err and "exited with code 134" in err
@@ -207,7 +210,8 @@ def test_submit_wait_exit_code_follows_the_job(capsys: pytest.CaptureFixture[str
     assert code == 0 and "worker/0" in out and "worker/1" in out and "FAILED" in out
     code, out, _ = paijob(capsys, "status", "waited", "-c", remote, "--output", "json")
     data: dict[str, Any] = json.loads(out)
-    assert data["taskRoles"]["worker"]["taskStatuses"][0]["containerExitCode"] == 134
+    statuses = data["taskRoles"]["worker"]["taskStatuses"]
+    assert [t["containerExitCode"] for t in statuses] == [134, -220]
     code, out, _ = paijob(capsys, "logs", "waited", "-c", remote, "--role", "worker", "--index", "1")
     assert "worker/1 | working" in out and "worker/0" not in out
     code, out, _ = paijob(capsys, "list", "-c", remote, "--state", "failed", "--output", "json")
