@@ -26,7 +26,7 @@ above); a configuration error is 2.
 | 0 | every worker on every node succeeded | — |
 | 1–127 | a worker failed; the root-cause worker's own exit code (a Python exception is 1); a node whose peer failed this way exits with the same code | `RETRY_TO_MAX` (only within `jobRetryCount`, default 0) |
 | 128+N | a worker was killed by signal N (139 segfault, 134 abort, 137 OOM-kill) | per OpenPAI's spec: 132/135/136/139/141 never, 134 up to max, 137 always |
-| 2 | configuration error: missing or inconsistent `PAI_*` variables, bad options, script not found | `RETRY_TO_MAX`; fix the job YAML |
+| 2 | configuration error: missing or inconsistent `PAI_*` variables, bad options, script or module not found, a `per-node` script that sets its own `MASTER_ADDR`/`MASTER_PORT`, `--mode horovod` outside MPI | `RETRY_TO_MAX`; fix the job YAML |
 | 143 | infrastructure failure: master unreachable within `--master-timeout`, rendezvous store lost, peer node lost; also SIGTERM received (job stopped) | `ALWAYS_RETRY` (transient) |
 | 130 | interrupted (SIGINT) | `ALWAYS_RETRY` |
 """
