@@ -113,9 +113,12 @@ def _flush_open_files() -> None:
     """Flush files the script left open, which finalisation would have flushed on close."""
     text, binary = [], []
     for obj in gc.get_objects():
-        if isinstance(obj, io.TextIOBase):
+        # type(obj), not isinstance: isinstance asks obj for __class__, and a dead
+        # weakref.proxy (torch.compile leaves some behind) raises ReferenceError.
+        kind = type(obj)
+        if issubclass(kind, io.TextIOBase):
             text.append(obj)
-        elif isinstance(obj, io.BufferedIOBase):
+        elif issubclass(kind, io.BufferedIOBase):
             binary.append(obj)
     for stream in (*text, *binary):  # text wrappers first: they write into their buffers
         try:

@@ -101,6 +101,25 @@ def test_the_script_keeps_its_own_exit_code_and_traceback(tmp_path: Path, body, 
     assert "runpy" not in proc.stderr and "paijob/runtime/worker.py" not in proc.stderr
 
 
+DEAD_PROXY = """
+import weakref
+
+class Model:
+    pass
+
+model = Model()
+proxy = weakref.proxy(model)  # torch.compile leaves such dead proxies in the garbage collector
+del model
+print("trained")
+"""
+
+
+def test_a_script_leaving_dead_weak_proxies_still_exits_0(tmp_path: Path):
+    proc = _run(DEAD_PROXY, tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "trained" and proc.stderr == ""
+
+
 SHOW = """
 import json, os, sys
 print(json.dumps({"argv": sys.argv, "file": __file__, "name": __name__, "path0": sys.path[0]}))
