@@ -102,13 +102,15 @@ def test_the_script_keeps_its_own_exit_code_and_traceback(tmp_path: Path, body, 
 
 
 DEAD_PROXY = """
+import sys
 import weakref
 
 class Model:
     pass
 
 model = Model()
-proxy = weakref.proxy(model)  # torch.compile leaves such dead proxies in the garbage collector
+# torch.compile's internals keep such dead proxies alive past the script's own namespace
+sys.paijob_test_kept_proxy = weakref.proxy(model)
 del model
 print("trained")
 """
