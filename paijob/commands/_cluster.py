@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 import yaml
 
+from paijob.openpai import yaml12
+
 if TYPE_CHECKING:  # the client (requests) is imported when a verb runs, not to build `paijob --help`
     from paijob.client import PaiClient
 
@@ -121,7 +123,7 @@ _NAME_LINE = re.compile(r"^name:[ \t]*(\S.*?)?[ \t]*$", re.MULTILINE)
 
 def rename(text: str, name: str | None, unique: bool) -> tuple[str, str]:
     """Apply --name / --unique-suffix; returns (text, final name). The rest of the text is kept."""
-    job = yaml.safe_load(text)
+    job = yaml12.load_job(text, "the job").value
     if not isinstance(job, dict):
         return text, ""
     current = str(job.get("name", ""))
@@ -132,7 +134,7 @@ def rename(text: str, name: str | None, unique: bool) -> tuple[str, str]:
         return text, current
     check_job_name(new, "--name" if name else "the job's name")
     renamed, count = _NAME_LINE.subn(f"name: {new}", text, count=1)
-    if count != 1 or (yaml.safe_load(renamed) or {}).get("name") != new:
+    if count != 1 or (yaml12.load_job(renamed, "the job").value or {}).get("name") != new:
         job["name"] = new
         renamed = yaml.safe_dump(job, sort_keys=False)
     return renamed, new

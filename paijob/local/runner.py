@@ -26,8 +26,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-import yaml
-
 from paijob.local import capacity
 from paijob.local.plan import JobPlan, Ports, RolePlan, plan_job, task_env, task_script
 from paijob.local.store import Store, now_ms
@@ -580,6 +578,3 @@ class LocalCluster:
                                   completed_time=now_ms(), diagnostics=message, trigger_message=message,
                                   **({"app_exit_code": exitspec.STOP_REQUESTED_CODE} if state == "STOPPED" else {}))
 
-
-def parse_config(text: str) -> Any:
-    return yaml.safe_load(text)

@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from paijob import outputs, project, workdir
+from paijob.openpai import yaml12
 
 
 def make_tree(root: Path, files: dict[str, str]) -> Path:
@@ -110,6 +111,16 @@ def test_prepend_command_goes_first_in_every_role() -> None:
     job = yaml.safe_load(workdir.prepend_command(text, "tar -xzf x"))
     assert [role["commands"] for role in job["taskRoles"].values()] == [["tar -xzf x", "run a"],
                                                                        ["tar -xzf x", "run b"]]
+
+
+def test_prepend_command_keeps_what_openpai_reads_in_the_job() -> None:
+    # js-yaml (the server) reads `no` as a string and `1e3` as a number; a YAML 1.1
+    # round trip would send `false` and "1e3" instead
+    text = "name: j\nextras: {gangAllocation: no}\nparameters: {n: 1e3}\ntaskRoles:\n  w: {commands: [x]}\n"
+    rewritten = workdir.prepend_command(text, "tar -xzf x")
+    job = yaml12.load_job(rewritten, "rewritten").value
+    assert job["extras"]["gangAllocation"] == "no"
+    assert job["parameters"]["n"] == 1000
 
 
 def test_project_config_paths_are_relative_to_its_folder(tmp_path: Path) -> None:
