@@ -97,10 +97,10 @@ def _replace_atomically(target: Path, text: str, shown: str, mode: int | None) -
         except OSError:
             pass
         raise PaijobError(f"cannot write {shown}: {error.strerror or error}") from None
-    _fsync_folder(folder)
+    fsync_folder(folder)
 
 
-def _fsync_folder(folder: Path) -> None:
+def fsync_folder(folder: Path) -> None:
     """Make the rename durable; some filesystems cannot fsync a folder, which is fine."""
     try:
         fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)

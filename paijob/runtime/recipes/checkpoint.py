@@ -25,6 +25,8 @@ from typing import Any
 
 import torch
 
+from paijob.safefile import fsync_folder
+
 log = logging.getLogger(__name__)
 
 NAME_RE = re.compile(r"^ckpt-e(\d{4,})-s(\d{6,})\.pt$")
@@ -60,19 +62,6 @@ class _HashingWriter:
         self.handle.flush()
 
 
-def _fsync_dir(folder: Path) -> None:
-    try:
-        fd = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
 def _atomic_write(path: Path, write: Any) -> None:
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
@@ -87,7 +76,7 @@ def _atomic_write(path: Path, write: Any) -> None:
         except OSError:
             pass
         raise
-    _fsync_dir(path.parent)
+    fsync_folder(path.parent)
 
 
 def save_checkpoint(folder: str | os.PathLike[str], epoch: int, step: int, state: dict[str, Any],
