@@ -49,18 +49,25 @@ def init_project(folder: Path, name: str | None = None) -> list[Path]:
     """Write the starter files into ``folder``; returns those written (existing ones are kept)."""
     if folder.exists() and not folder.is_dir():
         raise PaijobError(f"{folder} exists and is not a folder")
-    folder.mkdir(parents=True, exist_ok=True)
     scaffold = resources.files("paijob.scaffold")
     written = []
-    for source, target_name in FILES.items():
-        target = folder / target_name
-        if target.exists():
-            continue
-        text = scaffold.joinpath(source).read_text(encoding="utf-8")
-        if source == "values.yaml":
-            text = text.replace("name: NAME", f"name: {job_name(folder, name)}")
-        target.write_text(text, encoding="utf-8")
-        written.append(target)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        for source, target_name in FILES.items():
+            target = folder / target_name
+            if target.exists():
+                continue
+            text = scaffold.joinpath(source).read_text(encoding="utf-8")
+            if source == "values.yaml":
+                text = text.replace("name: NAME", f"name: {job_name(folder, name)}")
+            target.write_text(text, encoding="utf-8")
+            written.append(target)
+    except OSError as error:
+        done = f" (already wrote {', '.join(str(path) for path in written)})" if written else ""
+        raise PaijobError(
+            f"cannot write the project into {folder}: {error.strerror or error}{done}; "
+            f"give a folder you can write to"
+        ) from None
     return written
 
 

@@ -98,3 +98,14 @@ def test_init_writes_the_starter_and_keeps_what_is_there(tmp_path: Path,
     assert (config.template, config.cluster, config.workdir) == ("ddp", "local", str(folder / "."))
     assert (folder / ".paijobignore").is_file()
     assert "kept 1 existing file" in capsys.readouterr().err
+
+
+def test_init_into_a_folder_it_cannot_create_is_one_line_and_exit_2(tmp_path: Path,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    from paijob import cli
+
+    (tmp_path / "a-file").write_text("x")
+    assert cli.main(["init", str(tmp_path / "a-file" / "demo")]) == 2
+    err = capsys.readouterr().err
+    assert "cannot write the project into" in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1
