@@ -27,8 +27,8 @@ from paijob import project as project_config
 from paijob.errors import PaijobError
 
 if TYPE_CHECKING:
-    from paijob.client import PaiClient
-    from paijob.profiles import Cluster
+    from paijob.remote.client import PaiClient
+    from paijob.remote.profiles import Cluster
 
 __all__ = ["JobRequest", "PreparedJob", "connect", "copy_output", "dry_run_text", "list_jobs", "output_location",
            "prepare", "resolve_cluster", "status", "stop", "submit", "wait"]
@@ -65,19 +65,28 @@ class PreparedJob:
     notes: list[str] = field(default_factory=list)
 
 
-def resolve_cluster(name: str | None, *, start_local: bool = True) -> Cluster:
+def resolve_cluster(name: str | None = None, *, start_local: bool = True) -> Cluster:
     """The cluster profile ``name`` (None: the project's, else the configured default)."""
-    from paijob import profiles
+    from paijob.local import service
+    from paijob.remote import profiles
 
     if name is None:
         name = project_config.load().cluster
-    return profiles.resolve(name, start_local=start_local)
+    if name is None:
+        env = profiles.from_environment()
+        if env is not None:
+            return env
+        name = profiles.current_name()
+    if name != profiles.LOCAL:
+        return profiles.named(name)
+    return service.local_cluster() if start_local else service.local_cluster_address()
 
 
 def prepare(request: JobRequest, project: project_config.Project | None = None) -> PreparedJob:
     """Render (or read) the job, rename it, ship the workdir, and check the result."""
-    from paijob import templating
-    from paijob.commands import _cluster as common
+    from paijob.render import templating
+    from paijob.render.job_name import rename
+    from paijob.validate.verdict import require_valid
 
     project = project if project is not None else project_config.load()
     spec = request.job or project.template
@@ -90,14 +99,14 @@ def prepare(request: JobRequest, project: project_config.Project | None = None) 
     source = result.report.source
     warnings = [problem.format(source) for problem in result.report.warnings]
     cluster = request.cluster or project.cluster
-    text, name = common.rename(result.text, request.name, request.unique_suffix)
+    text, name = rename(result.text, request.name, request.unique_suffix)
     notes: list[str] = []
     workdir = request.workdir or _value_workdir(result.values) or project.workdir
     if workdir:
         text, note = ship_workdir(text, workdir, cluster, force=request.force)
         notes.append(note)
     if request.name or workdir:
-        common.check_job_text(text, source)  # what changed must still be a valid job
+        require_valid(text, source)  # what changed must still be a valid job
     return PreparedJob(text, name, source, cluster, warnings, notes)
 
 
@@ -124,7 +133,7 @@ def ship_workdir(text: str, folder: str, cluster: str | None, *, force: bool = F
 
 def connect(cluster: str | None = None, *, timeout: float = 30.0, start_local: bool = True) -> PaiClient:
     """A REST client for ``cluster``; the local cluster is started when down unless ``start_local`` is false."""
-    from paijob.client import PaiClient
+    from paijob.remote.client import PaiClient
 
     resolved = resolve_cluster(cluster, start_local=start_local)
     return PaiClient(resolved.url, resolved.token, user=resolved.user, api_path=resolved.api_path,
@@ -193,7 +202,7 @@ def copy_output(source: str, dest: str | Path, cluster: str | None = None) -> Pa
             "PAIJOB_OUTPUT_DIR is the outputDir you set (a path on a storage the job mounts): copy from "
             "that storage with its own tools")
     if "~" not in job:
-        from paijob.local.server import local_user
+        from paijob.local.service import local_user
 
         job = f"{local_user()}~{job}"
     root = outputs.local_output_dir(service.state_dir(), job)

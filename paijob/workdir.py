@@ -48,7 +48,7 @@ from typing import Any
 import yaml
 
 from paijob.errors import PaijobError
-from paijob.openpai import yaml12
+from paijob.openpai import jsyaml
 
 ALWAYS_SKIPPED = (".git", ".hg", ".svn", ".venv", "venv", "__pycache__", ".paijob", ".mypy_cache",
                   ".pytest_cache", ".ruff_cache")
@@ -260,7 +260,7 @@ def store_local(snap: Snapshot, state_dir: Path) -> Path:
 
 def prepend_command(text: str, command: str) -> str:
     """The job YAML with ``command`` first in every task role's commands."""
-    job: Any = yaml12.load_job(text, "the job").value
+    job: Any = jsyaml.load_job(text, "the job").value
     if not isinstance(job, dict) or not isinstance(job.get("taskRoles"), dict):
         raise WorkdirError("the job has no taskRoles to start in the workdir")
     for role in job["taskRoles"].values():

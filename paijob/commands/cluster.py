@@ -7,7 +7,7 @@ import os
 import sys
 from typing import Any
 
-from paijob.commands import _cluster as common
+from paijob.commands import _common as common
 
 
 def register(subparsers: Any) -> None:
@@ -42,7 +42,7 @@ def register(subparsers: Any) -> None:
 
 
 def run_add(args: argparse.Namespace) -> int:
-    from paijob import profiles
+    from paijob.remote import profiles
 
     if args.token_env and not os.environ.get(args.token_env):
         print(f"paijob: warning: ${args.token_env} is not set now; export it before using {args.name}",
@@ -59,7 +59,7 @@ def run_add(args: argparse.Namespace) -> int:
 
 
 def run_list(args: argparse.Namespace) -> int:
-    from paijob import profiles
+    from paijob.remote import profiles
 
     rows = profiles.describe()
     if common.print_data(rows, args.output):
@@ -72,7 +72,7 @@ def run_list(args: argparse.Namespace) -> int:
 
 
 def run_remove(args: argparse.Namespace) -> int:
-    from paijob import profiles
+    from paijob.remote import profiles
 
     profiles.remove(args.name)
     print(f"cluster {args.name} removed")
@@ -80,7 +80,7 @@ def run_remove(args: argparse.Namespace) -> int:
 
 
 def run_use(args: argparse.Namespace) -> int:
-    from paijob import profiles
+    from paijob.remote import profiles
 
     profiles.use(args.name)
     print(f"default cluster: {args.name}")

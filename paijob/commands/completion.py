@@ -49,7 +49,7 @@ def _helps(parser: argparse.ArgumentParser) -> dict[str, str]:
 def spec() -> dict[str, Any]:
     """verb -> {help, options, words}: words are sub-actions or template names, completed after the verb."""
     from paijob.cli import build_parser
-    from paijob.templating import builtin_names
+    from paijob.render.templating import builtin_names
 
     root = build_parser(None)
     helps = _helps(root)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from paijob.commands import _cluster as common
+from paijob.commands import _common as common
 
 STATES = ("WAITING", "RUNNING", "STOPPING", "STOPPED", "SUCCEEDED", "FAILED")
 

@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import Any
 
-from paijob.commands import _cluster as common
+from paijob.commands import _common as common
 
 
 def register(subparsers: Any) -> None:
@@ -74,8 +74,8 @@ def run_down(args: argparse.Namespace) -> int:
 
 
 def run_status(args: argparse.Namespace) -> int:
-    from paijob.client import PaiClient
     from paijob.local import service
+    from paijob.remote.client import PaiClient
 
     directory = service.state_dir()
     info = service.running(directory)

@@ -7,7 +7,7 @@ import getpass
 import sys
 from typing import Any
 
-from paijob.commands._cluster import seconds
+from paijob.commands._common import seconds
 from paijob.errors import PaijobError
 
 
@@ -70,8 +70,8 @@ def ask_credentials(args: argparse.Namespace, url: str) -> tuple[str, str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from paijob import profiles
-    from paijob.client import PaiClient
+    from paijob.remote import profiles
+    from paijob.remote.client import PaiClient
 
     if args.name == profiles.LOCAL:
         raise PaijobError("the local cluster needs no login: `-c local` uses its token automatically")

@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import Any
 
-from paijob.commands import _cluster as common
+from paijob.commands import _common as common
 from paijob.errors import PaijobError
 from paijob.openpai.rest import rest_role_name
 

@@ -3,7 +3,7 @@
 Also the render API that ``paijob submit`` / ``paijob run`` reuse:
 ``add_render_options(parser)``, ``render_from_args(args)`` and
 ``render_template(template, ...)``. Only ``add_render_options`` is defined
-here; the other two live in ``paijob.templating`` and are imported on first
+here; the other two live in ``paijob.render.templating`` and are imported on first
 use, so that building the ``paijob`` parser (every command, ``--help``)
 never pays for Jinja, YAML or the protocol checks.
 """
@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from paijob.templating import RenderResult, TemplateRef
+    from paijob.render.templating import RenderResult, TemplateRef
 
 __all__ = [
     "add_render_options",
@@ -96,9 +96,9 @@ def add_render_options(parser: argparse.ArgumentParser) -> None:
 def render_from_args(
     args: argparse.Namespace, template: str | None = None, *, check: bool = True
 ) -> RenderResult:
-    """See ``paijob.templating.render_from_args``: template from ``template``,
+    """See ``paijob.render.templating.render_from_args``: template from ``template``,
     ``args.template`` or ``args.job``; values from ``args.values`` / ``args.sets``."""
-    from paijob import templating
+    from paijob.render import templating
 
     return templating.render_from_args(args, template, check=check)
 
@@ -110,8 +110,8 @@ def render_template(
     set_strings: Sequence[str] = (),
     **options: Any,
 ) -> RenderResult:
-    """See ``paijob.templating.render_template``."""
-    from paijob import templating
+    """See ``paijob.render.templating.render_template``."""
+    from paijob.render import templating
 
     return templating.render_template(template, value_files, sets, set_strings, **options)
 

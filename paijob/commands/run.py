@@ -13,7 +13,7 @@ import argparse
 import sys
 from typing import Any
 
-from paijob.commands import _cluster as common
+from paijob.commands import _common as common
 from paijob.commands import _jobargs
 
 

@@ -6,11 +6,11 @@ import argparse
 import sys
 from typing import TYPE_CHECKING, Any
 
-from paijob.commands import _cluster as common
+from paijob.commands import _common as common
 from paijob.commands import _jobargs
 
 if TYPE_CHECKING:
-    from paijob.client import PaiClient
+    from paijob.remote.client import PaiClient
 
 
 def add_job_source(parser: argparse.ArgumentParser) -> None:
@@ -84,9 +84,9 @@ def report_submitted(client: PaiClient, job_id: str) -> None:
 
 def dry_run(args: argparse.Namespace, text: str) -> int:
     """Show what would be sent, without contacting the cluster (and without the token)."""
-    from paijob import profiles
+    from paijob.api import resolve_cluster
 
-    cluster = profiles.resolve(args.cluster, start_local=False)
+    cluster = resolve_cluster(args.cluster, start_local=False)
     target = "the local cluster" if cluster.is_local else cluster.name
     url = f"{cluster.url}/{cluster.api_path.strip('/')}/jobs"
     has_token = cluster.token or cluster.is_local

@@ -48,7 +48,7 @@ def register(subparsers: Any) -> None:
 
 
 def list_templates(args: argparse.Namespace) -> int:
-    from paijob.templating import builtin_names, find_template
+    from paijob.render.templating import builtin_names, find_template
 
     names = builtin_names()
     width = max((len(n) for n in names), default=0)
@@ -59,7 +59,7 @@ def list_templates(args: argparse.Namespace) -> int:
 
 
 def show_template(args: argparse.Namespace) -> int:
-    from paijob.templating import find_template
+    from paijob.render.templating import find_template
 
     if args.values:
         return show_values(args)
@@ -83,8 +83,8 @@ def show_template(args: argparse.Namespace) -> int:
 def show_values(args: argparse.Namespace) -> int:
     import json
 
-    from paijob.commands import _cluster as common
-    from paijob.valuesdoc import describe
+    from paijob.commands import _common as common
+    from paijob.render.values_doc import describe
 
     docs = describe(args.name)
     if common.print_data([{"name": d.name, "type": d.type, "default": d.default, "required": d.required,

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from paijob.errors import PaijobError
 
 if TYPE_CHECKING:
-    from paijob.protocol import ValidationReport
+    from paijob.validate.verdict import ValidationReport
 
 DESCRIPTION = """\
 Check OpenPAI job YAML files with the verdict of the OpenPAI server: the YAML
@@ -56,7 +56,7 @@ def check(
     path: str, master_role: str | None = None, port_label: str | None = None
 ) -> ValidationReport:
     # imported here: building the CLI parser must not load YAML or the checks
-    from paijob.protocol import Problem, ValidationReport, validate_file, validate_text
+    from paijob.validate.verdict import Problem, ValidationReport, validate_file, validate_text
 
     options = {"master_role": master_role, "port_label": port_label}
     if path == "-":

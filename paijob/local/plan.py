@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from paijob.openpai import taskenv
+from paijob.openpai.markers import task_command
 from paijob.openpai.names import runtime_role_name
-from paijob.openpai.tags import task_command
 
 HOST_IP = "127.0.0.1"
 Ports = dict[str, dict[int, dict[str, list[int]]]]  # role -> index -> label -> ports

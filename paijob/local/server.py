@@ -14,7 +14,6 @@ in-process with ``LocalServer`` (tests).
 from __future__ import annotations
 
 import argparse
-import getpass
 import hmac
 import json
 import logging
@@ -33,10 +32,11 @@ from werkzeug.serving import BaseWSGIServer, make_server
 from paijob import __version__
 from paijob.local.plan import plan_job
 from paijob.local.runner import LocalCluster
+from paijob.local.service import local_user
 from paijob.local.store import JobExists
 from paijob.openpai import exitspec, rest
-from paijob.openpai.tags import TemplateError, role_entrypoint
-from paijob.openpai.yaml12 import YamlError, load_job
+from paijob.openpai.jsyaml import YamlError, load_job
+from paijob.openpai.markers import TemplateError, role_entrypoint
 
 log = logging.getLogger(__name__)
 
@@ -52,54 +52,15 @@ def error(status: int, code: str, message: str) -> Response:
     return response
 
 
-def local_user() -> str:
-    try:
-        return getpass.getuser()
-    except (KeyError, OSError):
-        return "local"
-
-
 # --------------------------------------------------------------------------- validation
 
 
-def validate(job: Any, text: str) -> list[str]:
+def validate(text: str) -> list[str]:
     """Problems with a submitted job (empty when fine), by the same checks as `paijob validate`."""
-    try:
-        from paijob import protocol
-    except ImportError:  # the protocol module is not there: only what the runner needs
-        return _minimal_problems(job)
-    if hasattr(protocol, "validate_text"):
-        report = protocol.validate_text(text, "job")
-        return [p.format("job") for p in report.errors]
-    check = getattr(protocol, "require_valid", None) or getattr(protocol, "check_job", None)
-    if check is None:
-        return _minimal_problems(job)
-    try:
-        check(job)
-    except Exception as problem:  # noqa: BLE001 - any rejection becomes a 400 with its text
-        problems = getattr(problem, "problems", None)
-        if problems:
-            return [str(p) for p in problems]
-        return [line.strip(" -") for line in str(problem).splitlines() if line.strip(" -")]
-    return []
+    from paijob.validate import verdict
 
-
-def _minimal_problems(job: Any) -> list[str]:
-    if not isinstance(job, dict):
-        return ["the job must be a YAML mapping"]
-    problems = []
-    if str(job.get("protocolVersion")) != "2":
-        problems.append("protocolVersion must be 2")
-    if not job.get("name"):
-        problems.append("name is required")
-    roles = job.get("taskRoles")
-    if not isinstance(roles, dict) or not roles:
-        problems.append("taskRoles must be a non-empty mapping")
-    else:
-        for role, spec in roles.items():
-            if not isinstance(spec, dict) or not spec.get("commands"):
-                problems.append(f"taskRoles.{role}.commands must list at least one command")
-    return problems
+    report = verdict.validate_text(text, "job")
+    return [p.format("job") for p in report.errors]
 
 
 # --------------------------------------------------------------------------- views
@@ -331,7 +292,7 @@ def create_app(cluster: LocalCluster, token: str, user: str | None = None) -> Fl
             job = read_job(text)
         except YamlError as problem:
             return error(400, "InvalidProtocolError", f"Job protocol is not valid YAML: {problem}")
-        problems = validate(job, text)
+        problems = validate(text)
         if problems:
             return error(400, "InvalidProtocolError",
                          "Job protocol is invalid:\n" + "\n".join(f"- {p}" for p in problems))

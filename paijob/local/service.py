@@ -15,6 +15,7 @@ a stale file never gets an unrelated process signalled.
 from __future__ import annotations
 
 import fcntl
+import getpass
 import json
 import os
 import secrets
@@ -29,6 +30,7 @@ from typing import Any
 import requests
 
 from paijob.errors import PaijobError
+from paijob.remote.profiles import LOCAL, Cluster
 
 START_TIMEOUT = 20.0
 
@@ -250,11 +252,16 @@ def ensure_up(directory: Path | None = None) -> tuple[dict[str, Any], bool]:
     return info, not info.get("already", False)
 
 
-def local_cluster(directory: Path | None = None, start: bool = True) -> Any:
-    """The ``Cluster`` profile of the local cluster, started first when it is down and ``start``."""
-    from paijob.local.server import local_user
-    from paijob.profiles import LOCAL, Cluster
+def local_user() -> str:
+    """The user the local cluster runs jobs as (the login name, as OpenPAI's user)."""
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return "local"
 
+
+def local_cluster(directory: Path | None = None, start: bool = True) -> Cluster:
+    """The ``Cluster`` profile of the local cluster, started first when it is down and ``start``."""
     directory = directory or state_dir()
     info = running(directory)
     token = read_token(directory)
@@ -268,3 +275,12 @@ def local_cluster(directory: Path | None = None, start: bool = True) -> Any:
             "(`paijob run --local` starts it by itself)"
         )
     return Cluster(LOCAL, str(info["url"]), local_user(), token, token_source=str(directory / "token"))
+
+
+def local_cluster_address(directory: Path | None = None) -> Cluster:
+    """The local cluster's profile without starting it or reading its token (dry runs): its URL
+    when it runs, a placeholder when it does not."""
+    directory = directory or state_dir()
+    info = server_info(directory) or {}
+    return Cluster(LOCAL, str(info.get("url", "http://127.0.0.1:<port>")), None, None,
+                   token_source=str(directory / "token"))

@@ -8,7 +8,7 @@ the OpenPAI source it was checked against (``../shared/reference/openpai/upstrea
 holds copies of the rest-server and openpai-runtime files cited):
 
 * ``names``    job/role/port-label names, role-name conversion, default port label
-* ``yaml12``   job YAML read as the rest-server's js-yaml reads it (YAML 1.2), bounded
+* ``jsyaml``   job YAML read as the rest-server's js-yaml reads it (YAML 1.2), bounded
 * ``model``    the job parsed once into typed dataclasses
 * ``exitspec`` the job exit spec (codes, retry classes, log patterns) as data
 * ``tags``     how ``<% $parameters.x %>`` and friends are rendered into commands

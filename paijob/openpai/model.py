@@ -29,8 +29,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeGuard
 
+from paijob.openpai.jsyaml import js_string
 from paijob.openpai.names import runtime_role_name
-from paijob.openpai.yaml12 import js_string
 
 SERVER_PORTS = ("ssh", "http")  # added to every role by the rest-server (k8s.js)
 DEFAULT_SHM_MB = 512
@@ -38,7 +38,7 @@ PREREQUISITE_TYPES = ("script", "output", "data", "dockerimage")
 
 
 def is_int(value: Any) -> TypeGuard[int]:
-    """A JSON integer as the job model keeps it (yaml12 turns 1.0 into 1)."""
+    """A JSON integer as the job model keeps it (jsyaml turns 1.0 into 1)."""
     return isinstance(value, int) and not isinstance(value, bool)
 
 

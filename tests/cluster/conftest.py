@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 from cluster_helpers import TOKEN
 
-from paijob.client import PaiClient
-from paijob.local.server import LocalServer, local_user
+from paijob.local.server import LocalServer
+from paijob.local.service import local_user
+from paijob.remote.client import PaiClient
 
 
 @pytest.fixture(autouse=True)

@@ -14,7 +14,7 @@ import pytest
 import yaml
 from cluster_helpers import job_yaml
 
-from paijob.client import (
+from paijob.remote.client import (
     AuthError,
     ClusterUnreachableError,
     ConflictJobError,

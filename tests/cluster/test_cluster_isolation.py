@@ -13,12 +13,13 @@ from pathlib import Path
 import pytest
 from cluster_helpers import TOKEN, job_yaml
 
-from paijob.client import PaiClient
 from paijob.local import service
 from paijob.local.runner import LocalCluster
-from paijob.local.server import LocalServer, local_user
+from paijob.local.server import LocalServer
+from paijob.local.service import local_user
 from paijob.local.store import Store
 from paijob.local.tracking import Cgroups, Tracker, cluster_id
+from paijob.remote.client import PaiClient
 
 GRACE = 4.0  # long enough that "about one grace" and "twice the grace" cannot be confused
 

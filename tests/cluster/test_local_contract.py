@@ -19,11 +19,11 @@ from typing import Any
 import pytest
 
 from paijob.local.plan import JobPlan, Ports, plan_job, task_env
+from paijob.openpai.jsyaml import load_job
 from paijob.openpai.names import runtime_role_name
-from paijob.openpai.yaml12 import load_job
-from paijob.protocol import validate_file
-from paijob.protocol_plan import DistributedPlan, RuntimeCall, runtime_calls
 from paijob.runtime import cli as runtime_cli
+from paijob.validate.runtime_plan import DistributedPlan, RuntimeCall, runtime_calls
+from paijob.validate.verdict import validate_file
 
 GOLDEN = Path(__file__).resolve().parents[1] / "render" / "golden"
 GOLDENS = sorted(GOLDEN.glob("*.yaml"))

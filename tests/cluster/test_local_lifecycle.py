@@ -11,8 +11,15 @@ from pathlib import Path
 import pytest
 from cluster_helpers import TOKEN, job_yaml
 
-from paijob.client import AuthError, ConflictJobError, InvalidProtocolError, NoJobError, PaiClient
-from paijob.local.server import LocalServer, local_user
+from paijob.local.server import LocalServer
+from paijob.local.service import local_user
+from paijob.remote.client import (
+    AuthError,
+    ConflictJobError,
+    InvalidProtocolError,
+    NoJobError,
+    PaiClient,
+)
 
 
 def wait(client: PaiClient, job_id: str, timeout: float = 30) -> dict:

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from paijob.openpai import exitspec
-from paijob.openpai.tags import (
+from paijob.openpai.markers import (
     TemplateError,
     js_number,
     js_string,

@@ -9,10 +9,12 @@ import pytest
 import requests
 from cluster_helpers import TOKEN, job_yaml
 
-from paijob import cli, profiles
-from paijob.client import PaiClient, _problems
-from paijob.local.server import LocalServer, local_user
+from paijob import cli
+from paijob.local.server import LocalServer
+from paijob.local.service import local_user
 from paijob.openpai.rest import format_protocol_errors, mask_secrets
+from paijob.remote import profiles
+from paijob.remote.client import PaiClient, _problems
 
 
 def wait(client: PaiClient, job_id: str, timeout: float = 60) -> dict:

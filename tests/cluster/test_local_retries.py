@@ -11,8 +11,9 @@ import pytest
 import yaml
 from cluster_helpers import job_yaml
 
-from paijob.client import PaiClient
-from paijob.local.server import LocalServer, local_user
+from paijob.local.server import LocalServer
+from paijob.local.service import local_user
+from paijob.remote.client import PaiClient
 
 
 def wait(client: PaiClient, job_id: str, timeout: float = 60) -> dict:

@@ -13,8 +13,11 @@ from typing import Any
 import pytest
 from cluster_helpers import TOKEN, job_yaml
 
-from paijob import cli, profiles
-from paijob.local.server import LocalServer, local_user
+from paijob import cli
+from paijob.api import resolve_cluster
+from paijob.local.server import LocalServer
+from paijob.local.service import local_user
+from paijob.remote import profiles
 
 
 def paijob(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -32,16 +35,16 @@ def test_cluster_profiles_are_added_listed_used_and_removed(capsys: pytest.Captu
     path = profiles.config_path()
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     assert TOKEN not in path.read_text()  # only the variable's name is stored
-    cluster = profiles.resolve()
+    cluster = resolve_cluster()
     assert (cluster.name, cluster.url, cluster.user, cluster.token) == ("prod", "https://pai.example.com", "alice", TOKEN)
     assert TOKEN not in repr(cluster)
     paijob(capsys, "cluster", "add", "lab", "--url", "http://10.0.0.5", "--user", "bob")
     code, out, _ = paijob(capsys, "cluster", "list")
     assert "$PROD_TOKEN" in out and "lab" in out and TOKEN not in out
     assert paijob(capsys, "cluster", "use", "lab")[0] == 0
-    assert profiles.resolve().name == "lab"
+    assert resolve_cluster().name == "lab"
     assert paijob(capsys, "cluster", "remove", "lab")[0] == 0
-    assert profiles.resolve().name == "prod"
+    assert resolve_cluster().name == "prod"
     code, _, err = paijob(capsys, "status", "x~y", "-c", "nope")
     assert code == 2 and "no cluster named 'nope'" in err and "paijob cluster add nope" in err
 
@@ -57,9 +60,9 @@ def test_environment_overrides_the_profiles(monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setenv("PAI_CLUSTER_URL", "https://other.example.com")
     monkeypatch.setenv("PAI_TOKEN", TOKEN)
     monkeypatch.setenv("PAI_USER", "carol")
-    cluster = profiles.resolve()
+    cluster = resolve_cluster()
     assert (cluster.url, cluster.user, cluster.token) == ("https://other.example.com", "carol", TOKEN)
-    assert profiles.resolve("prod").token == TOKEN  # PAI_TOKEN wins over the profile's source
+    assert resolve_cluster("prod").token == TOKEN  # PAI_TOKEN wins over the profile's source
 
 
 def test_user_name_is_read_from_a_jwt_token() -> None:
@@ -73,8 +76,8 @@ def test_no_cluster_configured_means_the_local_cluster(monkeypatch: pytest.Monke
 
     sentinel = profiles.Cluster("local", "http://127.0.0.1:1", "me", "t")
     monkeypatch.setattr(service, "local_cluster", lambda *a, **k: sentinel)
-    assert profiles.resolve() is sentinel
-    assert profiles.resolve("local") is sentinel
+    assert resolve_cluster() is sentinel
+    assert resolve_cluster("local") is sentinel
 
 
 @pytest.fixture
@@ -123,7 +126,7 @@ def test_login_stores_the_token_with_mode_0600(capsys: pytest.CaptureFixture[str
     path = profiles.config_path()
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     assert TOKEN not in out + err
-    assert profiles.resolve("mine").token == TOKEN
+    assert resolve_cluster("mine").token == TOKEN
     code, out, _ = paijob(capsys, "list", "-c", "mine")
     assert code == 0 and "no jobs" in out
     monkeypatch.setattr("paijob.commands.login._interactive", lambda: True)  # as on a terminal

@@ -12,8 +12,9 @@ import requests
 import yaml
 from cluster_helpers import TOKEN, job_yaml
 
-from paijob.client import PaiClient
-from paijob.local.server import LocalServer, local_user
+from paijob.local.server import LocalServer
+from paijob.local.service import local_user
+from paijob.remote.client import PaiClient
 
 SWAGGER_CANDIDATES = [
     Path(__file__).resolve().parent / "rest-server-swagger.yaml",

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from paijob import outputs, project, workdir
-from paijob.openpai import yaml12
+from paijob.openpai import jsyaml
 
 
 def make_tree(root: Path, files: dict[str, str]) -> Path:
@@ -118,7 +118,7 @@ def test_prepend_command_keeps_what_openpai_reads_in_the_job() -> None:
     # round trip would send `false` and "1e3" instead
     text = "name: j\nextras: {gangAllocation: no}\nparameters: {n: 1e3}\ntaskRoles:\n  w: {commands: [x]}\n"
     rewritten = workdir.prepend_command(text, "tar -xzf x")
-    job = yaml12.load_job(rewritten, "rewritten").value
+    job = jsyaml.load_job(rewritten, "rewritten").value
     assert job["extras"]["gangAllocation"] == "no"
     assert job["parameters"]["n"] == 1000
 

@@ -11,7 +11,7 @@ import yaml
 from render_helpers import EXAMPLES, run_cli
 
 from paijob.errors import PaijobError
-from paijob.templating import (
+from paijob.render.templating import (
     ValuesError,
     apply_set,
     merge_values,
@@ -322,7 +322,7 @@ def test_unwritable_output_is_a_clear_error(capsys: pytest.CaptureFixture[str], 
 def test_a_plain_job_file_is_checked_not_rendered(tmp_path: Path) -> None:
     import argparse
 
-    from paijob.templating import render_from_args
+    from paijob.render.templating import render_from_args
 
     job = tmp_path / "job.yaml"
     job.write_text((Path(__file__).parent / "golden" / "ddp-4x8.yaml").read_text())
@@ -342,7 +342,7 @@ def test_a_values_file_given_as_the_template_gets_a_hint(capsys: pytest.CaptureF
     ["a: b", "- item", "#hash", "it's \"quoted\"", "line one\nline two", "true", "010", "<% $secrets.x %>", ""],
 )
 def test_any_command_text_survives_as_one_list_item(command: str) -> None:
-    from paijob.templating import shell_quote, yaml_scalar
+    from paijob.render.templating import shell_quote, yaml_scalar
 
     assert yaml.safe_load(f"- {yaml_scalar(command)}") == [command]
     rendered = render_template("ddp", ordered_sets=[("set-string", f"env.X={command}")])

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from render_helpers import EXAMPLES, ROOT, UPDATE_GOLDEN
 
-from paijob.protocol import validate_file
-from paijob.templating import render_template
+from paijob.render.templating import render_template
+from paijob.validate.verdict import validate_file
 
 VALUES = sorted(EXAMPLES.glob("*.values.yaml"))
 

@@ -15,14 +15,14 @@ import yaml
 from render_helpers import ROOT, run_cli
 
 from paijob.errors import PaijobError
-from paijob.protocol import validate_text
-from paijob.templating import (
+from paijob.render.templating import (
     builtin_names,
     find_template,
     render_template,
     shell_quote,
     yaml_scalar,
 )
+from paijob.validate.verdict import validate_text
 
 TEMPLATES = ROOT / "templates"
 
@@ -205,7 +205,7 @@ def test_the_schemas_agree_with_jsonschema(tmp_path: Path) -> None:
     """paijob evaluates the schemas with values_schema's small evaluator; the
     real jsonschema must say the same (valid or not) on good and bad values."""
     jsonschema = pytest.importorskip("jsonschema")
-    from paijob.values_schema import iter_errors
+    from paijob.render.values_schema import iter_errors
 
     samples = [
         {}, {"gpu": "x"}, {"setup": "notalist"}, {"env": {"A;B": 1}}, {"env": {"A": None}},
@@ -334,7 +334,7 @@ def test_a_scalar_secret_or_parameter_is_an_error_not_a_document_end(
 
 
 def test_yaml_block_never_ends_a_document() -> None:
-    from paijob.templating import yaml_block
+    from paijob.render.templating import yaml_block
 
     assert yaml_block("x") == "x"
     assert yaml.safe_load(yaml_block(["a", "..."])) == ["a", "..."]
@@ -365,7 +365,7 @@ def test_a_template_cannot_reach_python_internals(
 
 def test_the_sandbox_uses_its_own_bytecode_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # Bytecode compiled outside the sandbox (older paijob) must never be loaded into it.
-    from paijob.templating import _bytecode_cache
+    from paijob.render.templating import _bytecode_cache
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     monkeypatch.delenv("PAIJOB_NO_TEMPLATE_CACHE", raising=False)

@@ -30,7 +30,7 @@ def test_render_in_a_fresh_interpreter_never_imports_torch() -> None:
 
 
 def test_render_in_process_is_fast_once_imported() -> None:
-    from paijob.templating import render_template
+    from paijob.render.templating import render_template
 
     render_template("ddp")  # warm: imports and template compilation
     start = time.perf_counter()
@@ -44,7 +44,7 @@ def test_building_the_cli_parser_does_not_load_jinja() -> None:
     # `paijob --help`, `paijob status` ... must not pay for the template engine.
     assert_not_loaded_after(
         "from paijob.cli import build_parser\nbuild_parser()\n",
-        ("jinja2", "paijob.templating", "paijob.protocol", "torch"),
+        ("jinja2", "paijob.render.templating", "paijob.validate.verdict", "torch"),
     )
 
 
@@ -52,7 +52,7 @@ def test_render_imports_neither_the_cluster_verbs_nor_requests() -> None:
     assert_not_loaded_after(
         "import io, contextlib\nfrom paijob.cli import main\n"
         "with contextlib.redirect_stdout(io.StringIO()):\n    assert main(['render', 'ddp']) == 0\n",
-        ("paijob.commands._cluster", "paijob.client", "requests", "torch", "jsonschema"),
+        ("paijob.commands._common", "paijob.remote.client", "requests", "torch", "jsonschema"),
     )
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from render_helpers import ROOT
 
-from paijob.templating import builtin_names
+from paijob.render.templating import builtin_names
 
 
 def test_wheel_contains_the_templates(tmp_path: Path) -> None:
@@ -39,4 +39,4 @@ def test_wheel_contains_the_templates(tmp_path: Path) -> None:
         assert f"paijob/templates/{template}.values.yaml" in names
         assert f"paijob/templates/{template}.values.schema.json" in names
     assert "paijob/templates/_job.yaml.j2" in names
-    assert "paijob/protocol_schema.py" in names
+    assert "paijob/validate/schema.py" in names

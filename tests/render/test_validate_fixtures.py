@@ -10,8 +10,8 @@ import yaml
 from render_helpers import FIXTURES, GOLDEN
 from test_validate_rules import BASE
 
-from paijob.protocol import validate_file
-from paijob.protocol_schema import JOB_SCHEMA, iter_schema_errors
+from paijob.validate.schema import JOB_SCHEMA, iter_schema_errors
+from paijob.validate.verdict import validate_file
 
 FIXTURE_FILES = sorted(FIXTURES.glob("*.yaml"))
 

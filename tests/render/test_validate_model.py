@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from paijob.openpai.jsyaml import load_job
 from paijob.openpai.model import parse_job
-from paijob.openpai.yaml12 import load_job
 
 JOB = """\
 protocolVersion: 2
@@ -67,7 +67,7 @@ def test_task_retries_count_only_with_gang_allocation_off() -> None:
 
 def test_protocol_functions_fit_on_a_screen() -> None:
     root = Path(__file__).resolve().parents[2] / "paijob"
-    files = [*root.glob("protocol*.py"), root / "openpai" / "model.py", root / "openpai" / "yaml12.py"]
+    files = [*root.glob("protocol*.py"), root / "openpai" / "model.py", root / "openpai" / "jsyaml.py"]
     for file in files:
         for node in ast.walk(ast.parse(file.read_text())):
             if isinstance(node, ast.FunctionDef):

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from render_helpers import run_cli
 
-from paijob.protocol import ERROR, WARNING, Problem, ValidationReport, validate_text
+from paijob.validate.verdict import ERROR, WARNING, Problem, ValidationReport, validate_text
 
 BASE = """\
 protocolVersion: 2

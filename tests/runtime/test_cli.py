@@ -119,7 +119,7 @@ def test_infrastructure_failures_exit_143():
 def test_the_templates_local_rank_arg_value_reaches_paijob_runtime(style):
     import shlex
 
-    from paijob.templating import render_template
+    from paijob.render.templating import render_template
 
     text = render_template("ddp", sets=["script=t.py", f"localRankArg={style}"]).text
     (command,) = [line for line in text.splitlines() if "paijob-runtime train" in line]

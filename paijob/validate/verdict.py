@@ -1,11 +1,11 @@
 """OpenPAI protocol v2: ``paijob validate``'s verdict on a job, and its distributed plan.
 
 validate = the server. The job is read as the rest-server reads it
-(``paijob.openpai.yaml12``), checked against the server's own JSON schema
-(``paijob.protocol_schema``), parsed once into the job model
+(``paijob.openpai.jsyaml``), checked against the server's own JSON schema
+(``paijob.validate.schema``), parsed once into the job model
 (``paijob.openpai.model``) and run through small named rules
-(``paijob.protocol_rules`` for the server's other checks and paijob's
-warnings, ``paijob.protocol_plan`` for what paijob-runtime or mpirun will do
+(``paijob.validate.rules`` for the server's other checks and paijob's
+warnings, ``paijob.validate.runtime_plan`` for what paijob-runtime or mpirun will do
 with it). Errors are exactly what OpenPAI refuses, plus what paijob-runtime
 provably cannot run (each message says why); the rest are warnings. Every
 problem is collected, each with its YAML path and line.
@@ -23,9 +23,10 @@ from pathlib import Path
 from typing import Any
 
 from paijob.errors import PaijobError
+from paijob.openpai.jsyaml import SERVER_BODY_LIMIT, LineMap, YamlError, load_job
 from paijob.openpai.model import parse_job
-from paijob.openpai.yaml12 import SERVER_BODY_LIMIT, LineMap, YamlError, load_job
-from paijob.protocol_plan import (
+from paijob.validate.rules import ERROR, PAIJOB_RULES, SERVER_RULES, WARNING, Finding, type_name
+from paijob.validate.runtime_plan import (
     RUNTIME_PROGRAM,
     DistributedPlan,
     RoleLayout,
@@ -33,8 +34,7 @@ from paijob.protocol_plan import (
     runtime_calls,
     runtime_findings,
 )
-from paijob.protocol_rules import ERROR, PAIJOB_RULES, SERVER_RULES, WARNING, Finding, type_name
-from paijob.protocol_schema import IDENTIFIER_PATTERN, NAME_PATTERN, SchemaError, iter_schema_errors
+from paijob.validate.schema import IDENTIFIER_PATTERN, NAME_PATTERN, SchemaError, iter_schema_errors
 
 __all__ = [
     "ERROR",
@@ -190,7 +190,7 @@ def validate_job(
     master_role: str | None = None,
     port_label: str | None = None,
 ) -> ValidationReport:
-    """Check a loaded job (``yaml12.load_job``'s value) as the OpenPAI server would.
+    """Check a loaded job (``jsyaml.load_job``'s value) as the OpenPAI server would.
 
     ``master_role`` / ``port_label`` override what the commands' own
     ``paijob-runtime`` flags say (as ``paijob validate --master-role`` does).
@@ -336,3 +336,10 @@ def schema_findings(job: dict[str, Any]) -> Iterator[Finding]:
             yield from _additional(error, path)
         else:
             yield from _simple(error, path)
+
+
+def require_valid(text: str, source: str) -> None:
+    """Raise ``JobValidationError`` when the job breaks the protocol (same checks as `paijob validate`)."""
+    report = validate_text(text, source)
+    if not report.ok:
+        raise JobValidationError(report)

@@ -49,9 +49,9 @@ from jinja2.exceptions import SecurityError
 from jinja2.sandbox import SandboxedEnvironment
 
 from paijob.errors import PaijobError
+from paijob.openpai.jsyaml import YamlError, load_job, load_values
 from paijob.openpai.names import PAI_TAG_PATTERN
-from paijob.openpai.yaml12 import YamlError, load_job, load_values
-from paijob.protocol import (
+from paijob.validate.verdict import (
     WARNING,
     JobValidationError,
     Problem,
@@ -215,7 +215,7 @@ def merge_values(base: Mapping[str, Any], override: Mapping[str, Any]) -> Values
 
 
 def load_values_text(text: str, source: str) -> Values:
-    """Parse a values file (bounded: see ``paijob.openpai.yaml12.load_values``); YAML
+    """Parse a values file (bounded: see ``paijob.openpai.jsyaml.load_values``); YAML
     errors name ``file:line:column``."""
     try:
         loaded = load_values(text, source)
@@ -358,7 +358,7 @@ def build_values(
         values = apply_set(values, keys, value)
     schema = template.schema_path()
     if schema is not None:
-        from paijob.values_schema import check_values
+        from paijob.render.values_schema import check_values
 
         check_values(values, schema, template.name)
     if unknown is not None and any(key not in known for key, _ in given):

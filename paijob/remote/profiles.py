@@ -202,28 +202,29 @@ def user_from_token(token: str | None) -> str | None:
     return None
 
 
-def resolve(name: str | None = None, *, start_local: bool = True) -> Cluster:
-    """The cluster to use: ``-c NAME``, else ``PAI_CLUSTER_URL``, else the current profile, else local.
+def from_environment() -> Cluster | None:
+    """The cluster named by ``PAI_CLUSTER_URL`` (with ``PAI_TOKEN``, ``PAI_USER``), when it is set.
 
-    The local cluster is started when it is down, unless ``start_local`` is false (dry runs):
-    then its profile has no token and, when it is down, no usable URL.
+    It stands in for the current profile, never for an explicit ``-c NAME``.
     """
+    if not os.environ.get("PAI_CLUSTER_URL"):
+        return None
     env_token = os.environ.get("PAI_TOKEN") or None
-    if name is None and os.environ.get("PAI_CLUSTER_URL"):
-        url = check_url(os.environ["PAI_CLUSTER_URL"], "PAI_CLUSTER_URL")
-        user = os.environ.get("PAI_USER") or user_from_token(env_token)
-        return Cluster("env", url, user, env_token, token_source="PAI_TOKEN" if env_token else "none")
-    data = load()
-    if name is None:
-        name = data.get("current") or LOCAL
-    if name == LOCAL:
-        from paijob.local import service
+    url = check_url(os.environ["PAI_CLUSTER_URL"], "PAI_CLUSTER_URL")
+    user = os.environ.get("PAI_USER") or user_from_token(env_token)
+    return Cluster("env", url, user, env_token, token_source="PAI_TOKEN" if env_token else "none")
 
-        if not start_local:
-            info = service.server_info() or {}
-            return Cluster(LOCAL, str(info.get("url", "http://127.0.0.1:<port>")), None, None,
-                           token_source=str(service.state_dir() / "token"))
-        return service.local_cluster()
+
+def current_name(data: dict[str, Any] | None = None) -> str:
+    """The current profile's name (``paijob cluster use``), ``local`` when none was chosen."""
+    data = data if data is not None else load()
+    return str(data.get("current") or LOCAL)
+
+
+def named(name: str) -> Cluster:
+    """The stored profile ``name`` (not ``local``: the local cluster's profile comes from its state dir)."""
+    data = load()
+    env_token = os.environ.get("PAI_TOKEN") or None
     entry = data["clusters"].get(name)
     if entry is None:
         known = ", ".join(sorted(data["clusters"])) or "none"

@@ -45,7 +45,7 @@ from typing import Any
 import yaml
 
 from paijob.errors import PaijobError
-from paijob.openpai.tags import js_number, js_string
+from paijob.openpai.markers import js_number, js_string
 
 __all__ = ["js_number", "js_string"]  # JavaScript's String(x), defined once in tags
 
@@ -117,12 +117,12 @@ class ScalarNote:
     path: Path
     line: int
     text: str
-    yaml12: Any
+    jsyaml: Any
     yaml11: Any
 
     def message(self) -> str:
         return (
-            f"{self.text!r} is read as {describe(self.yaml12)} by OpenPAI (YAML 1.2, js-yaml) "
+            f"{self.text!r} is read as {describe(self.jsyaml)} by OpenPAI (YAML 1.2, js-yaml) "
             f"but as {describe(self.yaml11)} by YAML 1.1 readers (PyYAML, Helm); quote it or "
             "write the value unambiguously"
         )
@@ -311,7 +311,7 @@ def resolve_yaml11(text: str) -> Any:
 
 
 def yaml11_difference(text: str) -> tuple[Any, Any] | None:
-    """``(yaml12, yaml11)`` readings of a plain scalar when they differ, else None."""
+    """``(jsyaml, yaml11)`` readings of a plain scalar when they differ, else None."""
     new, old = resolve_js_yaml(text), resolve_yaml11(text)
     if type(new) is type(old) and (new == old or (new != new and old != old)):
         return None

@@ -18,10 +18,10 @@ import re
 from collections.abc import Callable, Hashable, Iterator
 from typing import Any
 
+from paijob.openpai.markers import TemplateError, render_server, role_entrypoint
 from paijob.openpai.model import Job, TaskRole, is_int
 from paijob.openpai.names import PAI_TAG_PATTERN, js_match
-from paijob.openpai.tags import TemplateError, render_server, role_entrypoint
-from paijob.protocol_schema import iter_schema_errors
+from paijob.validate.schema import iter_schema_errors
 
 ERROR = "error"
 WARNING = "warning"

@@ -52,7 +52,7 @@ def type_name(value: Any) -> str:
 
 def describe(template: str) -> list[ValueDoc]:
     """The values ``template`` reads: its defaults first (file order), then names it reads without a default."""
-    from paijob import templating
+    from paijob.render import templating
 
     ref = templating.find_template(template)
     values_text = ref.values_text()

@@ -10,7 +10,7 @@ eight commands ``n``, ``o``, ``t``, ...
 Evaluated here by ``iter_errors``, a draft-7 subset with Python's types
 (values are Python data: ``.inf`` is not an integer), rather than by
 ``jsonschema``, whose import would cost more than the rest of ``paijob render``,
-or by ``paijob.protocol_schema``, which evaluates the server's schema with
+or by ``paijob.validate.schema``, which evaluates the server's schema with
 JavaScript's types. Keywords: ``type``, ``enum``, ``minimum``, ``maximum``,
 ``minLength``, ``pattern``, ``properties``, ``additionalProperties``,
 ``propertyNames``, ``items`` (the tests check agreement with ``jsonschema``);

@@ -46,7 +46,7 @@ from urllib.parse import quote, urlsplit
 import requests
 
 from paijob.errors import PaijobError
-from paijob.openpai import yaml12
+from paijob.openpai import jsyaml
 from paijob.openpai.names import DEFAULT_API_PATH
 from paijob.openpai.rest import format_protocol_errors, rest_role_name
 
@@ -598,7 +598,7 @@ class PaiClient:
         counts as accepted, so the job is never submitted twice. When that
         cannot be told, ``OutcomeUnknownError`` says so.
         """
-        job = yaml12.load_job(job_yaml, "the job").value
+        job = jsyaml.load_job(job_yaml, "the job").value
         name = str(job["name"]) if isinstance(job, dict) and "name" in job else None
         if name is not None:
             self.job_id(name)  # know the user before anything is sent, not after
@@ -667,8 +667,8 @@ class PaiClient:
             log.debug("could not check whether %s exists: %s", name, error)
             return None
         try:
-            stored = yaml12.load_job(config_text, "the stored job config").value
-        except yaml12.YamlError:
+            stored = jsyaml.load_job(config_text, "the stored job config").value
+        except jsyaml.YamlError:
             return True
         return _same_job(stored, sent)
 

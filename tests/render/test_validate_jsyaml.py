@@ -15,7 +15,7 @@ import pytest
 from render_helpers import run_cli
 
 from paijob.errors import PaijobError
-from paijob.openpai.yaml12 import (
+from paijob.openpai.jsyaml import (
     YamlError,
     js_number,
     js_string,

@@ -5,10 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import re
 import sys
 import time
-import uuid
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -17,14 +15,11 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 import yaml
 
-from paijob.openpai import yaml12
-
 if TYPE_CHECKING:  # the client (requests) is imported when a verb runs, not to build `paijob --help`
-    from paijob.client import PaiClient
+    from paijob.remote.client import PaiClient
 
 TERMINAL_STATES = frozenset({"SUCCEEDED", "FAILED", "STOPPED"})
 
-NAME_MAX = 255
 MAX_LINE = 1024 * 1024  # a log "line" longer than this is printed in pieces
 
 
@@ -74,12 +69,10 @@ def print_data(data: Any, fmt: str, out: TextIO | None = None) -> bool:
 def client_for(args: argparse.Namespace, *, start_local: bool = True) -> PaiClient:
     """A client for ``-c`` (else the project's, else the current profile). Read-only verbs pass
     ``start_local=False``: a local cluster that is down is then an error saying so, not started."""
-    from paijob import profiles
-    from paijob.client import PaiClient
-    from paijob.project import load as load_project
+    from paijob.api import resolve_cluster
+    from paijob.remote.client import PaiClient
 
-    name = getattr(args, "cluster", None) or load_project().cluster
-    cluster = profiles.resolve(name, start_local=start_local)
+    cluster = resolve_cluster(getattr(args, "cluster", None), start_local=start_local)
     if cluster.is_local and not start_local:
         from paijob.local import service
 
@@ -99,67 +92,6 @@ def print_json(data: Any, out: TextIO | None = None) -> None:
 
 
 # --------------------------------------------------------------------------- jobs
-
-
-def job_text_from_args(args: argparse.Namespace, err: TextIO | None = None) -> tuple[str, str]:
-    """(YAML text, source) of ``args.job``: a job file read and checked, or a template rendered
-    with the render options (``-f``, ``--set``); the checks' warnings go to stderr."""
-    from paijob.commands import render
-
-    result = render.render_from_args(args)
-    source = result.report.source
-    for problem in result.report.warnings:
-        print(f"paijob: {problem.format(source)}", file=err or sys.stderr)
-    return result.text, source
-
-
-def unique_name(name: str) -> str:
-    suffix = "_" + uuid.uuid4().hex[:8]
-    return name[: NAME_MAX - len(suffix)] + suffix
-
-
-_NAME_LINE = re.compile(r"^name:[ \t]*(\S.*?)?[ \t]*$", re.MULTILINE)
-
-
-def rename(text: str, name: str | None, unique: bool) -> tuple[str, str]:
-    """Apply --name / --unique-suffix; returns (text, final name). The rest of the text is kept."""
-    job = yaml12.load_job(text, "the job").value
-    if not isinstance(job, dict):
-        return text, ""
-    current = str(job.get("name", ""))
-    new = name or current
-    if unique:
-        new = unique_name(new)
-    if new == current:
-        return text, current
-    check_job_name(new, "--name" if name else "the job's name")
-    renamed, count = _NAME_LINE.subn(f"name: {new}", text, count=1)
-    if count != 1 or (yaml12.load_job(renamed, "the job").value or {}).get("name") != new:
-        job["name"] = new
-        renamed = yaml.safe_dump(job, sort_keys=False)
-    return renamed, new
-
-
-def check_job_name(name: str, what: str) -> None:
-    """Refuse a job name OpenPAI would refuse (the pattern ``paijob validate`` checks),
-    before it is written into the job text: ``--name $'a\\nb'`` must not break the YAML."""
-    from paijob.errors import PaijobError
-    from paijob.openpai.names import NAME_PATTERN, js_match
-
-    if not js_match(NAME_PATTERN, name) or len(name) > NAME_MAX:
-        raise PaijobError(
-            f"{what} {name!r} is not a valid OpenPAI job name: use letters, digits, _ and - "
-            f"(at most {NAME_MAX})"
-        )
-
-
-def check_job_text(text: str, source: str) -> None:
-    """Raise ``JobValidationError`` when the job breaks the protocol (same checks as `paijob validate`)."""
-    from paijob import protocol
-
-    report = protocol.validate_text(text, source)
-    if not report.ok:
-        raise protocol.JobValidationError(report)
 
 
 # --------------------------------------------------------------------------- display
@@ -312,7 +244,7 @@ class LogFollower:
     def _read(self, key: tuple[int, str, int, int], final: bool = False) -> None:
         stream = self.streams.get(key)
         if stream is None:
-            from paijob.client import NoJobError
+            from paijob.remote.client import NoJobError
 
             try:
                 uris = self.client.log_locations(self.job_id, *key)
