@@ -15,10 +15,10 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 import yaml
 
+from paijob.openpai.jobstate import is_terminal
+
 if TYPE_CHECKING:  # the client (requests) is imported when a verb runs, not to build `paijob --help`
     from paijob.remote.client import PaiClient
-
-TERMINAL_STATES = frozenset({"SUCCEEDED", "FAILED", "STOPPED"})
 
 MAX_LINE = 1024 * 1024  # a log "line" longer than this is printed in pieces
 
@@ -187,7 +187,7 @@ class Progress:
         self.last = line
         if self.tty:
             self.out.write("\r\033[K" + line)
-            if status["state"] in TERMINAL_STATES:
+            if is_terminal(status["state"]):
                 self.out.write("\n")
         else:
             self.out.write(line + "\n")
@@ -317,7 +317,7 @@ class LogFollower:
                 on_update(detail)
             self.poll(detail)
             self.flush_tail()
-            if detail["jobStatus"]["state"] in TERMINAL_STATES:
+            if is_terminal(detail["jobStatus"]["state"]):
                 self.poll(detail)
                 self.finish()
                 return detail

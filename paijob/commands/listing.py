@@ -6,14 +6,13 @@ import argparse
 from typing import Any
 
 from paijob.commands import _common as common
-
-STATES = ("WAITING", "RUNNING", "STOPPING", "STOPPED", "SUCCEEDED", "FAILED")
+from paijob.openpai.jobstate import JOB_STATES
 
 
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser("list", help="list your recent jobs",
                                    description="List jobs, newest first (your own unless --all-users).")
-    parser.add_argument("--state", type=str.upper, choices=STATES, help="only jobs in this state")
+    parser.add_argument("--state", type=str.upper, choices=JOB_STATES, help="only jobs in this state")
     parser.add_argument("--limit", type=int, default=20, metavar="N", help="at most N jobs (default 20)")
     parser.add_argument("--all-users", action="store_true", help="every user's jobs, not only yours")
     common.add_cluster_options(parser)

@@ -19,8 +19,8 @@ from pathlib import Path
 
 from paijob.errors import PaijobError
 from paijob.local.store import Store
+from paijob.openpai.jobstate import is_terminal
 
-FINISHED = ("SUCCEEDED", "FAILED", "STOPPED")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 
 
@@ -58,10 +58,10 @@ def prune(state_dir: Path, *, older_than: float = 0.0, outputs: bool = False, dr
     finally:
         store.close()
     cutoff_ms = ((now if now is not None else time.time()) - older_than) * 1000
-    active_configs = [job["config"] for job in jobs if job["state"] not in FINISHED]
+    active_configs = [job["config"] for job in jobs if not is_terminal(job["state"])]
     folders = ("work", "logs", "outputs") if outputs else ("work", "logs")
     for job in jobs:
-        if job["state"] not in FINISHED or (job["completed_time"] or 0) > cutoff_ms:
+        if not is_terminal(job["state"]) or (job["completed_time"] or 0) > cutoff_ms:
             continue
         job_id = f"{job['username']}~{job['name']}"
         found = [state_dir / folder / job_id for folder in folders if (state_dir / folder / job_id).exists()]

@@ -31,6 +31,7 @@ from paijob.local.plan import JobPlan, Ports, RolePlan, plan_job, task_env, task
 from paijob.local.store import Store, now_ms
 from paijob.local.tracking import TASK_MARKER, Tracker
 from paijob.openpai import exitspec
+from paijob.openpai.jobstate import is_terminal
 from paijob.outputs import OUTPUT_ENV, local_output_dir
 
 log = logging.getLogger(__name__)
@@ -542,7 +543,7 @@ class LocalCluster:
             runner.request_stop()
             return
         job = self.store.job(username, name)
-        if job and job["state"] in ("WAITING", "RUNNING", "STOPPING"):
+        if job and not is_terminal(job["state"]):
             self.store.update_job(username, name, state="STOPPED", sub_state="Completed", completed_time=now_ms(),
                                   app_exit_code=exitspec.STOP_REQUESTED_CODE)
 

@@ -11,7 +11,8 @@ holds copies of the rest-server and openpai-runtime files cited):
 * ``jsyaml``   job YAML read as the rest-server's js-yaml reads it (YAML 1.2), bounded
 * ``model``    the job parsed once into typed dataclasses
 * ``exitspec`` the job exit spec (codes, retry classes, log patterns) as data
-* ``tags``     how ``<% $parameters.x %>`` and friends are rendered into commands
+* ``markers``  how ``<% $parameters.x %>`` and friends are rendered into commands
 * ``taskenv``  every ``PAI_*`` / ``FC_*`` variable a task sees, and its format
-* ``rest``     REST v2 paths, job states and the job id format
+* ``jobstate`` the job states, and which are final (``is_terminal``)
+* ``rest``     REST v2 paths, list limits, secret masking and the job id format
 """

@@ -28,7 +28,6 @@ from typing import Any
 
 from paijob.openpai.names import runtime_role_name
 
-JOB_STATES = ("WAITING", "RUNNING", "STOPPING", "SUCCEEDED", "FAILED", "STOPPED", "UNKNOWN")
 DEFAULT_LIST_LIMIT = 5000
 MAX_LIST_LIMIT = 50000
 MASKED_SECRETS = "******"

@@ -47,13 +47,13 @@ import requests
 
 from paijob.errors import PaijobError
 from paijob.openpai import jsyaml
+from paijob.openpai.jobstate import is_terminal
 from paijob.openpai.names import DEFAULT_API_PATH
 from paijob.openpai.rest import format_protocol_errors, rest_role_name
 
 log = logging.getLogger(__name__)
 
 RETRY_STATUSES = frozenset({502, 503, 504})
-TERMINAL_STATES = frozenset({"SUCCEEDED", "FAILED", "STOPPED"})
 CHANGING_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 CHUNK = 64 * 1024
 # A log body may outlast the deadline while it keeps arriving at least this fast (bytes per deadline).
@@ -830,7 +830,7 @@ class PaiClient:
             detail = self.get_job(job_id)
             if on_update:
                 on_update(detail)
-            if detail["jobStatus"]["state"] in TERMINAL_STATES:
+            if is_terminal(detail["jobStatus"]["state"]):
                 return detail
             if deadline is not None and time.monotonic() > deadline:
                 raise ClusterError(f"job {job_id} did not end within {timeout:g} s")
