@@ -4,8 +4,16 @@ Mounted under ``/rest-server/api/v2`` like a real cluster behind its gateway,
 with the swagger's paths, status codes and JSON shapes for: ``/info``,
 ``/authn/basic/login``, ``/jobs`` (POST text/yaml -> 202, GET list),
 ``/jobs/{user}~{job}`` (+ ``/attempts/{a}``, ``/config``, ``/executionType``),
-task status and task logs under ``/jobs/{user}~{job}/attempts/...``. Log
-contents are served under ``/log-manager/`` (range requests supported).
+task status and task logs under ``/jobs/{user}~{job}/attempts/...``, tags and
+events, and the few calls OpenPAI's web portal makes on every page (the current
+user, the one virtual cluster ``default``, an empty storage list). Log contents
+are served under ``/log-manager/`` (range requests supported) to URLs that carry
+their own ``token=`` (as the log manager's do), so a browser or an SDK script
+reads them without the API's bearer token.
+
+What the express app of rest-server (``src/config/express.js``) does before any
+route, this app does too: CORS for every origin (the ``cors`` middleware's
+defaults) and a 100 kB limit on request bodies, checked before authentication.
 
 Run it as a background service with ``paijob local up`` (see ``service``), or
 in-process with ``LocalServer`` (tests).
@@ -14,7 +22,10 @@ in-process with ``LocalServer`` (tests).
 from __future__ import annotations
 
 import argparse
+import base64
+import hashlib
 import hmac
+import io
 import json
 import logging
 import os
@@ -27,9 +38,11 @@ from pathlib import Path
 from typing import Any
 
 from flask import Blueprint, Flask, Response, current_app, g, jsonify, request, send_file
+from werkzeug.routing import BaseConverter
 from werkzeug.serving import BaseWSGIServer, make_server
 
 from paijob import __version__
+from paijob.local import capacity, listing
 from paijob.local.plan import plan_job
 from paijob.local.runner import LocalCluster
 from paijob.local.service import local_user
@@ -43,7 +56,59 @@ log = logging.getLogger(__name__)
 API = "/rest-server/api/v2"
 LOGS = "/log-manager/api/v1/logs"
 TAIL_BYTES = 16 * 1024
-_EXIT_TYPES = {"SUCCEEDED": "USER_SUCCESS", "FAILED": "USER_FAILURE", "STOPPED": "USER_STOP"}
+# body-parser's default limit, which rest-server's express.js keeps for urlencoded, JSON and text bodies
+BODY_LIMIT = 100 * 1024
+# express.js's ``cors()``: every origin, these methods, the preflight's own headers reflected
+CORS_METHODS = "GET,HEAD,PUT,PATCH,POST,DELETE"
+# ids in paths are stored as SQLite integers; anything beyond is no attempt or task of any job
+MAX_ID = 2**31 - 1
+# frameworkcontroller's completion type name: 0 succeeded, every other code (-210, -220 included) failed
+_DONE = ("SUCCEEDED", "FAILED", "STOPPED")
+
+
+class BoundedIntConverter(BaseConverter):
+    """``<n:x>``: digits as an int; a number past ``MAX_ID`` becomes ``MAX_ID + 1``, found nowhere (404)."""
+
+    regex = r"\d+"
+
+    def to_python(self, value: str) -> int:
+        return MAX_ID + 1 if len(value) > 10 else min(int(value), MAX_ID + 1)
+
+    def to_url(self, value: Any) -> str:
+        return str(int(value))
+
+
+class BodyLimit:
+    """WSGI middleware: a chunked body (no Content-Length) is read up to the limit and no further.
+
+    werkzeug applies ``MAX_CONTENT_LENGTH`` to a body of known length only; a
+    chunked one would be read whole by the first handler that looks at it. Here
+    it is buffered up to ``limit`` bytes (then it has a length like any other),
+    and a longer one is marked for the app's 413 without reading the rest.
+    """
+
+    def __init__(self, app: Any, limit: int) -> None:
+        self.app, self.limit = app, limit
+
+    def __call__(self, environ: dict[str, Any], start_response: Any) -> Any:
+        if environ.get("wsgi.input_terminated") and not environ.get("CONTENT_LENGTH"):
+            stream, parts, size = environ["wsgi.input"], [], 0
+            while size <= self.limit:
+                part = stream.read(self.limit + 1 - size)
+                if not part:
+                    break
+                parts.append(part)
+                size += len(part)
+            del environ["wsgi.input_terminated"]
+            environ.pop("HTTP_TRANSFER_ENCODING", None)  # werkzeug ignores CONTENT_LENGTH next to it
+            environ["wsgi.input"] = io.BytesIO(b"" if size > self.limit else b"".join(parts))
+            environ["CONTENT_LENGTH"] = str(size)  # past the limit: refused before any route
+        return self.app(environ, start_response)
+
+
+def log_token(secret: str, path: str) -> str:
+    """The ``token=`` of one log URL: good for that log only, derived from the cluster's token."""
+    return hmac.new(secret.encode(), path.encode(), hashlib.sha256).hexdigest()[:40]
 
 
 def error(status: int, code: str, message: str) -> Response:
@@ -83,7 +148,7 @@ def _job_status(job: dict[str, Any], attempt: dict[str, Any] | None, latest: boo
     state = job["state"] if latest else (attempt or {}).get("state", job["state"])
     a = attempt or {}
     exit_code = job["app_exit_code"] if latest else a.get("exit_code")
-    done = state in _EXIT_TYPES
+    done = state in _DONE
     message = (job.get("trigger_message") if latest else a.get("trigger_message"))
     diagnostics = (job.get("diagnostics") if latest else a.get("diagnostics"))
     return {
@@ -95,6 +160,8 @@ def _job_status(job: dict[str, Any], attempt: dict[str, Any] | None, latest: boo
         "attemptId": a.get("attempt_id", job["attempt_id"]),
         "attemptState": a.get("state", state),
         "appId": f"{job['username']}~{job['name']}-{a.get('attempt_id', job['attempt_id'])}",
+        "appProgress": 1 if done else 0,
+        "appTrackingUrl": "",
         "appCreatedTime": a.get("created_time"),
         "appLaunchedTime": a.get("launched_time"),
         "appCompletedTime": a.get("completed_time"),
@@ -105,7 +172,7 @@ def _job_status(job: dict[str, Any], attempt: dict[str, Any] | None, latest: boo
         "appExitTriggerMessage": message,
         "appExitTriggerTaskRoleName": _rest_role(job.get("trigger_role") if latest else a.get("trigger_role")),
         "appExitTriggerTaskIndex": job.get("trigger_index") if latest else a.get("trigger_index"),
-        "appExitType": _EXIT_TYPES.get(state),
+        "appExitType": None if not done or exit_code is None else ("Succeeded" if exit_code == 0 else "Failed"),
         "virtualCluster": "default",
     }
 
@@ -198,7 +265,8 @@ def job_detail(cluster: LocalCluster, job: dict[str, Any], attempt_id: int | Non
     status["retryDetails"] = _retry_details(cluster.store.attempts(job["username"], job["name"]), job["retries"])
     return {
         "name": job["name"],
-        "tags": [],
+        "tags": cluster.store.tags(job["username"], job["name"]),
+        "jobPriority": None,
         "jobStatus": status,
         "taskRoles": roles,
         "debugId": job_id,
@@ -212,13 +280,13 @@ def _retry_details(attempts: list[dict[str, Any]], retries: int) -> dict[str, in
     return {"user": retries - platform, "platform": platform, "resource": 0}
 
 
-def job_summary(job: dict[str, Any]) -> dict[str, Any]:
+def job_summary(job: dict[str, Any], tags: list[str] | None = None) -> dict[str, Any]:
     return {
         "name": job["name"],
         "username": job["username"],
         "state": job["state"],
         "subState": job["sub_state"],
-        "tags": [],
+        "tags": tags or [],
         **_retries_and_times(job),
         "completedTime": job["completed_time"],
         "appExitCode": job["app_exit_code"],
@@ -231,6 +299,25 @@ def job_summary(job: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def vc_status(cluster: LocalCluster) -> dict[str, Any]:
+    """The swagger's VirtualCluster for ``default``: this machine, what running jobs ask for in use."""
+    machine = capacity.this_machine(len(cluster.gpus))
+    cpu = memory = gpu = 0
+    for job in cluster.store.active_jobs():
+        for role in plan_job(read_job(job["config"])).roles:
+            cpu += role.instances * role.cpu
+            memory += role.instances * role.memory_mb
+            gpu += role.instances * role.gpu
+
+    def resources(cpus: int, memory_mb: int, gpus: int) -> dict[str, int]:
+        return {"cpu": cpus, "vCores": cpus, "memory": memory_mb, "gpu": gpus, "GPUs": gpus}
+
+    total = resources(machine.cpus, machine.memory_mb, machine.gpus)
+    used_share = 100.0 * cpu / machine.cpus if machine.cpus else 0.0
+    return {"capacity": 100, "usedCapacity": round(used_share, 2), "maxCapacity": 100, "dedicated": False,
+            "resourcesUsed": resources(cpu, memory, gpu), "resourcesGuaranteed": total, "resourcesTotal": total}
+
+
 # --------------------------------------------------------------------------- app
 
 
@@ -239,17 +326,63 @@ def create_app(cluster: LocalCluster, token: str, user: str | None = None) -> Fl
     app.config["cluster"] = cluster
     app.config["token"] = token
     app.config["user"] = user or local_user()
+    app.config["MAX_CONTENT_LENGTH"] = BODY_LIMIT  # a chunked body is cut there too, when read
+    app.url_map.converters["n"] = BoundedIntConverter
+    app.wsgi_app = BodyLimit(app.wsgi_app, BODY_LIMIT)  # type: ignore[method-assign]
     api = Blueprint("api", __name__, url_prefix=API)
     logs = Blueprint("logs", __name__, url_prefix=LOGS)
 
+    @app.before_request
+    def _before_any_route() -> Response | None:
+        """express.js's middlewares, in its order: ``cors()`` ends every OPTIONS (204), then the body parsers
+        refuse a body over their limit (413) before a route, and so authentication, sees the request."""
+        if request.method == "OPTIONS":
+            response = Response(status=204)
+            response.headers["Access-Control-Allow-Methods"] = CORS_METHODS
+            asked = request.headers.get("Access-Control-Request-Headers")
+            if asked:
+                response.headers["Access-Control-Allow-Headers"] = asked
+            response.headers["Vary"] = "Access-Control-Request-Headers"
+            response.headers["Content-Length"] = "0"
+            return response
+        if (request.content_length or 0) > BODY_LIMIT:
+            return too_large()
+        return None
+
+    @app.after_request
+    def _cors(response: Response) -> Response:
+        response.headers["Access-Control-Allow-Origin"] = "*"
+        return response
+
+    def too_large() -> Response:
+        # body-parser's error carries no code: express.js answers {message} alone
+        response = jsonify({"message": "request entity too large"})
+        response.status_code = 413
+        response.headers["Connection"] = "close"  # the unread body is not drained
+        return response
+
     def authorised() -> Response | None:
-        header = request.headers.get("Authorization", "")
-        given = header[7:] if header.startswith("Bearer ") else ""
-        if not given or not hmac.compare_digest(given.encode(), current_app.config["token"].encode()):
+        """token.js ``check``: ``Bearer <token>`` (any case), or ``Basic`` user:token as an application token."""
+        header = request.headers.get("Authorization")
+        if not header:
             return error(401, "UnauthorizedUserError",
-                         "Guest is not allowed to do this operation: missing or wrong bearer token "
-                         "(the local cluster's token is in its state dir; `paijob -c local ...` uses it).")
-        g.user = current_app.config["user"]
+                         "Guest is not allowed to do this operation (send the local cluster's token: "
+                         "`paijob -c local ...` does; it is in the state dir).")
+        scheme, _, credentials = header.partition(" ")
+        user = current_app.config["user"]
+        secret = current_app.config["token"].encode()
+        if scheme.lower() == "basic":
+            try:
+                name, _, credentials = base64.b64decode(credentials, validate=True).decode().partition(":")
+            except (ValueError, UnicodeDecodeError):
+                name = ""
+            if name != user:
+                credentials = ""
+        elif scheme.lower() != "bearer":
+            credentials = ""
+        if not credentials or not hmac.compare_digest(credentials.encode(), secret):
+            return error(401, "UnauthorizedUserError", "Your token is invalid.")
+        g.user = user
         return None
 
     @api.before_request
@@ -258,7 +391,12 @@ def create_app(cluster: LocalCluster, token: str, user: str | None = None) -> Fl
             return None
         return authorised()
 
-    logs.before_request(authorised)
+    @logs.before_request
+    def _log_auth() -> Response | None:
+        given = request.args.get("token", "")
+        if given and hmac.compare_digest(given, log_token(current_app.config["token"], request.path)):
+            return None
+        return authorised()
 
     def find_job(job_id: str) -> dict[str, Any] | Response:
         user, _, name = job_id.partition("~")
@@ -269,8 +407,9 @@ def create_app(cluster: LocalCluster, token: str, user: str | None = None) -> Fl
 
     @api.get("/info")
     def info() -> Response:
-        return jsonify({"name": "paijob local cluster", "version": __version__, "launcherType": "local",
-                        "authnMethod": "basic", "virtualClusters": ["default"]})
+        # the swagger's launcherType is yarn or k8s: the local cluster answers like a k8s one
+        return jsonify({"name": "paijob local cluster", "version": __version__, "launcherType": "k8s",
+                        "authnMethod": "basic", "virtualClusters": [listing.VIRTUAL_CLUSTER]})
 
     @api.post("/authn/basic/login")
     def login() -> Response:
@@ -279,7 +418,7 @@ def create_app(cluster: LocalCluster, token: str, user: str | None = None) -> Fl
         if not username or not password:
             return error(400, "InvalidParametersError", "username and password are required.")
         if username != current_app.config["user"]:
-            return error(404, "NoUserError", f"User {username} is not found.")
+            return error(400, "NoUserError", f"User {username} is not found.")
         if not hmac.compare_digest(str(password).encode(), current_app.config["token"].encode()):
             return error(400, "IncorrectPasswordError",
                          "Password is incorrect (the local cluster's password is its token).")
@@ -306,27 +445,20 @@ def create_app(cluster: LocalCluster, token: str, user: str | None = None) -> Fl
             cluster.submit(g.user, name, job, text)
         except JobExists:
             return error(409, "ConflictJobError", f"Job name {name} already exists.")
-        response = jsonify({"message": f"update job {name} successfully"})
-        response.status_code = 202
-        return response
+        return accepted(f"Update job {name} for user {g.user} successfully.")
 
     @api.get("/jobs")
     def list_jobs() -> Response:
         try:
-            limit = int(request.args.get("limit", rest.DEFAULT_LIST_LIMIT))
-            offset = int(request.args.get("offset", 0))
-        except ValueError:
-            return error(400, "InvalidParametersError", "limit and offset must be numbers.")
-        if limit > rest.MAX_LIST_LIMIT:
-            return error(400, "InvalidParametersError", f"Limit exceeds max number {rest.MAX_LIST_LIMIT}.")
-        users = rest.list_filter(request.args.get("username"))
-        states = rest.list_filter(request.args.get("state"))
-        vcs = rest.list_filter(request.args.get("vc"))
-        rows = [row for row in cluster.store.jobs()
-                if (users is None or row["username"] in users) and (states is None or row["state"] in states)
-                and (vcs is None or "default" in vcs)]
-        data = [job_summary(row) for row in rows[offset:offset + limit]]
-        if request.args.get("withTotalCount") == "true":
+            query = listing.parse(request.args)
+        except listing.ListQueryError as problem:
+            return error(400, "InvalidParametersError", str(problem))
+        tags = cluster.store.all_tags()
+        rows = [row for row in cluster.store.jobs() if query.keep(row, tags.get((row["username"], row["name"]), []))]
+        rows = listing.sort(rows, query.order)
+        data = [job_summary(row, tags.get((row["username"], row["name"])))
+                for row in rows[query.offset:query.offset + query.limit]]
+        if query.with_total:
             return jsonify({"totalCount": len(rows), "data": data})
         return jsonify(data)
 
@@ -337,13 +469,13 @@ def create_app(cluster: LocalCluster, token: str, user: str | None = None) -> Fl
             return job
         return jsonify(job_detail(cluster, job))
 
-    @api.get("/jobs/<job_id>/attempts/<int:attempt>")
+    @api.get("/jobs/<job_id>/attempts/<n:attempt>")
     def get_attempt(job_id: str, attempt: int) -> Response:
         job = find_job(job_id)
         if isinstance(job, Response):
             return job
         if cluster.store.attempt(job["username"], job["name"], attempt) is None:
-            return error(404, "NoJobError", f"Attempt {attempt} of job {job_id} is not found.")
+            return error(404, "NoJobError", f"JobAttemptId {attempt} is not found in {job_id}.")
         return jsonify(job_detail(cluster, job, attempt))
 
     @api.get("/jobs/<job_id>/config")
@@ -360,15 +492,59 @@ def create_app(cluster: LocalCluster, token: str, user: str | None = None) -> Fl
         job = find_job(job_id)
         if isinstance(job, Response):
             return job
-        body = request.get_json(silent=True) or {}
-        value = body.get("value")
+        body = request.get_json(silent=True)
+        value = body.get("value") if isinstance(body, dict) else None
         if value == "STOP":
             cluster.stop(job["username"], job["name"])
         elif value != "START":
             return error(400, "InvalidParametersError", 'executionType value must be "START" or "STOP".')
-        response = jsonify({"message": f"execute job {job['name']} successfully"})
-        response.status_code = 202
-        return response
+        return accepted(f"Execute job {job_id} successfully.")
+
+    @api.route("/jobs/<job_id>/tag", methods=["PUT", "DELETE"])
+    def tag(job_id: str) -> Response:
+        body = request.get_json(silent=True)
+        value = body.get("value") if isinstance(body, dict) else None
+        if not isinstance(value, str) or not value:
+            return error(400, "InvalidParametersError", '"value" (the tag, a string) is required.')
+        job = find_job(job_id)
+        if isinstance(job, Response):
+            return job
+        if request.method == "PUT":
+            cluster.store.add_tag(job["username"], job["name"], value)
+            return jsonify({"status": 200, "message": f"Add tag {value} for job {job_id} successfully."})
+        if not cluster.store.delete_tag(job["username"], job["name"], value):
+            return error(404, "NoTagError", f"Tag {value} is not found for job {job_id}.")
+        return jsonify({"status": 200, "message": f"Delete tag {value} from job {job_id} successfully."})
+
+    @api.get("/jobs/<job_id>/events")
+    def events(job_id: str) -> Response:
+        job = find_job(job_id)
+        if isinstance(job, Response):
+            return job
+        # kubernetes events (scheduling, image pulls) do not exist here: upstream's answer for a job with none
+        return jsonify({"totalCount": 0, "data": []})
+
+    @api.get("/users/<name>")
+    def get_user(name: str) -> Response:
+        if name != g.user:
+            return error(404, "NoUserError", f"User {name} is not found.")
+        return jsonify({"username": name, "grouplist": ["default", "admingroup"], "email": "",
+                        "extension": {"virtualCluster": [listing.VIRTUAL_CLUSTER]}, "admin": True,
+                        "virtualCluster": [listing.VIRTUAL_CLUSTER], "storageConfig": []})
+
+    @api.get("/virtual-clusters")
+    def virtual_clusters() -> Response:
+        return jsonify({listing.VIRTUAL_CLUSTER: vc_status(cluster)})
+
+    @api.get("/virtual-clusters/<name>")
+    def virtual_cluster(name: str) -> Response:
+        if name != listing.VIRTUAL_CLUSTER:
+            return error(404, "NoVirtualClusterError", f"Virtual cluster {name} is not found.")
+        return jsonify(vc_status(cluster))
+
+    @api.get("/storages")
+    def storages() -> Response:
+        return jsonify({"storages": []})  # no storage is configured here (what upstream answers then)
 
     def task_rows(job: dict[str, Any], attempt: int, role: str, index: int) -> list[dict[str, Any]]:
         """Attempts of a task, oldest first; ``role`` is the REST (converted) role name, as on OpenPAI."""
@@ -377,11 +553,13 @@ def create_app(cluster: LocalCluster, token: str, user: str | None = None) -> Fl
             return []
         return cluster.store.task_attempts(job["username"], job["name"], attempt, name, index)
 
-    @api.get("/jobs/<job_id>/attempts/<int:attempt>/taskRoles/<role>/taskIndex/<int:index>/attempts")
+    @api.get("/jobs/<job_id>/attempts/<n:attempt>/taskRoles/<role>/taskIndex/<n:index>/attempts")
     def task_status(job_id: str, attempt: int, role: str, index: int) -> Response:
         job = find_job(job_id)
         if isinstance(job, Response):
             return job
+        if role not in _role_names(job["config"]):  # task.js: frameworkcontroller finds no such task role
+            return error(404, "NoJobError", f"Task role {role} is not found in job {job_id}.")
         rows = task_rows(job, attempt, role, index)
         if not rows:
             return error(404, "NoTaskError", f"Task {role}/{index} of attempt {attempt} is not found.")
@@ -394,20 +572,24 @@ def create_app(cluster: LocalCluster, token: str, user: str | None = None) -> Fl
             "attempts": [_task_attempt_view(row, job_id) for row in reversed(rows)],  # newest first
         })
 
-    @api.get("/jobs/<job_id>/attempts/<int:attempt>/taskRoles/<role>/taskIndex/<int:index>"
-             "/attempts/<int:task_attempt>/logs")
+    @api.get("/jobs/<job_id>/attempts/<n:attempt>/taskRoles/<role>/taskIndex/<n:index>"
+             "/attempts/<n:task_attempt>/logs")
     def task_logs(job_id: str, attempt: int, role: str, index: int, task_attempt: int) -> Response:
         job = find_job(job_id)
         if isinstance(job, Response):
             return job
         if not any(r["task_attempt"] == task_attempt for r in task_rows(job, attempt, role, index)):
             return error(404, "NoTaskLogError", "Log of task is not found.")
-        base = request.host_url.rstrip("/") + f"{LOGS}/{job_id}/{attempt}/{role}/{index}/{task_attempt}"
-        tail = "?tail-mode=true" if request.args.get("tailMode") == "true" else ""
-        return jsonify({"locations": [{"name": name, "uri": f"{base}/{name}{tail}"}
-                                      for name in ("stdout", "stderr", "all")]})
+        # log.js: the log manager's URLs carry their own token; ``tail-mode`` (not the SDK's tailMode) is read
+        base = f"{LOGS}/{job_id}/{attempt}/{role}/{index}/{task_attempt}"
+        tail = "&tail-mode=true" if request.args.get("tail-mode") == "true" else ""
+        secret = current_app.config["token"]
+        return jsonify({"locations": [
+            {"name": name,
+             "uri": f"{request.host_url.rstrip('/')}{base}/{name}?token={log_token(secret, f'{base}/{name}')}{tail}"}
+            for name in ("stdout", "stderr", "all")]})
 
-    @logs.get("/<job_id>/<int:attempt>/<role>/<int:index>/<int:task_attempt>/<any(stdout,stderr,all):name>")
+    @logs.get("/<job_id>/<n:attempt>/<role>/<n:index>/<n:task_attempt>/<any(stdout,stderr,all):name>")
     def log_content(job_id: str, attempt: int, role: str, index: int, task_attempt: int, name: str) -> Response:
         job = find_job(job_id)
         if isinstance(job, Response):
@@ -422,12 +604,22 @@ def create_app(cluster: LocalCluster, token: str, user: str | None = None) -> Fl
             return Response(data, mimetype="text/plain")
         return send_file(path, mimetype="text/plain", conditional=True, max_age=0, etag=False)
 
+    def accepted(message: str) -> Response:
+        response = jsonify({"status": 202, "message": message})
+        response.status_code = 202
+        return response
+
     app.register_blueprint(api)
     app.register_blueprint(logs)
 
     @app.errorhandler(404)
     def not_found(_: Exception) -> Response:
-        return error(404, "NoApiError", f"{request.method} {request.path} is not an API of this server.")
+        # express.js's catch-all; what the local cluster cannot do (users, groups, tokens, ssh, ...) ends here
+        return error(404, "NoApiError", f"API {request.full_path.rstrip('?')} is not found.")
+
+    @app.errorhandler(413)
+    def body_too_large(_: Exception) -> Response:
+        return too_large()
 
     @app.errorhandler(405)
     def not_allowed(_: Exception) -> Response:

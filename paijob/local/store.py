@@ -1,7 +1,8 @@
 """The local cluster's job store: one SQLite file, so jobs, states and logs survive restarts.
 
-Three tables: ``jobs`` (one row per submitted job), ``job_attempts`` (one per
-job retry) and ``tasks`` (one row per task attempt). Times are milliseconds
+Four tables: ``jobs`` (one row per submitted job), ``job_attempts`` (one per
+job retry), ``tasks`` (one row per task attempt) and ``tags`` (a job's tags,
+added and removed through the REST API as on OpenPAI). Times are milliseconds
 since the epoch, as in OpenPAI's REST answers. One connection shared by the
 server's threads behind a lock.
 """
@@ -77,6 +78,12 @@ CREATE TABLE IF NOT EXISTS tasks (
     log_dir TEXT,
     diagnostics TEXT,
     PRIMARY KEY (username, name, job_attempt, role, task_index, task_attempt)
+);
+CREATE TABLE IF NOT EXISTS tags (
+    username TEXT NOT NULL,
+    name TEXT NOT NULL,
+    tag TEXT NOT NULL,
+    PRIMARY KEY (username, name, tag)
 );
 """
 
@@ -228,3 +235,25 @@ class Store:
             " ORDER BY task_attempt",
             (username, name, job_attempt, role, index),
         )
+
+    # ------------------------------------------------------------------ tags
+
+    def tags(self, username: str, name: str) -> list[str]:
+        rows = self._all("SELECT tag FROM tags WHERE username=? AND name=? ORDER BY rowid", (username, name))
+        return [row["tag"] for row in rows]
+
+    def all_tags(self) -> dict[tuple[str, str], list[str]]:
+        out: dict[tuple[str, str], list[str]] = {}
+        for row in self._all("SELECT username, name, tag FROM tags ORDER BY rowid", ()):
+            out.setdefault((row["username"], row["name"]), []).append(row["tag"])
+        return out
+
+    def add_tag(self, username: str, name: str, tag: str) -> None:
+        with self._tx() as db:
+            db.execute("INSERT OR IGNORE INTO tags (username, name, tag) VALUES (?,?,?)", (username, name, tag))
+
+    def delete_tag(self, username: str, name: str, tag: str) -> bool:
+        """False when the job had no such tag."""
+        with self._tx() as db:
+            cursor = db.execute("DELETE FROM tags WHERE username=? AND name=? AND tag=?", (username, name, tag))
+            return cursor.rowcount > 0

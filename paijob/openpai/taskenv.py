@@ -5,9 +5,10 @@ Three producers, one function each:
 * ``server_env`` — rest-server ``src/models/v2/job/runtime-env.js``
   (``generateFrameworkEnv``) plus the three per-task variables
   ``models/v2/job/k8s.js`` adds (``current_task_env``). Role names are written
-  as in the job, except ``PAI_CURRENT_TASK_ROLE_NAME``: k8s.js takes it from the
-  pod annotation ``FC_TASKROLE_NAME``, i.e. frameworkcontroller's task role
-  name, which k8s.js made with ``convertName`` (``Worker_A`` -> ``workera``).
+  as in the job, ``PAI_CURRENT_TASK_ROLE_NAME`` included: k8s.js
+  ``generateTaskRole`` sets it to ``taskRole``, the role's own name
+  (``Worker_A``), while frameworkcontroller's task role, and so ``FC_*`` and
+  the runtime's names, are ``convertName``'s (``workera``).
   Values are JavaScript template strings: a missing resource field is empty in
   ``PAI_RESOURCE_<role>``; ``minFailedInstances`` / ``minSucceededInstances``
   that are ``null`` or ``0`` fall back to 1 / the instance count (``||``).
@@ -149,9 +150,9 @@ def server_env(framework_name: str, roles: Sequence[RoleResources],
 
 
 def current_task_env(role: str, index: int) -> dict[str, str]:
-    """k8s.js: the task's own role (frameworkcontroller's converted name) and index."""
+    """k8s.js: the task's own role (as the job writes it: ``value: taskRole``) and index."""
     return {
-        "PAI_CURRENT_TASK_ROLE_NAME": runtime_role_name(role),
+        "PAI_CURRENT_TASK_ROLE_NAME": role,
         "PAI_CURRENT_TASK_ROLE_CURRENT_TASK_INDEX": str(index),
         "PAI_TASK_INDEX": str(index),
     }
@@ -228,9 +229,9 @@ def runtime_env(roles: Sequence[tuple[str, int]], current_role: str, current_ind
 def job_role_name(current: str, role_list: Sequence[str]) -> str | None:
     """The job's name for the role ``PAI_CURRENT_TASK_ROLE_NAME`` names.
 
-    OpenPAI sets that variable to frameworkcontroller's converted name
-    (``workera``) while ``PAI_TASK_ROLE_LIST`` keeps the job's (``Worker_A``);
-    None when no single role of the list matches.
+    OpenPAI sets that variable to the job's name (``Worker_A``), as in
+    ``PAI_TASK_ROLE_LIST``; the converted one (``workera``, what older paijob
+    local clusters set) is accepted too. None when no single role matches.
     """
     if current in role_list:
         return current

@@ -733,7 +733,7 @@ class PaiClient:
             f"{self._job_path(job_id)}/attempts/{job_attempt}/taskRoles/{quote(role, safe='')}"
             f"/taskIndex/{index}/attempts/{task_attempt}/logs"
         )
-        params = {"tailMode": "true"} if tail else None
+        params = {"tail-mode": "true"} if tail else None  # log.js reads tail-mode (the SDK's tailMode is ignored)
         data = self._json(self._request("GET", path, what=what, params=params), what)
         locations = data.get("locations", []) if isinstance(data, dict) else None
         if not isinstance(locations, list) or not all(

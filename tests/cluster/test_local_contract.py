@@ -105,15 +105,18 @@ def test_every_task_of_a_golden_job_sees_the_world_validate_reports(
     assert sorted(got["node_rank"] for got in seen) == list(range(expected.nodes)), path.name
 
 
-def test_the_runtime_accepts_the_converted_current_role_name_openpai_sets(
+def test_a_task_sees_its_role_as_written_and_the_runtime_accepts_either_name(
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     text = (GOLDEN / "ddp-cpu-2x2.yaml").read_text(encoding="utf-8").replace("\n  worker:\n", "\n  Worker_A:\n")
     renamed = tmp_path / "renamed.yaml"
     renamed.write_text(text, encoding="utf-8")
     expected, tasks = _task_environments(renamed)
-    assert tasks[1][2]["PAI_CURRENT_TASK_ROLE_NAME"] == "workera"  # as frameworkcontroller names it
-    got = _runtime_env(tasks[1][2], tasks[1][3], monkeypatch, capsys)
-    assert (got["role"], got["node_rank"], got["world_size"]) == ("Worker_A", 1, expected.world_size)
+    # k8s.js generateTaskRole: {name: 'PAI_CURRENT_TASK_ROLE_NAME', value: taskRole}, the role as the job writes it
+    assert tasks[1][2]["PAI_CURRENT_TASK_ROLE_NAME"] == "Worker_A"
+    assert tasks[1][2]["FC_TASKROLE_NAME"] == "workera"  # frameworkcontroller's task role: convertName's
+    for current in ("Worker_A", "workera"):  # older local clusters set the converted name
+        got = _runtime_env({**tasks[1][2], "PAI_CURRENT_TASK_ROLE_NAME": current}, tasks[1][3], monkeypatch, capsys)
+        assert (got["role"], got["node_rank"], got["world_size"]) == ("Worker_A", 1, expected.world_size)
 
 
 def test_the_paijob_runtime_program_reads_a_local_task_environment() -> None:

@@ -231,8 +231,8 @@ def test_each_task_gets_the_pai_environment_openpai_would_give_it(client: PaiCli
     detail = wait(client, job_id)
     logs = "".join(log_text(client, job_id, role, i) for role, i in (("ps_Server", 0), ("worker", 0), ("worker", 1)))
     assert detail["jobStatus"]["state"] == "SUCCEEDED", logs
-    # PAI_CURRENT_TASK_ROLE_NAME is frameworkcontroller's (converted) role name
-    assert "env ok worker 1" in logs and "env ok psserver 0" in logs
+    # PAI_CURRENT_TASK_ROLE_NAME is the role as the job writes it (k8s.js: value: taskRole)
+    assert "env ok worker 1" in logs and "env ok ps_Server 0" in logs
     assert "param=0.25" in logs
 
 

@@ -94,8 +94,8 @@ def test_the_server_variables_have_openpai_names_and_formats() -> None:
     assert env["PAI_TASK_ROLE_COUNT"] == env["PAI_TASK_ROLES_NUM"] == env["PAI_JOB_TASK_ROLE_COUNT"] == "1"
     assert env["PAI_TASK_ROLE_LIST"] == env["PAI_JOB_TASK_ROLE_LIST"] == "Main_Worker"
     assert env["PAI_RESOURCE_Main_Worker"] == "0,1,256,0"  # shmMB not set: 0, not the 512 k8s.js mounts
-    # frameworkcontroller's task role name, i.e. converted
-    assert env["PAI_CURRENT_TASK_ROLE_NAME"] == "mainworker"
+    # k8s.js generateTaskRole: value: taskRole, the role as written (not convertName's mainworker)
+    assert env["PAI_CURRENT_TASK_ROLE_NAME"] == "Main_Worker"
     assert env["PAI_CURRENT_TASK_ROLE_CURRENT_TASK_INDEX"] == env["PAI_TASK_INDEX"] == "1"
     assert env["PAI_WORK_DIR"] == "/work/x"
 
