@@ -31,6 +31,7 @@ import requests
 
 from paijob.errors import PaijobError
 from paijob.remote.profiles import LOCAL, Cluster
+from paijob.runtime import procfs
 
 START_TIMEOUT = 20.0
 
@@ -150,11 +151,8 @@ def _alive(pid: int) -> bool:
         return False
     except PermissionError:
         return True
-    try:  # a zombie is not a server
-        with open(f"/proc/{pid}/stat") as handle:
-            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return True
+    process = procfs.read_stat(pid)  # a zombie is not a server; without /proc, kill's answer stands
+    return process is None or not process.zombie
 
 
 def _healthy(url: str) -> bool:

@@ -34,6 +34,8 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
+from paijob.runtime import procfs
+
 log = logging.getLogger(__name__)
 
 POLL = 0.05
@@ -77,24 +79,13 @@ def cluster_id(state_dir: Path) -> str:
 
 def _alive(pid: int) -> bool:
     """Running, and not a zombie."""
-    try:
-        with open(f"/proc/{pid}/stat") as handle:
-            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return False
+    stat = procfs.read_stat(pid)
+    return stat is not None and not stat.zombie
 
 
 def _parents() -> dict[int, int]:
     """pid -> parent pid of every process visible in /proc."""
-    out: dict[int, int] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as handle:
-                    out[int(entry)] = int(handle.read().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-    return out
+    return {stat.pid: stat.ppid for stat in procfs.processes()}
 
 
 def descendants(roots: Iterable[int]) -> set[int]:
@@ -118,16 +109,14 @@ def marked(uids: Iterable[str]) -> set[int]:
     if not needles:
         return set()
     found = set()
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
+    for pid in procfs.pids():
         try:
-            with open(f"/proc/{entry}/environ", "rb") as handle:
+            with open(f"/proc/{pid}/environ", "rb") as handle:
                 environ = handle.read()
         except OSError:
             continue
         if needles.intersection(environ.split(b"\0")):
-            found.add(int(entry))
+            found.add(pid)
     found.discard(os.getpid())
     return found
 

@@ -51,7 +51,7 @@ from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, SignalEx
 from torch.distributed.elastic.rendezvous import RendezvousParameters  # noqa: E402
 from torch.distributed.elastic.rendezvous import registry as rdzv_registry  # noqa: E402
 
-from paijob.runtime import exitcodes  # noqa: E402
+from paijob.runtime import exitcodes, procfs  # noqa: E402
 from paijob.runtime.failures import (  # noqa: E402
     Failure,
     choose_root_cause,
@@ -282,17 +282,7 @@ def _signal_group(pgid: int, signum: int) -> None:
 
 def _group_alive(pgid: int) -> bool:
     """Whether a process of group ``pgid`` still runs (zombies awaiting their reaper do not)."""
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as fh:
-                fields = fh.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if fields[0] != "Z" and int(fields[2]) == pgid:
-            return True
-    return False
+    return any(stat.pgrp == pgid and not stat.zombie for stat in procfs.processes())
 
 
 def _connect_store(master_addr: str, master_port: int, run_id: str, timeout: float) -> Any:

@@ -25,6 +25,8 @@ import socket
 import time
 from collections.abc import Callable, Iterable
 
+from paijob.runtime import procfs
+
 CONFIRM_SECONDS = 15.0
 NOTICE_PREFIX = b"PAIJOB-ABORT "
 _LISTEN = "0A"  # TCP_LISTEN in /proc/net/tcp's "st" column
@@ -49,18 +51,7 @@ def listening_sockets(tables: Iterable[str] = ("/proc/net/tcp", "/proc/net/tcp6"
 
 def session_pids(session: int) -> set[int]:
     """Processes of session ``session`` (the command runs in a session of its own)."""
-    pids = set()
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as fh:
-                fields = fh.read().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        if len(fields) > 3 and fields[3] == str(session):
-            pids.add(int(entry))
-    return pids
+    return {stat.pid for stat in procfs.processes() if stat.session == session}
 
 
 def socket_inodes(pids: Iterable[int]) -> set[int]:
