@@ -2,66 +2,22 @@
 
 from __future__ import annotations
 
-import copy
-from pathlib import Path
 from typing import Any
 
-import jsonschema
 import pytest
 import requests
 import yaml
 from cluster_helpers import TOKEN, job_yaml
+from swagger_check import check, load_swagger
 
 from paijob.local.server import LocalServer
 from paijob.local.service import local_user
 from paijob.remote.client import PaiClient
 
-SWAGGER_CANDIDATES = [
-    Path(__file__).resolve().parent / "rest-server-swagger.yaml",
-    Path(__file__).resolve().parents[3] / "shared" / "reference" / "openpai" / "rest-server-swagger.yaml",
-]
-
-
-def _swagger() -> dict[str, Any]:
-    for path in SWAGGER_CANDIDATES:
-        if path.is_file():
-            data: dict[str, Any] = yaml.safe_load(path.read_text())
-            return data
-    pytest.skip("the OpenPAI swagger is not available")
-    raise AssertionError
-
-
-def _to_json_schema(node: Any) -> Any:
-    """OpenAPI 3.0 -> JSON schema: ``nullable: true`` becomes a null type; examples dropped."""
-    if isinstance(node, list):
-        return [_to_json_schema(item) for item in node]
-    if not isinstance(node, dict):
-        return node
-    out = {key: _to_json_schema(value) for key, value in node.items() if key not in ("example", "examples")}
-    if out.pop("nullable", False):
-        if "type" in out:
-            out["type"] = [out["type"], "null"]
-        if "enum" in out:
-            out["enum"] = [*out["enum"], None]
-    return out
-
 
 @pytest.fixture(scope="module")
 def swagger() -> dict[str, Any]:
-    return _swagger()
-
-
-def check(swagger: dict[str, Any], path: str, method: str, status: int, body: Any) -> None:
-    """Validate ``body`` against the swagger's schema for that response, $refs resolved."""
-    response = swagger["paths"][path][method]["responses"][str(status)]
-    while "$ref" in response:  # "#/components/responses/X"
-        name = response["$ref"].split("/")[-1]
-        response = swagger["components"]["responses"][name]
-    schema = response["content"]["application/json"]["schema"]
-    root = _to_json_schema(copy.deepcopy(swagger))
-    root.pop("paths")
-    resolver_root = {"components": root["components"], **_to_json_schema(schema)}
-    jsonschema.validate(body, resolver_root)
+    return load_swagger()
 
 
 @pytest.fixture(scope="module")
