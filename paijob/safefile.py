@@ -1,4 +1,14 @@
-"""Writing an output file the way a user expects ``-o FILE`` to behave.
+"""Writing files so that a reader never sees half of one: paijob's one atomic write.
+
+:func:`atomic_write` is the single place that writes a file atomically: a
+temporary file in the same folder (``.NAME.XXXX.tmp``), fsync, ``os.replace``
+over the final name, then an fsync of the folder so the rename survives a
+crash; on any failure the temporary file is removed and the old file is left
+alone. Profiles, the local cluster's token and server info, workdir
+snapshots, checkpoints and ``-o FILE`` all go through it. Standard library
+and ``paijob.errors`` only, so ``paijob.runtime`` may import it.
+
+:func:`write_text` writes an output file the way a user expects ``-o FILE`` to behave:
 
 * A regular file (or a new one) is replaced atomically: a temporary file in
   the same folder, fsync, then ``os.replace``, so a reader never sees half a
@@ -18,7 +28,9 @@ import errno
 import os
 import stat
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
+from typing import IO
 
 from paijob.errors import PaijobError
 
@@ -79,25 +91,45 @@ def _replace_atomically(target: Path, text: str, shown: str, mode: int | None) -
     if not folder.is_dir():
         raise PaijobError(f"cannot write {shown}: folder {folder} does not exist")
     try:
-        fd, temp = tempfile.mkstemp(dir=folder, prefix=f".{target.name}.", suffix=".tmp")
+        atomic_write(target, text.encode("utf-8"), mode=mode if mode is not None else 0o666 & ~_umask())
     except OSError as error:
-        raise PaijobError(
-            f"cannot write {shown}: {error.strerror or error} (is {folder} writable?)"
-        ) from None
+        hint = f" (is {folder} writable?)" if error.errno in (errno.EACCES, errno.EPERM, errno.EROFS) else ""
+        raise PaijobError(f"cannot write {shown}: {error.strerror or error}{hint}") from None
+
+
+Content = bytes | Callable[[IO[bytes]], object]
+
+
+def atomic_write(path: str | os.PathLike[str], content: Content, *, mode: int | None = None) -> None:
+    """Replace ``path`` with ``content`` so that readers see the old file or the whole new one.
+
+    ``content`` is the bytes to write, or a function that writes them to the
+    binary handle it is given (``torch.save``, ``yaml.dump`` into a stream).
+    ``mode`` is the new file's permission bits, set before anything is
+    written; without it the file is private to its owner (0600, mkstemp's).
+    The folder must exist. Raises what the filesystem raised (``OSError``),
+    or what ``content`` raised, after removing the temporary file.
+    """
+    target = Path(path)
+    fd, temp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
+        with os.fdopen(fd, "wb") as handle:
+            if mode is not None:
+                os.fchmod(handle.fileno(), mode)
+            if isinstance(content, bytes):
+                handle.write(content)
+            else:
+                content(handle)
             handle.flush()
-            os.fchmod(handle.fileno(), mode if mode is not None else 0o666 & ~_umask())
             os.fsync(handle.fileno())
         os.replace(temp, target)
-    except OSError as error:
+    except BaseException:
         try:
             os.unlink(temp)
         except OSError:
             pass
-        raise PaijobError(f"cannot write {shown}: {error.strerror or error}") from None
-    fsync_folder(folder)
+        raise
+    fsync_folder(target.parent)
 
 
 def fsync_folder(folder: Path) -> None:

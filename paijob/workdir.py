@@ -49,6 +49,7 @@ import yaml
 
 from paijob.errors import PaijobError
 from paijob.openpai import jsyaml
+from paijob.safefile import atomic_write
 
 ALWAYS_SKIPPED = (".git", ".hg", ".svn", ".venv", "venv", "__pycache__", ".paijob", ".mypy_cache",
                   ".pytest_cache", ".ruff_cache")
@@ -252,9 +253,7 @@ def store_local(snap: Snapshot, state_dir: Path) -> Path:
     folder.mkdir(parents=True, exist_ok=True, mode=0o700)
     path = folder / f"{snap.digest}.tar.gz"
     if not path.exists():
-        temp = path.with_suffix(f".{os.getpid()}.tmp")
-        temp.write_bytes(snap.archive)
-        os.replace(temp, path)
+        atomic_write(path, snap.archive)
     return path
 
 

@@ -32,6 +32,7 @@ import requests
 from paijob.errors import PaijobError
 from paijob.remote.profiles import LOCAL, Cluster
 from paijob.runtime import procfs
+from paijob.safefile import atomic_write
 
 START_TIMEOUT = 20.0
 
@@ -50,11 +51,7 @@ def state_dir() -> Path:
 
 def _write_private(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as handle:
-        handle.write(text)
-    os.replace(tmp, path)
+    atomic_write(path, text.encode("utf-8"), mode=0o600)
 
 
 def read_token(directory: Path | None = None) -> str | None:

@@ -27,7 +27,6 @@ import base64
 import json
 import os
 import re
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,6 +35,7 @@ from urllib.parse import urlsplit
 import yaml
 
 from paijob.errors import PaijobError
+from paijob.safefile import atomic_write
 
 LOCAL = "local"
 _NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
@@ -85,15 +85,7 @@ def save(data: dict[str, Any]) -> Path:
     """Write the profiles atomically with mode 0600 (the file may hold tokens)."""
     path = config_path()
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    fd, tmp = tempfile.mkstemp(prefix=".clusters.", dir=path.parent)
-    try:
-        os.fchmod(fd, 0o600)
-        with os.fdopen(fd, "w") as handle:
-            yaml.safe_dump(data, handle, sort_keys=False)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write(path, yaml.safe_dump(data, sort_keys=False).encode("utf-8"), mode=0o600)
     return path
 
 

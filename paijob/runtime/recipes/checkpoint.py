@@ -18,19 +18,18 @@ import hashlib
 import logging
 import os
 import re
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from paijob.safefile import fsync_folder
+from paijob.safefile import atomic_write
 
 log = logging.getLogger(__name__)
 
 NAME_RE = re.compile(r"^ckpt-e(\d{4,})-s(\d{6,})\.pt$")
-# What _atomic_write's mkstemp names look like for a checkpoint or its sidecar.
+# What safefile.atomic_write's temporary names look like for a checkpoint or its sidecar.
 TEMP_RE = re.compile(r"^\.ckpt-e\d{4,}-s\d{6,}\.pt(\.sha256)?\..+\.tmp$")
 SIDECAR_RE = re.compile(r"^([0-9a-f]{64})\s+(\d+)\s*$")
 
@@ -62,23 +61,6 @@ class _HashingWriter:
         self.handle.flush()
 
 
-def _atomic_write(path: Path, write: Any) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            write(handle)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    fsync_folder(path.parent)
-
-
 def save_checkpoint(folder: str | os.PathLike[str], epoch: int, step: int, state: dict[str, Any],
                     keep: int = 3) -> Path:
     """Write ``state`` atomically as the checkpoint for resume position (epoch, step); rotate."""
@@ -92,10 +74,10 @@ def save_checkpoint(folder: str | os.PathLike[str], epoch: int, step: int, state
         holder["w"] = writer
         torch.save(state, writer)  # type: ignore[arg-type]
 
-    _atomic_write(path, write)
+    atomic_write(path, write)
     writer = holder["w"]
     sidecar = f"{writer.digest.hexdigest()}  {writer.size}\n".encode()
-    _atomic_write(path.with_name(path.name + ".sha256"), lambda h: h.write(sidecar))
+    atomic_write(path.with_name(path.name + ".sha256"), sidecar)
     for old in list_checkpoints(base)[:-keep] if keep > 0 else []:
         for victim in (old.path, old.path.with_name(old.path.name + ".sha256")):
             try:
@@ -109,7 +91,7 @@ def save_checkpoint(folder: str | os.PathLike[str], epoch: int, step: int, state
 def remove_stale_temporaries(folder: str | os.PathLike[str]) -> list[Path]:
     """Delete the temporary files of writes that never finished (a process killed mid-save).
 
-    Only names ``_atomic_write`` creates for checkpoints are touched; one writer (rank 0) saves
+    Only names ``atomic_write`` creates for checkpoints are touched; one writer (rank 0) saves
     at a time, so a temporary file seen here is never one still being written.
     """
     base = Path(folder)
