@@ -141,75 +141,100 @@ class _Token:
 
 def _mustache_tokens(template: str) -> list[_Token]:
     """mustache.js ``parseTemplate`` with ``<%``/``%>``: top-level tokens, sections removed, whitespace stripped."""
-    opening, closing = "<%", "%>"
-    tokens: list[_Token | None] = []
-    spaces: list[int] = []
-    has_tag = non_space = False
-    sections: list[str] = []
-    pos = 0
+    return _Scanner(template).scan()
 
-    def strip_space() -> None:
-        nonlocal has_tag, non_space
-        if has_tag and not non_space:
-            for index in spaces:
-                tokens[index] = None
-        spaces.clear()
-        has_tag = non_space = False
 
-    while pos < len(template):
-        start = template.find(opening, pos)
-        text = template[pos:] if start < 0 else template[pos:start]
+class _Scanner:
+    """One pass of mustache.js ``parseTemplate`` over a command (its state, split by what it reads)."""
+
+    def __init__(self, template: str) -> None:
+        self.template = template
+        self.opening, self.closing = "<%", "%>"
+        self.tokens: list[_Token | None] = []  # None: whitespace stripped from a standalone tag's line
+        self.spaces: list[int] = []  # indexes of this line's whitespace tokens
+        self.has_tag = self.non_space = False  # this line holds a tag / a character other than whitespace
+        self.sections: list[str] = []  # open sections, innermost last
+        self.pos = 0
+
+    def scan(self) -> list[_Token]:
+        template = self.template
+        while self.pos < len(template):
+            start = template.find(self.opening, self.pos)
+            self._text(template[self.pos:] if start < 0 else template[self.pos:start])
+            if start < 0:
+                break
+            self._tag(start + len(self.opening))
+        if self.sections:
+            raise TemplateError(f'Unclosed section "{self.sections[-1]}" in the command {template!r}')
+        return _drop_section_contents([t for t in self.tokens if t is not None])
+
+    def _text(self, text: str) -> None:
         for char in text:
             if char.isspace():
-                spaces.append(len(tokens))
+                self.spaces.append(len(self.tokens))
             else:
-                non_space = True
-            tokens.append(_Token("text", char))
+                self.non_space = True
+            self.tokens.append(_Token("text", char))
             if char == "\n":
-                strip_space()
-        if start < 0:
-            break
-        pos = start + len(opening)
+                self._end_line()
+
+    def _end_line(self) -> None:
+        """A line that held only tags and whitespace loses its whitespace (mustache's standalone tags)."""
+        if self.has_tag and not self.non_space:
+            for index in self.spaces:
+                self.tokens[index] = None
+        self.spaces.clear()
+        self.has_tag = self.non_space = False
+
+    def _tag(self, pos: int) -> None:
+        """The tag whose opening delimiter ends just before ``pos``."""
+        template = self.template
         pos = _skip_space(template, pos)
         kind = "name"
         if pos < len(template) and template[pos] in _TAG_TYPES:
             kind = template[pos]
             pos = _skip_space(template, pos + 1)
         if kind == "=":
-            end = template.find("=", pos)
-            value = template[pos:end].strip() if end >= 0 else ""
-            pos = end + 1 if end >= 0 else len(template)
-            end_tag = template.find(closing, pos)
-            if end_tag < 0:
-                raise TemplateError(f"Unclosed tag at {len(template)} in the command {template!r}")
-            pos = end_tag + len(closing)
-            parts = value.split()
-            if len(parts) != 2:
-                raise TemplateError(f"Invalid tags: {value!r} in the command {template!r}")
-            opening, closing = parts
-            has_tag = True
-            continue
-        terminator = "}" + closing if kind == "{" else closing
+            self._set_delimiters(pos)
+            return
+        terminator = "}" + self.closing if kind == "{" else self.closing
         end = template.find(terminator, pos)
         if end < 0:
             raise TemplateError(f"Unclosed tag at {len(template)} in the command {template!r} "
-                                f"(a literal '{opening}' must not appear in OpenPAI commands)")
+                                f"(a literal '{self.opening}' must not appear in OpenPAI commands)")
         value = template[pos:end].rstrip()
-        pos = end + len(terminator)
-        has_tag = True
+        self.pos = end + len(terminator)
+        self.has_tag = True
+        self._follow_sections(kind, value)
+        self.tokens.append(_Token(kind, value))
+
+    def _set_delimiters(self, pos: int) -> None:
+        """``<%=[ ]=%>``: the tags from here on are written with new delimiters."""
+        template = self.template
+        end = template.find("=", pos)
+        value = template[pos:end].strip() if end >= 0 else ""
+        pos = end + 1 if end >= 0 else len(template)
+        end_tag = template.find(self.closing, pos)
+        if end_tag < 0:
+            raise TemplateError(f"Unclosed tag at {len(template)} in the command {template!r}")
+        self.pos = end_tag + len(self.closing)
+        parts = value.split()
+        if len(parts) != 2:
+            raise TemplateError(f"Invalid tags: {value!r} in the command {template!r}")
+        self.opening, self.closing = parts
+        self.has_tag = True
+
+    def _follow_sections(self, kind: str, value: str) -> None:
+        template = self.template
         if kind in "#^":
-            sections.append(value)
+            self.sections.append(value)
         elif kind == "/":
-            if not sections:
+            if not self.sections:
                 raise TemplateError(f'Unopened section "{value}" in the command {template!r}')
-            if sections.pop() != value:
+            if self.sections.pop() != value:
                 raise TemplateError(f'Unclosed section before "{value}" in the command {template!r}')
         elif kind in ("name", "{", "&"):
-            non_space = True
-        tokens.append(_Token(kind, value))
-    if sections:
-        raise TemplateError(f'Unclosed section "{sections[-1]}" in the command {template!r}')
-    return _drop_section_contents([t for t in tokens if t is not None])
+            self.non_space = True
 
 
 def _drop_section_contents(tokens: list[_Token]) -> list[_Token]:
