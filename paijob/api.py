@@ -23,12 +23,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import paijob
 from paijob import project as project_config
-from paijob.errors import PaijobError
+from paijob.errors import PaijobError, ShadowedPackageError
 
 if TYPE_CHECKING:
     from paijob.remote.client import PaiClient
     from paijob.remote.profiles import Cluster
+
+if getattr(paijob, "__file__", None) is None:  # a namespace package: see ShadowedPackageError
+    raise ShadowedPackageError(
+        f"`import paijob` found the folder {', '.join(paijob.__path__)}, not the installed package "
+        f"({Path(__file__).parent}): Python puts the current folder first on sys.path for `python -c`, "
+        "`-m`, `-` and its prompt; start Python in another folder, or run `python -P` (Python 3.11+)"
+    )
 
 __all__ = ["JobRequest", "PreparedJob", "connect", "copy_output", "dry_run_text", "list_jobs", "output_location",
            "prepare", "resolve_cluster", "status", "stop", "submit", "wait"]

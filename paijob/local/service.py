@@ -32,6 +32,7 @@ import requests
 from paijob.errors import PaijobError
 from paijob.remote.profiles import LOCAL, Cluster
 from paijob.runtime import procfs
+from paijob.runtime.cwd_safe import module_args
 from paijob.safefile import atomic_write
 
 START_TIMEOUT = 20.0
@@ -204,7 +205,7 @@ def _up_locked(directory: Path, port: int) -> dict[str, Any]:
     new_token(directory)
     log_file = os.fdopen(_open_private(directory / "server.log", os.O_WRONLY | os.O_APPEND), "ab")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "paijob.local.server", "--state-dir", str(directory.resolve()), "--port", str(port)],
+        [sys.executable, *module_args("paijob.local.server"), "--state-dir", str(directory.resolve()), "--port", str(port)],
         stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True,
         close_fds=True, umask=0o077,  # SQLite's -wal/-shm, logs, work dirs: private from the start
     )

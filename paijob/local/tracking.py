@@ -44,8 +44,11 @@ CLUSTER_ID_FILE = "cluster-id"
 # Moves the shell into the task's cgroup (echo is a builtin: the writer is the shell), then becomes the task.
 _ENTER_CGROUP = 'echo 0 > "$1" || exit 125; shift; exec "$@"'
 # Makes the task's main process a child subreaper (survives exec), then becomes the task. 36: PR_SET_CHILD_SUBREAPER
+# It starts in the task's work dir (the user's files): "" leaves sys.path before anything is imported from it.
 _SUBREAPER = """\
-import ctypes, os, sys
+import sys
+del sys.path[0]
+import ctypes, os
 ctypes.CDLL(None).prctl(36, 1, 0, 0, 0)
 try:
     os.execvp(sys.argv[1], sys.argv[1:])

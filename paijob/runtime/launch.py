@@ -54,6 +54,7 @@ from importlib.machinery import ModuleSpec, PathFinder
 
 from paijob.errors import PaijobError
 from paijob.runtime import exitcodes
+from paijob.runtime.cwd_safe import module_args
 from paijob.runtime.env import DistEnv, MpiSlot
 from paijob.runtime.netif import socket_ifname_env
 from paijob.runtime.portwatch import MasterPortWatch, read_abort_notice, serve_abort_notice
@@ -92,7 +93,7 @@ class WorkerCommand:
 
     def python_args(self, local_rank: int | str = LOCAL_RANK_MACRO) -> tuple[str, ...]:
         """Arguments after ``python``: ``-u`` (unbuffered), the worker wrapper, the target."""
-        return ("-u", "-m", WORKER_MODULE, *self.target_args(local_rank))
+        return ("-u", *module_args(WORKER_MODULE), *self.target_args(local_rank))
 
     def target_args(self, local_rank: int | str = LOCAL_RANK_MACRO) -> tuple[str, ...]:
         """What :mod:`paijob.runtime.worker` runs: ``SCRIPT ARGS`` or ``-m MODULE ARGS``."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from paijob.runtime.cli import build_parsers, split_train_argv
+from paijob.runtime.cwd_safe import module_args
 from paijob.runtime.failures import Failure, choose_root_cause, looks_secondary
 from paijob.runtime.launch import LOCAL_RANK_MACRO, WorkerCommand, local_rank_style
 from paijob.runtime.probe import count_visible_gpus
@@ -31,15 +32,15 @@ def test_options_stop_where_the_training_command_starts(argv, ours, command):
 
 
 def test_worker_command_forms():
-    wrap = ("-u", "-m", "paijob.runtime.worker")
+    wrap = ("-u", *module_args("paijob.runtime.worker"))
     script = WorkerCommand(script="t.py", args=("--a", "1"), apex_compat="off")
     assert script.python_args() == (*wrap, "t.py", "--a", "1")
     legacy = WorkerCommand(script="t.py", args=("--a",), local_rank_arg="underscore",
                            apex_compat="off")
     assert legacy.python_args() == (*wrap, "t.py", f"--local_rank={LOCAL_RANK_MACRO}", "--a")
-    assert legacy.python_args(3)[4] == "--local_rank=3"
+    assert legacy.python_args(3)[len(wrap) + 1] == "--local_rank=3"
     dash = WorkerCommand(script="t.py", local_rank_arg="dash", apex_compat="off")
-    assert dash.python_args(1)[4] == "--local-rank=1"
+    assert dash.python_args(1)[len(wrap) + 1] == "--local-rank=1"
     module = WorkerCommand(module="pkg.train", args=("x",))
     assert module.python_args() == (*wrap, "-m", "pkg.train", "x")
     recipe = WorkerCommand(recipe="cifar10", args=("--epochs", "1"))
