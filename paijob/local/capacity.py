@@ -29,24 +29,51 @@ def this_machine(gpus: int) -> Machine:
 
 
 def warnings(requests: Iterable[tuple[int, int, int, int]], machine: Machine) -> list[str]:
-    """Lines for each resource the job's tasks ask for in total beyond ``machine``.
+    """Lines for each resource the job's tasks ask for in total beyond ``machine``, then what would fit.
 
-    ``requests``: one (instances, gpu, cpu, memoryMB) per task role.
+    ``requests``: one (instances, gpu, cpu, memoryMB) per task role. The advice
+    names only the values that exceed, each at the most that fits this machine.
     """
-    gpu = cpu = memory = 0
-    for instances, role_gpu, role_cpu, role_memory in requests:
-        gpu += instances * role_gpu
-        cpu += instances * role_cpu
-        memory += instances * role_memory
-    lines = []
+    roles = [request for request in requests if request[0] > 0]
+    tasks = sum(instances for instances, *_ in roles)
+    gpu, cpu, memory = (sum(request[0] * request[column] for request in roles) for column in (1, 2, 3))
+    lines: list[str] = []
     if gpu > machine.gpus:
-        lines.append(f"the job asks for {gpu} GPU(s) in all, this machine has {machine.gpus}: tasks share "
-                     "what there is" + (" (none: training runs on CPU)" if machine.gpus == 0 else ""))
+        lines.append(f"the job asks for {gpu} GPU(s) in all ({_breakdown(roles, 1, 'gpu')}), this machine has "
+                     f"{machine.gpus}: tasks share what there is"
+                     + (" (none: training runs on CPU)" if machine.gpus == 0 else ""))
     if cpu > machine.cpus:
-        lines.append(f"the job asks for {cpu} CPU core(s) in all, this machine has {machine.cpus}")
+        lines.append(f"the job asks for {cpu} CPU core(s) in all ({_breakdown(roles, 2, 'cpu')}), "
+                     f"this machine has {machine.cpus}")
     if machine.memory_mb and memory > machine.memory_mb:
-        lines.append(f"the job asks for {memory} MB of memory in all, this machine has {machine.memory_mb} MB")
+        lines.append(f"the job asks for {memory} MB of memory in all ({_breakdown(roles, 3, 'memoryMB')}), "
+                     f"this machine has {machine.memory_mb} MB")
     if lines:
         lines.append("the local cluster does not enforce GPUs, CPUs or memory: every task runs as a process "
-                     "here; size the job for this machine (e.g. --set instances=2 --set gpu=0)")
+                     f"here; to fit this machine: {_fitting(roles, tasks, (gpu, cpu, memory), machine)}")
     return lines
+
+
+def _fitting(roles: list[tuple[int, int, int, int]], tasks: int, totals: tuple[int, int, int],
+             machine: Machine) -> str:
+    """The ``--set`` values (the built-in templates' names) that bring what exceeds within ``machine``."""
+    fits = []
+    if tasks > machine.cpus and len(roles) == 1:
+        fits.append(f"instances={machine.cpus}")
+        tasks = machine.cpus
+    gpu, cpu, memory = totals
+    if gpu > machine.gpus:
+        fits.append(f"gpu={machine.gpus // tasks}")
+    if cpu > machine.cpus:
+        fits.append(f"cpu={max(1, machine.cpus // tasks)}")
+    if machine.memory_mb and memory > machine.memory_mb:
+        fits.append(f"memoryMB={max(256, machine.memory_mb // tasks // 256 * 256)}")
+    advice = " ".join(f"--set {fit}" for fit in fits)
+    if tasks > machine.cpus:
+        advice += f", and at most {machine.cpus} task(s) in all"
+    return advice + " (the built-in templates' values; in a job file, each role's instances and resourcePerInstance)"
+
+
+def _breakdown(roles: list[tuple[int, int, int, int]], column: int, name: str) -> str:
+    """``2 task(s) × cpu 2 + 1 task(s) × cpu 4``: where a total comes from."""
+    return " + ".join(f"{request[0]} task(s) × {name} {request[column]}" for request in roles if request[column])
