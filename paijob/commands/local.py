@@ -27,6 +27,13 @@ def register(subparsers: Any) -> None:
     status = actions.add_parser("status", help="is it running, where, and how many jobs")
     common.add_output_option(status)
     status.set_defaults(func=run_status)
+    portal = actions.add_parser("open", help="open the local cluster's web portal (jobs, logs, progress charts)",
+                                description="Print a link to the local cluster's web portal and open it in a "
+                                            "browser. The link logs one browser in: it holds a one-time code "
+                                            "that works within 2 minutes, never the cluster's token; the "
+                                            "browser then stays logged in (a cookie) for 12 hours.")
+    portal.add_argument("--no-browser", action="store_true", help="only print the link")
+    portal.set_defaults(func=run_open)
     prune = actions.add_parser("prune", help="remove finished jobs' work folders and logs (and outputs)",
                                description="Remove the work folders and logs of finished local jobs, and "
                                            "workdir snapshots no active job uses. Job records stay (names are "
@@ -51,6 +58,19 @@ def run_prune(args: argparse.Namespace) -> int:
     for path in report.paths:
         print(f"{verb} {path}")
     print(f"{verb} {human_size(report.bytes)} of {len(report.jobs)} finished job(s)", file=sys.stderr)
+    return 0
+
+
+def run_open(args: argparse.Namespace) -> int:
+    from paijob.local import service
+
+    url = service.portal_link()
+    print(url)
+    if args.no_browser:
+        return 0
+    if not service.open_in_browser(url):
+        print("paijob: no graphical browser here: open the link above in one within 2 minutes (from another "
+              "machine: ssh -L PORT:127.0.0.1:PORT to this one first)", file=sys.stderr)
     return 0
 
 

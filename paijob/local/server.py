@@ -44,6 +44,7 @@ from werkzeug.serving import BaseWSGIServer, make_server
 from paijob import __version__
 from paijob.local import capacity, listing
 from paijob.local.plan import plan_job
+from paijob.local.portal import web as portal
 from paijob.local.runner import LocalCluster
 from paijob.local.service import local_user
 from paijob.local.store import JobExists
@@ -364,6 +365,8 @@ def create_app(cluster: LocalCluster, token: str, user: str | None = None) -> Fl
     def authorised() -> Response | None:
         """token.js ``check``: ``Bearer <token>`` (any case), or ``Basic`` user:token as an application token."""
         header = request.headers.get("Authorization")
+        if not header and portal.has_session_cookie():  # the portal's pages: session cookie, CSRF-checked
+            return portal.authorise_session()
         if not header:
             return error(401, "UnauthorizedUserError",
                          "Guest is not allowed to do this operation (send the local cluster's token: "
@@ -611,6 +614,7 @@ def create_app(cluster: LocalCluster, token: str, user: str | None = None) -> Fl
 
     app.register_blueprint(api)
     app.register_blueprint(logs)
+    portal.install(app)
 
     @app.errorhandler(404)
     def not_found(_: Exception) -> Response:

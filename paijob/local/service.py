@@ -280,3 +280,40 @@ def local_cluster_address(directory: Path | None = None) -> Cluster:
     info = server_info(directory) or {}
     return Cluster(LOCAL, str(info.get("url", "http://127.0.0.1:<port>")), None, None,
                    token_source=str(directory / "token"))
+
+
+def portal_link(directory: Path | None = None) -> str:
+    """A link to the local cluster's web portal that logs one browser in (starting the cluster if
+    it is down). It holds a one-time code the server gives for the cluster's token, never the token."""
+    from paijob.local.portal.sessions import CODE_PATH, login_url
+
+    cluster = local_cluster(directory)
+    session = requests.Session()
+    session.trust_env = False  # loopback: no proxy
+    try:
+        response = session.post(f"{cluster.url}{CODE_PATH}", headers={"Authorization": f"Bearer {cluster.token}"},
+                                timeout=10)
+        code = response.json().get("code") if response.ok else None
+    except (requests.RequestException, ValueError) as problem:
+        raise LocalClusterError(f"the local cluster at {cluster.url} did not give a portal code: {problem}") from None
+    finally:
+        session.close()
+    if not isinstance(code, str):
+        raise LocalClusterError(f"the local cluster at {cluster.url} refused a portal code (HTTP {response.status_code}); "
+                                f"restart it with `paijob local down && paijob local up`")
+    return login_url(cluster.url, code)
+
+
+def open_in_browser(url: str) -> bool:
+    """Open ``url`` in a graphical browser when this session has one; False when it has none (a
+    text browser would take over the terminal and cannot run the portal's scripts)."""
+    import webbrowser
+
+    graphical = sys.platform in ("darwin", "win32") or bool(os.environ.get("DISPLAY") or
+                                                              os.environ.get("WAYLAND_DISPLAY"))
+    if not graphical:
+        return False
+    try:
+        return webbrowser.open(url, new=2)
+    except webbrowser.Error:
+        return False

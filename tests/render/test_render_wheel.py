@@ -40,3 +40,5 @@ def test_wheel_contains_the_templates(tmp_path: Path) -> None:
         assert f"paijob/templates/{template}.values.schema.json" in names
     assert "paijob/templates/_job.yaml.j2" in names
     assert "paijob/validate/schema.py" in names
+    for page in ("index.html", "job.html", "common.js", "jobs.js", "job.js", "progress.js", "style.css"):
+        assert f"paijob/local/portal/static/{page}" in names  # the portal has no build step: files ship as is
