@@ -47,14 +47,21 @@ def test_loss_decreases_on_synthetic_data_for_each_policy(precision: str, tmp_pa
     assert summary["images_per_sec"] > 0 and summary["world_size"] == 1
 
 
-def test_summary_is_the_last_line_and_written_to_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_summary_goes_to_the_output_folder_and_the_console_gets_one_short_line(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     target = tmp_path / "s" / "summary.json"
-    code, summary = run_recipe(["cifar10", "--epochs", "1", "--output-dir", str(tmp_path / "o"),
-                                "--summary-json", str(target), "--steps-per-epoch", "2", *TINY], capsys)
+    code = main(["cifar10", "--epochs", "1", "--output-dir", str(tmp_path / "o"),
+                 "--summary-json", str(target), "--steps-per-epoch", "2", *TINY])
     assert code == 0
+    out = capsys.readouterr().out
+    written = tmp_path / "o" / "summary.json"
+    summary = json.loads(written.read_text())
+    last = out.strip().splitlines()[-1]
+    assert last.startswith("paijob: summary completed 1/1 epochs | eval loss ")
+    assert last.endswith(f" img/s | {summary['wall_time_s']:.1f} s | {written}")
+    assert len(last) < 120 + len(str(written)) and "{" not in out  # no JSON on the console
     assert json.loads(target.read_text()) == summary
-    assert json.loads((tmp_path / "o" / "summary.json").read_text())["param_digest"] == summary["param_digest"]
-    for key in ("epochs", "final", "images_per_sec", "wall_time_s", "precision", "world_size"):
+    for key in ("epochs", "final", "images_per_sec", "wall_time_s", "precision", "world_size", "history"):
         assert key in summary
     assert set(summary["final"]) >= {"train_loss", "train_top1", "eval_loss", "eval_top1"}
 
@@ -87,7 +94,7 @@ def test_ddp_two_ranks_keep_parameters_bitwise_equal(tmp_path: Path) -> None:
     summary = summary_of(results[0].stdout)
     assert summary["world_size"] == 2 and summary["replicas_in_sync"] is True
     assert summary["global_batch_size"] == 64
-    assert "PAIJOB_SUMMARY" not in results[1].stdout  # rank 0 alone reports
+    assert "paijob: summary" not in results[1].stdout  # rank 0 alone reports
     assert summary["final"]["eval_samples"] == 64  # the whole test split, counted once
 
 

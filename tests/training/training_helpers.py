@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
-SUMMARY_PREFIX = "PAIJOB_SUMMARY "
 TINY = ["--synthetic-size", "256", "--batch-size", "32", "--log-interval", "1000"]
 
 
@@ -71,6 +70,14 @@ def run_single(argv: list[str], cwd: Path, timeout: float = 120,
 
 
 def summary_of(stdout: str) -> dict[str, Any]:
+    """The run's summary: the JSON file its last stdout line names, which the line agrees with."""
+    from paijob.runtime.recipes.progress import parse_line
+
     lines = [line for line in stdout.splitlines() if line.strip()]
-    assert lines and lines[-1].startswith(SUMMARY_PREFIX), f"no summary as last line:\n{stdout[-2000:]}"
-    return json.loads(lines[-1][len(SUMMARY_PREFIX):])
+    point = parse_line(lines[-1]) if lines else None
+    assert point is not None and point.kind == "summary", f"no summary as last line:\n{stdout[-2000:]}"
+    assert point.path is not None
+    summary: dict[str, Any] = json.loads(Path(point.path).read_text())
+    assert (point.status, point.epoch, point.epochs) == (summary["status"], summary["epochs"],
+                                                         summary["epochs_requested"])
+    return summary

@@ -112,7 +112,9 @@ def _add_common(parser: argparse.ArgumentParser, *, arch: str, lr: float, epochs
     parser.add_argument("--eval-steps", type=int, default=None, help="cap the evaluation batches")
     parser.add_argument("--synthetic-size", type=int, default=None, metavar="N",
                         help="training samples of --data synthetic")
-    parser.add_argument("--log-interval", type=int, default=50)
+    parser.add_argument("--log-interval", type=int, default=None, metavar="STEPS",
+                        help="steps between progress lines (default: about 10 lines an epoch, at most "
+                             "one every 50 steps; each epoch's last step always has one)")
     parser.add_argument("--keep-checkpoints", type=int, default=3)
     parser.add_argument("--no-resume", action="store_true", help="ignore checkpoints in --output-dir")
     # torch.distributed.launch-style launchers append --local_rank=N; LOCAL_RANK is used instead
@@ -155,7 +157,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             deterministic=args.deterministic, compile=args.compile,
             steps_per_epoch=args.steps_per_epoch, eval_steps=args.eval_steps,
             synthetic_size=args.synthetic_size, image_size=args.image_size,
-            log_interval=max(1, args.log_interval), keep_checkpoints=args.keep_checkpoints,
+            log_interval=None if args.log_interval is None else max(1, args.log_interval), keep_checkpoints=args.keep_checkpoints,
             loss_scale=args.loss_scale, keep_batchnorm_fp32=args.keep_batchnorm_fp32,
             no_resume=args.no_resume, compile_mode=args.compile_mode,
             compile_backend=args.compile_backend, data_placement=args.data_placement,

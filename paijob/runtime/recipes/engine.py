@@ -13,6 +13,14 @@ epoch, and fp16 loss scaling uses the fused optimizer's on-device overflow
 check where torch has one. Evaluation uses the training precision,
 normalisation and (recalibrated when still young) BatchNorm statistics, and
 batches of the training shape, so a compiled model compiles once.
+
+``train`` runs in named phases, as torch's elastic agent runs its loop: ``_set_up`` (process
+group, data, model and optimizer, resume, DDP/compile, feed), then per epoch ``_train_epoch``
+(the feed and ``_step``), ``_end_epoch`` (reduce, recalibrate, evaluate), ``_report_epoch`` and
+a checkpoint, then ``_summarise`` and ``_publish_summary``. What set-up made is a ``_Run``;
+what the loop changes is a ``_RunState``. The console lines rank 0 prints (step, epoch and
+summary lines, a stable format the portal's chart reads) are defined in ``progress``; the full
+summary is ``OUTPUT_DIR/summary.json``.
 """
 
 from __future__ import annotations
@@ -52,9 +60,15 @@ from paijob.runtime.recipes.data import (
     train_plan,
 )
 from paijob.runtime.recipes.prefetch import Prefetcher, choose_placement, resident
+from paijob.runtime.recipes.progress import (
+    SUMMARY_FILE,
+    Progress,
+    epoch_line,
+    log_interval,
+    summary_line,
+)
 
 log = logging.getLogger("paijob.recipes")
-SUMMARY_PREFIX = "PAIJOB_SUMMARY "
 EXIT_PREEMPTED = 143  # 128 + SIGTERM: OpenPAI/k8s treat it as a retryable kill
 
 
@@ -79,7 +93,7 @@ class TrainConfig:
     eval_steps: int | None = None
     synthetic_size: int | None = None
     image_size: int = 32
-    log_interval: int = 50
+    log_interval: int | None = None  # steps between progress lines; None: progress.log_interval
     keep_checkpoints: int = 3
     loss_scale: str | None = None
     keep_batchnorm_fp32: str | None = None
@@ -150,29 +164,6 @@ def init_distributed(env: dict[str, str] | None = None) -> DistInfo:
 
 
 # ---------------------------------------------------------------------------------------
-
-
-class Progress:
-    """A progress line on a TTY (rank 0), plain log lines otherwise."""
-
-    def __init__(self, enabled: bool) -> None:
-        self.enabled = enabled
-        self.tty = enabled and sys.stderr.isatty()
-
-    def log_step(self, where: str, loss_sum: torch.Tensor, seen: int, lr: float, rate: float,
-                 final: bool = False) -> None:
-        """A log interval's line: the one place a step reads a device value back (the loss)."""
-        self.update(f"{where} loss {float(loss_sum.item()) / max(seen, 1):.4f} lr {lr:.4g} {rate:.1f} img/s",
-                    final=final)
-
-    def update(self, text: str, final: bool = False) -> None:
-        if not self.enabled:
-            return
-        if self.tty:
-            sys.stderr.write("\r" + text.ljust(100) + ("\n" if final else ""))
-            sys.stderr.flush()
-        else:
-            print(text, flush=True)
 
 
 def _rng_state() -> dict[str, Any]:
@@ -435,14 +426,196 @@ class _Feed:
 STEADY_AFTER_STEPS = 2
 
 
-def train(recipe: Recipe, cfg: TrainConfig) -> dict[str, Any]:
-    start_wall = time.perf_counter()
+# --- state ------------------------------------------------------------------------------
+
+
+@dataclass
+class _Model:
+    """The model in its roles, and what steps it (the optimizer and scaler apex may have wrapped)."""
+
+    raw: nn.Module  # checkpoints, BatchNorm recalibration, the parameter digest
+    policy: PrecisionPolicy
+    optimizer: torch.optim.Optimizer
+    stepper: _Stepper
+    base_lr: float
+    criterion: nn.Module = field(default_factory=nn.CrossEntropyLoss)
+    for_training: nn.Module | None = None  # raw, under DDP and/or torch.compile (see _wrap)
+    for_eval: nn.Module | None = None  # raw, or the compiled module when there is no DDP
+
+    @property
+    def training(self) -> nn.Module:
+        return self.raw if self.for_training is None else self.for_training
+
+    @property
+    def evaluating(self) -> nn.Module:
+        return self.raw if self.for_eval is None else self.for_eval
+
+
+@dataclass
+class _Throughput:
+    """Images and seconds of the timed training loops, whole and steady (see ``STEADY_AFTER_STEPS``)."""
+
+    images: int = 0
+    seconds: float = 0.0
+    steady_images: int = 0
+    steady_seconds: float = 0.0
+
+    def add(self, meter: _EpochMeter, end: float, world_size: int) -> float:
+        """Count an epoch that ended at ``end``; its length in seconds."""
+        seconds = end - meter.start
+        self.seconds += seconds
+        self.images += meter.seen * world_size
+        if meter.steady_start is not None and meter.seen > meter.seen_before_steady:
+            self.steady_seconds += end - meter.steady_start
+            self.steady_images += (meter.seen - meter.seen_before_steady) * world_size
+        return seconds
+
+    def rates(self) -> tuple[float, float | None]:
+        whole = self.images / self.seconds if self.seconds > 0 else 0.0
+        steady = self.steady_images / self.steady_seconds if self.steady_seconds > 0 else None
+        return whole, steady
+
+
+@dataclass
+class _RunState:
+    """What the loop changes: where training starts, what it measured, what it leaves behind."""
+
+    start_epoch: int = 0
+    start_step: int = 0
+    resumed_from: str | None = None
+    history: list[dict[str, Any]] = field(default_factory=list)
+    train_metrics: dict[str, float] = field(default_factory=dict)
+    eval_metrics: dict[str, float] = field(default_factory=dict)
+    last_checkpoint: Path | None = None
+    exit_code: int = 0
+    throughput: _Throughput = field(default_factory=_Throughput)
+
+
+class _EpochMeter:
+    """An epoch's loss and accuracy, summed on the device (read once at its end), and its clock."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.loss_sum = torch.zeros((), device=device)
+        self.correct = torch.zeros((), device=device, dtype=torch.int64)
+        self.seen = 0
+        self.start = time.perf_counter()
+        self.steady_start: float | None = None
+        self.seen_before_steady = 0
+
+    def add(self, loss: torch.Tensor, output: torch.Tensor, labels: torch.Tensor) -> None:
+        size = labels.shape[0]
+        self.seen += size
+        self.loss_sum += loss.detach().float() * size
+        self.correct += (output.detach().argmax(1) == labels).sum()
+
+    def start_steady(self, device: torch.device) -> None:
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        self.steady_start, self.seen_before_steady = time.perf_counter(), self.seen
+
+    def finish(self, device: torch.device) -> float:
+        """The epoch's end, once the device has done its work."""
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        return time.perf_counter()
+
+
+class _Inputs:
+    """uint8 batch on the device → the model's input, identical in training and evaluation."""
+
+    def __init__(self, normalize: Normalizer, policy: PrecisionPolicy, channels_last: bool) -> None:
+        self.normalize = normalize
+        self.policy = policy
+        self.channels_last = channels_last
+
+    def __call__(self, images: torch.Tensor) -> torch.Tensor:
+        x = self.normalize(images)
+        if self.channels_last:
+            x = x.contiguous(memory_format=torch.channels_last)
+        return self.policy.cast_input(x)
+
+
+class _StopRequest:
+    """SIGTERM, remembered: the loop checks it at steps every rank agrees on, saves, exits 143."""
+
+    def __init__(self) -> None:
+        self.requested = False
+        self._previous: Any = None
+
+    def _on_term(self, signum: int, frame: Any) -> None:
+        self.requested = True
+
+    def install(self) -> None:
+        self._previous = signal.signal(signal.SIGTERM, self._on_term)
+
+    def restore(self) -> None:
+        signal.signal(signal.SIGTERM, self._previous)
+
+
+class _Checkpoints:
+    """A checkpoint of the run at (epoch, step): every rank's RNG, rank 0 writes, all wait."""
+
+    def __init__(self, folder: Path, recipe: Recipe, cfg: TrainConfig, info: DistInfo, model: _Model) -> None:
+        self.folder = folder
+        self.recipe, self.cfg, self.info, self.model = recipe, cfg, info, model
+
+    def save(self, epoch: int, step: int, history: list[dict[str, Any]]) -> Path | None:
+        info = self.info
+        rngs = [_rng_state()]
+        if info.distributed:
+            gathered: list[Any] = [None] * info.world_size
+            dist.all_gather_object(gathered, rngs[0])
+            rngs = gathered
+        path = None
+        if info.is_main:
+            model = self.model
+            state = {
+                "format": "paijob-recipe-checkpoint/1",
+                "recipe": self.recipe.name, "arch": self.cfg.arch,
+                "epoch": epoch, "step": step,
+                "model": model.raw.state_dict(), "optimizer": model.optimizer.state_dict(),
+                "scaler": model.stepper.state_dict(), "rng": rngs,
+                "history": history, "world_size": info.world_size,
+                "precision": model.policy.spec.text,
+            }
+            path = ckpt.save_checkpoint(self.folder, epoch, step, state, keep=self.cfg.keep_checkpoints)
+        if info.distributed:
+            dist.barrier()
+        return path
+
+
+@dataclass
+class _Run:
+    """What set-up made, fixed for the whole run: every phase reads it, none replaces it."""
+
+    recipe: Recipe
+    cfg: TrainConfig
+    info: DistInfo
+    model: _Model
+    feed: _Feed
+    sampler: Any  # DistributedSampler over range(len(train_set))
+    eval_plan: EvalPlan
+    prepare: _Inputs
+    in_memory: bool
+    out_dir: Path
+    checkpoints: _Checkpoints
+    progress: Progress
+    writer: Any  # TensorBoard's SummaryWriter on rank 0, when installed
+    stop: _StopRequest = field(default_factory=_StopRequest)
+    fault: tuple[int, int, str] | None = field(default_factory=lambda: _fault_hook())
+    graphs: _CompiledGraphs | None = None
+
+
+# --- set-up ----------------------------------------------------------------------------
+
+
+def _set_up_process(cfg: TrainConfig) -> DistInfo:
+    """Process group, device, threads, cuDNN and determinism flags, seeds."""
     if cfg.deterministic:
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     info = init_distributed()
-    device = info.device
-    on_gpu = device.type == "cuda"
-    if device.type == "cpu" and info.local_world_size > 1:
+    on_gpu = info.device.type == "cuda"
+    if info.device.type == "cpu" and info.local_world_size > 1:
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // info.local_world_size))
     if cfg.deterministic:
         torch.use_deterministic_algorithms(True)
@@ -452,25 +625,30 @@ def train(recipe: Recipe, cfg: TrainConfig) -> dict[str, Any]:
         torch.backends.cudnn.benchmark = True
     random.seed(cfg.seed)
     torch.manual_seed(cfg.seed)
+    return info
 
-    out_dir = Path(cfg.output_dir)
-    ckpt_dir = out_dir / "checkpoints"
-    if info.is_main:
-        out_dir.mkdir(parents=True, exist_ok=True)
 
-    # Data: rank 0 first (downloads), the others after the barrier.
+def _load_data(recipe: Recipe, cfg: TrainConfig, info: DistInfo) -> tuple[Any, Any]:
+    """Rank 0 first (it downloads), the others after the barrier."""
     if info.is_main:
         train_set, test_set = recipe.load_data(cfg, info)
     if info.distributed:
         dist.barrier()
     if not info.is_main:
         train_set, test_set = recipe.load_data(cfg, info)
-    in_memory = hasattr(train_set, "get_batch")
-    workers = cfg.workers
-    if workers is None:
-        workers = 0 if in_memory else max(1, min(8, (os.cpu_count() or 2) // info.local_world_size - 1))
+    return train_set, test_set
 
-    # Model, precision, optimizer.
+
+def _loader_workers(cfg: TrainConfig, info: DistInfo, in_memory: bool) -> int:
+    if cfg.workers is not None:
+        return cfg.workers
+    return 0 if in_memory else max(1, min(8, (os.cpu_count() or 2) // info.local_world_size - 1))
+
+
+def _build_model(recipe: Recipe, cfg: TrainConfig, info: DistInfo) -> _Model:
+    """Model, precision policy, optimizer and the step under that policy (apex may wrap both)."""
+    device = info.device
+    on_gpu = device.type == "cuda"
     model = recipe.build_model(cfg, recipe.num_classes).to(device)
     if on_gpu:
         model = model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
@@ -481,46 +659,65 @@ def train(recipe: Recipe, cfg: TrainConfig) -> dict[str, Any]:
     optimizer = make_sgd(model.parameters(), lr=base_lr, momentum=cfg.momentum,
                          weight_decay=cfg.weight_decay, fused=on_gpu and not policy.use_real_apex)
     stepper = _Stepper(policy, model, optimizer)
-    model, optimizer = stepper.model, stepper.optimizer
-    raw_model = model
-    criterion = nn.CrossEntropyLoss()
+    return _Model(raw=stepper.model, policy=policy, optimizer=stepper.optimizer, stepper=stepper,
+                  base_lr=base_lr)
 
-    # Resume.
-    start_epoch, start_step, resumed_from = 0, 0, None
-    history: list[dict[str, Any]] = []
+
+def _resume(cfg: TrainConfig, info: DistInfo, model: _Model, folder: Path) -> _RunState:
+    """Where training starts: the newest good checkpoint in ``folder`` (unless --no-resume), else 0."""
+    state = _RunState()
     if info.is_main:
-        for leftover in ckpt.remove_stale_temporaries(ckpt_dir):
+        for leftover in ckpt.remove_stale_temporaries(folder):
             log.warning("paijob: removed %s, left by a checkpoint write that never finished", leftover)
-    if not cfg.no_resume:
-        found = _resume_state(ckpt_dir, info)
-        if found is not None:
-            path, state = found
-            raw_model.load_state_dict(state["model"])
-            optimizer.load_state_dict(state["optimizer"])
-            stepper.load_state_dict(state.get("scaler", {}))
-            start_epoch, start_step = int(state["epoch"]), int(state["step"])
-            history = list(state.get("history", []))
-            rngs = state.get("rng", [])
-            if rngs:
-                _set_rng_state(rngs[info.rank] if len(rngs) == info.world_size else rngs[0])
-            resumed_from = str(path)
-            if info.is_main:
-                log.info("paijob: resumed from %s (epoch %d, step %d)", path, start_epoch, start_step)
+    found = None if cfg.no_resume else _resume_state(folder, info)
+    if found is None:
+        return state
+    path, saved = found
+    model.raw.load_state_dict(saved["model"])
+    model.optimizer.load_state_dict(saved["optimizer"])
+    model.stepper.load_state_dict(saved.get("scaler", {}))
+    state.start_epoch, state.start_step = int(saved["epoch"]), int(saved["step"])
+    state.history = list(saved.get("history", []))
+    rngs = saved.get("rng", [])
+    if rngs:
+        _set_rng_state(rngs[info.rank] if len(rngs) == info.world_size else rngs[0])
+    state.resumed_from = str(path)
+    if info.is_main:
+        log.info("paijob: resumed from %s (epoch %d, step %d)", path, state.start_epoch, state.start_step)
+    return state
 
-    train_model: nn.Module = model
+
+def _wrap(cfg: TrainConfig, info: DistInfo, model: _Model) -> None:
+    """DDP for training across ranks, torch.compile when asked."""
+    device = info.device
+    trained: nn.Module = model.raw
     if info.distributed:
-        train_model = nn.parallel.DistributedDataParallel(
-            model, device_ids=[device.index] if on_gpu else None, **ddp_options(cfg))
-    eval_model: nn.Module = raw_model
+        trained = nn.parallel.DistributedDataParallel(
+            model.raw, device_ids=[device.index] if device.type == "cuda" else None, **ddp_options(cfg))
+    evaluated: nn.Module = model.raw
     if cfg.compile:
         compile_kwargs: dict[str, Any] = {"backend": cfg.compile_backend}
         if cfg.compile_mode:
             compile_kwargs["mode"] = cfg.compile_mode
-        train_model = torch.compile(train_model, **compile_kwargs)  # type: ignore[assignment]
+        trained = torch.compile(trained, **compile_kwargs)  # type: ignore[assignment]
         # Without DDP both are the same module: one compiled object, whose cache holds the
         # training and the evaluation graph side by side (each compiled once, in epoch 1).
-        eval_model = (train_model if not info.distributed
-                      else torch.compile(raw_model, **compile_kwargs))  # type: ignore[assignment]
+        evaluated = (trained if not info.distributed
+                     else torch.compile(model.raw, **compile_kwargs))  # type: ignore[assignment]
+    model.for_training, model.for_eval = trained, evaluated
+
+
+def _set_up(recipe: Recipe, cfg: TrainConfig) -> tuple[_Run, _RunState]:
+    """Everything before the first step, in the order ranks must agree on (collectives, RNG)."""
+    info = _set_up_process(cfg)
+    out_dir = Path(cfg.output_dir)
+    if info.is_main:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    train_set, test_set = _load_data(recipe, cfg, info)
+    in_memory = hasattr(train_set, "get_batch")
+    model = _build_model(recipe, cfg, info)
+    state = _resume(cfg, info, model, out_dir / "checkpoints")
+    _wrap(cfg, info, model)
 
     from torch.utils.data.distributed import DistributedSampler
 
@@ -528,206 +725,217 @@ def train(recipe: Recipe, cfg: TrainConfig) -> dict[str, Any]:
     sampler: DistributedSampler[int] = DistributedSampler(
         indices, num_replicas=info.world_size, rank=info.rank, shuffle=True, seed=cfg.seed,
         drop_last=True)
-    normalize = Normalizer(recipe.mean, recipe.std, device)
-    writer = _tensorboard(out_dir) if info.is_main else None
-    progress = Progress(info.is_main)
-    feed = _Feed(cfg, train_set, test_set, device, in_memory, workers)
-    eval_plan = padded_eval_plan(len(test_set), info.rank, info.world_size, cfg.batch_size, cfg.eval_steps)
+    prepare = _Inputs(Normalizer(recipe.mean, recipe.std, info.device), model.policy,
+                      channels_last=info.device.type == "cuda")
+    run = _Run(
+        recipe=recipe, cfg=cfg, info=info, model=model,
+        feed=_Feed(cfg, train_set, test_set, info.device, in_memory, _loader_workers(cfg, info, in_memory)),
+        sampler=sampler,
+        eval_plan=padded_eval_plan(len(test_set), info.rank, info.world_size, cfg.batch_size, cfg.eval_steps),
+        prepare=prepare, in_memory=in_memory, out_dir=out_dir,
+        checkpoints=_Checkpoints(out_dir / "checkpoints", recipe, cfg, info, model),
+        progress=Progress(info.is_main), writer=_tensorboard(out_dir) if info.is_main else None,
+    )
+    return run, state
 
-    def prepare(images: torch.Tensor) -> torch.Tensor:
-        """uint8 batch on the device → the model's input, identical in training and evaluation."""
-        x = normalize(images)
-        if on_gpu:
-            x = x.contiguous(memory_format=torch.channels_last)
-        return policy.cast_input(x)
 
-    stop = {"flag": False}
+# --- one epoch: feed, step, evaluate, checkpoint, report ----------------------------------
 
-    def on_term(signum: int, frame: Any) -> None:
-        stop["flag"] = True
 
-    previous_handler = signal.signal(signal.SIGTERM, on_term)
-    fault = _fault_hook()
+def _train_epoch(run: _Run, state: _RunState, epoch: int) -> tuple[_EpochMeter, TrainPlan]:
+    """The epoch's training steps (from the resumed step in the first epoch); raises _Preempted."""
+    cfg, info = run.cfg, run.info
+    run.sampler.set_epoch(epoch)
+    batches = train_batches(run.sampler, cfg.batch_size, cfg.steps_per_epoch)
+    steps = len(batches)
+    first = state.start_step if epoch == state.start_epoch else 0
+    plan = train_plan(batches, run.recipe.crop_pad, lambda step: _seed_for(cfg.seed, epoch, step, info.rank))
+    interval = log_interval(cfg.log_interval, steps)
+    run.model.training.train()
+    meter = _EpochMeter(info.device)
+    for step, batch in enumerate(run.feed.train(plan.rows(first)), start=first):
+        lr = _step(run, meter, batch, epoch, step, steps)
+        done = step + 1
+        if done - first == STEADY_AFTER_STEPS:
+            meter.start_steady(info.device)
+        _inject_fault(run.fault, epoch, step)
+        at_interval = done % interval == 0 or done == steps
+        if (not info.distributed or at_interval) and _all_max(run.stop.requested, info):
+            _preempt(run, state, epoch, done)
+        if info.is_main and at_interval:
+            rate = meter.seen * info.world_size / max(time.perf_counter() - meter.start, 1e-9)
+            run.progress.log_step(epoch + 1, cfg.epochs, done, steps, meter.loss_sum, meter.seen, lr, rate)
+    return meter, plan
 
-    def save(epoch: int, step: int) -> Path | None:
-        rngs = [_rng_state()]
-        if info.distributed:
-            gathered: list[Any] = [None] * info.world_size
-            dist.all_gather_object(gathered, rngs[0])
-            rngs = gathered
-        path = None
-        if info.is_main:
-            state = {
-                "format": "paijob-recipe-checkpoint/1",
-                "recipe": recipe.name, "arch": cfg.arch,
-                "epoch": epoch, "step": step,
-                "model": raw_model.state_dict(), "optimizer": optimizer.state_dict(),
-                "scaler": stepper.state_dict(), "rng": rngs,
-                "history": history, "world_size": info.world_size,
-                "precision": policy.spec.text,
-            }
-            path = ckpt.save_checkpoint(ckpt_dir, epoch, step, state, keep=cfg.keep_checkpoints)
-        if info.distributed:
-            dist.barrier()
-        return path
 
-    train_images = 0
-    train_time = 0.0
-    steady_images = 0
-    steady_time = 0.0
-    last_ckpt: Path | None = None
-    epoch = start_epoch
-    exit_code = 0
-    eval_metrics: dict[str, float] = {}
-    train_metrics: dict[str, float] = {}
-    graphs = _CompiledGraphs(cfg.compile)
+def _step(run: _Run, meter: _EpochMeter, batch: Any, epoch: int, step: int, steps: int) -> float:
+    """One optimizer step on one batch, nothing read back from the device; its learning rate."""
+    model = run.model
+    lr = run.recipe.lr_at(run.cfg, model.base_lr, epoch, step, steps)
+    for group in model.optimizer.param_groups:
+        group["lr"] = lr
+    images, labels = batch[0], batch[1]
+    if run.in_memory:
+        images = apply_crop_flip(images, batch[2], batch[3], batch[4], run.recipe.crop_pad)
+    x = run.prepare(images)
+    with model.policy.autocast():
+        output = model.training(x)
+        loss = model.criterion(output.float(), labels)
+    model.stepper.backward_step(loss)
+    meter.add(loss, output, labels)
+    return lr
+
+
+def _inject_fault(fault: tuple[int, int, str] | None, epoch: int, step: int) -> None:
+    """``PAIJOB_FAULT_AT``: SIGTERM to this process, or die as a SIGKILL would (exit 137)."""
+    if fault is None or (epoch, step) != fault[:2]:
+        return
+    if fault[2] == "term":
+        os.kill(os.getpid(), signal.SIGTERM)
+    else:
+        sys.stdout.flush()
+        os._exit(137)
+
+
+def _preempt(run: _Run, state: _RunState, epoch: int, step: int) -> None:
+    """SIGTERM mid-epoch: a checkpoint at this step, then out of the loop (exit 143, retryable)."""
+    saved = run.checkpoints.save(epoch, step, state.history)
+    state.last_checkpoint = saved
+    if run.info.is_main:
+        log.warning("paijob: SIGTERM: checkpoint %s written; exiting for a retry", saved)
+    state.exit_code = EXIT_PREEMPTED
+    raise _Preempted()
+
+
+def _end_epoch(run: _Run, state: _RunState, epoch: int, meter: _EpochMeter, plan: TrainPlan) -> dict[str, Any]:
+    """Time and reduce the epoch, recalibrate BatchNorm if young, evaluate: the epoch's record."""
+    info, cfg, model = run.info, run.cfg, run.model
+    seconds = state.throughput.add(meter, meter.finish(info.device), info.world_size)
+    state.train_metrics = _reduce_metrics(meter.loss_sum, meter.correct, meter.seen, info)
+    recalibrated = 0
+    if cfg.bn_recalibration and batchnorm.needs_recalibration(model.raw):
+        recalibrated = _recalibrate_batchnorm(model.raw, run.feed, plan, run.recipe, run.prepare, model.policy,
+                                              run.in_memory, info)
+    state.eval_metrics = evaluate(model.evaluating, run.feed, run.eval_plan, run.prepare, model.policy,
+                                  model.criterion, info)
+    record = {
+        "epoch": epoch + 1,
+        "train_loss": state.train_metrics["loss"], "train_top1": state.train_metrics["top1"],
+        "eval_loss": state.eval_metrics["loss"], "eval_top1": state.eval_metrics["top1"],
+        "images_per_sec": (meter.seen * info.world_size) / max(seconds, 1e-9),
+        "lr": model.optimizer.param_groups[0]["lr"],
+        "bn_recalibration_batches": recalibrated,
+    }
+    if run.graphs is not None:
+        record["graphs_compiled"] = run.graphs.new()
+    state.history.append(record)
+    return record
+
+
+def _report_epoch(run: _Run, record: dict[str, Any]) -> None:
+    """Rank 0: the epoch line and TensorBoard's scalars."""
+    if not run.info.is_main:
+        return
+    log.info("%s", epoch_line(record["epoch"], run.cfg.epochs, record))
+    if run.writer is not None:
+        for key in ("train_loss", "train_top1", "eval_loss", "eval_top1", "images_per_sec", "lr"):
+            run.writer.add_scalar(key.replace("_", "/", 1), record[key], record["epoch"])
+        run.writer.flush()
+
+
+def _run_epoch(run: _Run, state: _RunState, epoch: int) -> None:
+    meter, plan = _train_epoch(run, state, epoch)
+    _report_epoch(run, _end_epoch(run, state, epoch, meter, plan))
+    state.last_checkpoint = run.checkpoints.save(epoch + 1, 0, state.history)
+    if _all_max(run.stop.requested, run.info):
+        state.exit_code = EXIT_PREEMPTED
+        raise _Preempted()
+
+
+# --- the run ---------------------------------------------------------------------------
+
+
+def train(recipe: Recipe, cfg: TrainConfig) -> dict[str, Any]:
+    """Train ``recipe`` as ``cfg`` says; the run's summary (rank 0 also writes and announces it).
+
+    Phases, as torch's elastic agent runs its loop: set-up (process group, data, model,
+    resume, wrappers, feed), then per epoch the steps, evaluation, report and checkpoint,
+    then the summary and the process group's end.
+    """
+    start_wall = time.perf_counter()
+    run, state = _set_up(recipe, cfg)
+    run.graphs = _CompiledGraphs(cfg.compile) if cfg.compile else None
+    run.stop.install()
     try:
-        for epoch in range(start_epoch, cfg.epochs):
-            sampler.set_epoch(epoch)
-            batches = train_batches(sampler, cfg.batch_size, cfg.steps_per_epoch)
-            steps = len(batches)
-            first = start_step if epoch == start_epoch else 0
-            plan = train_plan(batches, recipe.crop_pad,
-                              lambda step, epoch=epoch: _seed_for(cfg.seed, epoch, step, info.rank))
-            train_model.train()
-            loss_sum = torch.zeros((), device=device)
-            correct = torch.zeros((), device=device, dtype=torch.int64)
-            seen = 0
-            epoch_start = time.perf_counter()
-            steady_start: float | None = None
-            seen_before_steady = 0
-            for step, batch in enumerate(feed.train(plan.rows(first)), start=first):
-                lr = recipe.lr_at(cfg, base_lr, epoch, step, steps)
-                for group in optimizer.param_groups:
-                    group["lr"] = lr
-                images, labels = batch[0], batch[1]
-                if in_memory:
-                    images = apply_crop_flip(images, batch[2], batch[3], batch[4], recipe.crop_pad)
-                x = prepare(images)
-                with policy.autocast():
-                    output = train_model(x)
-                    loss = criterion(output.float(), labels)
-                stepper.backward_step(loss)
-                size = labels.shape[0]
-                seen += size
-                loss_sum += loss.detach().float() * size
-                correct += (output.detach().argmax(1) == labels).sum()
-                done = step + 1
-                if done - first == STEADY_AFTER_STEPS:
-                    if on_gpu:
-                        torch.cuda.synchronize(device)
-                    steady_start, seen_before_steady = time.perf_counter(), seen
-                if fault is not None and (epoch, step) == fault[:2]:
-                    if fault[2] == "term":
-                        os.kill(os.getpid(), signal.SIGTERM)
-                    else:
-                        sys.stdout.flush()
-                        os._exit(137)
-                check_now = not info.distributed or done % cfg.log_interval == 0 or done == steps
-                if check_now and _all_max(stop["flag"], info):
-                    saved = save(epoch, done)
-                    last_ckpt = saved
-                    if info.is_main:
-                        log.warning("paijob: SIGTERM: checkpoint %s written; exiting for a retry", saved)
-                    exit_code = EXIT_PREEMPTED
-                    raise _Preempted()
-                if info.is_main and (done % cfg.log_interval == 0 or done == steps):
-                    elapsed = time.perf_counter() - epoch_start
-                    progress.log_step(f"epoch {epoch + 1}/{cfg.epochs} step {done}/{steps}", loss_sum, seen,
-                                      lr, seen * info.world_size / max(elapsed, 1e-9), final=done == steps)
-            if on_gpu:
-                torch.cuda.synchronize(device)
-            epoch_end = time.perf_counter()
-            epoch_time = epoch_end - epoch_start
-            train_time += epoch_time
-            train_images += seen * info.world_size
-            if steady_start is not None and seen > seen_before_steady:
-                steady_time += epoch_end - steady_start
-                steady_images += (seen - seen_before_steady) * info.world_size
-            train_metrics = _reduce_metrics(loss_sum, correct, seen, info)
-            recalibrated = 0
-            if cfg.bn_recalibration and batchnorm.needs_recalibration(raw_model):
-                recalibrated = _recalibrate_batchnorm(raw_model, feed, plan, recipe, prepare, policy,
-                                                      in_memory, info)
-            eval_metrics = evaluate(eval_model, feed, eval_plan, prepare, policy, criterion, info)
-            record = {
-                "epoch": epoch + 1,
-                "train_loss": train_metrics["loss"], "train_top1": train_metrics["top1"],
-                "eval_loss": eval_metrics["loss"], "eval_top1": eval_metrics["top1"],
-                "images_per_sec": (seen * info.world_size) / max(epoch_time, 1e-9),
-                "lr": optimizer.param_groups[0]["lr"],
-                "bn_recalibration_batches": recalibrated,
-            }
-            if cfg.compile:
-                record["graphs_compiled"] = graphs.new()
-            history.append(record)
-            if info.is_main:
-                log.info("paijob: epoch %d/%d train loss %.4f top1 %.2f%% | eval loss %.4f top1 %.2f%% | %.1f img/s",
-                         epoch + 1, cfg.epochs, record["train_loss"], 100 * record["train_top1"],
-                         record["eval_loss"], 100 * record["eval_top1"], record["images_per_sec"])
-                if writer is not None:
-                    for key in ("train_loss", "train_top1", "eval_loss", "eval_top1", "images_per_sec", "lr"):
-                        writer.add_scalar(key.replace("_", "/", 1), record[key], epoch + 1)
-                    writer.flush()
-            last_ckpt = save(epoch + 1, 0)
-            if _all_max(stop["flag"], info):
-                exit_code = EXIT_PREEMPTED
-                raise _Preempted()
+        for epoch in range(state.start_epoch, cfg.epochs):
+            _run_epoch(run, state, epoch)
     except _Preempted:
         pass
     finally:
-        signal.signal(signal.SIGTERM, previous_handler)
-        if writer is not None:
-            writer.close()
+        run.stop.restore()
+        if run.writer is not None:
+            run.writer.close()
+    summary = _summarise(run, state, time.perf_counter() - start_wall)
+    if run.info.is_main:
+        _publish_summary(run, summary)
+    if run.info.distributed:
+        dist.barrier()
+        dist.destroy_process_group()
+    return summary
 
-    digest = _param_digest(raw_model)
+
+def _summarise(run: _Run, state: _RunState, wall_seconds: float) -> dict[str, Any]:
+    """The run's summary; every rank's parameter digest is gathered (are the replicas in sync?)."""
+    cfg, info, model = run.cfg, run.info, run.model
+    digest = _param_digest(model.raw)
     digests = [digest]
     if info.distributed:
         gathered_digests: list[Any] = [None] * info.world_size
         dist.all_gather_object(gathered_digests, digest)
         digests = gathered_digests
-    summary = {
-        "recipe": recipe.name,
+    images_per_sec, steady_images_per_sec = state.throughput.rates()
+    return {
+        "recipe": run.recipe.name,
         "arch": cfg.arch,
-        "status": "preempted" if exit_code else "completed",
-        "epochs": len(history),
+        "status": "preempted" if state.exit_code else "completed",
+        "epochs": len(state.history),
         "epochs_requested": cfg.epochs,
         "world_size": info.world_size,
-        "device": device.type,
-        "precision": policy.spec.text,
-        "precision_detail": policy.describe(),
+        "device": info.device.type,
+        "precision": model.policy.spec.text,
+        "precision_detail": model.policy.describe(),
         "batch_size": cfg.batch_size,
         "global_batch_size": cfg.batch_size * info.world_size,
-        "final": {**{f"train_{k}": v for k, v in train_metrics.items()},
-                  **{f"eval_{k}": v for k, v in eval_metrics.items()}},
-        "images_per_sec": train_images / train_time if train_time > 0 else 0.0,
-        "steady_images_per_sec": steady_images / steady_time if steady_time > 0 else None,
-        "train_time_s": train_time,
-        "wall_time_s": time.perf_counter() - start_wall,
-        "resumed_from": resumed_from,
-        "checkpoint": str(last_ckpt) if last_ckpt else None,
-        "data_placement": feed.placement,
+        "final": {**{f"train_{k}": v for k, v in state.train_metrics.items()},
+                  **{f"eval_{k}": v for k, v in state.eval_metrics.items()}},
+        "images_per_sec": images_per_sec,
+        "steady_images_per_sec": steady_images_per_sec,
+        "train_time_s": state.throughput.seconds,
+        "wall_time_s": wall_seconds,
+        "resumed_from": state.resumed_from,
+        "checkpoint": str(state.last_checkpoint) if state.last_checkpoint else None,
+        "data_placement": run.feed.placement,
         "compile": {"enabled": cfg.compile, "mode": cfg.compile_mode, "backend": cfg.compile_backend}
         if cfg.compile else None,
         "param_digest": digest,
         "replicas_in_sync": len(set(digests)) == 1,
-        "history": history,
-        "exit_code": exit_code,
+        "history": state.history,
+        "exit_code": state.exit_code,
         "config": asdict(cfg),
     }
-    if info.is_main:
-        text = json.dumps(summary, sort_keys=True, default=str)
-        targets = [out_dir / "summary.json"]
-        if cfg.summary_json:
-            targets.append(Path(cfg.summary_json))
-        for target in targets:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_text(text + "\n")
-        print(SUMMARY_PREFIX + text, flush=True)
-    if info.distributed:
-        dist.barrier()
-        dist.destroy_process_group()
-    return summary
+
+
+def _publish_summary(run: _Run, summary: dict[str, Any]) -> None:
+    """Rank 0: the summary JSON in the output folder (and --summary-json); one short line on stdout."""
+    text = json.dumps(summary, sort_keys=True, default=str)
+    written = run.out_dir / SUMMARY_FILE
+    targets = [written]
+    if run.cfg.summary_json:
+        targets.append(Path(run.cfg.summary_json))
+    for target in targets:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text + "\n")
+    print(summary_line(summary, str(written)), flush=True)
 
 
 def _reduce_metrics(loss_sum: torch.Tensor, correct: torch.Tensor, seen: int | torch.Tensor,
