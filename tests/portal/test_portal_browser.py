@@ -212,7 +212,7 @@ def test_the_chart_reads_a_real_recipe_run(driver: Any, server: LocalServer, cli
     steps = RECIPE_EPOCHS * RECIPE_STEPS
     wait_for(driver, lambda d: chart_points(d, "loss-chart") == steps + RECIPE_EPOCHS, "the recipe's loss chart")
     assert chart_points(driver, "rate-chart") == steps
-    wait_for(driver, lambda d: "PAIJOB_SUMMARY" in log_text(d), "the recipe's log")
+    wait_for(driver, lambda d: "paijob: summary" in log_text(d), "the recipe's log")
     parsed = driver.execute_script(
         "return document.getElementById('log-text').textContent.split('\\n').map(parseProgressLine).filter(Boolean)")
     assert [p["kind"] for p in parsed].count("step") == steps
