@@ -28,6 +28,7 @@ from typing import IO, Any
 
 from paijob.local import capacity
 from paijob.local.plan import JobPlan, Ports, RolePlan, plan_job, task_env, task_script
+from paijob.local.settings import stop_grace, unlimited_retry_cap
 from paijob.local.store import Store, now_ms
 from paijob.local.tracking import TASK_MARKER, Tracker
 from paijob.openpai import exitspec
@@ -43,13 +44,6 @@ POLL = 0.05
 _SCRUB = ("PAI_TOKEN", "PAI_CLUSTER_URL", "PAI_USER", "PAIJOB_LOCAL_TOKEN")
 
 
-def stop_grace() -> float:
-    return float(os.environ.get("PAIJOB_LOCAL_STOP_GRACE", "5"))
-
-
-def unlimited_retry_cap() -> int:
-    """How many retries the local cluster allows where OpenPAI's would retry without limit."""
-    return int(os.environ.get("PAIJOB_LOCAL_UNLIMITED_RETRY_CAP", "3"))
 
 
 def detect_gpus() -> list[str]:

@@ -42,7 +42,7 @@ from werkzeug.routing import BaseConverter
 from werkzeug.serving import BaseWSGIServer, make_server
 
 from paijob import __version__
-from paijob.local import capacity, listing
+from paijob.local import capacity, listing, settings
 from paijob.local.plan import plan_job
 from paijob.local.portal import web as portal
 from paijob.local.runner import LocalCluster
@@ -644,6 +644,7 @@ class LocalServer:
 
     def __init__(self, state_dir: Path, token: str, *, port: int = 0, host: str = "127.0.0.1") -> None:
         logging.getLogger("werkzeug").setLevel(logging.WARNING)  # no line per request
+        settings.check()  # before any job runs: a runner must not meet a bad setting mid-stop
         self.cluster = LocalCluster(state_dir)
         self.token = token
         self.app = create_app(self.cluster, token)
@@ -680,6 +681,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--state-dir", type=Path, required=True)
     parser.add_argument("--port", type=int, default=0)
     args = parser.parse_args(argv)
+    try:
+        settings.check()
+    except settings.LocalSettingError as problem:
+        print(f"paijob local cluster: {problem}", file=sys.stderr)
+        return 2
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("werkzeug").setLevel(logging.WARNING)
     token = service.read_token(args.state_dir)

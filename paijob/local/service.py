@@ -15,7 +15,6 @@ a stale file never gets an unrelated process signalled.
 from __future__ import annotations
 
 import fcntl
-import getpass
 import json
 import os
 import secrets
@@ -30,6 +29,7 @@ from typing import Any
 import requests
 
 from paijob.errors import PaijobError
+from paijob.local import settings
 from paijob.remote.profiles import LOCAL, Cluster
 from paijob.runtime import procfs
 from paijob.runtime.cwd_safe import module_args
@@ -185,6 +185,7 @@ def up(directory: Path | None = None, port: int = 0) -> dict[str, Any]:
     state dir: the check-and-start happens under a lock file.
     """
     directory = directory or state_dir()
+    settings.check()  # the server inherits this environment: a bad setting is named here, before it starts
     secure(directory)
     with os.fdopen(_open_private(directory / "up.lock", os.O_WRONLY), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
@@ -214,7 +215,8 @@ def _up_locked(directory: Path, port: int) -> dict[str, Any]:
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise LocalClusterError(
-                f"the local cluster exited at start (code {proc.returncode}); see {directory / 'server.log'}"
+                f"the local cluster exited at start (code {proc.returncode}): {_last_line(directory)}; "
+                f"see {directory / 'server.log'}"
             )
         info = server_info(directory)
         if info and info.get("pid") == proc.pid and _healthy(str(info["url"])):
@@ -222,6 +224,15 @@ def _up_locked(directory: Path, port: int) -> dict[str, Any]:
         time.sleep(0.1)
     proc.terminate()
     raise LocalClusterError(f"the local cluster did not answer within {START_TIMEOUT:g} s; see {directory / 'server.log'}")
+
+
+def _last_line(directory: Path) -> str:
+    """The server's last words (its one-line reason when it refuses to start)."""
+    try:
+        lines = (directory / "server.log").read_bytes()[-4096:].decode(errors="replace").strip().splitlines()
+    except OSError:
+        return "no server.log"
+    return lines[-1][:300] if lines else "server.log is empty"
 
 
 def down(directory: Path | None = None, timeout: float = 60) -> bool:
@@ -249,11 +260,9 @@ def ensure_up(directory: Path | None = None) -> tuple[dict[str, Any], bool]:
 
 
 def local_user() -> str:
-    """The user the local cluster runs jobs as (the login name, as OpenPAI's user)."""
-    try:
-        return getpass.getuser()
-    except (KeyError, OSError):
-        return "local"
+    """The user the local cluster runs jobs as (the login name, as OpenPAI's user); a name that
+    cannot be part of a path (``USER=../../evil``) is a ``LocalSettingError``."""
+    return settings.user_name()
 
 
 def local_cluster(directory: Path | None = None, start: bool = True) -> Cluster:

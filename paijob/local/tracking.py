@@ -34,6 +34,7 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
+from paijob.local import settings
 from paijob.runtime import procfs
 
 log = logging.getLogger(__name__)
@@ -160,7 +161,7 @@ class Cgroups:
     @classmethod
     def find(cls, ident: str) -> Cgroups | None:
         """This cluster's cgroup directory, when tasks can really be moved into one here."""
-        if os.environ.get("PAIJOB_LOCAL_CGROUP", "1") == "0":
+        if not settings.cgroup_wanted():
             return None
         mount, own = _cgroup2_mount(), _own_cgroup()
         if mount is None or own is None:

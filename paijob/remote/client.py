@@ -495,29 +495,33 @@ class PaiClient:
 
         return self._with_retries(what, attempt)
 
+    def _redirect_error(self, reply: Reply, where: str, method: str) -> ClusterError:
+        status = reply.status_code
+        location = self._clean(reply.headers.get("Location") or "(no Location header)")
+        if method.upper() in CHANGING_METHODS:
+            return RedirectError(
+                f"{where}: the server answered HTTP {status}, a redirect to {location}; paijob does not "
+                f"re-send a {method.upper()} elsewhere, so it was not carried out. If that is the "
+                f"cluster's real address, update the cluster URL (now {self.cluster_url})",
+                status=status,
+            )
+        return ClusterError(f"{where}: unexpected HTTP {status} (redirect to {location}); check the cluster URL",
+                            status=status)
+
+    def _auth_error(self, status: int, code: str | None, message: str, where: str) -> AuthError:
+        if status == 401 or code in (None, "UnauthorizedUserError"):
+            return AuthError(f"{where}: not authorised ({message or 'bad or expired token'}). " + self._login_hint(),
+                             status=status, code=code)
+        return AuthError(f"{where}: forbidden: {message}. " + self._login_hint(), status=status, code=code)
+
     def _error(self, reply: Reply, what: str, method: str = "GET") -> ClusterError:
         code, message = self._decode_error(reply)
         status = reply.status_code
         where = f"{what} on {self.cluster_name}"
         if 300 <= status < 400:
-            location = self._clean(reply.headers.get("Location") or "(no Location header)")
-            if method.upper() in CHANGING_METHODS:
-                return RedirectError(
-                    f"{where}: the server answered HTTP {status}, a redirect to {location}; paijob does not "
-                    f"re-send a {method.upper()} elsewhere, so it was not carried out. If that is the "
-                    f"cluster's real address, update the cluster URL (now {self.cluster_url})",
-                    status=status,
-                )
-            return ClusterError(f"{where}: unexpected HTTP {status} (redirect to {location}); check the cluster URL",
-                                status=status)
-        if status == 401 or (status == 403 and code in (None, "UnauthorizedUserError")):
-            return AuthError(
-                f"{where}: not authorised ({message or 'bad or expired token'}). " + self._login_hint(),
-                status=status,
-                code=code,
-            )
-        if status == 403:
-            return AuthError(f"{where}: forbidden: {message}. " + self._login_hint(), status=status, code=code)
+            return self._redirect_error(reply, where, method)
+        if status in (401, 403):
+            return self._auth_error(status, code, message, where)
         if status == 409 or code == "ConflictJobError":
             return ConflictJobError(f"{where}: {message}", status=status, code=code)
         if status == 404:
@@ -607,9 +611,9 @@ class PaiClient:
         headers = {"Content-Type": "text/yaml"}
         maybe_sent = False
         for tries in range(self.retries + 1):
-            if maybe_sent and name and self.user and self._exists_as_sent(name, job) is True:
+            if self._settle(name, job, maybe_sent) is True:
                 log.debug("%s: the job exists after an interrupted submit; not re-sending", what)
-                return self.job_id(name)
+                return self.job_id(str(name))
             try:
                 reply = self._transport("POST", url, data=job_yaml.encode(), headers=headers)
             except _Retryable as retryable:
@@ -617,37 +621,53 @@ class PaiClient:
                 if retryable.timeout and retryable.sent:
                     raise self._unknown(what, name, retryable.reason) from None
                 if tries == self.retries or retryable.timeout:
-                    if maybe_sent and name and self.user:
-                        exists = self._exists_as_sent(name, job)
-                        if exists is True:
-                            return self.job_id(name)
-                        if exists is None:
-                            raise self._unknown(what, name, retryable.reason) from None
+                    exists = self._settle(name, job, maybe_sent)
+                    if exists is True:
+                        return self.job_id(str(name))
+                    if exists is None:
+                        raise self._unknown(what, name, retryable.reason) from None
                     raise retryable.final(what, self) from None
                 time.sleep(self.backoff * (2**tries))
                 continue
             if reply.status_code in (200, 201, 202):
-                if name is None:
-                    raise ServerError(f"{what}: accepted, but the job has no name to report")
-                return self.job_id(name)
+                return self._accepted(reply, what, name)
             error = self._error(reply, what, "POST")
             if isinstance(error, ConflictJobError):
-                if maybe_sent and name and self.user:
-                    exists = self._exists_as_sent(name, job)
-                    if exists is True:
-                        return self.job_id(name)
-                    if exists is None:
-                        raise self._unknown(
-                            what, name, "an earlier try may have created it (the server now answers "
-                            "that the name is taken) and reading the job back failed") from None
-                raise ConflictJobError(
-                    f"job name {name} is already used on {self.cluster_name} (job names are never "
-                    "reusable, even after the job ends); pass --name NEW_NAME or --unique-suffix",
-                    status=error.status,
-                    code=error.code,
-                )
+                return self._taken(error, what, name, job, maybe_sent)
             raise error
         raise AssertionError("unreachable")
+
+    def _settle(self, name: str | None, job: Any, maybe_sent: bool) -> bool | None:
+        """After a try that may have reached the server: does the job exist as sent (None: cannot tell)?
+        False when nothing may have been sent or the job cannot be looked up by name."""
+        if not (maybe_sent and name and self.user):
+            return False
+        return self._exists_as_sent(name, job)
+
+    def _accepted(self, reply: Reply, what: str, name: str | None) -> str:
+        """A 2xx to a submit counts only when it is what rest-server sends ({status, message} JSON)."""
+        problem = _change_reply_problem(reply, self._clean)
+        if problem:
+            raise self._unknown(what, name, problem)
+        if name is None:
+            raise ServerError(f"{what}: accepted, but the job has no name to report")
+        return self.job_id(name)
+
+    def _taken(self, error: ConflictJobError, what: str, name: str | None, job: Any, maybe_sent: bool) -> str:
+        """A 409: our own earlier try (the job exists as sent), or a name used before (an error)."""
+        exists = self._settle(name, job, maybe_sent)
+        if exists is True:
+            return self.job_id(str(name))
+        if exists is None:
+            raise self._unknown(
+                what, name, "an earlier try may have created it (the server now answers "
+                "that the name is taken) and reading the job back failed") from None
+        raise ConflictJobError(
+            f"job name {name} is already used on {self.cluster_name} (job names are never "
+            "reusable, even after the job ends); pass --name NEW_NAME or --unique-suffix",
+            status=error.status,
+            code=error.code,
+        )
 
     def _unknown(self, what: str, name: str | None, why: str) -> OutcomeUnknownError:
         check = self._status_hint(name) if name else "check with `paijob list`"
@@ -706,13 +726,14 @@ class PaiClient:
         return data
 
     def stop(self, job_id: str) -> None:
-        self._request(
-            "PUT",
-            self._job_path(job_id) + "/executionType",
-            what=f"stopping job {job_id}",
-            ok=(200, 202),
-            json={"value": "STOP"},
-        )
+        what = f"stopping job {job_id}"
+        reply = self._request("PUT", self._job_path(job_id) + "/executionType", what=what, ok=(200, 202),
+                              json={"value": "STOP"})
+        problem = _change_reply_problem(reply, self._clean)
+        if problem:
+            raise OutcomeUnknownError(
+                f"{what} on {self.cluster_name}: the outcome is unknown ({problem}); the job may or may not "
+                f"be stopping: {self._status_hint(job_id.partition('~')[2] or job_id)}")
 
     def task_status(self, job_id: str, job_attempt: int, role: str, index: int) -> dict[str, Any]:
         role = rest_role_name(role)  # OpenPAI's paths use the converted role name (Worker_A -> workera)
@@ -845,6 +866,24 @@ def _short(error: Exception, secrets: Iterable[str] = ()) -> str:
 
 def _int_or_none(value: Any) -> bool:
     return value is None or (isinstance(value, int) and not isinstance(value, bool))
+
+
+def _change_reply_problem(reply: Reply, clean: Callable[[str, int], str]) -> str | None:
+    """What is wrong with a 2xx to a change (submit, stop): rest-server sends JSON ``{status, message}``.
+
+    Anything else (an HTML page from a proxy or login portal, an empty body) does
+    not say the change happened: None when the answer is as expected.
+    """
+    try:
+        body = json.loads(reply.content)
+    except ValueError:
+        body = None
+    if isinstance(body, dict) and isinstance(body.get("message"), str):
+        return None
+    kind = reply.headers.get("Content-Type", "no content type")
+    sample = clean(reply.text, 120) or "an empty body"
+    return (f"the server answered HTTP {reply.status_code} ({kind}) with {sample!r}, not OpenPAI's JSON "
+            "{status, message}")
 
 
 def _job_detail_problem(data: Any) -> str | None:

@@ -176,6 +176,22 @@ def test_a_success_status_with_a_body_that_is_not_the_api_s_is_a_clear_error(
         assert not any(Path(os.environ["XDG_CONFIG_HOME"]).rglob("clusters.yaml"))
 
 
+@pytest.mark.parametrize("fault", ["bad-json", "html-200", "wrong-shape"])
+@pytest.mark.parametrize("verb", ["submit", "stop"])
+def test_a_change_answered_2xx_with_what_rest_server_never_sends_is_an_unknown_outcome(
+        verb: str, fault: str, fake: FakePai, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A 200 HTML page (a proxy, a login portal) to submit or stop says nothing about the job: exit 4,
+    as for a timeout, naming what came back (was: exit 0 though no job existed)."""
+    fake.set_fault(fault, methods={"POST", "PUT"}, path="^/rest-server/")
+    code, out, err, _ = run(verb, fake, tmp_path, capsys, monkeypatch)
+    assert_clean_error(code, out, err, expected_code=4)
+    assert "outcome is unknown" in err and "HTTP 200" in err and "not OpenPAI's JSON" in err
+    assert ("Sign in" if fault == "html-200" else "application/json") in err
+    assert f"paijob status {'fresh' if verb == 'submit' else 'existing'}" in err
+    assert out == ""
+
+
 @pytest.mark.parametrize("verb", READS)
 def test_odd_optional_fields_are_shown_as_unknown_not_a_traceback(verb: str, fake: FakePai, tmp_path: Path,
                                                                    capsys: pytest.CaptureFixture[str],
