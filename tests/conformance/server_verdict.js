@@ -1,17 +1,11 @@
 // The OpenPAI rest-server's verdict on job YAML texts, for tests/conformance.
 //
-// Not run in CI (it needs node and the rest-server's dependencies). To re-check the
-// verdicts written in cases.py:
-//   mkdir /tmp/paiserver && cd /tmp/paiserver && npm init -y
-//   npm install ajv@6.12.6 ajv-merge-patch@4.1.0 js-yaml@3.14.1 mustache@2.3.2
-//   copy microsoft/pai src/rest-server/src/{config/v2/protocol.js,config/v2/hived.js,
-//   middlewares/v2/protocol.js} and models/v2/job/runtime-env.js under node_modules/@pai/
-//   (as config/v2/..., middlewares/v2/..., runtime-env.js), add the stubs below, then
-//   PAIJOB_SERVER_HARNESS=/tmp/paiserver pytest tests/conformance
-// Stubs (node_modules/@pai/...): utils/error.js builds an Error from (status, code, message);
-// config/launcher.js exports {enabledHived: false}; middlewares/v2/asyncHandler.js is
-// (fn) => fn; middlewares/v2/hived.js exports {validate: async (p) => p} (the hived checks
-// that need no cluster state are in hivedChecks below).
+// Runs OpenPAI's own validation code (rest-server/@pai, unchanged from microsoft/pai; see
+// rest-server/README.md) with the npm packages rest-server pins (package-lock.json here;
+// .ci/run installs them with `npm ci`). test_conformance.py runs it as
+//   NODE_PATH=tests/conformance/rest-server node tests/conformance/server_verdict.js
+// (the @pai/... stubs stand in for what needs a running cluster; the hived checks that
+// need no cluster state are in hivedChecks below).
 //
 // Reads JSON [text, ...] on stdin and prints JSON [{accept, stage, error}, ...].
 // Stages follow the rest-server's order: bodyParser.text limit (100kb), middlewares/v2/protocol.js
