@@ -14,5 +14,6 @@ holds copies of the rest-server and openpai-runtime files cited):
 * ``markers``  how ``<% $parameters.x %>`` and friends are rendered into commands
 * ``taskenv``  every ``PAI_*`` / ``FC_*`` variable a task sees, and its format
 * ``jobstate`` the job states, and which are final (``is_terminal``)
+* ``schemaeval`` JSON-schema evaluation as ajv sees JavaScript values (and, for values schemas, Python's)
 * ``rest``     REST v2 paths, list limits, secret masking and the job id format
 """

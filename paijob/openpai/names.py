@@ -8,6 +8,7 @@ style conversion: lowercase, keep only a-z0-9) and rest-server
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 
 # rest-server config/v2/protocol.js: job, prerequisite and deployment names
 NAME_PATTERN = "^[a-zA-Z0-9_-]+$"
@@ -32,9 +33,12 @@ def js_match(pattern: str, text: str) -> bool:
 
     Python's ``$`` also matches before a final newline; JavaScript's does not.
     """
-    if pattern.endswith("$"):
-        pattern = pattern[:-1] + r"\Z"
-    return re.search(pattern, text) is not None
+    return _js_regex(pattern).search(text) is not None
+
+
+@lru_cache(maxsize=64)
+def _js_regex(pattern: str) -> re.Pattern[str]:
+    return re.compile(pattern[:-1] + r"\Z" if pattern.endswith("$") else pattern)
 
 
 def runtime_role_name(role: str) -> str:

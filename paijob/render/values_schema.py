@@ -7,28 +7,25 @@ share one folder). The values after all layering (defaults < ``-f`` <
 naming the value, the type it must have and the one it was given, instead of
 eight commands ``n``, ``o``, ``t``, ...
 
-Evaluated here by ``iter_errors``, a draft-7 subset with Python's types
-(values are Python data: ``.inf`` is not an integer), rather than by
-``jsonschema``, whose import would cost more than the rest of ``paijob render``,
-or by ``paijob.validate.schema``, which evaluates the server's schema with
-JavaScript's types. Keywords: ``type``, ``enum``, ``minimum``, ``maximum``,
-``minLength``, ``pattern``, ``properties``, ``additionalProperties``,
-``propertyNames``, ``items`` (the tests check agreement with ``jsonschema``);
-``description`` texts are used in the messages.
+Evaluated by :mod:`paijob.openpai.schemaeval`, the evaluator that also checks
+the server's job schema, here with Python's types (values are Python data:
+``.inf`` is not an integer) rather than JavaScript's, and not by
+``jsonschema``, whose import would cost more than the rest of ``paijob render``
+(the tests check agreement with ``jsonschema``); ``description`` texts are
+used in the messages.
 """
 
 from __future__ import annotations
 
 import json
-import math
-import re
 from collections.abc import Iterator
-from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 from paijob.errors import PaijobError
+from paijob.openpai import schemaeval
+from paijob.openpai.schemaeval import SchemaError
 
 MAX_REPORTED = 5
 
@@ -47,100 +44,9 @@ class ValuesSchemaError(PaijobError):
     """Values that break the template's values schema, or a schema that cannot be read."""
 
 
-@dataclass(frozen=True)
-class SchemaError:
-    """One violation: the failing keyword, the (sub)schema holding it, the value and where."""
-
-    validator: str
-    schema: dict[str, Any]
-    instance: Any
-    absolute_path: tuple[Any, ...]
-
-
-_IGNORED = {"$schema", "$id", "title", "description", "default", "examples", "$comment"}
-
-
-def _is_type(value: Any, name: str) -> bool:
-    if name == "null":
-        return value is None
-    if name == "boolean":
-        return isinstance(value, bool)
-    if name == "string":
-        return isinstance(value, str)
-    if name == "object":
-        return isinstance(value, dict)
-    if name == "array":
-        return isinstance(value, list)
-    if isinstance(value, bool):
-        return False
-    if name == "integer":
-        return isinstance(value, int) or (
-            isinstance(value, float) and math.isfinite(value) and value.is_integer()
-        )
-    if name == "number":
-        return isinstance(value, int) or (isinstance(value, float) and math.isfinite(value))
-    raise ValueError(f"unknown JSON schema type {name!r}")
-
-
-def _same(a: Any, b: Any) -> bool:
-    if isinstance(a, bool) or isinstance(b, bool):  # JSON: true is not 1
-        return isinstance(a, bool) and isinstance(b, bool) and a == b
-    return bool(a == b)
-
-
-def iter_errors(
-    value: Any, schema: dict[str, Any], path: tuple[Any, ...] = ()
-) -> Iterator[SchemaError]:
-    """Every violation of ``schema`` by ``value``; an unknown keyword is a ``ValueError``."""
-
-    def error(keyword: str, at: tuple[Any, ...] = path, instance: Any = value) -> SchemaError:
-        return SchemaError(keyword, schema, instance, at)
-
-    if "type" in schema:
-        names = schema["type"] if isinstance(schema["type"], list) else [schema["type"]]
-        if not any(_is_type(value, str(name)) for name in names):
-            yield error("type")
-            return  # the other keywords only apply to the right type
-    for keyword, expected in schema.items():
-        if keyword in _IGNORED or keyword == "type":
-            continue
-        if keyword == "enum":
-            if not any(_same(value, option) for option in expected):
-                yield error(keyword)
-        elif keyword in ("minimum", "maximum"):
-            if _is_type(value, "number") and (
-                value < expected if keyword == "minimum" else value > expected
-            ):
-                yield error(keyword)
-        elif keyword == "minLength":
-            if isinstance(value, str) and len(value) < expected:
-                yield error(keyword)
-        elif keyword == "pattern":
-            if isinstance(value, str) and not re.search(expected, value):
-                yield error(keyword)
-        elif keyword == "items":
-            if isinstance(value, list):
-                for index, item in enumerate(value):
-                    yield from iter_errors(item, expected, (*path, index))
-        elif keyword == "properties":
-            if isinstance(value, dict):
-                for key, subschema in expected.items():
-                    if key in value:
-                        yield from iter_errors(value[key], subschema, (*path, key))
-        elif keyword == "additionalProperties":
-            if isinstance(value, dict):
-                extra = [k for k in value if k not in schema.get("properties", {})]
-                if expected is False and extra:
-                    yield error(keyword)
-                elif isinstance(expected, dict):
-                    for key in extra:
-                        yield from iter_errors(value[key], expected, (*path, key))
-        elif keyword == "propertyNames":
-            if isinstance(value, dict):
-                for key in value:  # as jsonschema: the key's own error, at the mapping
-                    yield from iter_errors(key, expected, path)
-        else:
-            raise ValueError(f"JSON schema keyword {keyword!r} is not supported here")
+def iter_errors(value: Any, schema: dict[str, Any], path: tuple[Any, ...] = ()) -> Iterator[SchemaError]:
+    """Every violation of ``schema`` by ``value`` (Python's types); an unknown keyword is a ``ValueError``."""
+    return schemaeval.iter_errors(value, schema, schemaeval.PYTHON, path)
 
 
 @lru_cache(maxsize=16)
@@ -210,6 +116,8 @@ def _expected(schema: dict[str, Any], keyword: str) -> str:
         return f"at most {schema['maximum']}"
     if keyword in ("minLength", "minItems"):
         return "not empty"
+    if keyword == "maxLength":
+        return f"at most {schema['maxLength']} characters long"
     return str(schema.get("description") or f"valid ({keyword} {schema.get(keyword)!r})")
 
 
@@ -221,6 +129,9 @@ def describe(error: SchemaError, values: Any) -> str:
         known = sorted(error.schema.get("properties", {}))
         extra = [str(k) for k in error.instance if k not in known]
         return f"{name} has unknown key(s) {', '.join(extra)} (known: {', '.join(known)})"
+    if error.validator == "required" and isinstance(error.instance, dict):
+        missing = [str(key) for key in error.schema["required"] if key not in error.instance]
+        return f"{name} must have the key(s) {', '.join(missing)}"
     if isinstance(error.instance, str) and isinstance(_at(values, error.absolute_path), dict):
         # propertyNames: the failing thing is a key of the mapping at this path
         return f"{name} has a key {error.instance!r} that is not {_expected(error.schema, error.validator)}"
