@@ -49,6 +49,7 @@ from paijob.local.runner import LocalCluster
 from paijob.local.service import local_user
 from paijob.local.store import JobExists
 from paijob.openpai import exitspec, rest
+from paijob.openpai.jobstate import is_terminal
 from paijob.openpai.jsyaml import YamlError, load_job
 from paijob.openpai.markers import TemplateError, role_entrypoint
 
@@ -64,7 +65,6 @@ CORS_METHODS = "GET,HEAD,PUT,PATCH,POST,DELETE"
 # ids in paths are stored as SQLite integers; anything beyond is no attempt or task of any job
 MAX_ID = 2**31 - 1
 # frameworkcontroller's completion type name: 0 succeeded, every other code (-210, -220 included) failed
-_DONE = ("SUCCEEDED", "FAILED", "STOPPED")
 
 
 class BoundedIntConverter(BaseConverter):
@@ -149,7 +149,7 @@ def _job_status(job: dict[str, Any], attempt: dict[str, Any] | None, latest: boo
     state = job["state"] if latest else (attempt or {}).get("state", job["state"])
     a = attempt or {}
     exit_code = job["app_exit_code"] if latest else a.get("exit_code")
-    done = state in _DONE
+    done = is_terminal(state)
     message = (job.get("trigger_message") if latest else a.get("trigger_message"))
     diagnostics = (job.get("diagnostics") if latest else a.get("diagnostics"))
     return {
