@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import configparser
+import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -28,3 +29,28 @@ def test_templates_folder_is_shipped_as_paijob_templates() -> None:
     import paijob.templates
 
     assert Path(paijob.templates.__file__).resolve().parent == ROOT / "templates"
+
+
+def install_requires() -> list[str]:
+    config = configparser.ConfigParser()
+    config.read(ROOT / "setup.cfg")
+    return [re.split(r"[<>=!~ \[]", line.strip(), maxsplit=1)[0].lower()
+            for line in config["options"]["install_requires"].splitlines() if line.strip()]
+
+
+IMPORT_NAMES = {"pyyaml": "yaml"}  # distribution -> the module paijob imports
+
+
+def test_every_install_requirement_is_imported_by_paijob() -> None:
+    """A requirement paijob never imports only costs users an install (jsonschema was one: only tests use it)."""
+    source = "\n".join(path.read_text(encoding="utf-8") for path in (ROOT / "paijob").rglob("*.py"))
+    unused = [name for name in install_requires()
+              if not re.search(rf"^\s*(?:import|from) {IMPORT_NAMES.get(name, name)}\b", source, flags=re.MULTILINE)]
+    assert not unused, f"setup.cfg install_requires lists packages paijob never imports: {unused}"
+
+
+def test_the_readme_names_the_clients_dependencies() -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    sentence = " ".join(readme.split("The client side (`paijob`) needs only ", 1)[1].split()).split(", and never", 1)[0]
+    named = {word.strip().lower() for word in re.split(r",|\band\b", sentence) if word.strip()}
+    assert named == set(install_requires()), f"README names {sorted(named)}, setup.cfg requires {install_requires()}"

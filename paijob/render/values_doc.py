@@ -43,11 +43,38 @@ def comments(text: str) -> dict[str, str]:
     return found
 
 
-def type_name(value: Any) -> str:
-    if value is None:
-        return "any (null)"
-    return {bool: "bool", int: "int", float: "float", str: "string", list: "list", dict: "map"}.get(
-        type(value), type(value).__name__)
+_SCHEMA_TYPES = {"integer": "int", "number": "float", "boolean": "bool", "string": "string", "array": "list",
+                 "object": "map", "null": "null"}
+_PYTHON_TYPES = {type(None): "null", bool: "bool", int: "int", float: "float", str: "string", list: "list",
+                 dict: "map"}
+
+
+def _type_of(value: Any) -> str:
+    return _PYTHON_TYPES.get(type(value), type(value).__name__)
+
+
+def type_name(value: Any, schema: dict[str, Any] | None = None) -> str:
+    """The value's type as the values schema declares it (``int or null``), else as its default shows it."""
+    schema = schema or {}
+    declared = schema.get("type")
+    if isinstance(declared, str):
+        declared = [declared]
+    if declared:
+        return " or ".join(_SCHEMA_TYPES.get(str(name), str(name)) for name in declared)
+    if isinstance(schema.get("enum"), list):  # the types of the values it lists
+        return " or ".join(dict.fromkeys(_type_of(item) for item in schema["enum"]))
+    return "any" if value is None else _type_of(value)  # a null default says nothing of what else it takes
+
+
+def _properties(ref: Any) -> dict[str, Any]:
+    """The values schema's top-level properties (empty without a schema)."""
+    from paijob.render.values_schema import load_schema
+
+    path = ref.schema_path()
+    if path is None:
+        return {}
+    properties = load_schema(str(path)).get("properties")
+    return properties if isinstance(properties, dict) else {}
 
 
 def describe(template: str) -> list[ValueDoc]:
@@ -67,7 +94,9 @@ def describe(template: str) -> list[ValueDoc]:
     hint_notes = comments(hint_text[0]) if hint_text else {}
     env_globals = set(templating._environment(ref.folder).globals)
     read = sorted(n for n in templating.used_names(ref) if n not in env_globals and not n.startswith("_"))
-    docs = [ValueDoc(name, type_name(value), value, False, notes.get(name, "")) for name, value in defaults.items()]
+    declared, hint_declared = _properties(ref), _properties(hint_ref)
+    docs = [ValueDoc(name, type_name(value, declared.get(name)), value, False, notes.get(name, ""))
+            for name, value in defaults.items()]
     for name in read:
         if name in defaults:
             continue
@@ -75,5 +104,6 @@ def describe(template: str) -> list[ValueDoc]:
         comment = hint_notes.get(name, "")
         if name in hints:
             comment = f"{comment} (ddp's default: {json.dumps(hint)})".strip()
-        docs.append(ValueDoc(name, type_name(hint) if name in hints else "?", None, True, comment))
+        schema = declared.get(name) or hint_declared.get(name)
+        docs.append(ValueDoc(name, type_name(hint, schema) if name in hints or schema else "?", None, True, comment))
     return docs

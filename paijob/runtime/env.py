@@ -141,9 +141,13 @@ class DistEnv:
         }
 
 
+# The paijob client's own settings (a cluster from the environment); OpenPAI never sets them in a task.
+CLIENT_VARIABLES = frozenset({"PAI_CLUSTER_URL", "PAI_TOKEN", "PAI_USER"})
+
+
 def is_openpai(environ: Mapping[str, str]) -> bool:
-    """True when the environment carries OpenPAI's variables."""
-    return any(key.startswith("PAI_") for key in environ)
+    """True when the environment carries OpenPAI's variables (not just the client's PAI_CLUSTER_URL/TOKEN/USER)."""
+    return any(key.startswith("PAI_") and key not in CLIENT_VARIABLES for key in environ)
 
 
 def parse_roles_option(text: str | None) -> tuple[str, ...] | None:
