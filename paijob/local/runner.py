@@ -432,6 +432,7 @@ class JobRunner(threading.Thread):
             return
         task.proc = proc
         task.state = "RUNNING"
+        self.cluster.tracker.started(task.uid, proc.pid)
         assert proc.stdout is not None and proc.stderr is not None
         task.readers = [
             threading.Thread(target=sink.pump, args=("stdout", proc.stdout), daemon=True),

@@ -16,6 +16,13 @@ environment. Three nets catch them, the first being the one that matters:
 * the **environment marker** ``PAIJOB_LOCAL_TASK=<task uid>`` (a uuid4, so it
   names one task of one cluster and nothing else).
 
+Each running task also has a **record** in the state dir (``running/<task uid>``:
+its main process's pid, start time and boot id), removed when the task ends. A
+server killed with ``kill -9`` leaves its tasks running; the next server finds
+their main processes from these records (the same process, not a reused pid)
+and ends their trees with them, which catches, without a cgroup, what cleared
+its environment and ``setsid``: the subreaper keeps it in the tree.
+
 ``PAIJOB_LOCAL_CGROUP=0`` turns the cgroup off (the fallback is then tested
 alone). Each state dir has a random cluster id (file ``cluster-id``), so two
 local clusters never mistake each other's tasks or cgroups.
@@ -42,6 +49,7 @@ log = logging.getLogger(__name__)
 POLL = 0.05
 TASK_MARKER = "PAIJOB_LOCAL_TASK"
 CLUSTER_ID_FILE = "cluster-id"
+RECORDS_DIR = "running"
 # Moves the shell into the task's cgroup (echo is a builtin: the writer is the shell), then becomes the task.
 _ENTER_CGROUP = 'echo 0 > "$1" || exit 125; shift; exec "$@"'
 # Makes the task's main process a child subreaper (survives exec), then becomes the task. 36: PR_SET_CHILD_SUBREAPER
@@ -248,6 +256,61 @@ def _signal_groups(pgids: Iterable[int], sig: int) -> None:
             pass
 
 
+# --------------------------------------------------------------------------- records of running tasks
+
+
+def _boot_id() -> str:
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return "unknown"
+
+
+def _start_time(pid: int) -> int | None:
+    """proc(5) field 22 of ``pid``: when it started, in clock ticks since boot (None: no such process)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_bytes().rpartition(b")")[2].split()
+        return int(fields[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+class Records:
+    """``<state dir>/running/<uid>``: the main process of each running task, found again after a crash."""
+
+    def __init__(self, state_dir: Path) -> None:
+        self.dir = state_dir / RECORDS_DIR
+
+    def add(self, uid: str, pid: int) -> None:
+        self.dir.mkdir(mode=0o700, exist_ok=True)
+        fd = os.open(self.dir / uid, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as handle:
+            handle.write(f"{pid} {_start_time(pid)} {_boot_id()}\n")
+
+    def remove(self, uids: Iterable[str]) -> None:
+        for uid in uids:
+            (self.dir / uid).unlink(missing_ok=True)
+
+    def uids(self) -> list[str]:
+        try:
+            return sorted(path.name for path in self.dir.iterdir())
+        except OSError:
+            return []
+
+    def live_mains(self, uids: Iterable[str]) -> list[int]:
+        """Main processes of ``uids`` still running: same pid, start time and boot as recorded."""
+        boot, found = _boot_id(), []
+        for uid in uids:
+            try:
+                pid_text, started, recorded_boot = (self.dir / uid).read_text().split()
+                pid = int(pid_text)
+            except (OSError, ValueError):
+                continue
+            if recorded_boot == boot and started != "None" and str(_start_time(pid)) == started and _alive(pid):
+                found.append(pid)
+        return found
+
+
 # --------------------------------------------------------------------------- the tracker
 
 
@@ -257,6 +320,11 @@ class Tracker:
     def __init__(self, state_dir: Path) -> None:
         self.cluster_id = cluster_id(state_dir)
         self.cgroups = Cgroups.find(self.cluster_id)
+        self.records = Records(state_dir)
+
+    def started(self, uid: str, pid: int) -> None:
+        """Remember task ``uid``'s main process until the task is ended (see ``end_leftovers``)."""
+        self.records.add(uid, pid)
 
     def wrap(self, uid: str, argv: list[str]) -> list[str]:
         if self.cgroups:
@@ -310,6 +378,7 @@ class Tracker:
         if self.cgroups:
             for uid in uids:
                 self.cgroups.remove(uid)
+        self.records.remove(uids)
 
     def close(self) -> None:
         """Remove this cluster's (empty) cgroup directory."""
@@ -319,5 +388,5 @@ class Tracker:
     def end_leftovers(self, uids: list[str], grace: float = 1.0) -> None:
         """After a server died: end what tasks ``uids`` (from the store) and any task cgroup of
         this cluster left running. Only processes proven to be ours are signalled."""
-        known = list(uids) + (self.cgroups.leftovers() if self.cgroups else [])
-        self.end(sorted(set(known)), [], grace)
+        known = sorted(set(uids) | set(self.records.uids()) | set(self.cgroups.leftovers() if self.cgroups else []))
+        self.end(known, self.records.live_mains(known), grace)

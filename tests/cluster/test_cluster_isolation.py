@@ -206,16 +206,21 @@ def test_the_state_dir_is_private_whatever_the_umask_or_its_old_modes(
     assert sleeper.poll() is None
 
 
-def test_killing_the_server_ends_its_escaped_tasks_on_the_next_up(tmp_path: Path) -> None:
-    """kill -9 of the server leaves its tasks running; the next `up` ends them (and only them)."""
+@tracking
+def test_killing_the_server_ends_its_escaped_tasks_on_the_next_up(mode: str, tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """kill -9 of the server leaves its tasks running; the next `up` ends them (and only them), in
+    both modes: without a cgroup, an escapee that cleared its environment (no marker) is found in the
+    tree of the task's main process, which the next server finds from the state dir's record."""
+    monkeypatch.setenv("PAIJOB_LOCAL_CGROUP", "1" if mode == "cgroup" else "0")
     directory = tmp_path / "state"
     pids = tmp_path / "pids"
     pids.mkdir()
     info = service.up(directory)
     try:
         client = PaiClient(info["url"], service.read_token(directory), user=local_user(), cluster_name="local")
-        job_id = client.submit(job_yaml("crash", [f"setsid bash -c 'echo $$ > {pids}/a.pid; exec sleep 300' &",
-                                                  "sleep 300"]))
+        escape = f"setsid env -i bash -c 'echo $$ > {pids}/a.pid; exec sleep 300' &"
+        job_id = client.submit(job_yaml("crash", ["( " + escape + " ) ; true", "sleep 300"]))
         wait_running(client, job_id)
         (escaped,) = read_pids(pids, 1)
         os.kill(int(info["pid"]), signal.SIGKILL)
@@ -227,5 +232,6 @@ def test_killing_the_server_ends_its_escaped_tasks_on_the_next_up(tmp_path: Path
         client = PaiClient(info["url"], service.read_token(directory), user=local_user(), cluster_name="local")
         assert client.get_job(job_id)["jobStatus"]["state"] == "FAILED"
         assert not alive(escaped)
+        assert list((directory / "running").iterdir()) == []  # the records went with their tasks
     finally:
         service.down(directory)
