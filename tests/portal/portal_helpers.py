@@ -16,11 +16,11 @@ TOKEN = "portal-sentinel-token-7c41e0"  # the cluster's long-lived token: must n
 MARKUP = "<img src=x onerror=alert(1)>"  # a log line and a config value holding markup: must stay text
 SCREENSHOT_ENV = "PAIJOB_PORTAL_SCREENSHOT"  # a path: the browser test saves the job page there (README)
 
-# The progress lines of paijob's recipes (paijob/runtime/recipes/engine.py) as they reach a task log,
+# The progress lines of paijob's recipes (paijob/runtime/recipes/progress.py) as they reach a task log,
 # printed by a shell loop so that the test job takes a second, not a training run.
 PROGRESS_COMMANDS = [
     "for e in 1 2; do for s in 1 2 3 4; do "
-    "echo \"[rank0]: epoch $e/2 step $s/4 loss 2.$((9 - 2 * e - s))00 lr 0.02 $((100 * e + 10 * s)).5 img/s\"; "
+    "echo \"[rank0]: paijob: epoch $e/2 step $s/4 loss 2.$((9 - 2 * e - s))00 lr 0.02 $((100 * e + 10 * s)).5 img/s\"; "
     "done; "
     "echo \"[rank0]: paijob: epoch $e/2 train loss 1.$((9 - e)) top1 40.00% | eval loss 1.$((8 - e)) top1 45.00% "
     "| $((100 * e)).0 img/s\" >&2; done",

@@ -2,10 +2,10 @@
 /* The training-progress chart: points parsed from a task's log, drawn on a <canvas> (no library). */
 
 /**
- * One point from a log line, or null. The lines are the ones paijob's recipes print
- * (paijob/runtime/recipes/engine.py), as they reach a task's log, where paijob-runtime
- * prefixes a worker's lines with "[rankN]: ":
- *   epoch 1/2 step 32/64 loss 1.9777 lr 0.02 940.5 img/s
+ * One point from a log line, or null. The lines are the ones paijob's recipes print (their format
+ * is written down in paijob/runtime/recipes/progress.py), as they reach a task's log, where
+ * paijob-runtime may prefix a worker's lines with "[rankN]: ":
+ *   paijob: epoch 1/2 step 32/64 loss 1.9777 lr 0.02 940.5 img/s
  *   paijob: epoch 1/2 train loss 1.9728 top1 28.61% | eval loss 0.7215 top1 68.36% | 940.4 img/s
  * x counts epochs: step s of S in epoch e is at e - 1 + s / S, the end of epoch e at e.
  */
