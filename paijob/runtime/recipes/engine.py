@@ -48,18 +48,14 @@ from paijob.runtime.recipes import batchnorm
 from paijob.runtime.recipes import checkpoint as ckpt
 from paijob.runtime.recipes.data import (
     EvalPlan,
-    FolderLoader,
-    GpuJpegDecoder,
     Normalizer,
     TrainPlan,
     apply_crop_flip,
-    dataset_tensors,
-    keep_list_collate,
     padded_eval_plan,
     train_batches,
     train_plan,
 )
-from paijob.runtime.recipes.prefetch import Prefetcher, choose_placement, resident
+from paijob.runtime.recipes.feed import Feed, seed_for
 from paijob.runtime.recipes.progress import (
     SUMMARY_FILE,
     Progress,
@@ -192,13 +188,6 @@ def _param_digest(model: nn.Module) -> str:
     return digest.hexdigest()
 
 
-def _seed_for(*parts: int) -> int:
-    value = 0
-    for part in parts:
-        value = (value * 1_000_003 + int(part)) % (2**62)
-    return value
-
-
 class _Stepper:
     """backward + optimizer step under the precision policy (native scaler or real apex)."""
 
@@ -302,123 +291,6 @@ class _CompiledGraphs:
         total = self._total()
         fresh, self.seen = total - self.seen, total
         return fresh
-
-
-class _Feed:
-    """Where this run's batches come from: device-resident, prefetched, or a DataLoader.
-
-    ``train(plan)`` yields ``(images, labels, crop_y, crop_x, flip)`` on the device for in-memory
-    data (augmented by the step) and ``(images, labels)`` for image folders (augmented by the
-    workers); ``eval(plan)`` yields ``(images, labels, valid)``.
-    """
-
-    def __init__(self, cfg: TrainConfig, train_set: Any, test_set: Any, device: torch.device,
-                 in_memory: bool, workers: int) -> None:
-        self.device = device
-        self.cuda = device.type == "cuda"
-        self.depth = cfg.prefetch_depth
-        self.train_set, self.test_set = train_set, test_set
-        self.placement = "loader"
-        self.resident: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
-        self.loaders: dict[str, FolderLoader] = {}
-        self.decoders: dict[str, GpuJpegDecoder] = {}
-        if in_memory:
-            whole = {name: dataset_tensors(source) for name, source in (("train", train_set), ("eval", test_set))}
-            nbytes = sum(t.numel() * t.element_size() for pair in whole.values() if pair for t in pair)
-            can_reside = all(pair is not None for pair in whole.values())
-            self.placement = choose_placement(cfg.data_placement, nbytes, device) if can_reside else "host"
-            if self.placement == "device":
-                self.resident = {name: (pair[0].to(device), pair[1].to(device))
-                                 for name, pair in whole.items() if pair is not None}
-        elif cfg.decode == "gpu":
-            self.placement = "loader, GPU decode"
-            self.loaders = {"train": FolderLoader(train_set, workers, self.cuda, cfg.prefetch_factor,
-                                                  keep_list_collate),
-                            "eval": FolderLoader(test_set, workers, self.cuda, cfg.prefetch_factor,
-                                                 keep_list_collate)}
-            self.decoders = {"train": GpuJpegDecoder(cfg.image_size, train=True),
-                             "eval": GpuJpegDecoder(cfg.image_size, train=False)}
-        else:
-            self.loaders = {"train": FolderLoader(train_set, workers, self.cuda, cfg.prefetch_factor),
-                            "eval": FolderLoader(test_set, workers, self.cuda, cfg.prefetch_factor)}
-
-    def _to_device(self, tensor: torch.Tensor) -> torch.Tensor:
-        """A per-epoch plan to the device: one copy, before the steps (pinned, so asynchronous)."""
-        if not self.cuda:
-            return tensor
-        return tensor.pin_memory().to(self.device, non_blocking=True)
-
-    def _gather(self, source: Any, index: torch.Tensor, slot: list[torch.Tensor] | None
-                ) -> tuple[torch.Tensor, torch.Tensor]:
-        whole = dataset_tensors(source)
-        if slot is None:
-            return source.get_batch(index) if whole is None else (
-                whole[0].index_select(0, index), whole[1].index_select(0, index))
-        if whole is None:
-            images, labels = source.get_batch(index)
-            slot[0].copy_(images)
-            slot[1].copy_(labels)
-        else:
-            torch.index_select(whole[0], 0, index, out=slot[0])
-            torch.index_select(whole[1], 0, index, out=slot[1])
-        return slot[0], slot[1]
-
-    def _slot_specs(self, source: Any, batch: int, extras: list[torch.Tensor]
-                    ) -> list[tuple[Any, torch.dtype]] | None:
-        if not self.cuda:
-            return None
-        images, labels = source.get_batch(torch.zeros(1, dtype=torch.int64))
-        return ([((batch, *images.shape[1:]), images.dtype), ((batch,), labels.dtype)]
-                + [((batch,), extra.dtype) for extra in extras])
-
-    def _in_memory(self, name: str, index_rows: torch.Tensor, extras: list[torch.Tensor]) -> Any:
-        steps = int(index_rows.shape[0])
-        if steps == 0:
-            return iter(())
-        if name in self.resident:
-            return resident(self.resident[name], self._to_device(index_rows),
-                            [self._to_device(extra) for extra in extras])
-        source = self.train_set if name == "train" else self.test_set
-
-        def produce(step: int, slot: list[torch.Tensor] | None) -> list[torch.Tensor]:
-            images, labels = self._gather(source, index_rows[step], slot)
-            rows = [extra[step] for extra in extras]
-            if slot is None:
-                return [images, labels, *rows]
-            for target, row in zip(slot[2:], rows, strict=True):
-                target.copy_(row)
-            return slot
-
-        specs = self._slot_specs(source, int(index_rows.shape[1]), extras)
-        return iter(Prefetcher(produce, steps, self.device, self.depth, specs))
-
-    def _from_loader(self, name: str, index_rows: torch.Tensor, extras: list[torch.Tensor]) -> Any:
-        batches = list(index_rows)
-        loader = self.loaders[name].batches(batches)
-
-        def produce(step: int, slot: list[torch.Tensor] | None) -> list[torch.Tensor]:
-            images, labels = next(loader)
-            return [images, labels, *(extra[step] for extra in extras)]
-
-        decoder = self.decoders.get(name)
-
-        def decode(step: int, moved: tuple[Any, ...]) -> tuple[torch.Tensor, ...]:
-            assert decoder is not None
-            seed = _seed_for(*(int(i) for i in index_rows[step][:4]), step)  # a pure function of the batch
-            return (decoder(moved[0], self.device, seed), *moved[1:])
-
-        return iter(Prefetcher(produce, len(batches), self.device, self.depth,
-                               on_device=decode if decoder is not None else None))
-
-    def train(self, plan: TrainPlan) -> Any:
-        if self.loaders:
-            return self._from_loader("train", plan.indices, [])
-        return self._in_memory("train", plan.indices, [plan.crop_y, plan.crop_x, plan.flip])
-
-    def eval(self, plan: EvalPlan) -> Any:
-        if self.loaders:
-            return self._from_loader("eval", plan.indices, [plan.valid])
-        return self._in_memory("eval", plan.indices, [plan.valid])
 
 
 # Steady-state throughput leaves out each epoch's first steps: loader start-up and DDP's bucket
@@ -592,7 +464,7 @@ class _Run:
     cfg: TrainConfig
     info: DistInfo
     model: _Model
-    feed: _Feed
+    feed: Feed
     sampler: Any  # DistributedSampler over range(len(train_set))
     eval_plan: EvalPlan
     prepare: _Inputs
@@ -729,7 +601,7 @@ def _set_up(recipe: Recipe, cfg: TrainConfig) -> tuple[_Run, _RunState]:
                       channels_last=info.device.type == "cuda")
     run = _Run(
         recipe=recipe, cfg=cfg, info=info, model=model,
-        feed=_Feed(cfg, train_set, test_set, info.device, in_memory, _loader_workers(cfg, info, in_memory)),
+        feed=Feed(cfg, train_set, test_set, info.device, in_memory, _loader_workers(cfg, info, in_memory)),
         sampler=sampler,
         eval_plan=padded_eval_plan(len(test_set), info.rank, info.world_size, cfg.batch_size, cfg.eval_steps),
         prepare=prepare, in_memory=in_memory, out_dir=out_dir,
@@ -749,7 +621,7 @@ def _train_epoch(run: _Run, state: _RunState, epoch: int) -> tuple[_EpochMeter, 
     batches = train_batches(run.sampler, cfg.batch_size, cfg.steps_per_epoch)
     steps = len(batches)
     first = state.start_step if epoch == state.start_epoch else 0
-    plan = train_plan(batches, run.recipe.crop_pad, lambda step: _seed_for(cfg.seed, epoch, step, info.rank))
+    plan = train_plan(batches, run.recipe.crop_pad, lambda step: seed_for(cfg.seed, epoch, step, info.rank))
     interval = log_interval(cfg.log_interval, steps)
     run.model.training.train()
     meter = _EpochMeter(info.device)
@@ -952,7 +824,7 @@ def _reduce_metrics(loss_sum: torch.Tensor, correct: torch.Tensor, seen: int | t
 
 
 @torch.no_grad()
-def evaluate(model: nn.Module, feed: _Feed, plan: EvalPlan, prepare: Callable[[torch.Tensor], torch.Tensor],
+def evaluate(model: nn.Module, feed: Feed, plan: EvalPlan, prepare: Callable[[torch.Tensor], torch.Tensor],
              policy: PrecisionPolicy, criterion: nn.Module, info: DistInfo) -> dict[str, float]:
     """Loss and top-1 over the whole test set, sharded by its own (strided) split, all-reduced.
 
@@ -975,7 +847,7 @@ def evaluate(model: nn.Module, feed: _Feed, plan: EvalPlan, prepare: Callable[[t
     return _reduce_metrics(loss_sum, correct, seen, info)
 
 
-def _recalibrate_batchnorm(model: nn.Module, feed: _Feed, plan: TrainPlan, recipe: Recipe,
+def _recalibrate_batchnorm(model: nn.Module, feed: Feed, plan: TrainPlan, recipe: Recipe,
                            prepare: Callable[[torch.Tensor], torch.Tensor], policy: PrecisionPolicy,
                            in_memory: bool, info: DistInfo, max_batches: int = 50) -> int:
     """Exact BatchNorm statistics from this epoch's first training batches (see ``batchnorm``)."""
