@@ -58,6 +58,7 @@ class JobRequest:
     unique_suffix: bool = False
     workdir: str | None = None
     force: bool = False
+    skip_unreadable: bool = False
     cluster: str | None = None
 
 
@@ -111,8 +112,9 @@ def prepare(request: JobRequest, project: project_config.Project | None = None) 
     notes: list[str] = []
     workdir = request.workdir or _value_workdir(result.values) or project.workdir
     if workdir:
-        text, note = ship_workdir(text, workdir, cluster, force=request.force)
-        notes.append(note)
+        text, shipped = ship_workdir(text, workdir, cluster, force=request.force,
+                                     skip_unreadable=request.skip_unreadable)
+        notes.extend(shipped)
     if request.name or workdir:
         require_valid(text, source)  # what changed must still be a valid job
     return PreparedJob(text, name, source, cluster, warnings, notes)
@@ -123,20 +125,18 @@ def _value_workdir(values: Any) -> str | None:
     return str(found) if found else None
 
 
-def ship_workdir(text: str, folder: str, cluster: str | None, *, force: bool = False) -> tuple[str, str]:
-    """The job text that starts every task in a snapshot of ``folder``, and a line saying what was shipped."""
+def ship_workdir(text: str, folder: str, cluster: str | None, *, force: bool = False,
+                 skip_unreadable: bool = False) -> tuple[str, list[str]]:
+    """The job text that starts every task in a snapshot of ``folder``, and lines saying what was (not) shipped."""
     from paijob import workdir
 
     target = resolve_cluster(cluster, start_local=False)
-    snap = workdir.snapshot(folder, force=force)
+    snap = workdir.snapshot(folder, force=force, skip_unreadable=skip_unreadable)
     if target.is_local:
         from paijob.local import service
 
-        path = workdir.store_local(snap, service.state_dir())
-        return workdir.prepend_command(text, workdir.local_command(path)), f"{snap.describe()}, stored in {path}"
-    command = workdir.inline_command(snap)
-    return workdir.prepend_command(text, command), f"{snap.describe()}, carried in the job (unpacked in " \
-                                                   f"{workdir.INLINE_DIR})"
+        return workdir.ship(text, snap, service.state_dir())
+    return workdir.ship(text, snap, None)
 
 
 def connect(cluster: str | None = None, *, timeout: float = 30.0, start_local: bool = True) -> PaiClient:

@@ -17,7 +17,10 @@ def add_workdir_options(parser: argparse.ArgumentParser) -> None:
                             "and what .gitignore / .paijobignore list); also the 'workdir' value or "
                             "paijob.yaml's workdir")
     group.add_argument("--force", action="store_true",
-                       help="ship the workdir even when it is over the 100 MB snapshot limit")
+                       help="ship the workdir even when it is over the snapshot limits (100 MB unpacked, "
+                            "10,000 files)")
+    group.add_argument("--skip-unreadable", action="store_true",
+                       help="leave out (and list) workdir files paijob cannot read, instead of refusing")
 
 
 def request_from_args(args: argparse.Namespace) -> JobRequest:
@@ -31,6 +34,7 @@ def request_from_args(args: argparse.Namespace) -> JobRequest:
         unique_suffix=bool(getattr(args, "unique_suffix", False)),
         workdir=getattr(args, "workdir", None),
         force=bool(getattr(args, "force", False)),
+        skip_unreadable=bool(getattr(args, "skip_unreadable", False)),
         cluster=getattr(args, "cluster", None),
     )
 

@@ -4,9 +4,15 @@ A finished job (SUCCEEDED, FAILED, STOPPED) keeps its task working folders
 (``work/``), its logs (``logs/``) and its output folder (``outputs/``) in the
 state dir until pruned. Prune removes work folders and logs, and output
 folders only when asked (they hold results and checkpoints), plus workdir
-snapshots no active job uses. Job records stay in the store: as on OpenPAI a
+snapshots nothing needs. Job records stay in the store: as on OpenPAI a
 job name is never reusable, and ``paijob status`` still answers (without
 logs). Works with the server up or down; active jobs are never touched.
+
+A snapshot is pinned, never removed, while a job that is not finished names
+it in its config (a waiting job unpacks it when it starts, a running one on
+each task retry), and for ``SNAPSHOT_GRACE`` seconds after it was stored or
+reused: ``paijob run`` stores it before it submits the job, so a prune in
+between must not take it away.
 """
 
 from __future__ import annotations
@@ -16,11 +22,13 @@ import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from paijob.errors import PaijobError
 from paijob.local.store import Store
 from paijob.openpai.jobstate import is_terminal
 
+SNAPSHOT_GRACE = 3600.0
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 
 
@@ -45,39 +53,68 @@ def _size(path: Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file() and not p.is_symlink())
 
 
-def prune(state_dir: Path, *, older_than: float = 0.0, outputs: bool = False, dry_run: bool = False,
-          now: float | None = None) -> PruneReport:
-    """Remove the files of jobs that finished more than ``older_than`` seconds ago."""
-    report = PruneReport()
+def _load_jobs(state_dir: Path) -> list[dict[str, Any]]:
     database = state_dir / "jobs.sqlite"
     if not database.exists():
-        return report
+        return []
     store = Store(database)
     try:
-        jobs = store.jobs()
+        return list(store.jobs())
     finally:
         store.close()
-    cutoff_ms = ((now if now is not None else time.time()) - older_than) * 1000
-    active_configs = [job["config"] for job in jobs if not is_terminal(job["state"])]
-    folders = ("work", "logs", "outputs") if outputs else ("work", "logs")
+
+
+def _finished_job_folders(state_dir: Path, jobs: list[dict[str, Any]], cutoff_ms: float,
+                          folders: tuple[str, ...]) -> list[tuple[str, list[Path]]]:
+    """(job id, its folders present) of every job that finished before ``cutoff_ms``."""
+    found = []
     for job in jobs:
         if not is_terminal(job["state"]) or (job["completed_time"] or 0) > cutoff_ms:
             continue
         job_id = f"{job['username']}~{job['name']}"
-        found = [state_dir / folder / job_id for folder in folders if (state_dir / folder / job_id).exists()]
-        if found:
-            report.jobs.append(job_id)
-            report.paths.extend(found)
+        present = [state_dir / folder / job_id for folder in folders if (state_dir / folder / job_id).exists()]
+        if present:
+            found.append((job_id, present))
+    return found
+
+
+def unpinned_snapshots(state_dir: Path, jobs: list[dict[str, Any]], now: float) -> list[Path]:
+    """Snapshots no unfinished job names and none stored or reused in the last ``SNAPSHOT_GRACE`` seconds."""
     snapshots = state_dir / "snapshots"
-    if snapshots.is_dir():
-        for archive in sorted(snapshots.glob("*.tar.gz")):
-            if not any(archive.name in config for config in active_configs):
-                report.paths.append(archive)
+    if not snapshots.is_dir():
+        return []
+    active_configs = [str(job["config"] or "") for job in jobs if not is_terminal(job["state"])]
+    removable = []
+    for archive in sorted(snapshots.glob("*.tar.gz")):
+        try:
+            recent = now - archive.stat().st_mtime < SNAPSHOT_GRACE
+        except FileNotFoundError:
+            continue
+        if not recent and not any(archive.name in config for config in active_configs):
+            removable.append(archive)
+    return removable
+
+
+def _remove(paths: list[Path]) -> None:
+    for path in paths:
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+
+
+def prune(state_dir: Path, *, older_than: float = 0.0, outputs: bool = False, dry_run: bool = False,
+          now: float | None = None) -> PruneReport:
+    """Remove the files of jobs that finished more than ``older_than`` seconds ago, and unpinned snapshots."""
+    report = PruneReport()
+    jobs = _load_jobs(state_dir)
+    current = now if now is not None else time.time()
+    folders = ("work", "logs", "outputs") if outputs else ("work", "logs")
+    for job_id, present in _finished_job_folders(state_dir, jobs, (current - older_than) * 1000, folders):
+        report.jobs.append(job_id)
+        report.paths.extend(present)
+    report.paths.extend(unpinned_snapshots(state_dir, jobs, current))
     report.bytes = sum(_size(path) for path in report.paths)
     if not dry_run:
-        for path in report.paths:
-            if path.is_dir():
-                shutil.rmtree(path, ignore_errors=True)
-            else:
-                path.unlink(missing_ok=True)
+        _remove(report.paths)
     return report

@@ -7,13 +7,17 @@ import hashlib
 import io
 import subprocess
 import tarfile
+import time
 from pathlib import Path
 
 import pytest
 import yaml
 
-from paijob import outputs, project, workdir
-from paijob.openpai import jsyaml
+from paijob import project, workdir
+from paijob.openpai import jsyaml, markers
+from paijob.validate import verdict as validate
+
+REFERENCE = Path("/work/shared/reference/openpai/upstream")
 
 
 def make_tree(root: Path, files: dict[str, str]) -> Path:
@@ -25,13 +29,13 @@ def make_tree(root: Path, files: dict[str, str]) -> Path:
 
 
 def names(root: Path) -> list[str]:
-    return [name for name, _ in workdir.list_files(root)]
+    return [name for name, _ in workdir.list_files(str(root))]
 
 
 def test_vcs_venv_and_caches_are_always_left_out(tmp_path: Path) -> None:
     make_tree(tmp_path, {"train.py": "", ".git/HEAD": "", ".venv/bin/python": "", "pkg/__pycache__/m.pyc": "",
-                         "pkg/m.py": ""})
-    assert names(tmp_path) == ["pkg/m.py", "train.py"]
+                         "pkg/m.py": "", ".paijobignore": ""})
+    assert names(tmp_path) == [".paijobignore", "pkg/m.py", "train.py"]
 
 
 @pytest.mark.parametrize(("rules", "kept"), [
@@ -41,18 +45,78 @@ def test_vcs_venv_and_caches_are_always_left_out(tmp_path: Path) -> None:
     ("a/*.pt\n", ["a/b.txt", "keep.txt", "out/log.txt", "x.pt"]),
     ("**/*.pt\n!a/m.pt\n", ["a/b.txt", "a/m.pt", "keep.txt", "out/log.txt"]),
     ("# comment\n\n*.txt\n!keep.txt\n", ["a/m.pt", "keep.txt", "x.pt"]),
+    ("*.txt   \n", ["a/m.pt", "x.pt"]),  # git strips trailing spaces
+    ("\\#x\n*.pt\n", ["a/b.txt", "keep.txt", "out/log.txt"]),
 ])
 def test_gitignore_patterns_at_the_top_level(tmp_path: Path, rules: str, kept: list[str]) -> None:
-    make_tree(tmp_path, {"keep.txt": "", "x.pt": "", "a/m.pt": "", "a/b.txt": "", "out/log.txt": ""})
+    make_tree(tmp_path, {"keep.txt": "", "x.pt": "", "a/m.pt": "", "a/b.txt": "", "out/log.txt": "",
+                         ".paijobignore": ""})
     (tmp_path / ".gitignore").write_text(rules)
-    assert names(tmp_path) == sorted([*kept, ".gitignore"])
+    assert names(tmp_path) == sorted([*kept, ".gitignore", ".paijobignore"])
 
 
-def test_paijobignore_adds_to_gitignore(tmp_path: Path) -> None:
-    make_tree(tmp_path, {"data/big.csv": "", "train.py": "", "notes.md": ""})
+def test_paijobignore_adds_to_gitignore_and_overrides_it(tmp_path: Path) -> None:
+    make_tree(tmp_path, {"data/big.csv": "", "train.py": "", "notes.md": "", "README.md": ""})
     (tmp_path / ".gitignore").write_text("*.md\n")
-    (tmp_path / ".paijobignore").write_text("data/\n")
-    assert names(tmp_path) == [".gitignore", ".paijobignore", "train.py"]
+    (tmp_path / ".paijobignore").write_text("data/\n!README.md\n")
+    assert names(tmp_path) == [".gitignore", ".paijobignore", "README.md", "train.py"]
+
+
+def test_nested_gitignore_files_apply_to_their_folder_as_in_git(tmp_path: Path) -> None:
+    make_tree(tmp_path, {".paijobignore": "", ".gitignore": "*.log\n", "top.log": "", "top.csv": "",
+                         "sub/.gitignore": "*.csv\n!keep.log\n/local.txt\n", "sub/a.csv": "", "sub/keep.log": "",
+                         "sub/other.log": "", "sub/local.txt": "", "sub/deep/local.txt": "", "sub/deep/b.csv": "",
+                         "other/a.csv": ""})
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    listed = subprocess.run(["git", "-C", str(tmp_path), "ls-files", "--others", "--exclude-standard"],
+                            capture_output=True, text=True, check=True).stdout.split()
+    assert names(tmp_path) == sorted(listed)  # git is the judge
+    assert "sub/keep.log" in listed and "sub/deep/local.txt" in listed and "sub/a.csv" not in listed
+
+
+def test_a_folder_git_ignores_is_not_entered_so_a_file_in_it_cannot_come_back(tmp_path: Path) -> None:
+    make_tree(tmp_path, {".paijobignore": "build/\n!build/keep.txt\n", "build/keep.txt": "", "a.py": ""})
+    assert names(tmp_path) == [".paijobignore", "a.py"]
+
+
+def test_without_a_paijobignore_paijobs_own_output_folders_are_left_out_and_said(tmp_path: Path) -> None:
+    make_tree(tmp_path, {"train.py": "", "paijob-output/result.json": "{}", "output/checkpoints/epoch-1.pt": "x",
+                         "data/x.csv": ""})
+    snap = workdir.snapshot(tmp_path)
+    assert snap.files == ("data/x.csv", "train.py")
+    assert any("no .paijobignore" in line and "paijob-output/" in line for line in snap.left_out)
+
+
+@pytest.mark.parametrize("pattern", ["*a*a*a*a*a*a*a*a*a*a*b", "a/**/a/**/a/**/a/**/a/**/a/**/b",
+                                     "**/*a*a*a*a*a*a*a*a*a*a*a*a*b/**"])
+def test_a_pathological_pattern_ends_well_under_a_second(tmp_path: Path, pattern: str) -> None:
+    deep = tmp_path / "/".join(["a"] * 30)
+    make_tree(tmp_path, {"a" * 40: "", "a" * 60 + "c": "", str(deep.relative_to(tmp_path)) + "/" + "a" * 50: ""})
+    (tmp_path / ".paijobignore").write_text(pattern + "\n")
+    started = time.monotonic()
+    workdir.snapshot(tmp_path)
+    assert time.monotonic() - started < 1.0
+
+
+@pytest.mark.parametrize(("pattern", "line"), [("[z-a]", 3), ("\\", 3), ("[[:alpha:]]", 3), ("a\\", 3)])
+def test_a_bad_pattern_is_one_line_naming_the_file_and_line(tmp_path: Path, pattern: str, line: int) -> None:
+    make_tree(tmp_path, {"train.py": "", ".paijobignore": f"# mine\n*.pt\n{pattern}\n"})
+    with pytest.raises(workdir.WorkdirError) as caught:
+        workdir.snapshot(tmp_path)
+    message = str(caught.value)
+    assert f"{tmp_path / '.paijobignore'}:{line}: bad pattern" in message and "\n" not in message
+
+
+@pytest.mark.parametrize("pattern", ["[]", "[!]", "[a-", "ab["])
+def test_patterns_git_reads_as_matching_nothing_are_no_error(tmp_path: Path, pattern: str) -> None:
+    make_tree(tmp_path, {"train.py": "", "ab": "", ".paijobignore": pattern + "\n"})
+    assert names(tmp_path) == [".paijobignore", "ab", "train.py"]
+
+
+def test_ignoring_everything_is_an_error_not_an_empty_job(tmp_path: Path) -> None:
+    make_tree(tmp_path, {"train.py": "", "pkg/m.py": "", ".paijobignore": "**\n"})
+    with pytest.raises(workdir.WorkdirError, match="every file is left out.*'\\*\\*'"):
+        workdir.snapshot(tmp_path)
 
 
 def test_snapshot_is_deterministic_and_holds_the_files(tmp_path: Path) -> None:
@@ -60,17 +124,30 @@ def test_snapshot_is_deterministic_and_holds_the_files(tmp_path: Path) -> None:
     first, second = workdir.snapshot(tmp_path), workdir.snapshot(tmp_path)
     assert first.archive == second.archive and first.size == len("print(1)\n") + len("1,2\n")
     with tarfile.open(fileobj=io.BytesIO(first.archive)) as tar:
-        assert sorted(tar.getnames()) == ["data/x.csv", "train.py"]
+        assert sorted(tar.getnames()) == ["data", "data/x.csv", "train.py"]
         member = tar.extractfile("data/x.csv")
         assert member is not None and member.read() == b"1,2\n"
     assert "2 files" in first.describe()
 
 
 def test_snapshot_over_the_limit_is_refused_unless_forced(tmp_path: Path) -> None:
-    make_tree(tmp_path, {"weights.bin": "x" * 2000, "train.py": ""})
-    with pytest.raises(workdir.WorkdirError, match=r"over the 1\.0 KB limit.*weights\.bin.*--force"):
-        workdir.snapshot(tmp_path, limit=1024)
-    assert workdir.snapshot(tmp_path, limit=1024, force=True).size == 2000
+    make_tree(tmp_path, {"weights.bin": "x" * 20000, "train.py": ""})
+    with pytest.raises(workdir.WorkdirError, match=r"unpacks to 24\.0 KB.*over the 10\.0 KB limit.*weights\.bin"
+                                                   r".*--force"):
+        workdir.snapshot(tmp_path, limit=10 * 1024)
+    assert workdir.snapshot(tmp_path, limit=10 * 1024, force=True).size == 20000
+
+
+def test_many_small_files_count_at_their_size_on_disk_and_against_a_file_limit(tmp_path: Path) -> None:
+    for index in range(300):
+        (tmp_path / f"f{index}").write_text("x")
+    with pytest.raises(workdir.WorkdirError, match="more than 200 files"):
+        workdir.snapshot(tmp_path, max_files=200)
+    with pytest.raises(workdir.WorkdirError, match=r"unpacks to 1\.2 MB \(300 files, 300 B of content\)"):
+        workdir.snapshot(tmp_path, limit=1024 * 1024)
+    snap = workdir.snapshot(tmp_path)
+    assert snap.unpacked_bytes == 300 * 4096 and snap.tar_bytes >= 300 * 1024
+    assert "unpacks to 1.2 MB" in snap.describe()
 
 
 def test_missing_workdir_is_a_user_error(tmp_path: Path) -> None:
@@ -78,23 +155,48 @@ def test_missing_workdir_is_a_user_error(tmp_path: Path) -> None:
         workdir.snapshot(tmp_path / "nope")
 
 
-def test_inline_command_unpacks_the_tree_in_bash(tmp_path: Path) -> None:
+def unpack_inline(job_text: str, role: str, into: Path) -> str:
+    """Run the first command of ``role`` as OpenPAI would render it, unpacking into ``into``; returns the dir."""
+    job = jsyaml.load_job(job_text, "job").value
+    entrypoint = markers.role_entrypoint(job, role).replace(workdir.INLINE_DIR, str(into))
+    first = entrypoint.split("\n")[0]
+    done = subprocess.run(["bash", "-o", "errexit", "-o", "nounset", "-o", "pipefail", "-c", first + " && pwd"],
+                          capture_output=True, text=True, check=True)
+    return done.stdout.strip()
+
+
+def test_the_job_carries_one_copy_whatever_its_role_count(tmp_path: Path) -> None:
     make_tree(tmp_path / "src", {"train.py": "print(1)\n", "data/x.csv": "1,2\n"})
     snap = workdir.snapshot(tmp_path / "src")
-    command = workdir.inline_command(snap).replace(workdir.INLINE_DIR, str(tmp_path / "unpacked"))
-    done = subprocess.run(["bash", "-o", "errexit", "-o", "nounset", "-o", "pipefail", "-c",
-                           command + " && cat data/x.csv"], capture_output=True, text=True, check=True)
-    assert done.stdout == "1,2\n"
-    assert base64.b64encode(snap.archive).decode() in command
+    text = yaml.safe_dump({"protocolVersion": 2, "name": "j", "type": "job",
+                           "prerequisites": [{"type": "dockerimage", "name": "img", "uri": "python:3.11"}],
+                           "taskRoles": {role: {"dockerImage": "img", "commands": [f"run {role}"],
+                                                "resourcePerInstance": {"cpu": 1, "memoryMB": 512, "gpu": 0}}
+                                         for role in ("server", "worker", "extra")}})
+    shipped = workdir.embed(text, snap)
+    encoded = base64.b64encode(snap.archive).decode()
+    assert shipped.count(encoded) == 1
+    for role in ("server", "worker", "extra"):
+        folder = unpack_inline(shipped, role, tmp_path / role)
+        assert (Path(folder) / "data" / "x.csv").read_text() == "1,2\n"
+    assert validate.validate_text(shipped, "shipped").ok
 
 
-def test_inline_archive_over_the_limit_names_the_alternatives(tmp_path: Path) -> None:
+def test_a_job_over_the_servers_body_limit_names_the_workdir_and_its_share(tmp_path: Path) -> None:
     noise = b"".join(hashlib.sha256(str(i).encode()).digest() for i in range(4000))  # does not compress
     (tmp_path / "noise.bin").write_bytes(noise)
     snap = workdir.snapshot(tmp_path)
-    assert len(snap.archive) > workdir.MAX_INLINE_BYTES
-    with pytest.raises(workdir.WorkdirError, match="too big to carry inside the job.*paijobignore"):
-        workdir.inline_command(snap)
+    text = yaml.safe_dump({"name": "j", "taskRoles": {"w": {"commands": ["x"]}}})
+    with pytest.raises(workdir.WorkdirError, match=rf"over the 100\.0 KB an OpenPAI server accepts.*the workdir "
+                                                   rf"{tmp_path} is 1[0-9][0-9]\.[0-9] KB of it.*paijobignore"):
+        workdir.embed(text, snap)
+
+
+@pytest.mark.skipif(not REFERENCE.is_dir(), reason="OpenPAI's rest-server reference copy is absent")
+def test_the_body_limit_is_express_bodyparser_texts_default() -> None:
+    express = (REFERENCE / "rest-server-config-express.js").read_text()
+    assert "bodyParser.text({ type: 'text/*' })" in express  # no limit given: body-parser's 100kb
+    assert jsyaml.SERVER_BODY_LIMIT == 100 * 1024
 
 
 def test_local_snapshots_are_stored_once_by_content(tmp_path: Path) -> None:
@@ -103,7 +205,13 @@ def test_local_snapshots_are_stored_once_by_content(tmp_path: Path) -> None:
     path = workdir.store_local(snap, tmp_path / "state")
     assert path == workdir.store_local(snap, tmp_path / "state")
     assert path.read_bytes() == snap.archive and path.name == f"{snap.digest}.tar.gz"
-    assert workdir.local_command(path) == f"tar -xzf {path}"
+
+
+def test_a_removed_local_snapshot_is_one_line_in_the_task_log(tmp_path: Path) -> None:
+    command = workdir.local_command(tmp_path / "gone.tar.gz")
+    done = subprocess.run(["bash", "-o", "errexit", "-c", command], capture_output=True, text=True, cwd=tmp_path)
+    assert done.returncode == 1 and "snapshot" in done.stderr and "submit the job again" in done.stderr
+    assert "tar:" not in done.stderr
 
 
 def test_prepend_command_goes_first_in_every_role() -> None:
@@ -137,25 +245,33 @@ def test_project_config_rejects_unknown_keys(tmp_path: Path) -> None:
         project.load(tmp_path)
 
 
-def test_cp_source_and_paths_outside_the_output_folder(tmp_path: Path) -> None:
-    assert outputs.split_source("demo1:ckpt/last.pt") == ("demo1", "ckpt/last.pt")
-    with pytest.raises(outputs.OutputError, match="JOB:PATH"):
-        outputs.split_source("demo1")
-    with pytest.raises(outputs.OutputError, match="outside"):
-        outputs.resolve_inside(tmp_path, "../etc/passwd")
-
-
-def test_copy_out_copies_files_and_folders(tmp_path: Path) -> None:
-    root = make_tree(tmp_path / "out", {"result.json": "{}", "ckpt/a.pt": "a"})
-    dest = tmp_path / "dest"
-    dest.mkdir()
-    assert outputs.copy_out(root, "result.json", dest, "j") == dest / "result.json"
-    assert outputs.copy_out(root, "ckpt", dest, "j") == dest / "ckpt"
-    assert (dest / "ckpt" / "a.pt").read_text() == "a"
-    with pytest.raises(outputs.OutputError, match=r"no such file.*there: ckpt/, result\.json"):
-        outputs.copy_out(root, "missing.pt", dest, "j")
-
-
 def test_the_examples_train_script_is_the_one_paijob_init_writes() -> None:
     repo = Path(__file__).resolve().parents[2]
     assert (repo / "examples" / "train.py").read_text() == (repo / "paijob" / "scaffold" / "train.py").read_text()
+
+
+def test_an_executable_keeps_its_execute_bit_and_others_get_0644(tmp_path: Path) -> None:
+    make_tree(tmp_path, {"run.sh": "#!/bin/sh\n", "train.py": ""})
+    (tmp_path / "run.sh").chmod(0o700)
+    (tmp_path / "train.py").chmod(0o600)
+    with tarfile.open(fileobj=io.BytesIO(workdir.snapshot(tmp_path).archive)) as tar:
+        assert (tar.getmember("run.sh").mode, tar.getmember("train.py").mode) == (0o755, 0o644)
+
+
+def test_a_horovod_job_for_a_real_cluster_carries_the_snapshot_once(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    from paijob import api
+
+    monkeypatch.setenv("PAI_CLUSTER_URL", "https://pai.example.com")
+    monkeypatch.setenv("PAI_TOKEN", "t")
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    monkeypatch.chdir(tmp_path)
+    noise = "".join(hashlib.sha256(str(i).encode()).hexdigest() for i in range(700))  # ~45 KB, compresses little
+    make_tree(tmp_path / "proj", {"train.py": "print(1)\n", "blob.txt": noise})
+    job = api.prepare(api.JobRequest("horovod", sets=[("set", "script=train.py")], workdir=str(tmp_path / "proj")))
+    loaded = jsyaml.load_job(job.text, "job").value
+    roles = list(loaded["taskRoles"])
+    assert len(roles) >= 2 and len(job.text.encode()) < 100 * 1024  # over 2 x 45 KB if carried per role
+    assert job.text.count(loaded["parameters"][workdir.PARAMETER]) == 1
+    for role in roles:
+        assert (Path(unpack_inline(job.text, role, tmp_path / role)) / "blob.txt").read_text() == noise

@@ -1,0 +1,129 @@
+"""How a snapshot travels with a job, in one command first in every task role.
+
+OpenPAI's rest-server joins a role's commands with newlines into one script
+(``middlewares/v2/protocol.js``), and the local cluster does the same, so the
+``cd`` of that first command holds for the rest.
+
+* **local cluster**: the archive is stored in the cluster's state dir
+  (``snapshots/<sha256>.tar.gz``, content-addressed, so resubmitting the same
+  tree stores nothing new) and each task unpacks it into its fresh working
+  directory. Storing (or reusing) a snapshot touches it, and ``local prune``
+  keeps snapshots stored within the last hour and those of jobs not finished.
+* **real OpenPAI cluster**: the archive travels inside the job text, once,
+  base64 in ``parameters.paijobWorkdir``; each role's first command reads it
+  as ``<% $parameters.paijobWorkdir %>`` (the rest-server renders the tag into
+  each role's entrypoint) and unpacks it into ``/tmp/paijob-workdir``. The job
+  text goes through express's ``bodyParser.text()`` whose default limit is
+  100 kB (``config/express.js``): a job over it is refused here, naming the
+  workdir's share. The job text is stored with the job and every user of the
+  cluster with a token can read it (``GET /api/v2/jobs/:name/config``).
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import shlex
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from paijob.openpai import jsyaml
+from paijob.openpai.jsyaml import SERVER_BODY_LIMIT
+from paijob.safefile import atomic_write
+from paijob.workdir.pack import Snapshot, human_size
+from paijob.workdir.rules import WorkdirError
+
+INLINE_DIR = "/tmp/paijob-workdir"
+PARAMETER = "paijobWorkdir"
+
+
+def local_command(archive_path: Path) -> str:
+    """Unpack a stored snapshot into the task's (fresh) working directory, or say why it cannot."""
+    path = shlex.quote(str(archive_path))
+    gone = shlex.quote(f"paijob: the workdir snapshot {archive_path} is gone (removed by hand or by an old "
+                       "`paijob local prune`?); submit the job again")
+    return f"{{ test -f {path} || {{ echo {gone} >&2; exit 1; }}; }} && tar -xzf {path}"
+
+
+def inline_command() -> str:
+    """Unpack the snapshot carried in the job's ``parameters`` into ``INLINE_DIR`` and go there."""
+    return (f"rm -rf {INLINE_DIR} && mkdir -p {INLINE_DIR} && cd {INLINE_DIR} && "
+            f"echo <% $parameters.{PARAMETER} %> | base64 -d | tar -xz")
+
+
+def store_local(snap: Snapshot, state_dir: Path) -> Path:
+    """Keep the archive in the local cluster's state dir (touched when reused); returns its path."""
+    folder = state_dir / "snapshots"
+    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    path = folder / f"{snap.digest}.tar.gz"
+    if path.exists():
+        os.utime(path)  # recently stored: local prune leaves it for the job about to be submitted
+    else:
+        atomic_write(path, snap.archive)
+    return path
+
+
+def _load(text: str) -> dict[str, Any]:
+    job: Any = jsyaml.load_job(text, "the job").value
+    if not isinstance(job, dict) or not isinstance(job.get("taskRoles"), dict):
+        raise WorkdirError("the job has no taskRoles to start in the workdir")
+    return job
+
+
+def _dump(job: dict[str, Any]) -> str:
+    return yaml.safe_dump(job, sort_keys=False, width=1 << 30, allow_unicode=True)
+
+
+def prepend_command(text: str, command: str) -> str:
+    """The job YAML with ``command`` first in every task role's commands."""
+    job = _load(text)
+    _prepend(job, command)
+    return _dump(job)
+
+
+def _prepend(job: dict[str, Any], command: str) -> None:
+    for role in job["taskRoles"].values():
+        if isinstance(role, dict):
+            role["commands"] = [command, *(role.get("commands") or [])]
+
+
+def embed(text: str, snap: Snapshot, limit: int = SERVER_BODY_LIMIT) -> str:
+    """The job text carrying ``snap`` once in ``parameters``, unpacked first by every role."""
+    job = _load(text)
+    parameters = job.get("parameters")
+    if parameters is None:
+        parameters = job["parameters"] = {}
+    if not isinstance(parameters, dict):
+        raise WorkdirError("the job's parameters is not a mapping; the workdir travels in parameters."
+                           f"{PARAMETER}")
+    encoded = base64.b64encode(snap.archive).decode("ascii")
+    parameters[PARAMETER] = encoded
+    _prepend(job, inline_command())
+    result = _dump(job)
+    size = len(result.encode("utf-8"))
+    if size > limit:
+        raise WorkdirError(
+            f"the job would be {human_size(size)}, over the {human_size(limit)} an OpenPAI server accepts "
+            f"(express bodyParser.text's default limit, HTTP 413); the workdir {snap.root} is "
+            f"{human_size(len(encoded))} of it ({len(snap.files)} files, {human_size(len(snap.archive))} "
+            "compressed, base64): leave data out with .paijobignore, or ship the code another way: an image "
+            "built from runtime/Dockerfile, `--set 'setup=[git clone ...]'`, or a storage the job mounts")
+    return result
+
+
+def ship(text: str, snap: Snapshot, state_dir: Path | None) -> tuple[str, list[str]]:
+    """The job text that starts every task in ``snap``, and lines saying what was shipped.
+
+    ``state_dir``: the local cluster's state dir (the snapshot is stored
+    there), or None for a real cluster (the snapshot is carried in the job).
+    """
+    if state_dir is not None:
+        path = store_local(snap, state_dir)
+        lines = [f"{snap.describe()}, stored in {path}"]
+        return prepend_command(text, local_command(path)), lines + list(snap.left_out)
+    shipped = embed(text, snap)
+    lines = [f"{snap.describe()}, carried in the job's parameters.{PARAMETER} (unpacked in {INLINE_DIR}; "
+             "readable by every user of the cluster)"]
+    return shipped, lines + list(snap.left_out)

@@ -1,0 +1,211 @@
+"""Packing a scanned workdir into a deterministic gzip'd tar, reading each file safely.
+
+A file is opened with ``O_NOFOLLOW | O_NONBLOCK`` and checked with ``fstat``
+before a byte is read: a file replaced by a FIFO or a link since the walk is
+refused, never waited on. A file whose size or modification time changes
+while it is read is an error naming it (the snapshot would not be what was
+on disk). Small files are also read for private-key and credential markers
+(``PRIVATE KEY-----``, a service account's ``"private_key"``): a key stored
+under an innocent name is left out and listed like a secret-looking name.
+
+Sizes are what travels and what lands: ``tar_bytes`` (the archive before
+compression, headers included), ``compressed`` and ``unpacked_bytes`` (whole
+disk blocks per file, what each task writes). The limits apply to what lands,
+plus a file count: 100,000 one-byte files are 100 KB of content but 400 MB on
+the task's disk.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import errno
+import gzip
+import hashlib
+import io
+import os
+import stat
+import tarfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO
+
+from paijob.workdir import rules, scan
+from paijob.workdir.rules import WorkdirError
+
+MAX_SNAPSHOT_BYTES = 100 * 1024 * 1024  # unpacked, on each task's disk
+MAX_SNAPSHOT_FILES = 10_000
+SNIFF_BYTES = 1024 * 1024  # files up to this size are checked for key material
+SECRET_MARKERS = (b"PRIVATE KEY-----", b'"private_key":', b"aws_secret_access_key", b"PRIVATE KEY BLOCK-----")
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """A folder packed as a gzip'd tar, with what it holds and what was left out."""
+
+    root: Path
+    files: tuple[str, ...]
+    size: int  # bytes of file content
+    archive: bytes
+    tar_bytes: int = 0
+    unpacked_bytes: int = 0
+    left_out: tuple[str, ...] = ()  # one line per reason, for the user
+
+    @property
+    def digest(self) -> str:
+        return hashlib.sha256(self.archive).hexdigest()
+
+    def describe(self) -> str:
+        return (f"workdir {self.root}: {len(self.files)} files, {human_size(self.size)} of content, "
+                f"{human_size(len(self.archive))} compressed, unpacks to {human_size(self.unpacked_bytes)}")
+
+
+def human_size(count: float) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if count < 1024 or unit == "GB":
+            return f"{count:.0f} {unit}" if unit == "B" else f"{count:.1f} {unit}"
+        count /= 1024
+    raise AssertionError("unreachable")
+
+
+def _listing(items: list[str], limit: int = 8) -> str:
+    shown = ", ".join(items[:limit])
+    return shown + (f" and {len(items) - limit} more" if len(items) > limit else "")
+
+
+def left_out_lines(found: scan.Scan, sniffed: list[str]) -> tuple[str, ...]:
+    lines = []
+    if found.defaults:
+        defaults = [line for line in rules.default_ignore_lines() if line.strip() and not line.startswith("#")]
+        lines.append(f"no {rules.PAIJOBIGNORE} in the workdir: left out {', '.join(defaults)} as `paijob init`'s "
+                     "would (write your own to change that)")
+    secrets = found.secrets + sniffed
+    if secrets:
+        lines.append(f"left out {len(secrets)} secret-looking path(s): {_listing(secrets)} (never shipped unless "
+                     "named exactly in .paijobignore, e.g. !config/.env)")
+    if found.links_out:
+        lines.append(f"left out {len(found.links_out)} link(s) out of the workdir: {_listing(found.links_out)} "
+                     "(name one with !PATH in .paijobignore to ship its target)")
+    if found.special:
+        lines.append(f"skipped {len(found.special)} special file(s): {_listing(found.special)}")
+    if found.unreadable:
+        lines.append(f"skipped {len(found.unreadable)} unreadable path(s): {_listing(found.unreadable)}")
+    return tuple(lines)
+
+
+def _open_regular(entry: scan.Entry, root: Path) -> tuple[BinaryIO, os.stat_result]:
+    """Open a file the walk found regular, refusing anything it has become since; never blocks."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(entry.source, flags)
+    except OSError as error:
+        if error.errno == errno.ELOOP:
+            raise WorkdirError(f"--workdir {root}: {entry.rel} became a link while packing; try again") from None
+        raise
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        raise WorkdirError(f"--workdir {root}: {entry.rel} is no longer a regular file; try again")
+    return os.fdopen(fd, "rb"), st
+
+
+def _changed(before: os.stat_result, after: os.stat_result) -> bool:
+    return (before.st_size, before.st_mtime_ns) != (after.st_size, after.st_mtime_ns)
+
+
+class _Packer:
+    def __init__(self, root: Path, tar: tarfile.TarFile, skip_unreadable: bool) -> None:
+        self.root, self.tar, self.skip_unreadable = root, tar, skip_unreadable
+        self.sniffed: list[str] = []
+        self.unreadable: list[str] = []
+        self.shipped: list[scan.Entry] = []
+
+    def info(self, entry: scan.Entry) -> tarfile.TarInfo:
+        info = tarfile.TarInfo(entry.rel)
+        info.mtime, info.uid, info.gid, info.uname, info.gname = 0, 0, 0, "", ""
+        if entry.kind == "dir":
+            info.type, info.mode = tarfile.DIRTYPE, 0o755
+        elif entry.kind == "link":
+            info.type, info.mode, info.linkname = tarfile.SYMTYPE, 0o777, entry.link
+        else:
+            info.mode = 0o755 if entry.executable else 0o644
+        return info
+
+    def add(self, entry: scan.Entry) -> None:
+        info = self.info(entry)
+        if entry.kind != "file":
+            self.tar.addfile(info)
+            self.shipped.append(entry)
+            return
+        try:
+            handle, before = _open_regular(entry, self.root)
+        except (PermissionError, FileNotFoundError) as error:
+            if not self.skip_unreadable or isinstance(error, FileNotFoundError):
+                verb = "vanished while packing" if isinstance(error, FileNotFoundError) else "cannot be read"
+                raise WorkdirError(f"--workdir {self.root}: {entry.rel} {verb} ({error.strerror}); make it readable, "
+                                   "list it in .paijobignore, or pass --skip-unreadable") from None
+            self.unreadable.append(entry.rel)
+            return
+        with handle:
+            info.size = before.st_size
+            if before.st_size <= SNIFF_BYTES:
+                data = handle.read(before.st_size + 1)
+                if not entry.named and any(marker in data for marker in SECRET_MARKERS):
+                    self.sniffed.append(f"{entry.rel} (holds a private key or credential)")
+                    return
+                body: BinaryIO = io.BytesIO(data)
+            else:
+                body = handle
+            try:
+                self.tar.addfile(info, body)
+            except OSError:  # tarfile: "unexpected end of data", the file shrank
+                raise WorkdirError(f"--workdir {self.root}: {entry.rel} changed while packing; try again") from None
+            if _changed(before, os.fstat(handle.fileno())) or (body is not handle and len(data) != info.size):
+                raise WorkdirError(f"--workdir {self.root}: {entry.rel} changed while packing; try again")
+        self.shipped.append(dataclasses.replace(entry, size=before.st_size))
+
+
+def check_limits(found: scan.Scan, limit: int) -> None:
+    """Refuse a tree that would unpack to more than ``limit`` bytes on each task's disk."""
+    unpacked = found.unpacked_bytes
+    if unpacked <= limit:
+        return
+    biggest = sorted(found.files, key=lambda e: -e.size)[:3]
+    names = ", ".join(f"{e.rel} ({human_size(e.size)})" for e in biggest)
+    raise WorkdirError(
+        f"--workdir {found.root} unpacks to {human_size(unpacked)} ({len(found.files)} files, "
+        f"{human_size(found.content_bytes)} of content), over the {human_size(limit)} limit (largest: {names}); "
+        f"list what the job does not need in {found.root / rules.PAIJOBIGNORE} (gitignore syntax), or pass --force")
+
+
+def snapshot(root: str | Path, *, force: bool = False, limit: int = MAX_SNAPSHOT_BYTES,
+             max_files: int = MAX_SNAPSHOT_FILES, skip_unreadable: bool = False) -> Snapshot:
+    """Pack ``root`` as it is now; refuse more than ``limit`` bytes or ``max_files`` files unless ``force``.
+
+    The archive is deterministic (sorted names, zero mtimes and owners, fixed
+    modes), so the same tree gives the same digest.
+    """
+    folder = Path(root).expanduser()
+    if not folder.is_dir():
+        raise WorkdirError(f"--workdir {root}: no such folder")
+    folder = folder.resolve()
+    rules.refuse_root(folder)
+    found = scan.walk(folder, max_files=None if force else max_files, skip_unreadable=skip_unreadable)
+    if not force:
+        check_limits(found, limit)
+    if not found.files and found.ignored:
+        raise WorkdirError(f"--workdir {root}: every file is left out by the ignore rules (.gitignore, "
+                           ".paijobignore, or the defaults); nothing would be shipped: check for a pattern such "
+                           "as '**' or '*'")
+    buffer = io.BytesIO()
+    with gzip.GzipFile(fileobj=buffer, mode="wb", mtime=0) as zipped, \
+            tarfile.open(fileobj=zipped, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        packer = _Packer(folder, tar, skip_unreadable)
+        for entry in found.entries:
+            packer.add(entry)
+    tar_bytes = tar.offset
+    found.unreadable.extend(packer.unreadable)
+    shipped = packer.shipped
+    unpacked = scan.Scan(folder, shipped).unpacked_bytes
+    return Snapshot(folder, tuple(e.rel for e in shipped if e.kind == "file"), sum(e.size for e in shipped),
+                    buffer.getvalue(), tar_bytes, unpacked, left_out_lines(found, packer.sniffed))
+
