@@ -28,6 +28,7 @@ from paijob import project as project_config
 from paijob.errors import PaijobError, ShadowedPackageError
 
 if TYPE_CHECKING:
+    from paijob.outputs import CopyReport
     from paijob.remote.client import PaiClient
     from paijob.remote.profiles import Cluster
 
@@ -197,8 +198,8 @@ def output_location(cluster_name: str, job_id: str) -> str | None:
     return str(local_output_dir(service.state_dir(), job_id))
 
 
-def copy_output(source: str, dest: str | Path, cluster: str | None = None) -> Path:
-    """``paijob cp JOB:PATH DEST``: copy a file or folder out of a job's output folder."""
+def copy_output(source: str, dest: str | Path, cluster: str | None = None) -> CopyReport:
+    """``paijob cp JOB:PATH DEST``: copy a file or folder out of a job's output folder (what landed where)."""
     from paijob import outputs
     from paijob.local import service
 

@@ -13,11 +13,13 @@ def register(subparsers: Any) -> None:
         help="copy a file or folder out of a job's output folder (PAIJOB_OUTPUT_DIR)",
         description="Copy JOB:PATH, a file or folder inside the job's output folder (the PAIJOB_OUTPUT_DIR "
                     "its tasks share, kept across retries), to DEST on this machine, like `cp -r`. JOB is "
-                    "NAME or USER~NAME as in `paijob status`; 'JOB:.' copies the whole folder. Reads the "
-                    "local cluster's state dir directly (no server needed).",
+                    "NAME or USER~NAME as in `paijob status`; 'JOB:.' copies the folder's contents into DEST. "
+                    "Links out of the output folder, dangling links, loops and FIFOs are listed and skipped "
+                    "(links inside are copied as links); a file that changes while copied is listed, not "
+                    "half-copied. Reads the local cluster's state dir directly (no server needed).",
     )
     parser.add_argument("source", metavar="JOB:PATH", help="e.g. demo1:checkpoints/epoch-2.pt")
-    parser.add_argument("dest", metavar="DEST", help="a file or an existing folder")
+    parser.add_argument("dest", metavar="DEST", help="an existing folder (copied into), a new path in an existing folder, or a file to replace")
     parser.add_argument("-c", "--cluster", metavar="NAME", help="cluster profile (default: the project's or current)")
     parser.set_defaults(func=run)
 
@@ -25,6 +27,10 @@ def register(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from paijob import api
 
-    target = api.copy_output(args.source, args.dest, cluster=args.cluster)
-    print(f"copied {args.source} to {target}", file=sys.stderr)
+    report = api.copy_output(args.source, args.dest, cluster=args.cluster)
+    print(f"copied {args.source} to {report.target} ({report.files} file(s))", file=sys.stderr)
+    if report.skipped:
+        shown = ", ".join(report.skipped[:10]) + (f" and {len(report.skipped) - 10} more" if len(report.skipped) > 10
+                                                   else "")
+        print(f"paijob cp: skipped {len(report.skipped)}: {shown}", file=sys.stderr)
     return 0

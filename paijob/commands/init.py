@@ -76,9 +76,9 @@ def run(args: argparse.Namespace) -> int:
     written = init_project(folder, args.name)
     for path in written:
         print(f"wrote {path}")
-    kept = len(FILES) - len(written)
+    kept = [name for name in FILES.values() if folder / name not in written]
     if kept:
-        print(f"kept {kept} existing file(s)", file=sys.stderr)
+        print(f"kept {len(kept)} existing file(s): {', '.join(kept)}", file=sys.stderr)
     where = "" if folder.resolve() == Path.cwd().resolve() else f"cd {args.directory} && "
     print(f"next: {where}paijob run --local    (2 CPU tasks; results: paijob cp JOB:result.json .)",
           file=sys.stderr)

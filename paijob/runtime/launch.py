@@ -136,8 +136,9 @@ class WorkerCommand:
         if self.script is not None and not os.path.isfile(self.script):
             raise LaunchError(
                 f"training script {self.script!r} not found (working directory "
-                f"{os.getcwd()!r}); give a path relative to the task's working directory, "
-                f"or use -m MODULE"
+                f"{os.getcwd()!r}); if it is on your machine, `--workdir .` (or `workdir: .` in "
+                f"paijob.yaml) ships the folder it is in with the job; else give a path relative to "
+                f"the task's working directory, or use -m MODULE"
             )
         if self.module is not None and find_module_spec(self.module) is None:
             raise LaunchError(

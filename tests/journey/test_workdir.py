@@ -275,3 +275,20 @@ def test_a_horovod_job_for_a_real_cluster_carries_the_snapshot_once(tmp_path: Pa
     assert job.text.count(loaded["parameters"][workdir.PARAMETER]) == 1
     for role in roles:
         assert (Path(unpack_inline(job.text, role, tmp_path / role)) / "blob.txt").read_text() == noise
+
+
+def test_a_missing_script_says_that_workdir_ships_it() -> None:
+    from paijob.runtime.launch import LaunchError, WorkerCommand
+
+    with pytest.raises(LaunchError, match=r"training script 'surely-absent\.py' not found .*`--workdir \.`"):
+        WorkerCommand(script="surely-absent.py").check()
+
+
+def test_init_in_an_existing_project_names_the_files_it_kept(tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    from paijob import cli
+
+    make_tree(tmp_path, {"train.py": "# mine\n", ".paijobignore": "data/\n"})
+    assert cli.main(["init", str(tmp_path)]) == 0
+    assert "kept 2 existing file(s): train.py, .paijobignore" in capsys.readouterr().err
+    assert (tmp_path / "train.py").read_text() == "# mine\n"
