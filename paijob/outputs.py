@@ -283,6 +283,9 @@ def _source(root: Path, path: str, job: str) -> tuple[str, os.stat_result]:
         present = sorted(p.name + ("/" if p.is_dir() else "") for p in parent.iterdir()) if parent.is_dir() else []
         raise OutputError(f"{job}:{path}: no such file in the job's output folder {root} "
                           f"(there: {', '.join(present[:10]) or 'nothing'})") from None
+    except OSError as error:
+        why = "a link loop" if error.errno == errno.ELOOP else (error.strerror or str(error))
+        raise OutputError(f"{job}:{path}: cannot be copied ({why})") from None
 
 
 def copy_out(root: Path, path: str, dest: Path, job: str) -> CopyReport:

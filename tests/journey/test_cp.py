@@ -101,6 +101,12 @@ def test_loops_dangling_links_and_fifos_are_listed_and_skipped(out: Path, dest: 
     assert (dest / "result.json").exists() and not (dest / "pipe").exists()
 
 
+def test_a_loop_as_source_is_one_line(out: Path, dest: Path) -> None:
+    (out / "loop").symlink_to("loop")
+    with pytest.raises(outputs.OutputError, match="a link loop"):
+        outputs.copy_out(out, "loop", dest, "j")
+
+
 def test_a_fifo_as_source_is_refused_without_blocking(out: Path, dest: Path) -> None:
     os.mkfifo(out / "pipe")
     errors: list[BaseException] = []
