@@ -38,7 +38,7 @@ def install_requires() -> list[str]:
             for line in config["options"]["install_requires"].splitlines() if line.strip()]
 
 
-IMPORT_NAMES = {"pyyaml": "yaml"}  # distribution -> the module paijob imports
+IMPORT_NAMES = {"pyyaml": "yaml", "google-re2": "re2"}  # distribution -> the module paijob imports
 
 
 def test_every_install_requirement_is_imported_by_paijob() -> None:

@@ -66,6 +66,14 @@ class WorkdirError(PaijobError):
     """The folder cannot be shipped as asked (refused, missing, too big, a bad pattern, an unreadable file)."""
 
 
+def _linear_time_backend() -> None:
+    """pathspec's RE2 backend needs google-re2; without it pathspec would fall back to backtracking ``re``."""
+    try:
+        import re2  # type: ignore[import-not-found,import-untyped,unused-ignore]  # noqa: F401
+    except ImportError as error:  # pragma: no cover - google-re2 is in install_requires
+        raise WorkdirError(f"matching ignore patterns needs google-re2 ({error}); pip install google-re2") from None
+
+
 def _spec(lines: list[str]) -> pathspec.GitIgnoreSpec:
     try:
         with warnings.catch_warnings():  # re's FutureWarning on "[[" patterns: the pattern is judged below
@@ -91,6 +99,7 @@ def compile_lines(lines: list[str], source: str) -> pathspec.GitIgnoreSpec:
     return _spec(lines)  # each line alone compiled: the combination is fine as well
 
 
+_linear_time_backend()
 SECRETS = _spec(list(SECRET_PATTERNS))
 
 
