@@ -42,10 +42,14 @@ def print_status(detail: dict[str, Any], job_id: str, wide: bool = False) -> Non
     print(f"submitted  {common.when(status.get('submissionTime'))}")
     print(f"duration   {common.duration(status.get('launchedTime') or status.get('createdTime'), status.get('completedTime'))}")
     if status.get("appExitCode") is not None:
-        print(f"exit code  {status['appExitCode']}")
+        spec = status.get("appExitSpec")
+        phrase = spec.get("phrase") if isinstance(spec, dict) else None
+        print(f"exit code  {status['appExitCode']}" + (f" ({phrase}, OpenPAI's code)" if phrase else ""))
     message = status.get("appExitTriggerMessage") or status.get("appExitDiagnostics")
     if message:
         print(f"reason     {message}")
+    for where, error in task_errors(detail):
+        print(f"error      {where}: {error}")
     print()
     rows = [["TASK", "STATE", "EXIT", "RETRIES", "IP", "PORTS"] + (["STARTED", "DURATION", "EXIT TYPE"] if wide else [])]
     for role, task in common.tasks_of(detail):
@@ -63,3 +67,15 @@ def print_status(detail: dict[str, Any], job_id: str, wide: bool = False) -> Non
               str(task.get("containerExitSpec", {}).get("type", "-") if isinstance(task.get("containerExitSpec"), dict)
                   else "-")] if wide else []))
     common.table(rows)
+
+
+def task_errors(detail: dict[str, Any], limit: int = 5) -> list[tuple[str, str]]:
+    """(role/index, exit diagnostics) of failed tasks: the script's own exit and error (the local
+    cluster records paijob-runtime's root cause there) beside the OpenPAI code it maps to."""
+    found = []
+    for role, task in common.tasks_of(detail):
+        text = task.get("containerExitDiagnostics")
+        code = task.get("containerExitCode")
+        if isinstance(text, str) and text.strip() and isinstance(code, int) and code > 0:
+            found.append((f"{role}/{task.get('taskIndex')}", " ".join(text.split())[:500]))
+    return found[:limit]

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from paijob.local import capacity
+from paijob.local import capacity, diagnostics
 from paijob.local.plan import JobPlan, Ports, RolePlan, plan_job, task_env, task_script
 from paijob.local.settings import stop_grace, unlimited_retry_cap
 from paijob.local.store import Store, now_ms
@@ -131,6 +131,7 @@ class Task:
     readers: list[threading.Thread] = field(default_factory=list)
     state: str = "WAITING"
     code: int | None = None
+    cause: str | None = None  # the script's own error, as paijob-runtime reported it
 
     @property
     def key(self) -> str:
@@ -167,6 +168,14 @@ class _LogSink:
     def close(self) -> None:
         for handle in self.files.values():
             handle.close()
+
+
+@dataclass
+class _Counts:
+    """Tasks of each role (by name) that ended failed / succeeded in the current attempt."""
+
+    failed: dict[str, int]
+    succeeded: dict[str, int]
 
 
 # --------------------------------------------------------------------------- runner
@@ -246,50 +255,23 @@ class JobRunner(threading.Thread):
     # ------------------------------------------------------------------ one attempt
 
     def _run_attempt(self, attempt: int) -> str:
+        """One job attempt from start to its final state (OpenPAI's attempt completion rules)."""
         u, n = self.username, self.name_
         self.store.upsert_attempt(u, n, attempt, state="WAITING")
         self.store.update_job(u, n, sub_state="AttemptPreparing", attempt_id=attempt, retries=attempt)
         if self.stop_requested.is_set():
             return self._end_attempt(attempt, "STOPPED", None, self.stop_reason, exitspec.STOP_REQUESTED_CODE)
-
-        taken: set[int] = set()
-        ports: Ports = {
-            role.name: {i: {label: free_ports(count, taken) for label, count in role.ports.items()}
-                        for i in range(role.instances)}
-            for role in self.plan.roles
-        }
-        gpus = self.cluster.allocate_gpus(self.plan)
-        self.tasks = []
-        self._placed = set()
-        self._task_retries = {}
-        for role in self.plan.roles:
-            for index in range(role.instances):
-                task = self._new_task(attempt, role, index, 0, ports, gpus)
-                self.tasks.append(task)
-        for task in self.tasks:
-            self._start(task, attempt, ports, gpus)
-        self.store.upsert_attempt(u, n, attempt, state="RUNNING", launched_time=now_ms())
-        fields: dict[str, Any] = {"state": "RUNNING", "sub_state": "AttemptRunning"}
-        if attempt == 0:
-            fields["launched_time"] = now_ms()
-        self.store.update_job(u, n, **fields)
-
-        failed: dict[str, int] = {r.name: 0 for r in self.plan.roles}
-        succeeded: dict[str, int] = {r.name: 0 for r in self.plan.roles}
+        ports, gpus = self._launch(attempt)
+        counts = _Counts({r.name: 0 for r in self.plan.roles}, {r.name: 0 for r in self.plan.roles})
         while True:
             if self.stop_requested.is_set():
                 self._set_job(state="STOPPING", sub_state="AttemptDeletionPending")
                 self._stop_running(exitspec.STOP_REQUESTED_CODE)
                 return self._end_attempt(attempt, "STOPPED", None, self.stop_reason, exitspec.STOP_REQUESTED_CODE)
             for i, task in enumerate(list(self.tasks)):
-                if task.state != "RUNNING":
+                raw = self._exited(task)
+                if raw is None:
                     continue
-                if task.proc is None:  # could not even be started
-                    raw = task.code if task.code is not None else 127
-                elif task.proc.poll() is None:
-                    continue
-                else:
-                    raw = exit_code(task.proc.returncode)
                 self._finish(task, "SUCCEEDED" if raw == 0 else "FAILED", raw)
                 code = self._report_exit(task, raw)
                 if self._task_retry(task, code):
@@ -297,36 +279,83 @@ class JobRunner(threading.Thread):
                     self.tasks[i] = retry
                     self._start(retry, attempt, ports, gpus)
                     continue
-                counts = succeeded if code == 0 else failed
-                counts[task.role.name] += 1
-                role = task.role
-                if code != 0 and role.failed_enough(failed[role.name]):
-                    self._stop_running(exitspec.ATTEMPT_COMPLETION_CODE)
-                    message = (f"{failed[role.name]} task(s) of role {role.name} failed "
-                               f"(minFailedInstances {role.min_failed}); {task.key} exited with code {code} "
-                               f"({exitspec.spec_for(code).phrase})")
-                    return self._end_attempt(attempt, "FAILED", task, message, code)
-                if code == 0 and role.succeeded_enough(succeeded[role.name]):
-                    self._stop_running(exitspec.ATTEMPT_COMPLETION_CODE)
-                    message = (f"{succeeded[role.name]} task(s) of role {role.name} succeeded "
-                               f"(minSucceededInstances {role.min_succeeded})")
-                    return self._end_attempt(attempt, "SUCCEEDED", task, message, 0)
+                ended = self._completion(attempt, task, code, counts)
+                if ended is not None:
+                    return ended
             if all(t.state != "RUNNING" for t in self.tasks):
                 last = max(self.tasks, key=lambda t: t.code or 0)
                 return self._end_attempt(attempt, "SUCCEEDED", last, "All Tasks are completed", 0)
             time.sleep(POLL)
 
+    def _launch(self, attempt: int) -> tuple[Ports, dict[tuple[str, int], str | None]]:
+        """Ports and GPUs for every task of the attempt, then every task started; the attempt is RUNNING."""
+        taken: set[int] = set()
+        ports: Ports = {
+            role.name: {i: {label: free_ports(count, taken) for label, count in role.ports.items()}
+                        for i in range(role.instances)}
+            for role in self.plan.roles
+        }
+        gpus = self.cluster.allocate_gpus(self.plan)
+        self._placed = set()
+        self._task_retries = {}
+        self.tasks = [self._new_task(attempt, role, index, 0, ports, gpus)
+                      for role in self.plan.roles for index in range(role.instances)]
+        for task in self.tasks:
+            self._start(task, attempt, ports, gpus)
+        self.store.upsert_attempt(self.username, self.name_, attempt, state="RUNNING", launched_time=now_ms())
+        fields: dict[str, Any] = {"state": "RUNNING", "sub_state": "AttemptRunning"}
+        if attempt == 0:
+            fields["launched_time"] = now_ms()
+        self.store.update_job(self.username, self.name_, **fields)
+        return ports, gpus
+
+    @staticmethod
+    def _exited(task: Task) -> int | None:
+        """A running task's exit code once it has ended (None: still running, or not running at all)."""
+        if task.state != "RUNNING":
+            return None
+        if task.proc is None:  # could not even be started
+            return task.code if task.code is not None else 127
+        if task.proc.poll() is None:
+            return None
+        return exit_code(task.proc.returncode)
+
+    def _completion(self, attempt: int, task: Task, code: int, counts: _Counts) -> str | None:
+        """frameworkcontroller's completion policy after ``task`` ended: the attempt's final state, or None."""
+        role = task.role
+        if code != 0:
+            counts.failed[role.name] += 1
+            if role.failed_enough(counts.failed[role.name]):
+                self._stop_running(exitspec.ATTEMPT_COMPLETION_CODE)
+                message = (f"{counts.failed[role.name]} task(s) of role {role.name} failed "
+                           f"(minFailedInstances {role.min_failed}); {task.key} exited with code {code} "
+                           f"({exitspec.spec_for(code).phrase})")
+                return self._end_attempt(attempt, "FAILED", task, message, code)
+            return None
+        counts.succeeded[role.name] += 1
+        if role.succeeded_enough(counts.succeeded[role.name]):
+            self._stop_running(exitspec.ATTEMPT_COMPLETION_CODE)
+            message = (f"{counts.succeeded[role.name]} task(s) of role {role.name} succeeded "
+                       f"(minSucceededInstances {role.min_succeeded})")
+            return self._end_attempt(attempt, "SUCCEEDED", task, message, 0)
+        return None
+
     # ------------------------------------------------------------------ OpenPAI's exit and retry rules
 
     def _report_exit(self, task: Task, raw: int) -> int:
-        """The container exit code openpai-runtime reports (exit spec patterns over the task's log)."""
-        result = exitspec.container_exit(raw, _log_tail(task.log_dir / "all"))
+        """The container exit code openpai-runtime reports (exit spec patterns over the task's log);
+        the task's diagnostics say the script's own error (paijob-runtime's root cause) and both codes."""
+        tail = _log_tail(task.log_dir / "all")
+        result = exitspec.container_exit(raw, tail)
+        task.cause = diagnostics.root_cause(tail) if raw != 0 else None
+        notes = [task.cause] if task.cause else []
         if result.code != raw:
             task.code = result.code
-            note = (f"user command exited with {raw}; OpenPAI reports {result.code} "
-                    f"({result.spec.phrase})" + (f", matched {result.matched!r}" if result.matched else ""))
+            notes.append(f"user command exited with {raw}; OpenPAI reports {result.code} "
+                         f"({result.spec.phrase})" + (f", matched {result.matched!r}" if result.matched else ""))
+        if notes:
             self.store.update_task(self.username, self.name_, task.job_attempt, task.role.name, task.index,
-                                   task.attempt, exit_code=result.code, diagnostics=note)
+                                   task.attempt, exit_code=result.code, diagnostics="; ".join(notes))
         return result.code
 
     def _task_retry(self, task: Task, code: int) -> bool:
@@ -361,10 +390,12 @@ class JobRunner(threading.Thread):
         self.store.update_job(self.username, self.name_, **fields)
 
     def _end_attempt(self, attempt: int, state: str, trigger: Task | None, message: str, code: int | None) -> str:
+        cause = trigger.cause if trigger is not None and state == "FAILED" else None
         self.store.upsert_attempt(
             self.username, self.name_, attempt, state=state, completed_time=now_ms(), exit_code=code,
             trigger_message=message, trigger_role=trigger.role.name if trigger else None,
-            trigger_index=trigger.index if trigger else None, diagnostics=message,
+            trigger_index=trigger.index if trigger else None,
+            diagnostics=f"{message}: {cause}" if cause else message,
         )
         if state == "FAILED" and code is not None and not self.stop_requested.is_set():
             decision = exitspec.retry_decision(code, self._accountable_retries, self.plan.job_retry_count)
