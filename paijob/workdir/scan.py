@@ -116,7 +116,9 @@ class _Walker:
     def visit(self, child: os.DirEntry[str], rel: str, here: Rules) -> _Folder | None:
         try:
             st = child.stat(follow_symlinks=False)
-        except OSError as error:  # vanished or unreadable since the listing
+        except FileNotFoundError:  # removed since the listing: not part of the tree any more
+            return None
+        except OSError as error:
             self.unreadable(rel, error)
             return None
         is_dir = stat.S_ISDIR(st.st_mode)

@@ -240,3 +240,25 @@ def test_dry_run_of_a_project_holding_secrets_shows_none_of_their_bytes(tmp_path
         shipped = b"".join((tar.extractfile(m) or io.BytesIO()).read() for m in tar.getmembers())
     assert b"SEKRIT" not in shipped
     assert re.search(r"left out 6 secret-looking path\(s\)", err)
+
+
+def test_a_file_removed_while_the_folder_is_walked_is_simply_not_shipped(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    make_tree(tmp_path, {"train.py": "", "tmp.lock": "", ".paijobignore": ""})
+    real_scandir = os.scandir
+
+    class Listed(list):  # type: ignore[type-arg]
+        def __enter__(self) -> Listed:
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            return None
+
+    def listing_then_remove(path: str) -> Listed:
+        with real_scandir(path) as listing:
+            entries = Listed(listing)
+        (tmp_path / "tmp.lock").unlink(missing_ok=True)  # an editor or a build removes it meanwhile
+        return entries
+
+    monkeypatch.setattr(os, "scandir", listing_then_remove)
+    assert workdir.snapshot(tmp_path).files == (".paijobignore", "train.py")
