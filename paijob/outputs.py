@@ -297,6 +297,8 @@ def copy_out(root: Path, path: str, dest: Path, job: str) -> CopyReport:
     contents = not _parts(path)
     target = destination(dest, Path(source).name, is_dir=is_dir, contents=contents)
     _check_landing(target, is_dir)
+    if is_dir and _inside(source, os.path.realpath(target)):
+        raise OutputError(f"DEST {dest} is inside {job}:{path or '.'}; a folder cannot be copied into itself")
     report = CopyReport(target)
     copier = _Copier(os.path.realpath(root), report)
     if is_dir:

@@ -154,6 +154,12 @@ def test_each_dest_case_is_one_clear_line(out: Path, tmp_path: Path, setup: str,
         assert (place / "mine.txt").read_text() == "mine"
 
 
+def test_a_folder_is_not_copied_into_itself(out: Path) -> None:
+    with pytest.raises(outputs.OutputError, match="cannot be copied into itself"):
+        outputs.copy_out(out, ".", out / "ckpt", "j")
+    assert sorted(p.name for p in (out / "ckpt").iterdir()) == ["epoch-1.pt", "epoch-2.pt"]
+
+
 def test_a_link_to_a_folder_as_dest_copies_into_that_folder(out: Path, tmp_path: Path, dest: Path) -> None:
     (tmp_path / "shortcut").symlink_to(dest)
     outputs.copy_out(out, "result.json", tmp_path / "shortcut", "j")
