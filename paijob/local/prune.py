@@ -117,4 +117,21 @@ def prune(state_dir: Path, *, older_than: float = 0.0, outputs: bool = False, dr
     report.bytes = sum(_size(path) for path in report.paths)
     if not dry_run:
         _remove(report.paths)
+        for path in report.paths:  # what `paijob logs` then says instead of "not found"
+            if path.parent == state_dir / "logs":
+                (state_dir / "logs" / f"{path.name}{PRUNED_SUFFIX}").write_text(f"{time.time():.0f}\n")
     return report
+
+
+PRUNED_SUFFIX = ".pruned"
+
+
+def pruned_note(state_dir: Path, job_id: str) -> str | None:
+    """Why a finished job's logs are missing, when ``prune`` removed them (else None)."""
+    try:
+        when = float((state_dir / "logs" / f"{job_id}{PRUNED_SUFFIX}").read_text())
+    except (OSError, ValueError):
+        return None
+    stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(when))
+    return (f"the logs of {job_id} were removed by `paijob local prune` on {stamp}; to keep logs, save them "
+            "before pruning (`paijob logs JOB > JOB.log`) or prune only older jobs (`--older-than 7d`)")

@@ -45,6 +45,7 @@ from paijob import __version__
 from paijob.local import capacity, listing, settings
 from paijob.local.plan import plan_job
 from paijob.local.portal import web as portal
+from paijob.local.prune import pruned_note
 from paijob.local.runner import LocalCluster
 from paijob.local.service import local_user
 from paijob.local.store import JobExists
@@ -601,7 +602,9 @@ def create_app(cluster: LocalCluster, token: str, user: str | None = None) -> Fl
         path = cluster.log_dir(job_id, attempt, role, index, task_attempt) / name
         root = (cluster.state_dir / "logs").resolve()
         if root not in path.resolve().parents or not path.is_file():
-            return error(404, "NoTaskLogError", "Log of task is not found.")
+            pruned = pruned_note(cluster.state_dir, job_id)  # the code stays OpenPAI's; the message says why
+            return error(404, "NoTaskLogError", f"Log of task is not found: {pruned}." if pruned
+                         else "Log of task is not found.")
         if request.args.get("tail-mode") == "true":
             data = path.read_bytes()[-TAIL_BYTES:]
             return Response(data, mimetype="text/plain")
