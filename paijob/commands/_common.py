@@ -19,6 +19,7 @@ from paijob.openpai.jobstate import is_terminal
 
 if TYPE_CHECKING:  # the client (requests) is imported when a verb runs, not to build `paijob --help`
     from paijob.remote.client import PaiClient
+    from paijob.remote.log_times import LogTimes
 
 MAX_LINE = 1024 * 1024  # a log "line" longer than this is printed in pieces
 
@@ -202,6 +203,8 @@ class _Stream:
     uri: str
     offset: int = 0
     partial: bytes = b""
+    partial_at: int = 0  # the log offset of partial's first byte
+    times: LogTimes | None = None  # when each byte was written, where the cluster records it
 
 
 @dataclass
@@ -216,7 +219,7 @@ class LogFollower:
     out: TextIO = field(default_factory=lambda: sys.stdout)
     prefix: bool = True
     rank: int | None = None  # only lines paijob-runtime prefixed [rank<N>]:
-    timestamps: bool = False  # prefix the UTC time the line was read (OpenPAI logs carry none)
+    timestamps: bool = False  # prefix the UTC time the line was written (local cluster), else read
     tail: int | None = None  # of what is there at the first poll, only the last N lines per task
     tails: dict[tuple[int, str, int, int], deque[str]] = field(default_factory=dict)
     streams: dict[tuple[int, str, int, int], _Stream] = field(default_factory=dict)
@@ -257,39 +260,63 @@ class LogFollower:
             if self.stream not in uris:
                 return
             stream = self.streams[key] = _Stream(uris[self.stream])
+            if self.timestamps:
+                from paijob.remote.log_times import LogTimes
+
+                stream.times = LogTimes.beside(self.client, stream.uri)
         current = stream
+        read_to = stream.offset
 
         def take(data: bytes) -> None:  # lines are printed as they arrive: memory stays flat
+            nonlocal read_to
+            read_to += len(data)
             lines = (current.partial + data).split(b"\n")
             current.partial = lines.pop()
+            sizes = [len(line) + 1 for line in lines]  # with its newline
             if len(current.partial) > MAX_LINE:
                 lines.append(current.partial)
+                sizes.append(len(current.partial))
                 current.partial = b""
-            self._lines(key, lines)
+            starts = []
+            for size in sizes:
+                starts.append(current.partial_at)
+                current.partial_at += size
+            self._lines(key, lines, [self._when(current, start, read_to) for start in starts])
 
         stream.offset = self.client.stream_log(stream.uri, stream.offset, take)
         if final and stream.partial:
-            self._lines(key, [stream.partial])
+            self._lines(key, [stream.partial], [self._when(stream, stream.partial_at, stream.offset)])
             stream.partial = b""
 
-    def _lines(self, key: tuple[int, str, int, int], lines: list[bytes]) -> None:
+    def _when(self, stream: _Stream, start: int, read_to: int) -> float | None:
+        """When the line at ``start`` was written (``--timestamps``): recorded by the cluster, else now."""
+        if not self.timestamps:
+            return None
+        written = stream.times.at(start, read_to) if stream.times is not None else None
+        return written if written is not None else time.time()
+
+    def _lines(self, key: tuple[int, str, int, int], lines: list[bytes], whens: list[float | None]) -> None:
         if not lines:
             return
         if key not in self.announced and (key[0] > 0 or key[3] > 0):
-            self._emit(key, f"--- job attempt {key[0]}, task attempt {key[3]} ---")
+            self._emit(key, f"--- job attempt {key[0]}, task attempt {key[3]} ---", whens[0])
         self.announced.add(key)
-        for line in lines:
-            self._emit(key, line.decode("utf-8", "replace"))
+        for line, when in zip(lines, whens, strict=True):
+            self._emit(key, line.decode("utf-8", "replace"), when)
         self.out.flush()
 
-    def _emit(self, key: tuple[int, str, int, int], line: str) -> None:
+    def _emit(self, key: tuple[int, str, int, int], line: str, when: float | None = None) -> None:
         if self.rank is not None and not line.startswith(f"[rank{self.rank}]:"):
             return
+        if self.timestamps:
+            moment = datetime.fromtimestamp(time.time() if when is None else when, timezone.utc)
+            line = moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ ") + line
         if self.tail is not None:
             self.tails.setdefault(key, deque(maxlen=self.tail)).append(line)
             return
-        if self.timestamps:
-            line = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ ") + line
+        self._write(key, line)
+
+    def _write(self, key: tuple[int, str, int, int], line: str) -> None:
         if self.prefix:
             self.out.write(f"{key[1]}/{key[2]} | {line}\n")
         else:
@@ -300,7 +327,7 @@ class LogFollower:
         kept, self.tail, self.tails = self.tails, None, {}
         for key in sorted(kept):
             for line in kept[key]:
-                self._emit(key, line)
+                self._write(key, line)  # already filtered and stamped
 
     def finish(self) -> None:
         for key in sorted(self.streams):

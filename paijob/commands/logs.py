@@ -28,7 +28,8 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--rank", type=int, metavar="N",
                         help="only the lines of global rank N (paijob-runtime prefixes them [rankN]:)")
     parser.add_argument("--timestamps", action="store_true",
-                        help="prefix each line with the UTC time paijob read it (OpenPAI logs carry no times)")
+                        help="prefix each line with the UTC time it was written (the local cluster records it); "
+                             "on OpenPAI, whose logs carry no times, the time paijob read it")
     common.add_cluster_options(parser)
     parser.set_defaults(func=run)
 

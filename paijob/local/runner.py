@@ -144,18 +144,28 @@ def _private_file(path: str, flags: int) -> int:
 
 
 class _LogSink:
-    """Writes a task's stdout / stderr to their own files and to the interleaved ``all``."""
+    """Writes a task's stdout / stderr to their own files and to the interleaved ``all``.
+
+    Beside each, ``NAME.times`` gets ``OFFSET UNIXTIME`` for every chunk as it
+    arrives, before the chunk itself: ``paijob logs --timestamps`` stamps each
+    line with when the task wrote it, not when paijob read it.
+    """
 
     def __init__(self, log_dir: Path) -> None:
         log_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-        self.files = {name: open(log_dir / name, "ab", buffering=0, opener=_private_file)
-                      for name in ("stdout", "stderr", "all")}
+        names = ("stdout", "stderr", "all")
+        self.files = {name: open(log_dir / name, "ab", buffering=0, opener=_private_file) for name in names}
+        self.times = {name: open(log_dir / f"{name}.times", "ab", buffering=0, opener=_private_file) for name in names}
+        self.sizes = {name: os.fstat(handle.fileno()).st_size for name, handle in self.files.items()}
         self.lock = threading.Lock()
 
     def write(self, stream: str, data: bytes) -> None:
         with self.lock:
-            self.files[stream].write(data)
-            self.files["all"].write(data)
+            stamp = f"{time.time():.3f}"
+            for name in (stream, "all"):
+                self.times[name].write(f"{self.sizes[name]} {stamp}\n".encode())
+                self.files[name].write(data)
+                self.sizes[name] += len(data)
 
     def pump(self, stream: str, pipe: IO[bytes]) -> None:
         read = getattr(pipe, "read1", pipe.read)  # whatever is there: progress bars need no newline
@@ -166,7 +176,7 @@ class _LogSink:
             pipe.close()
 
     def close(self) -> None:
-        for handle in self.files.values():
+        for handle in (*self.files.values(), *self.times.values()):
             handle.close()
 
 

@@ -610,6 +610,18 @@ def create_app(cluster: LocalCluster, token: str, user: str | None = None) -> Fl
             return Response(data, mimetype="text/plain")
         return send_file(path, mimetype="text/plain", conditional=True, max_age=0, etag=False)
 
+    @logs.get("/<job_id>/<n:attempt>/<role>/<n:index>/<n:task_attempt>/<any(stdout,stderr,all):name>.times")
+    def log_times(job_id: str, attempt: int, role: str, index: int, task_attempt: int, name: str) -> Response:
+        """paijob's own (not OpenPAI's): ``OFFSET UNIXTIME`` lines, when each chunk of the log was written."""
+        job = find_job(job_id)
+        if isinstance(job, Response):
+            return job
+        role = _role_names(job["config"]).get(role, "")
+        path = cluster.log_dir(job_id, attempt, role, index, task_attempt) / f"{name}.times"
+        if (cluster.state_dir / "logs").resolve() not in path.resolve().parents or not path.is_file():
+            return error(404, "NoTaskLogError", "Log times of task are not found.")
+        return send_file(path, mimetype="text/plain", conditional=True, max_age=0, etag=False)
+
     def accepted(message: str) -> Response:
         response = jsonify({"status": 202, "message": message})
         response.status_code = 202
