@@ -7,30 +7,44 @@ the CLI does::
     from paijob import api
 
     job = api.prepare(api.JobRequest("ddp", sets=[("set", "instances=2")], workdir=".", cluster="local"))
-    client = api.connect("local")
-    job_id = api.submit(job, client)
+    print(api.dry_run(job).text())               # the request submit would send, token masked
+    client = api.connect(job.target)             # the cluster prepare resolved: once per submit
+    job_id = api.submit(job, client)             # sends api.dry_run's request, built for this client
     detail = api.wait(client, job_id)            # the final job detail (jobStatus.state ...)
     api.copy_output(f"{job_id}:summary.json", ".", cluster="local")
 
-Errors a user can cause are ``PaijobError`` subclasses. Nothing here prints:
-warnings and notes come back in ``PreparedJob``.
+The verbs in ``paijob.commands`` are thin adapters over these calls (as
+TorchX's CLI is over its runner): they parse options into the typed
+arguments here and print what comes back. Nothing here imports argparse or
+``paijob.commands``, and everything is imported on first use, so that
+``import paijob.api`` stays cheap. Errors a user can cause are
+``PaijobError`` subclasses. Nothing here prints: warnings and notes come back
+in ``PreparedJob``.
 """
 
 from __future__ import annotations
 
-import argparse
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import paijob
-from paijob import project as project_config
 from paijob.errors import PaijobError, ShadowedPackageError
 
 if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
+    from paijob import project as project_config
+    from paijob.local.prune import PruneReport
     from paijob.outputs import CopyReport
     from paijob.remote.client import PaiClient
+    from paijob.remote.logs import LogFollower
     from paijob.remote.profiles import Cluster
+    from paijob.remote.request import HttpRequest
+    from paijob.render.templating import RenderResult, SetArg, TemplateRef
+    from paijob.render.values_doc import ValueDoc
+    from paijob.validate.verdict import ValidationReport
 
 if getattr(paijob, "__file__", None) is None:  # a namespace package: see ShadowedPackageError
     raise ShadowedPackageError(
@@ -39,8 +53,11 @@ if getattr(paijob, "__file__", None) is None:  # a namespace package: see Shadow
         "`-m`, `-` and its prompt; start Python in another folder, or run `python -P` (Python 3.11+)"
     )
 
-__all__ = ["JobRequest", "PreparedJob", "connect", "copy_output", "dry_run_text", "list_jobs", "output_location",
-           "prepare", "resolve_cluster", "status", "stop", "submit", "wait"]
+__all__ = ["JobRequest", "LoginResult", "PaijobError", "PreparedJob", "add_cluster", "clusters", "connect",
+           "copy_output", "dry_run", "dry_run_text", "follow_logs", "human_size", "list_jobs", "local_down", "local_status",
+           "local_up", "login", "login_url", "output_location", "prepare", "prune_local", "remove_cluster",
+           "render", "resolve_cluster", "status", "stop", "submit", "template", "template_names",
+           "template_values", "use_cluster", "validate", "wait", "write_text"]
 
 
 @dataclass
@@ -73,10 +90,12 @@ class PreparedJob:
     cluster: str | None
     warnings: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    target: Cluster | None = None  # the cluster profile, resolved once (a local cluster's address, unstarted)
 
 
 def resolve_cluster(name: str | None = None, *, start_local: bool = True) -> Cluster:
     """The cluster profile ``name`` (None: the project's, else the configured default)."""
+    from paijob import project as project_config
     from paijob.local import service
     from paijob.remote import profiles
 
@@ -93,7 +112,13 @@ def resolve_cluster(name: str | None = None, *, start_local: bool = True) -> Clu
 
 
 def prepare(request: JobRequest, project: project_config.Project | None = None) -> PreparedJob:
-    """Render (or read) the job, rename it, ship the workdir, and check the result."""
+    """Render (or read) the job, rename it, ship the workdir, and check the result.
+
+    The cluster (``request.cluster``, else the project's, else the default) is
+    resolved here, once, without starting a local cluster: ``job.target`` is
+    what ``dry_run`` and ``connect`` use.
+    """
+    from paijob import project as project_config
     from paijob.render import templating
     from paijob.render.job_name import rename
     from paijob.validate.verdict import require_valid
@@ -104,21 +129,21 @@ def prepare(request: JobRequest, project: project_config.Project | None = None) 
         raise PaijobError("no job given: name a job YAML or a template (see `paijob templates`), or run "
                           f"in a folder with a {project_config.FILENAME} (`paijob init` writes one)")
     values = [*project.values, *request.values] if not templating.is_job_file(spec) else list(request.values)
-    namespace = argparse.Namespace(job=spec, values=values, sets=list(request.sets))
-    result = templating.render_from_args(namespace)
+    result = templating.render(spec, values, request.sets)
     source = result.report.source
     warnings = [problem.format(source) for problem in result.report.warnings]
     cluster = request.cluster or project.cluster
+    target = resolve_cluster(cluster, start_local=False)
     text, name = rename(result.text, request.name, request.unique_suffix)
     notes: list[str] = []
     workdir = request.workdir or _value_workdir(result.values) or project.workdir
     if workdir:
-        text, shipped = ship_workdir(text, workdir, cluster, force=request.force,
+        text, shipped = ship_workdir(text, workdir, target, force=request.force,
                                      skip_unreadable=request.skip_unreadable)
         notes.extend(shipped)
     if request.name or workdir:
         require_valid(text, source)  # what changed must still be a valid job
-    return PreparedJob(text, name, source, cluster, warnings, notes)
+    return PreparedJob(text, name, source, cluster, warnings, notes, target)
 
 
 def _value_workdir(values: Any) -> str | None:
@@ -126,12 +151,12 @@ def _value_workdir(values: Any) -> str | None:
     return str(found) if found else None
 
 
-def ship_workdir(text: str, folder: str, cluster: str | None, *, force: bool = False,
+def ship_workdir(text: str, folder: str, cluster: str | Cluster | None, *, force: bool = False,
                  skip_unreadable: bool = False) -> tuple[str, list[str]]:
     """The job text that starts every task in a snapshot of ``folder``, and lines saying what was (not) shipped."""
     from paijob import workdir
 
-    target = resolve_cluster(cluster, start_local=False)
+    target = _target(cluster)
     snap = workdir.snapshot(folder, force=force, skip_unreadable=skip_unreadable)
     if target.is_local:
         from paijob.local import service
@@ -140,34 +165,60 @@ def ship_workdir(text: str, folder: str, cluster: str | None, *, force: bool = F
     return workdir.ship(text, snap, None)
 
 
-def connect(cluster: str | None = None, *, timeout: float = 30.0, start_local: bool = True) -> PaiClient:
-    """A REST client for ``cluster``; the local cluster is started when down unless ``start_local`` is false."""
+def _target(cluster: str | Cluster | None) -> Cluster:
+    """``cluster`` when it is already resolved, else the profile it names (a local cluster unstarted)."""
+    if cluster is None or isinstance(cluster, str):
+        return resolve_cluster(cluster, start_local=False)
+    return cluster
+
+
+def connect(cluster: str | Cluster | None = None, *, timeout: float = 30.0, start_local: bool = True) -> PaiClient:
+    """A REST client for ``cluster`` (a profile name, or the ``Cluster`` that ``prepare`` resolved).
+
+    The local cluster is started when it is down, unless ``start_local`` is
+    false: then a local cluster that is down is an error saying so (read-only
+    verbs: a cluster that is down runs no job).
+    """
     from paijob.remote.client import PaiClient
 
-    resolved = resolve_cluster(cluster, start_local=start_local)
-    return PaiClient(resolved.url, resolved.token, user=resolved.user, api_path=resolved.api_path,
-                     read_timeout=timeout, cluster_name=resolved.name)
+    target = _target(cluster)
+    if target.is_local:
+        from paijob.local import service
+
+        target = service.local_cluster(start=start_local)
+    return PaiClient(target.url, target.token, user=target.user, api_path=target.api_path,
+                     timeout=timeout, cluster_name=target.name)
 
 
-def submit(job: PreparedJob, client: PaiClient) -> str:
-    """Send the job; returns its id ``user~name``."""
-    return client.submit(job.text)
+def dry_run(job: PreparedJob, cluster: str | Cluster | None = None) -> HttpRequest:
+    """The request ``submit(job, ...)`` sends to ``cluster`` (default: the job's), token masked.
+
+    Nothing is contacted and no local cluster is started: a local cluster that
+    is down shows ``http://127.0.0.1:<port>``, the port it will get at start.
+    """
+    from paijob.remote.request import job_submission
+
+    target = _target(cluster if cluster is not None else job.target or job.cluster)
+    return job_submission(target.api_base, job.text, token=bool(target.token) or target.is_local)
 
 
 def dry_run_text(job: PreparedJob) -> str:
-    """The request ``submit`` would send, with the token hidden."""
-    cluster = resolve_cluster(job.cluster, start_local=False)
-    target = "the local cluster" if cluster.is_local else cluster.name
-    url = f"{cluster.url}/{cluster.api_path.strip('/')}/jobs"
-    has_token = cluster.token or cluster.is_local
-    auth = f"Bearer <token from {cluster.token_source}>" if has_token else "(no token)"
-    body = job.text if job.text.endswith("\n") else job.text + "\n"
-    return f"# dry run: would POST to {target}\n# POST {url}\n# Content-Type: text/yaml\n# Authorization: {auth}\n{body}"
+    """``paijob submit --dry-run``'s output: ``dry_run(job).text()`` (the token masked)."""
+    return dry_run(job).text()
 
 
-def wait(client: PaiClient, job_id: str) -> dict[str, Any]:
-    """Block until the job ends; returns its final detail."""
-    return client.wait(job_id)
+def submit(job: PreparedJob | HttpRequest, client: PaiClient) -> str:
+    """Send the job, as the request ``dry_run`` shows, through ``client``; returns its id ``user~name``."""
+    from paijob.remote.request import HttpRequest
+
+    request = job if isinstance(job, HttpRequest) else client.submission(job.text)
+    return client.submit(request)
+
+
+def wait(client: PaiClient, job_id: str, *, poll: float = 1.0,
+         on_update: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+    """Block until the job ends; returns its final detail. ``on_update`` sees every detail polled."""
+    return client.wait(job_id, poll=poll, on_update=on_update)
 
 
 def status(client: PaiClient, job: str, attempt: int | None = None) -> dict[str, Any]:
@@ -216,3 +267,205 @@ def copy_output(source: str, dest: str | Path, cluster: str | None = None) -> Co
         job = f"{local_user()}~{job}"
     root = outputs.local_output_dir(service.state_dir(), job)
     return outputs.copy_out(root, path, Path(dest), job)
+
+
+# --------------------------------------------------------------------------- logs
+
+
+def follow_logs(client: PaiClient, job_id: str, *, role: str | None = None, index: int | None = None,
+                stream: str = "all", out: Any = None, prefix: bool = True, rank: int | None = None,
+                timestamps: bool = False, tail: int | None = None) -> LogFollower:
+    """A ``LogFollower`` printing the task logs of ``job_id`` to ``out`` (default stdout).
+
+    ``role`` is the role as the job file names it (OpenPAI's REST converts it:
+    ``Worker_A`` is ``workera``); ``tail`` keeps only the last N lines of each
+    task at the first poll. ``follower.check(detail)`` refuses a role or
+    index the job does not have; ``poll``/``finish`` print, ``follow`` prints
+    until the job ends.
+    """
+    import sys
+
+    from paijob.openpai.rest import rest_role_name
+    from paijob.remote.logs import LogFollower
+
+    if tail is not None and tail < 0:
+        raise PaijobError(f"--tail {tail}: give a number of lines, 0 or more")
+    return LogFollower(client, job_id, role=None if role is None else rest_role_name(role), index=index,
+                       stream=stream, out=out or sys.stdout, prefix=prefix, rank=rank, timestamps=timestamps,
+                       tail=tail)
+
+
+# --------------------------------------------------------------------------- templates and job files
+
+
+def render(template: str, values: Sequence[str | Path] = (), sets: Sequence[SetArg] = (), *,
+           check: bool = True) -> RenderResult:
+    """``paijob render``: a template (or a plain job file) with values files and ``(kind, "key=value")`` sets."""
+    from paijob.render import templating
+
+    return templating.render(template, values, sets, check=check)
+
+
+def write_text(path: str | Path, text: str) -> None:
+    """Write a job file as ``paijob render --output-file`` does: a regular file atomically (its mode
+    kept), through a symlink at its target, a device or FIFO in place (``paijob.safefile``)."""
+    from paijob.safefile import write_text as write
+
+    write(path, text)
+
+
+def template_names() -> list[str]:
+    """The built-in templates' names."""
+    from paijob.render.templating import builtin_names
+
+    return builtin_names()
+
+
+def template(name: str) -> TemplateRef:
+    """A template by built-in name or path: its source, default values and schema."""
+    from paijob.render.templating import find_template
+
+    return find_template(name)
+
+
+def template_values(name: str) -> list[ValueDoc]:
+    """Every value ``name`` reads: type, default, whether required, and its comment."""
+    from paijob.render.values_doc import describe
+
+    return describe(name)
+
+
+def validate(source: str | Path, text: str | bytes | None = None, *, master_role: str | None = None,
+             port_label: str | None = None) -> ValidationReport:
+    """``paijob validate``: the server's verdict on a job file, or on ``text`` named ``source``.
+
+    A file that cannot be read is a report with one error, not an exception.
+    """
+    from paijob.validate.verdict import Problem, ValidationReport, validate_file, validate_text
+
+    options = {"master_role": master_role, "port_label": port_label}
+    if text is not None:
+        return validate_text(text, str(source), **options)
+    try:
+        return validate_file(source, **options)
+    except PaijobError as error:
+        return ValidationReport(str(source), None, [Problem("error", (), str(error))])
+
+
+# --------------------------------------------------------------------------- cluster profiles
+
+
+def clusters() -> list[dict[str, Any]]:
+    """The profiles (name, url, user, where the token comes from, current), never a token."""
+    from paijob.remote import profiles
+
+    return profiles.describe()
+
+
+def add_cluster(name: str, url: str, *, user: str | None = None, token_env: str | None = None,
+                api_path: str | None = None, make_current: bool = False) -> tuple[Path, str | None]:
+    """Save profile ``name``; returns (the profiles file, the user: given, else read from the token)."""
+    from paijob.remote import profiles
+
+    user = user or profiles.user_from_token(os.environ.get(token_env, "") if token_env else None)
+    path = profiles.add(name, url, user=user, token_env=token_env, api_path=api_path, make_current=make_current)
+    return path, user
+
+
+def remove_cluster(name: str) -> Path:
+    from paijob.remote import profiles
+
+    return profiles.remove(name)
+
+
+def use_cluster(name: str) -> Path:
+    """Make ``name`` (or ``local``) the default cluster."""
+    from paijob.remote import profiles
+
+    return profiles.use(name)
+
+
+@dataclass
+class LoginResult:
+    user: str
+    path: Path
+    dropped_token_env: str | None  # the variable the profile read its token from before
+
+
+def login_url(name: str, url: str | None = None) -> str:
+    """The portal URL ``paijob login name`` talks to: ``url``, else the profile's (checked)."""
+    from paijob.remote import profiles
+
+    if name == profiles.LOCAL:
+        raise PaijobError("the local cluster needs no login: `-c local` uses its token automatically")
+    profiles.check_name(name)
+    found = url or profiles.load()["clusters"].get(name, {}).get("url")
+    if not found:
+        raise PaijobError(f"no cluster named {name!r}; pass --url to create it: "
+                          f"`paijob login {name} --url https://...`")
+    return profiles.check_url(str(found), f"cluster {name}")
+
+
+def login(name: str, url: str, user: str, password: str, *, expiration: int | None = None,
+          timeout: float = 30.0) -> LoginResult:
+    """Get a token for ``user`` from the cluster and store it in profile ``name`` (changed only on success)."""
+    from paijob.remote import profiles
+    from paijob.remote.client import PaiClient
+
+    entry = profiles.load()["clusters"].get(name) or {}
+    api_path = str(entry.get("api_path") or "/rest-server/api/v2")
+    client = PaiClient(url, None, cluster_name=name, api_path=api_path, timeout=timeout)
+    answer = client.login(user, password, expiration)
+    who = str(answer.get("user") or user)
+    path, dropped = profiles.store_login(name, url, str(answer["token"]), who)
+    return LoginResult(who, path, dropped)
+
+
+# --------------------------------------------------------------------------- the local cluster
+
+
+def local_up(port: int = 0) -> dict[str, Any]:
+    """Start the local cluster unless it runs; its info (url, pid, ``already``, ``state_dir``)."""
+    from paijob.local import service
+
+    return {**service.up(port=port), "state_dir": str(service.state_dir())}
+
+
+def local_down() -> bool:
+    """Stop the local cluster (its running jobs first); False when none was running."""
+    from paijob.local import service
+
+    return service.down()
+
+
+def local_status() -> dict[str, Any]:
+    """``running``, ``state_dir``, and when it runs its ``url``, ``pid`` and job counts by state (``jobs``)."""
+    from paijob.local import service
+    from paijob.remote.client import PaiClient
+
+    directory = service.state_dir()
+    info = service.running(directory)
+    data: dict[str, Any] = {"running": bool(info), "state_dir": str(directory)}
+    if info:
+        data.update(url=info["url"], pid=info["pid"])
+        client = PaiClient(str(info["url"]), service.read_token(directory), cluster_name="local")
+        counts: dict[str, int] = {}
+        for job in client.list_jobs():
+            counts[job["state"]] = counts.get(job["state"], 0) + 1
+        data["jobs"] = counts
+    return data
+
+
+def prune_local(older_than: str = "0s", *, outputs: bool = False, dry_run: bool = False) -> PruneReport:
+    """Remove finished local jobs' work folders and logs (and outputs): ``paijob local prune``."""
+    from paijob.local import service
+    from paijob.local.prune import parse_duration, prune
+
+    return prune(service.state_dir(), older_than=parse_duration(older_than), outputs=outputs, dry_run=dry_run)
+
+
+def human_size(count: float) -> str:
+    """``12.3 MB``: sizes as paijob prints them."""
+    from paijob.workdir import human_size as size
+
+    return size(count)

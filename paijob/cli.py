@@ -53,6 +53,23 @@ typical session:
 """
 
 
+class VerbParser(argparse.ArgumentParser):
+    """A verb's parser: an option it does not know is its own error, shown with its own usage.
+
+    argparse leaves a sub-parser's unknown arguments to the top-level parser,
+    which then prints ``usage: paijob [-h] ...``: no help for someone who
+    mistyped an option of ``paijob logs``. Nested actions (``paijob cluster
+    add``) inherit the class, so the innermost verb reports.
+    """
+
+    def parse_known_args(self, args: Sequence[str] | None = None,  # type: ignore[override]
+                         namespace: argparse.Namespace | None = None) -> tuple[argparse.Namespace, list[str]]:
+        parsed, extras = super().parse_known_args(args, namespace)
+        if extras:
+            self.error(f"unrecognized arguments: {' '.join(extras)}")
+        return parsed, extras
+
+
 def build_parser(verb: str | None = None) -> argparse.ArgumentParser:
     """The parser for ``verb`` alone when it is known, else for every verb.
 
@@ -66,7 +83,7 @@ def build_parser(verb: str | None = None) -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"paijob {__version__}")
     parser.add_argument("-v", "--verbose", action="store_true", help="log debug details")
-    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=VerbParser)
     modules = [COMMANDS[verb]] if verb in COMMANDS else list(COMMANDS.values())
     for module_name in modules:
         importlib.import_module(module_name).register(subparsers)

@@ -42,14 +42,13 @@ def register(subparsers: Any) -> None:
 
 
 def run_add(args: argparse.Namespace) -> int:
-    from paijob.remote import profiles
+    from paijob import api
 
     if args.token_env and not os.environ.get(args.token_env):
         print(f"paijob: warning: ${args.token_env} is not set now; export it before using {args.name}",
               file=sys.stderr)
-    user = args.user or profiles.user_from_token(os.environ.get(args.token_env, "") if args.token_env else None)
-    path = profiles.add(args.name, args.url, user=user, token_env=args.token_env, api_path=args.api_path,
-                        make_current=args.use)
+    path, user = api.add_cluster(args.name, args.url, user=args.user, token_env=args.token_env,
+                                 api_path=args.api_path, make_current=args.use)
     print(f"cluster {args.name} saved in {path}")
     if not args.token_env:
         print(f"no token yet: run `paijob login {args.name}`, or add it again with --token-env VAR", file=sys.stderr)
@@ -59,9 +58,9 @@ def run_add(args: argparse.Namespace) -> int:
 
 
 def run_list(args: argparse.Namespace) -> int:
-    from paijob.remote import profiles
+    from paijob import api
 
-    rows = profiles.describe()
+    rows = api.clusters()
     if common.print_data(rows, args.output):
         return 0
     table = [["", "NAME", "URL", "USER", "TOKEN"]]
@@ -72,16 +71,16 @@ def run_list(args: argparse.Namespace) -> int:
 
 
 def run_remove(args: argparse.Namespace) -> int:
-    from paijob.remote import profiles
+    from paijob import api
 
-    profiles.remove(args.name)
+    api.remove_cluster(args.name)
     print(f"cluster {args.name} removed")
     return 0
 
 
 def run_use(args: argparse.Namespace) -> int:
-    from paijob.remote import profiles
+    from paijob import api
 
-    profiles.use(args.name)
+    api.use_cluster(args.name)
     print(f"default cluster: {args.name}")
     return 0

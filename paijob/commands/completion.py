@@ -48,12 +48,12 @@ def _helps(parser: argparse.ArgumentParser) -> dict[str, str]:
 
 def spec() -> dict[str, Any]:
     """verb -> {help, options, words}: words are sub-actions or template names, completed after the verb."""
+    from paijob import api
     from paijob.cli import build_parser
-    from paijob.render.templating import builtin_names
 
     root = build_parser(None)
     helps = _helps(root)
-    templates = builtin_names()
+    templates = api.template_names()
     verbs: dict[str, Any] = {}
     for verb, parser in _subparsers(root).items():
         actions = _subparsers(parser)

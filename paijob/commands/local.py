@@ -48,16 +48,13 @@ def register(subparsers: Any) -> None:
 
 
 def run_prune(args: argparse.Namespace) -> int:
-    from paijob.local import service
-    from paijob.local.prune import parse_duration, prune
-    from paijob.workdir import human_size
+    from paijob import api
 
-    report = prune(service.state_dir(), older_than=parse_duration(args.older_than), outputs=args.outputs,
-                   dry_run=args.dry_run)
+    report = api.prune_local(args.older_than, outputs=args.outputs, dry_run=args.dry_run)
     verb = "would remove" if args.dry_run else "removed"
     for path in report.paths:
         print(f"{verb} {path}")
-    print(f"{verb} {human_size(report.bytes)} of {len(report.jobs)} finished job(s)", file=sys.stderr)
+    print(f"{verb} {api.human_size(report.bytes)} of {len(report.jobs)} finished job(s)", file=sys.stderr)
     return 0
 
 
@@ -75,18 +72,18 @@ def run_open(args: argparse.Namespace) -> int:
 
 
 def run_up(args: argparse.Namespace) -> int:
-    from paijob.local import service
+    from paijob import api
 
-    info = service.up(port=args.port)
+    info = api.local_up(port=args.port)
     verb = "already running" if info.get("already") else "started"
-    print(f"local cluster {verb} at {info['url']} (pid {info['pid']}, state {service.state_dir()})")
+    print(f"local cluster {verb} at {info['url']} (pid {info['pid']}, state {info['state_dir']})")
     return 0
 
 
 def run_down(args: argparse.Namespace) -> int:
-    from paijob.local import service
+    from paijob import api
 
-    if service.down():
+    if api.local_down():
         print("local cluster stopped")
     else:
         print("local cluster was not running")
@@ -94,24 +91,15 @@ def run_down(args: argparse.Namespace) -> int:
 
 
 def run_status(args: argparse.Namespace) -> int:
-    from paijob.local import service
-    from paijob.remote.client import PaiClient
+    from paijob import api
 
-    directory = service.state_dir()
-    info = service.running(directory)
-    data: dict[str, Any] = {"running": bool(info), "state_dir": str(directory)}
-    if info:
-        data.update(url=info["url"], pid=info["pid"])
-        client = PaiClient(str(info["url"]), service.read_token(directory), cluster_name="local")
-        counts: dict[str, int] = {}
-        for job in client.list_jobs():
-            counts[job["state"]] = counts.get(job["state"], 0) + 1
-        data["jobs"] = counts
+    data = api.local_status()
     if common.print_data(data, args.output):
         return 0
-    if not info:
+    directory = data["state_dir"]
+    if not data["running"]:
         print(f"local cluster is not running (state {directory}); start it with `paijob local up`")
         return 3
     jobs = ", ".join(f"{n} {state.lower()}" for state, n in sorted(data["jobs"].items())) or "no jobs"
-    print(f"local cluster running at {info['url']} (pid {info['pid']}, state {directory}): {jobs}")
+    print(f"local cluster running at {data['url']} (pid {data['pid']}, state {directory}): {jobs}")
     return 0

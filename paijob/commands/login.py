@@ -70,31 +70,16 @@ def ask_credentials(args: argparse.Namespace, url: str) -> tuple[str, str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from paijob.remote import profiles
-    from paijob.remote.client import PaiClient
+    from paijob import api
 
-    if args.name == profiles.LOCAL:
-        raise PaijobError("the local cluster needs no login: `-c local` uses its token automatically")
-    profiles.check_name(args.name)
-    data = profiles.load()
-    entry = data["clusters"].get(args.name) or {}
-    url = args.url or entry.get("url")
-    if not url:
-        raise PaijobError(f"no cluster named {args.name!r}; pass --url to create it: "
-                          f"`paijob login {args.name} --url https://...`")
-    url = profiles.check_url(str(url), f"cluster {args.name}")
+    url = api.login_url(args.name, args.url)
     user, password = ask_credentials(args, url)
-    api_path = str(entry.get("api_path") or "/rest-server/api/v2")
-    client = PaiClient(url, None, cluster_name=args.name, api_path=api_path,
+    result = api.login(args.name, url, user, password, expiration=args.expiration,
                        timeout=getattr(args, "timeout", None) or 30.0)
-    answer = client.login(user, password, args.expiration)
-    # the profile changes only now, after a successful login
-    who = str(answer.get("user") or user)
-    path, dropped = profiles.store_login(args.name, url, str(answer["token"]), who)
-    print(f"logged in to {args.name} as {who}; token stored in {path} (mode 0600)")
-    if dropped:
-        print(f"the profile read its token from ${dropped} before; it now uses the stored login token",
-              file=sys.stderr)
+    print(f"logged in to {args.name} as {result.user}; token stored in {result.path} (mode 0600)")
+    if result.dropped_token_env:
+        print(f"the profile read its token from ${result.dropped_token_env} before; it now uses the stored "
+              "login token", file=sys.stderr)
     print("this token expires; for scripts, create an application token in the web portal and use "
           f"`paijob cluster add {args.name} --url {url} --token-env VAR`", file=sys.stderr)
     return 0

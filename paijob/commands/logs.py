@@ -7,8 +7,6 @@ import sys
 from typing import Any
 
 from paijob.commands import _common as common
-from paijob.errors import PaijobError
-from paijob.openpai.rest import rest_role_name
 
 
 def register(subparsers: Any) -> None:
@@ -35,23 +33,19 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from paijob import api
+
     client = common.client_for(args, start_local=False)
     job_id = client.job_id(args.job_id)
-    if args.tail is not None and args.tail < 0:
-        raise PaijobError(f"--tail {args.tail}: give a number of lines, 0 or more")
-    if args.role is not None:  # OpenPAI's REST uses converted role names: --role Worker_A means workera
-        args.role = rest_role_name(args.role)
-    follower = common.LogFollower(client, job_id, role=args.role, index=args.index, stream=args.stream,
-                                  prefix=not args.no_prefix, rank=args.rank, timestamps=args.timestamps,
-                                  tail=args.tail)
+    follower = api.follow_logs(client, job_id, role=args.role, index=args.index, stream=args.stream,
+                               prefix=not args.no_prefix, rank=args.rank, timestamps=args.timestamps,
+                               tail=args.tail)
+    detail = client.get_job(job_id)
+    follower.check(detail)  # a role or index the job lacks is an error, not silence
     if args.follow:
         detail = follower.follow()
         print(common.outcome_line(job_id, detail), file=sys.stderr)
         return 0 if detail["jobStatus"]["state"] == "SUCCEEDED" else 1  # like `paijob run`
-    detail = client.get_job(job_id)
-    roles = detail.get("taskRoles") or {}
-    if args.role is not None and args.role not in roles:
-        raise PaijobError(f"job {job_id} has no role {args.role!r} (roles: {', '.join(roles)})")
     follower.poll(detail)
     follower.finish()
     return 0

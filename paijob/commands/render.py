@@ -1,31 +1,19 @@
 """``paijob render``: a job template plus values → a checked OpenPAI job YAML.
 
-Also the render API that ``paijob submit`` / ``paijob run`` reuse:
-``add_render_options(parser)``, ``render_from_args(args)`` and
-``render_template(template, ...)``. Only ``add_render_options`` is defined
-here; the other two live in ``paijob.render.templating`` and are imported on first
-use, so that building the ``paijob`` parser (every command, ``--help``)
-never pays for Jinja, YAML or the protocol checks.
+Also the render options that ``paijob submit`` / ``paijob run`` reuse,
+``add_render_options(parser)``. Rendering itself is ``paijob.api.render``,
+imported when the verb runs, so that building the ``paijob`` parser (every
+command, ``--help``) never pays for Jinja, YAML or the protocol checks.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from paijob.render.templating import RenderResult, TemplateRef
-
-__all__ = [
-    "add_render_options",
-    "register",
-    "render_from_args",
-    "render_template",
-    "write_atomic",
-]
+__all__ = ["add_render_options", "register", "write_atomic"]
 
 OUTPUT_FORMATS = ("yaml", "json")
 
@@ -65,7 +53,7 @@ def add_render_options(parser: argparse.ArgumentParser) -> None:
     ``template``; ``paijob submit`` / ``run`` name it ``job``). After parsing:
     ``args.values`` (list of paths) and ``args.sets`` (list of
     ``("set" | "set-string", "key=value")`` in command-line order), which is
-    what ``render_from_args`` reads.
+    what ``paijob.api.render`` takes.
     """
     parser.add_argument(
         "-f",
@@ -91,29 +79,6 @@ def add_render_options(parser: argparse.ArgumentParser) -> None:
         action=_OrderedSetAction,
         help="like --set, but the value is always a string (e.g. --set-string name=0042)",
     )
-
-
-def render_from_args(
-    args: argparse.Namespace, template: str | None = None, *, check: bool = True
-) -> RenderResult:
-    """See ``paijob.render.templating.render_from_args``: template from ``template``,
-    ``args.template`` or ``args.job``; values from ``args.values`` / ``args.sets``."""
-    from paijob.render import templating
-
-    return templating.render_from_args(args, template, check=check)
-
-
-def render_template(
-    template: str | TemplateRef,
-    value_files: Sequence[str | Path] = (),
-    sets: Sequence[str] = (),
-    set_strings: Sequence[str] = (),
-    **options: Any,
-) -> RenderResult:
-    """See ``paijob.render.templating.render_template``."""
-    from paijob.render import templating
-
-    return templating.render_template(template, value_files, sets, set_strings, **options)
 
 
 def register(subparsers: Any) -> None:
@@ -147,7 +112,9 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    result = render_from_args(args)
+    from paijob import api
+
+    result = api.render(args.template, args.values, args.sets)
     report = result.report
     for problem in report.warnings:
         print(f"paijob: {problem.format(report.source)}", file=sys.stderr)
@@ -173,6 +140,6 @@ def write_atomic(path: str | Path, text: str) -> None:
     """Write ``text`` to ``path`` as ``-o`` promises: regular files atomically (mode kept),
     through a symlink to its target, into a device or FIFO in place
     (see ``paijob.safefile``)."""
-    from paijob.safefile import write_text
+    from paijob import api
 
-    write_text(path, text)
+    api.write_text(path, text)

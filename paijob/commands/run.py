@@ -48,12 +48,12 @@ def run(args: argparse.Namespace) -> int:
         args.unique_suffix = True
     job = api.prepare(_jobargs.request_from_args(args))
     _jobargs.report(job)
-    client = api.connect(job.cluster, timeout=args.timeout)
+    client = api.connect(job.target, timeout=args.timeout)
     job_id = api.submit(job, client)
     print(f"paijob: submitted {job_id}", file=sys.stderr)
     if client.cluster_name != "local":
         print(f"paijob: web portal {client.web_link(job_id)}", file=sys.stderr)
-    follower = common.LogFollower(client, job_id)
+    follower = api.follow_logs(client, job_id)
     try:
         detail = follower.follow()
     except KeyboardInterrupt:

@@ -25,6 +25,6 @@ def run(args: argparse.Namespace) -> int:
     job_id = api.stop(client, args.job_id)
     print(f"stop requested for {job_id}", file=sys.stderr)
     if args.wait:
-        detail = client.wait(job_id, poll=0.5)
+        detail = api.wait(client, job_id, poll=0.5)
         print(common.outcome_line(job_id, detail), file=sys.stderr)
     return 0

@@ -10,6 +10,7 @@ from paijob.commands import _common as common
 from paijob.commands import _jobargs
 
 if TYPE_CHECKING:
+    from paijob.api import PreparedJob
     from paijob.remote.client import PaiClient
 
 
@@ -48,27 +49,19 @@ def register(subparsers: Any) -> None:
     parser.set_defaults(func=run)
 
 
-def prepare(args: argparse.Namespace) -> tuple[str, str]:
-    """(final YAML text, job name) after rendering, renaming, shipping the workdir and validation."""
+def run(args: argparse.Namespace) -> int:
     from paijob import api
 
-    job = api.prepare(_jobargs.request_from_args(args))
+    job = api.prepare(_jobargs.request_from_args(args))  # resolves the cluster, once
     _jobargs.report(job)
-    if job.cluster and not getattr(args, "cluster", None):
-        args.cluster = job.cluster  # the project's cluster (paijob.yaml)
-    return job.text, job.name
-
-
-def run(args: argparse.Namespace) -> int:
-    text, name = prepare(args)
     if args.dry_run:
-        return dry_run(args, text)
-    client = common.client_for(args)
-    job_id = client.submit(text)
+        return dry_run(job)
+    client = api.connect(job.target, timeout=args.timeout)
+    job_id = api.submit(job, client)
     report_submitted(client, job_id)
     if not args.wait:
         return 0
-    detail = client.wait(job_id, on_update=common.Progress(job_id))
+    detail = api.wait(client, job_id, on_update=common.Progress(job_id))
     print(common.outcome_line(job_id, detail), file=sys.stderr)
     return 0 if detail["jobStatus"]["state"] == "SUCCEEDED" else 1
 
@@ -82,16 +75,14 @@ def report_submitted(client: PaiClient, job_id: str) -> None:
         print(f"web portal: {client.web_link(job_id)}", file=sys.stderr)
 
 
-def dry_run(args: argparse.Namespace, text: str) -> int:
-    """Show what would be sent, without contacting the cluster (and without the token)."""
-    from paijob.api import resolve_cluster
+def dry_run(job: PreparedJob) -> int:
+    """Print the request ``submit`` would send (``api.dry_run``: the same object), token masked."""
+    from paijob import api
 
-    cluster = resolve_cluster(args.cluster, start_local=False)
-    target = "the local cluster" if cluster.is_local else cluster.name
-    url = f"{cluster.url}/{cluster.api_path.strip('/')}/jobs"
-    has_token = cluster.token or cluster.is_local
-    auth = f"Bearer <token from {cluster.token_source}>" if has_token else "(no token)"
-    print(f"# dry run: would POST to {target}", file=sys.stderr)
-    print(f"# POST {url}\n# Content-Type: text/yaml\n# Authorization: {auth}")
-    sys.stdout.write(text if text.endswith("\n") else text + "\n")
+    target = job.target
+    where = "the local cluster" if target is None or target.is_local else target.name
+    source = f"token from {target.token_source}" if target is not None and target.token_source != "none" \
+        else "no token"
+    print(f"# dry run: would POST to {where} ({source}); nothing was sent", file=sys.stderr)
+    sys.stdout.write(api.dry_run(job).text())
     return 0

@@ -48,22 +48,22 @@ def register(subparsers: Any) -> None:
 
 
 def list_templates(args: argparse.Namespace) -> int:
-    from paijob.render.templating import builtin_names, find_template
+    from paijob import api
 
-    names = builtin_names()
+    names = api.template_names()
     width = max((len(n) for n in names), default=0)
     for name in names:
-        print(f"{name:<{width}}  {find_template(name).description()}")
+        print(f"{name:<{width}}  {api.template(name).description()}")
     print("\nshow one: paijob templates show NAME; render: paijob render NAME --set key=value", file=sys.stderr)
     return 0
 
 
 def show_template(args: argparse.Namespace) -> int:
-    from paijob.render.templating import find_template
+    from paijob import api
 
     if args.values:
         return show_values(args)
-    ref = find_template(args.name)
+    ref = api.template(args.name)
     print(f"# ---- template {ref.filename}")
     sys.stdout.write(ref.source())
     values = ref.values_text()
@@ -83,10 +83,10 @@ def show_template(args: argparse.Namespace) -> int:
 def show_values(args: argparse.Namespace) -> int:
     import json
 
+    from paijob import api
     from paijob.commands import _common as common
-    from paijob.render.values_doc import describe
 
-    docs = describe(args.name)
+    docs = api.template_values(args.name)
     if common.print_data([{"name": d.name, "type": d.type, "default": d.default, "required": d.required,
                            "comment": d.comment} for d in docs], args.output):
         return 0

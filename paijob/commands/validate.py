@@ -11,8 +11,6 @@ import argparse
 import sys
 from typing import TYPE_CHECKING, Any
 
-from paijob.errors import PaijobError
-
 if TYPE_CHECKING:
     from paijob.validate.verdict import ValidationReport
 
@@ -56,18 +54,14 @@ def check(
     path: str, master_role: str | None = None, port_label: str | None = None
 ) -> ValidationReport:
     # imported here: building the CLI parser must not load YAML or the checks
-    from paijob.validate.verdict import Problem, ValidationReport, validate_file, validate_text
+    from paijob import api
 
-    options = {"master_role": master_role, "port_label": port_label}
     if path == "-":
         # bytes: a non-UTF-8 stdin is a one-line error, not a UnicodeDecodeError traceback
         stdin = getattr(sys.stdin, "buffer", None)
         data: str | bytes = stdin.read() if stdin is not None else sys.stdin.read()
-        return validate_text(data, "<stdin>", **options)
-    try:
-        return validate_file(path, **options)
-    except PaijobError as error:
-        return ValidationReport(path, None, [Problem("error", (), str(error))])
+        return api.validate("<stdin>", data, master_role=master_role, port_label=port_label)
+    return api.validate(path, master_role=master_role, port_label=port_label)
 
 
 def run(args: argparse.Namespace) -> int:

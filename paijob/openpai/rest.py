@@ -52,6 +52,12 @@ def rest_role_name(role: str) -> str:
     return runtime_role_name(role)
 
 
+def tasks_of(detail: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """``(role, task status)`` for every task of a job detail (``GET /jobs/{user}~{name}``), in order."""
+    return [(role, status) for role, info in (detail.get("taskRoles") or {}).items()
+            for status in info.get("taskStatuses") or []]
+
+
 def find_role(requested: str, available: Iterable[str]) -> str | None:
     """The role of ``available`` (REST names) a user meant by ``requested`` (as in the job, or converted)."""
     names = list(available)

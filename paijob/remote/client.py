@@ -50,6 +50,7 @@ from paijob.openpai import jsyaml
 from paijob.openpai.jobstate import is_terminal
 from paijob.openpai.names import DEFAULT_API_PATH
 from paijob.openpai.rest import format_protocol_errors, rest_role_name
+from paijob.remote.request import AUTHORIZATION, HttpRequest, job_submission
 
 log = logging.getLogger(__name__)
 
@@ -594,34 +595,41 @@ class PaiClient:
         cluster = "" if self.cluster_name == "env" else f" -c {self.cluster_name}"
         return f"check with `paijob status {name}{cluster}` before submitting it again"
 
-    def submit(self, job_yaml: str) -> str:
-        """POST the job (YAML text); returns the job id ``user~name``.
+    def submission(self, job_yaml: str) -> HttpRequest:
+        """The request ``submit(job_yaml)`` sends (``--dry-run`` prints the same object)."""
+        return job_submission(self.api_base, job_yaml, token=AUTHORIZATION in self.session.headers)
+
+    def submit(self, job: str | HttpRequest) -> str:
+        """POST the job (YAML text, or the request ``submission`` built); returns the job id ``user~name``.
 
         A failure that may have reached the server (connection reset, 502-504)
         is followed by a GET of the job: when it exists with the same config it
         counts as accepted, so the job is never submitted twice. When that
         cannot be told, ``OutcomeUnknownError`` says so.
         """
-        job = jsyaml.load_job(job_yaml, "the job").value
-        name = str(job["name"]) if isinstance(job, dict) and "name" in job else None
+        request = job if isinstance(job, HttpRequest) else self.submission(job)
+        if request.url != self._url("jobs"):
+            raise PaijobError(f"the request was built for {request.url}, but this client submits to "
+                              f"{self._url('jobs')}; build it for this cluster (api.dry_run after api.connect)")
+        sent = jsyaml.load_job(request.body, "the job").value
+        name = str(sent["name"]) if isinstance(sent, dict) and "name" in sent else None
         if name is not None:
             self.job_id(name)  # know the user before anything is sent, not after
         what = f"submitting job {name}"
-        url = self._url("jobs")
-        headers = {"Content-Type": "text/yaml"}
         maybe_sent = False
         for tries in range(self.retries + 1):
-            if self._settle(name, job, maybe_sent) is True:
+            if self._settle(name, sent, maybe_sent) is True:
                 log.debug("%s: the job exists after an interrupted submit; not re-sending", what)
                 return self.job_id(str(name))
             try:
-                reply = self._transport("POST", url, data=job_yaml.encode(), headers=headers)
+                reply = self._transport(request.method, request.url, data=request.body.encode(),
+                                        headers=request.wire_headers())
             except _Retryable as retryable:
                 maybe_sent = maybe_sent or retryable.sent
                 if retryable.timeout and retryable.sent:
                     raise self._unknown(what, name, retryable.reason) from None
                 if tries == self.retries or retryable.timeout:
-                    exists = self._settle(name, job, maybe_sent)
+                    exists = self._settle(name, sent, maybe_sent)
                     if exists is True:
                         return self.job_id(str(name))
                     if exists is None:
@@ -633,7 +641,7 @@ class PaiClient:
                 return self._accepted(reply, what, name)
             error = self._error(reply, what, "POST")
             if isinstance(error, ConflictJobError):
-                return self._taken(error, what, name, job, maybe_sent)
+                return self._taken(error, what, name, sent, maybe_sent)
             raise error
         raise AssertionError("unreachable")
 

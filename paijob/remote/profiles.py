@@ -60,6 +60,11 @@ class Cluster:
     def is_local(self) -> bool:
         return self.name == LOCAL
 
+    @property
+    def api_base(self) -> str:
+        """The REST root every request goes under, e.g. ``https://pai.example.com/rest-server/api/v2``."""
+        return self.url.rstrip("/") + "/" + self.api_path.strip("/")
+
 
 def config_path() -> Path:
     base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
@@ -169,14 +174,6 @@ def store_login(name: str, url: str, token: str, user: str, *, api_path: str | N
     if not data.get("current"):
         data["current"] = name
     return save(data), (str(dropped) if dropped else None)
-
-
-def store_token(name: str, token: str, user: str) -> Path:
-    data = load()
-    entry = data["clusters"].setdefault(name, {})
-    entry["token"] = token
-    entry["user"] = user
-    return save(data)
 
 
 def user_from_token(token: str | None) -> str | None:

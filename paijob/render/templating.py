@@ -20,16 +20,15 @@ Jinja settings that matter for job YAML:
   not taken for a Jinja comment; OpenPAI's ``<% $parameters.x %>`` is not
   Jinja syntax and passes through untouched.
 
-The public API (also used by ``paijob submit`` / ``paijob run``) is
-``render_template(template, ...)`` and ``render_from_args(args)``; the
-argparse half, ``add_render_options(parser)``, lives in
-``paijob.commands.render`` so that building the CLI parser never imports
-Jinja. ``paijob.commands.render`` re-exports all three.
+The public API is ``render(template, values, sets)`` (a template or a plain
+job file, as ``paijob render`` / ``submit`` / ``run`` take it; typed inputs,
+no command-line namespace) and ``render_template(template, ...)`` for
+templates alone. The command line's half lives in ``paijob.commands`` and
+reaches this module through ``paijob.api`` only.
 """
 
 from __future__ import annotations
 
-import argparse
 import difflib
 import functools
 import json
@@ -884,31 +883,29 @@ def is_job_file(spec: str) -> bool:
     return spec.endswith((".yaml", ".yml")) and Path(spec).is_file()
 
 
-def render_from_args(
-    args: argparse.Namespace, template: str | None = None, *, check: bool = True
+def render(
+    template: str, values: Sequence[str | Path] = (), sets: Sequence[SetArg] = (), *, check: bool = True
 ) -> RenderResult:
-    """Render what ``paijob.commands.render.add_render_options`` parsed.
+    """Render ``template`` with ``values`` files and ``sets``, or read it when it is a plain job file.
 
-    The template is ``template`` when given, else ``args.template``, else
-    ``args.job``. A plain ``.yaml``/``.yml`` job file there is read and
-    checked instead of rendered (``-f`` / ``--set`` are then an error).
-    Raises ``PaijobError`` subclasses (see ``render_template``).
+    ``template`` is a built-in name, a ``.yaml.j2`` path, or a ``.yaml`` /
+    ``.yml`` job file, which is read and checked instead of rendered (values
+    and sets are then an error). ``sets`` are ``("set" | "set-string",
+    "key=value")`` in command-line order. Raises ``PaijobError`` subclasses
+    (see ``render_template``).
     """
-    spec = template or getattr(args, "template", None) or getattr(args, "job", None)
-    if not spec:
+    if not template:
         raise PaijobError("no template given; see 'paijob templates' for the built-ins")
-    value_files = list(getattr(args, "values", None) or [])
-    sets = list(getattr(args, "sets", None) or [])
-    if spec.endswith(VALUES_SUFFIX) and Path(spec).is_file():
+    if template.endswith(VALUES_SUFFIX) and Path(template).is_file():
         raise PaijobError(
-            f"{spec} is a values file, not a template: give the template first and the "
-            f"values with -f, e.g. 'ddp -f {spec}'"
+            f"{template} is a values file, not a template: give the template first and the "
+            f"values with -f, e.g. 'ddp -f {template}'"
         )
-    if is_job_file(spec):
-        if value_files or sets:
+    if is_job_file(template):
+        if values or sets:
             raise PaijobError(
-                f"{spec} is a job YAML, not a template: -f/--set do not apply to it; "
+                f"{template} is a job YAML, not a template: -f/--set do not apply to it; "
                 "edit the file, or give a template (a built-in name or a .yaml.j2 file)"
             )
-        return load_job_file(spec, check=check)
-    return render_template(spec, value_files, ordered_sets=sets, check=check)
+        return load_job_file(template, check=check)
+    return render_template(template, values, ordered_sets=sets, check=check)

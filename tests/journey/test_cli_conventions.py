@@ -172,4 +172,5 @@ def test_paijob_render_imports_no_completion_or_cluster_code() -> None:
                           capture_output=True, text=True, check=True)
     imported = {line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines() if "|" in line}
     assert "paijob.render.templating" in imported  # it did render
-    assert not {"paijob.commands.completion", "paijob.api", "paijob.workdir", "torch", "requests"} & imported
+    assert not {"paijob.commands.completion", "paijob.project", "paijob.remote.client", "paijob.local.service",
+                "paijob.workdir", "torch", "requests"} & imported

@@ -320,16 +320,14 @@ def test_unwritable_output_is_a_clear_error(capsys: pytest.CaptureFixture[str], 
 
 
 def test_a_plain_job_file_is_checked_not_rendered(tmp_path: Path) -> None:
-    import argparse
-
-    from paijob.render.templating import render_from_args
+    from paijob.render.templating import render
 
     job = tmp_path / "job.yaml"
     job.write_text((Path(__file__).parent / "golden" / "ddp-4x8.yaml").read_text())
-    result = render_from_args(argparse.Namespace(job=str(job), values=[], sets=[]))
+    result = render(str(job))
     assert result.text == job.read_text()
     with pytest.raises(PaijobError, match="not a template"):
-        render_from_args(argparse.Namespace(job=str(job), values=[], sets=[("set", "a=1")]))
+        render(str(job), sets=[("set", "a=1")])
 
 
 def test_a_values_file_given_as_the_template_gets_a_hint(capsys: pytest.CaptureFixture[str]) -> None:
