@@ -55,7 +55,7 @@ if getattr(paijob, "__file__", None) is None:  # a namespace package: see Shadow
 
 __all__ = ["JobRequest", "LoginResult", "PaijobError", "PreparedJob", "add_cluster", "clusters", "connect",
            "copy_output", "dry_run", "dry_run_text", "follow_logs", "human_size", "list_jobs", "local_down", "local_status",
-           "local_up", "login", "login_url", "output_location", "prepare", "prune_local", "remove_cluster",
+           "local_up", "login", "login_url", "open_in_browser", "output_location", "portal_link", "prepare", "prune_local", "remove_cluster",
            "render", "resolve_cluster", "status", "stop", "submit", "template", "template_names",
            "template_values", "use_cluster", "validate", "wait", "write_text"]
 
@@ -454,6 +454,20 @@ def local_status() -> dict[str, Any]:
             counts[job["state"]] = counts.get(job["state"], 0) + 1
         data["jobs"] = counts
     return data
+
+
+def portal_link() -> str:
+    """A one-time login link to the local cluster's web portal (the cluster is started when down)."""
+    from paijob.local import service
+
+    return service.portal_link()
+
+
+def open_in_browser(url: str) -> bool:
+    """Open ``url`` in a graphical browser; False when this session has none."""
+    from paijob.local import service
+
+    return service.open_in_browser(url)
 
 
 def prune_local(older_than: str = "0s", *, outputs: bool = False, dry_run: bool = False) -> PruneReport:

@@ -59,13 +59,13 @@ def run_prune(args: argparse.Namespace) -> int:
 
 
 def run_open(args: argparse.Namespace) -> int:
-    from paijob.local import service
+    from paijob import api
 
-    url = service.portal_link()
+    url = api.portal_link()
     print(url)
     if args.no_browser:
         return 0
-    if not service.open_in_browser(url):
+    if not api.open_in_browser(url):
         print("paijob: no graphical browser here: open the link above in one within 2 minutes (from another "
               "machine: ssh -L PORT:127.0.0.1:PORT to this one first)", file=sys.stderr)
     return 0

@@ -58,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
         detail = follower.follow()
     except KeyboardInterrupt:
         print(f"\npaijob: interrupted; stopping {job_id}", file=sys.stderr)
-        client.stop(job_id)
+        api.stop(client, job_id)
         raise
     print(f"paijob: {common.outcome_line(job_id, detail)}", file=sys.stderr)
     output = api.output_location(client.cluster_name, job_id)
