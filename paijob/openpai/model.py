@@ -34,7 +34,6 @@ from paijob.openpai.names import runtime_role_name
 
 SERVER_PORTS = ("ssh", "http")  # added to every role by the rest-server (k8s.js)
 DEFAULT_SHM_MB = 512
-PREREQUISITE_TYPES = ("script", "output", "data", "dockerimage")
 
 
 def is_int(value: Any) -> TypeGuard[int]:
@@ -89,7 +88,6 @@ class Completion:
     min_failed: int  # effective: minFailedInstances || 1
     min_succeeded: int  # effective: minSucceededInstances || instances
     raw_min_failed: Any = None
-    raw_min_succeeded: Any = None
 
 
 @dataclass(frozen=True)
@@ -103,7 +101,6 @@ class TaskRole:
     task_retry_count: int  # effective: used only when gang allocation is off
     shm_mb: int  # effective /dev/shm size
     shm_mb_env: str  # 4th field of PAI_RESOURCE_<role>
-    infiniband: bool
     data: str | None = None
     output: str | None = None
     script: str | None = None
@@ -189,12 +186,10 @@ def parse_role(name: str, raw: Mapping[str, Any], gang_allocation: bool) -> Task
             min_failed=_js_truthy_int(completion.get("minFailedInstances")) or 1,
             min_succeeded=_js_truthy_int(completion.get("minSucceededInstances")) or instances,
             raw_min_failed=completion.get("minFailedInstances"),
-            raw_min_succeeded=completion.get("minSucceededInstances"),
         ),
         task_retry_count=(_js_truthy_int(raw.get("taskRetryCount")) or 0) if not gang_allocation else 0,
         shm_mb=_js_truthy_int(shm_raw) or DEFAULT_SHM_MB,
         shm_mb_env=("" if shm_raw is None else js_string(shm_raw)) if "shmMB" in options else "0",
-        infiniband=bool(options.get("infiniband")),
         data=raw.get("data") if isinstance(raw.get("data"), str) else None,
         output=raw.get("output") if isinstance(raw.get("output"), str) else None,
         script=raw.get("script") if isinstance(raw.get("script"), str) else None,

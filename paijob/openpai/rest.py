@@ -23,14 +23,12 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable
 from typing import Any
 
 from paijob.openpai.names import runtime_role_name
 
 DEFAULT_LIST_LIMIT = 5000
 MAX_LIST_LIMIT = 50000
-MASKED_SECRETS = "******"
 CONFIG_CONTENT_TYPE = "text/yaml; charset=utf-8"
 
 
@@ -56,15 +54,6 @@ def tasks_of(detail: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     """``(role, task status)`` for every task of a job detail (``GET /jobs/{user}~{name}``), in order."""
     return [(role, status) for role, info in (detail.get("taskRoles") or {}).items()
             for status in info.get("taskStatuses") or []]
-
-
-def find_role(requested: str, available: Iterable[str]) -> str | None:
-    """The role of ``available`` (REST names) a user meant by ``requested`` (as in the job, or converted)."""
-    names = list(available)
-    if requested in names:
-        return requested
-    converted = rest_role_name(requested)
-    return converted if converted in names else None
 
 
 def _ajv_line(error: Any) -> str:

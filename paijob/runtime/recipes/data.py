@@ -453,14 +453,6 @@ def train_batches(sampler: Any, batch_size: int, cap: int | None) -> list[torch.
     return [order[i * batch_size:(i + 1) * batch_size] for i in range(count)]
 
 
-def eval_batches(size: int, rank: int, world_size: int, batch_size: int,
-                 cap: int | None = None) -> list[torch.Tensor]:
-    """This rank's share of the test set (strided, no padding: every sample counted once)."""
-    order = torch.arange(rank, size, world_size, dtype=torch.int64)
-    batches = [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
-    return batches[:cap] if cap is not None else batches
-
-
 @dataclass
 class EvalPlan:
     """Evaluation batches of one fixed shape: ``indices`` (S, B) and ``valid`` (S, B) weights.
@@ -536,10 +528,6 @@ def dataset_tensors(source: Any) -> tuple[torch.Tensor, torch.Tensor] | None:
     return whole() if callable(whole) else None
 
 
-def _pinned(tensor: torch.Tensor, pin: bool) -> torch.Tensor:
-    return tensor.pin_memory() if pin else tensor
-
-
 class _IndexBatchSampler:
     """Index batches a DataLoader walks; replaced per epoch so persistent workers survive."""
 
@@ -579,27 +567,6 @@ class FolderLoader:
     def batches(self, batches: Sequence[torch.Tensor]) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         self.sampler.batches = batches
         return iter(self.loader)
-
-
-def folder_loader(dataset: Any, batches: Sequence[torch.Tensor], workers: int, pin: bool) -> Any:
-    """A one-off DataLoader over precomputed index batches (decoding in worker processes)."""
-    from torch.utils.data import DataLoader
-
-    return DataLoader(
-        dataset,
-        batch_sampler=_IndexBatchSampler(batches),
-        num_workers=workers,
-        pin_memory=pin,
-        persistent_workers=False,
-        prefetch_factor=4 if workers > 0 else None,
-    )
-
-
-def iterate_in_memory(source: Any, batches: Sequence[torch.Tensor], pin: bool
-                      ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-    for index in batches:
-        images, labels = source.get_batch(index)
-        yield _pinned(images, pin), _pinned(labels, pin)
 
 
 # ---------------------------------------------------------------------------------------
