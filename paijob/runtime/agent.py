@@ -33,7 +33,10 @@ from __future__ import annotations
 import inspect
 import logging
 import os
+import shutil
 import signal
+import sys
+import tempfile
 import time
 from typing import Any
 
@@ -52,10 +55,14 @@ from torch.distributed.elastic.rendezvous import RendezvousParameters  # noqa: E
 from torch.distributed.elastic.rendezvous import registry as rdzv_registry  # noqa: E402
 
 from paijob.runtime import exitcodes, procfs  # noqa: E402
+from paijob.runtime.config import LaunchConfig  # noqa: E402
+from paijob.runtime.console import say  # noqa: E402
 from paijob.runtime.failures import (  # noqa: E402
     Failure,
     choose_root_cause,
     looks_secondary,
+    report_root_cause,
+    stopped_by_signal,
     strip_rank_prefix,
 )
 from paijob.runtime.nodewatch import NodeWatch, first_line  # noqa: E402
@@ -83,38 +90,26 @@ _SHUTDOWN_TAKES_TIMEOUT = _accepts(LocalElasticAgent._shutdown, "timeout")  # no
 
 
 class PaijobAgent(LocalElasticAgent):
-    def __init__(
-        self,
-        spec: WorkerSpec,
-        logs_specs: DefaultLogsSpecs,
-        *,
-        node_rank: int,
-        nnodes: int,
-        grace_period: int,
-        heartbeat_timeout: float,
-        log_line_prefix_template: str | None,
-        poll_interval: float = 1.0,
-    ) -> None:
+    def __init__(self, spec: WorkerSpec, logs_specs: DefaultLogsSpecs, config: LaunchConfig) -> None:
         extra: dict[str, Any] = {}
         if _INIT_TAKES_SHUTDOWN_TIMEOUT:
-            extra["shutdown_timeout"] = grace_period
+            extra["shutdown_timeout"] = config.grace_period
         super().__init__(
             spec,
             logs_specs,
             start_method="spawn",
-            log_line_prefix_template=log_line_prefix_template,
+            log_line_prefix_template="[rank${rank}]: ",
             **extra,
         )
-        self.grace_period = grace_period
-        self.node_rank = node_rank
-        self.nnodes = nnodes
-        self.heartbeat_timeout = heartbeat_timeout
-        self.poll_interval = poll_interval
+        self.config = config
+        self.grace_period = config.grace_period
+        self.node_rank = config.dist.node_rank
+        self.nnodes = config.dist.nnodes
         self.local_failure: Failure | None = None
         self.assigned_ranks: list[int] = []
         self._pgids: set[int] = set()
         self.watch: NodeWatch | None = None  # set by run_per_gpu before run()
-        self.rendezvous_timeout = 600.0
+        self.log_root: str | None = None  # a folder of our own, removed when the node ends
 
     # -- worker lifecycle -------------------------------------------------
     def _start_workers(self, worker_group: Any) -> dict[int, Any]:
@@ -153,8 +148,8 @@ class PaijobAgent(LocalElasticAgent):
     def _rendezvous(self, worker_group: Any) -> None:
         watch = self._watch()
         spec = worker_group.spec
-        master = f"{spec.master_addr}:{spec.master_port}"
-        limit = self.rendezvous_timeout
+        master = self.config.master
+        limit = float(self.config.rendezvous_timeout)
         others = self.nnodes - 1
         if self.node_rank != 0 and self.nnodes > 1:
             # Something accepts connections on the master's port (wait_for_master saw to
@@ -184,6 +179,11 @@ class PaijobAgent(LocalElasticAgent):
             first_message_after=10.0,
         )
         super()._rendezvous(worker_group)
+        if others:
+            say(
+                f"all {self.nnodes} nodes joined the rendezvous at {master}; starting "
+                f"{spec.local_world_size} worker(s)"
+            )
         watch.enter("running")
         watch.start_heartbeats()
 
@@ -205,8 +205,6 @@ class PaijobAgent(LocalElasticAgent):
 
     def end_node(self, failure: Failure) -> None:
         """The watchdog's way out: report the root cause, stop the workers now."""
-        from paijob.runtime.launch import report_root_cause
-
         report_root_cause(failure, self.node_rank)
         for pgid in self._pgids:
             _signal_group(pgid, signal.SIGTERM)
@@ -215,6 +213,12 @@ class PaijobAgent(LocalElasticAgent):
             time.sleep(0.1)
         for pgid in self._pgids:
             _signal_group(pgid, signal.SIGKILL)
+        self.remove_logs()
+
+    def remove_logs(self) -> None:
+        """The workers' output copies torch's tailer reads: ours to remove, not TMPDIR's."""
+        if self.log_root is not None:
+            shutil.rmtree(self.log_root, ignore_errors=True)
 
     # -- monitoring ---------------------------------------------------------
     def _monitor_workers(self, worker_group: Any) -> RunResult:
@@ -303,12 +307,6 @@ def _port_taken(error: BaseException) -> bool:
     return "EADDRINUSE" in text or "address already in use" in text.lower()
 
 
-def _say(message: str) -> None:
-    import sys
-
-    print(f"paijob-runtime: {message}", file=sys.stderr, flush=True)
-
-
 def _who() -> str:
     """``role:index at address`` of this task, for other nodes' messages about it."""
     from paijob.runtime.netif import task_address
@@ -320,111 +318,94 @@ def _who() -> str:
     return f"{role}:{index}{where}" if role else where.strip()
 
 
-def run_per_gpu(
-    *,
-    master_addr: str,
-    master_port: int,
-    node_rank: int,
-    nnodes: int,
-    nproc: int,
-    args: tuple[str, ...],
-    run_id: str,
-    rendezvous_timeout: int,
-    grace_period: int,
-    heartbeat_timeout: float,
-    log_dir: str | None,
-    expected_ranks: list[int],
-    prefix_output: bool = True,
-) -> tuple[int, Failure | None]:
-    """Run this node's workers; return (exit code, root cause or None)."""
-    import sys
+def _quiet_torch_elastic(verbose: bool) -> None:
+    """torch's elastic agent logs what paijob reports better, at WARNING and ERROR.
 
+    A failure would otherwise print ``W... Sending process N closing signal SIGTERM``
+    and ``E... failed (exitcode: 1) local_rank: ...`` before paijob's own line, and a
+    stop ``Received 15 death signal``. paijob names the root cause and the stop
+    itself, so those loggers only speak with ``-v`` or a ``LOGLEVEL`` of the user's.
+    Called once the rendezvous handler is made: every elastic module is loaded.
+    """
+    if verbose or "LOGLEVEL" in os.environ:
+        return
+    prefix = "torch.distributed.elastic"
+    for name, logger in list(logging.root.manager.loggerDict.items()):
+        if (name == prefix or name.startswith(prefix + ".")) and isinstance(logger, logging.Logger):
+            logger.setLevel(logging.CRITICAL)
+    logging.getLogger(prefix).setLevel(logging.CRITICAL)  # loggers made later inherit it
+
+
+def _worker_spec(config: LaunchConfig) -> WorkerSpec:
+    dist = config.dist
     params = RendezvousParameters(
         backend="static",
-        endpoint=f"{master_addr}:{master_port}",
-        run_id=run_id,
-        min_nodes=nnodes,
-        max_nodes=nnodes,
-        rank=node_rank,
-        timeout=rendezvous_timeout,
+        endpoint=config.master,
+        run_id=config.run_id,
+        min_nodes=dist.nnodes,
+        max_nodes=dist.nnodes,
+        rank=dist.node_rank,
+        timeout=config.rendezvous_timeout,
     )
-    spec = WorkerSpec(
+    return WorkerSpec(
         role="trainer",
-        local_world_size=nproc,
+        local_world_size=dist.nproc_per_node,
         entrypoint=sys.executable,
-        args=args,
+        args=config.command.python_args(),
         rdzv_handler=rdzv_registry.get_rendezvous_handler(params),
         max_restarts=0,
         monitor_interval=0.1,
-        master_addr=master_addr,
-        master_port=master_port,
+        master_addr=dist.master_addr,
+        master_port=dist.master_port,
     )
-    logs_specs = DefaultLogsSpecs(log_dir=log_dir, redirects=Std.ALL, tee=Std.ALL)
-    agent = PaijobAgent(
-        spec,
-        logs_specs,
-        node_rank=node_rank,
-        nnodes=nnodes,
-        grace_period=grace_period,
-        heartbeat_timeout=heartbeat_timeout,
-        log_line_prefix_template="[rank${rank}]: " if prefix_output else None,
-    )
-    watch = NodeWatch(
-        node_rank=node_rank,
-        nnodes=nnodes,
-        master_addr=master_addr,
-        master_port=master_port,
-        heartbeat_timeout=heartbeat_timeout,
-        grace_period=grace_period,
-        connect=lambda: _connect_store(master_addr, master_port, run_id, heartbeat_timeout),
-        connect_timeout=rendezvous_timeout + 5,
+
+
+def run_per_gpu(config: LaunchConfig) -> tuple[int, Failure | None]:
+    """Run this node's workers; return (exit code, root cause or None).
+
+    Without ``--log-dir`` the workers' output copies (torch's tailer reads them; the
+    root cause's tail comes from them) live in a folder of this run's own under
+    ``TMPDIR``, removed when the node ends, however it ends.
+    """
+    spec = _worker_spec(config)
+    log_root = None if config.log_dir else tempfile.mkdtemp(prefix="paijob-runtime-logs-")
+    logs_specs = DefaultLogsSpecs(log_dir=config.log_dir or log_root, redirects=Std.ALL,
+                                  tee=Std.ALL)
+    agent = PaijobAgent(spec, logs_specs, config)
+    agent.log_root = log_root
+    dist = config.dist
+    agent.watch = NodeWatch(
+        config,
+        connect=lambda: _connect_store(dist.master_addr, dist.master_port, config.run_id,
+                                       config.heartbeat_timeout),
         end_node=agent.end_node,
-        say=_say,
+        say=say,
         who=_who(),
     )
-    agent.watch = watch
-    agent.rendezvous_timeout = float(rendezvous_timeout)
     os.environ.setdefault("TORCHELASTIC_SIGNALS_TO_HANDLE", "SIGTERM,SIGINT,SIGHUP,SIGQUIT")
+    _quiet_torch_elastic(config.verbose)
+    try:
+        return _run_agent(agent, config)
+    finally:
+        agent.remove_logs()
+
+
+def _run_agent(agent: PaijobAgent, config: LaunchConfig) -> tuple[int, Failure | None]:
+    watch = agent._watch()  # noqa: SLF001 - set by run_per_gpu
+    dist = config.dist
     try:
         result = agent.run()
     except SignalException as error:
-        # torch has stopped our workers; tell the other nodes why before they see us vanish
-        name = signal.Signals(error.sigval).name
-        watch.publish(
-            Failure(
-                node_rank=node_rank, rank=None, local_rank=None, returncode=None,
-                secondary=False, time=time.time(),
-                reason=(
-                    f"node rank {node_rank} received {name} and stopped its workers (the job "
-                    f"was stopped, or the task preempted)"
-                ),
-            )
-        )
-        watch.finish_after_failure(linger=3.0)
-        watch.close()
-        return exitcodes.from_signal(error.sigval), None
+        return _stopped(watch, config, error.sigval), None
     except Exception as error:
         watch.close()
         if agent.assigned_ranks:  # workers had started: a bug, keep the traceback
             raise
-        if node_rank == 0 and _port_taken(error):
-            raise exitcodes.InfrastructureError(
-                f"node rank 0 cannot host the rendezvous store: port {master_port} on this host "
-                f"is taken by another process ({first_line(error)}). OpenPAI gives each task "
-                f"its declared ports; a process outside this task holds it. The retry of this "
-                f"task (exit 143) normally gets a free port"
-            ) from error
-        raise exitcodes.InfrastructureError(
-            f"rendezvous at {master_addr}:{master_port} failed for node rank {node_rank} of "
-            f"{nnodes}: {first_line(error).rstrip('.')}. Node rank 0 waits up to "
-            f"--master-timeout ({rendezvous_timeout}s) for every node to join; check that all "
-            f"{nnodes} tasks are running (extras.gangAllocation keeps them starting together) "
-            f"and that the port is not taken by another process on the master's host"
-        ) from error
-    if agent.assigned_ranks and agent.assigned_ranks != expected_ranks:
+        raise _rendezvous_error(config, error) from error
+    if agent.assigned_ranks and agent.assigned_ranks != config.expected_ranks():
         log.warning(
             "paijob-runtime: torch assigned ranks %s, expected %s", agent.assigned_ranks,
-            expected_ranks,
+            config.expected_ranks(),
         )
     if result is not None and result.state == WorkerState.SUCCEEDED:
         # The exit barrier released the store (NodeWatch.release): no store call here.
@@ -432,16 +413,55 @@ def run_per_gpu(
         return exitcodes.OK, None
     local = [agent.local_failure] if agent.local_failure is not None else []
     records = watch.records()
-    if nnodes > 1 and not any(not f.secondary for f in [*local, *records]):
+    if config.multi_node and not any(not f.secondary for f in [*local, *records]):
         # A peer's connection broke under our workers: wait for the cause (its record,
         # or node 0's verdict that it was lost, which takes --heartbeat-timeout).
-        records = watch.wait_for_primary(local, timeout=heartbeat_timeout + 5.0)
+        records = watch.wait_for_primary(local, timeout=config.heartbeat_timeout + 5.0)
     root = choose_root_cause([*local, *records])
     watch.finish_after_failure(linger=5.0)
     watch.close()
     if root is None:
         return exitcodes.INFRA_FAILURE, Failure(
-            node_rank=node_rank, rank=None, local_rank=None, returncode=None, secondary=False,
-            time=time.time(), reason="the worker group failed for an unknown reason",
+            node_rank=dist.node_rank, rank=None, local_rank=None, returncode=None,
+            secondary=False, time=time.time(), reason="the worker group failed for an unknown reason",
         )
     return root.exit_code, root
+
+
+def _stopped(watch: NodeWatch, config: LaunchConfig, signum: int) -> int:
+    """torch has stopped our workers: tell the other nodes why before they see us vanish."""
+    node_rank = config.dist.node_rank
+    name = signal.Signals(signum).name
+    watch.publish(
+        Failure(
+            node_rank=node_rank, rank=None, local_rank=None, returncode=None,
+            secondary=False, time=time.time(),
+            reason=(
+                f"node rank {node_rank} received {name} and stopped its workers (the job "
+                f"was stopped, or the task preempted)"
+            ),
+        )
+    )
+    watch.finish_after_failure(linger=3.0)
+    watch.close()
+    say(stopped_by_signal(signum, f"node rank {node_rank}'s {config.dist.nproc_per_node} worker(s)"))
+    return exitcodes.from_signal(signum)
+
+
+def _rendezvous_error(config: LaunchConfig, error: Exception) -> exitcodes.InfrastructureError:
+    """The node never got its workers started: say where the rendezvous broke, in one line."""
+    dist = config.dist
+    if dist.node_rank == 0 and _port_taken(error):
+        return exitcodes.InfrastructureError(
+            f"node rank 0 cannot host the rendezvous store: port {dist.master_port} on this "
+            f"host is taken by another process ({first_line(error)}). OpenPAI gives each task "
+            f"its declared ports; a process outside this task holds it. The retry of this "
+            f"task (exit 143) normally gets a free port"
+        )
+    return exitcodes.InfrastructureError(
+        f"rendezvous at {config.master} failed for node rank {dist.node_rank} of "
+        f"{dist.nnodes}: {first_line(error).rstrip('.')}. Node rank 0 waits up to "
+        f"--master-timeout ({config.rendezvous_timeout}s) for every node to join; check that "
+        f"all {dist.nnodes} tasks are running (extras.gangAllocation keeps them starting "
+        f"together) and that the port is not taken by another process on the master's host"
+    )

@@ -41,12 +41,9 @@ from paijob.openpai.taskenv import (
     resource_name,
     task_count_name,
 )
+from paijob.runtime.options import BACKENDS, MAX_WORKERS_PER_CORE, workers_per_node
 
 STANDALONE_ADDR = "127.0.0.1"
-BACKENDS = ("auto", "nccl", "gloo")
-# More workers than this per usable CPU core is a typo (--nproc-per-node 100000), not a plan:
-# each worker is a whole python process with torch loaded.
-MAX_WORKERS_PER_CORE = 4
 
 class DistEnvError(PaijobError):
     """A ``PAI_*`` variable is missing or inconsistent, or an option contradicts the job."""
@@ -171,17 +168,6 @@ def parse_nproc_option(text: str | int | None) -> int | None:
     if value < 1:
         raise DistEnvError(f"--nproc-per-node must be at least 1, got {value}")
     return value
-
-
-def workers_per_node(mode: str, requested: int | None, gpus: int) -> int:
-    """Worker processes of one task: the world-size unit that paijob validate reports too.
-
-    ``dataparallel`` is one process driving every GPU of the node, so 1; the
-    other modes start ``--nproc-per-node`` workers, by default one per GPU.
-    """
-    if mode == "dataparallel":
-        return 1
-    return requested or gpus or 1
 
 
 def check_nproc_fits(nproc: int, cpu_cores: int) -> None:

@@ -1,12 +1,19 @@
-"""Failure records the nodes of one job exchange, and picking the root cause (no torch)."""
+"""Failure records the nodes of one job exchange, picking the root cause, and reporting it.
+
+No torch: the launcher (:mod:`paijob.runtime.launch`), torch's agent
+(:mod:`paijob.runtime.agent`) and the node watch all report through here.
+"""
 
 from __future__ import annotations
 
 import json
 import re
+import signal
+import sys
 from dataclasses import asdict, dataclass
 
 from paijob.runtime import exitcodes
+from paijob.runtime.console import say
 
 # A worker whose last words match this died *because* a peer went away: it is a
 # consequence, not the root cause.
@@ -70,3 +77,23 @@ def choose_root_cause(failures: list[Failure]) -> Failure | None:
     if not failures:
         return None
     return min(failures, key=lambda f: (f.secondary, f.rank is None, f.time))
+
+
+def report_root_cause(root: Failure, node_rank: int) -> None:
+    """Say why the job failed, once, after every worker's own output: headline, then its tail."""
+    where = "" if root.node_rank == node_rank else " (on another node)"
+    say(f"error: {root.headline()}{where}")
+    if root.tail:
+        say("root cause, last lines of that worker's stderr:")
+        for line in root.tail.splitlines():
+            print(f"  {line}", file=sys.stderr)
+    sys.stderr.flush()
+
+
+def stopped_by_signal(signum: int, what: str) -> str:
+    """The last line of a node stopped from outside (``paijob stop``, preemption, Ctrl-C)."""
+    name = signal.Signals(signum).name
+    return (
+        f"stopped: received {name}, so {what} stopped (the job was stopped, or the task "
+        f"preempted); exit {exitcodes.from_signal(signum)}"
+    )

@@ -32,10 +32,13 @@ import threading
 import time
 from collections.abc import Callable
 from functools import partial
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from paijob.runtime import exitcodes
 from paijob.runtime.failures import Failure, choose_root_cause
+
+if TYPE_CHECKING:
+    from paijob.runtime.config import LaunchConfig
 
 FAILURE_COUNT_KEY = "paijob/failures"
 FAILURE_KEY = "paijob/failure/{node}"
@@ -86,28 +89,25 @@ class NodeWatch:
 
     def __init__(
         self,
+        config: LaunchConfig,
         *,
-        node_rank: int,
-        nnodes: int,
-        master_addr: str,
-        master_port: int,
-        heartbeat_timeout: float,
-        grace_period: float,
         connect: Callable[[], Any],
         end_node: Callable[[Failure], None],
         say: Callable[[str], None],
         who: str = "",
-        connect_timeout: float | None = None,
         poll_interval: float = 1.0,
     ) -> None:
-        self.node_rank = node_rank
-        self.nnodes = nnodes
-        self.master = f"{master_addr}:{master_port}"
-        self.heartbeat_timeout = heartbeat_timeout
-        self.grace_period = grace_period
+        """``connect()`` makes this node's own store client; ``end_node(failure)`` is the
+        watchdog's way out; ``who`` names this task in other nodes' messages."""
+        self.node_rank = config.dist.node_rank
+        self.nnodes = config.dist.nnodes
+        self.master = config.master
+        self.heartbeat_timeout = config.heartbeat_timeout
+        self.grace_period: float = config.grace_period
         self.poll_interval = poll_interval
         self.who = who
-        self.connect_timeout = connect_timeout or heartbeat_timeout
+        # the rendezvous may take --master-timeout; connecting our client waits as long
+        self.connect_timeout = config.rendezvous_timeout + 5.0
         self._connect = connect
         self._end_node = end_node
         self._say = say

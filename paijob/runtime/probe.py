@@ -82,7 +82,8 @@ def wait_for_master(
     Non-zero nodes call this before joining the rendezvous, so a master that is
     still queueing or pulling its image is waited for, and a master that never
     comes gives one clear error rather than a hang inside a collective. While
-    waiting, ``log`` gets one line at once and one every ``message_every`` seconds.
+    waiting, ``log`` gets one line at once, one every ``message_every`` seconds, and one
+    when the port opens.
     """
     started = time.monotonic()
     deadline = started + timeout
@@ -92,7 +93,10 @@ def wait_for_master(
         remaining = deadline - time.monotonic()
         try:
             with socket.create_connection((addr, port), timeout=max(0.1, min(5.0, remaining))):
-                return
+                pass
+            if log and next_message != started:  # we said we wait: say that it is over
+                log(f"the master at {addr}:{port} is up (after {time.monotonic() - started:.0f}s)")
+            return
         except OSError as error:
             last_error = error
         now = time.monotonic()

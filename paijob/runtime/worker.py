@@ -23,6 +23,15 @@ that plain ``python SCRIPT`` does not:
   handlers) and then ends the process with ``os._exit`` before
   finalisation can race. A failing script keeps its code: an uncaught
   exception prints its traceback and exits 1, ``sys.exit(n)`` exits ``n``.
+* **The real cause is told first, once.** Where the launcher prefixes each
+  output line with ``[rankN]:`` (``per-gpu`` mode), the traceback is printed
+  without torch's own ``[rankN]:`` prefix (``init_process_group`` installs an
+  excepthook that adds one: lines read ``[rank0]: [rank0]: ...``). And an
+  error that is only a consequence of another worker's failure (a peer closed
+  the connection) is held back for a few seconds: the launcher, which learns
+  the root cause within about a second, stops this worker meanwhile and
+  reports that cause; the knock-on traceback then never buries it. If nobody
+  stops the worker, it prints the traceback and exits 1 as before.
 """
 
 from __future__ import annotations
@@ -37,11 +46,15 @@ import runpy
 import signal
 import sys
 import threading
+import time
+import traceback
 from collections.abc import Callable, Sequence
 from typing import NoReturn
 
 USAGE = "usage: python -m paijob.runtime.worker (SCRIPT | -m MODULE) [ARGS...]"
 LAUNCHER_PID_VAR = "PAIJOB_LAUNCHER_PID"
+RANK_PREFIXED_VAR = "PAIJOB_RANK_PREFIXED"  # "1": the launcher prefixes each line with [rankN]:
+KNOCK_ON_HOLD_VAR = "PAIJOB_KNOCK_ON_HOLD"  # seconds a consequence's traceback waits to be stopped
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
@@ -77,7 +90,11 @@ def exit_code_of(error: SystemExit) -> int:
 
 
 def finish(code: int) -> NoReturn:
-    """End the process with ``code`` after what a normal exit does, minus finalisation."""
+    """End the process with ``code`` after what a normal exit does, minus finalisation.
+
+    A negative ``code`` (Popen's way of saying "killed by signal -code") ends it by
+    that signal, so its parent sees the signal and not an exit code.
+    """
     _wait_for_threads()
     run_exitfuncs: Callable[[], None] | None = getattr(atexit, "_run_exitfuncs", None)
     if run_exitfuncs is not None:  # CPython: atexit handlers, in the usual order
@@ -89,7 +106,10 @@ def finish(code: int) -> NoReturn:
             stream.flush()
         except (OSError, ValueError, AttributeError):
             pass
-    os._exit(code)
+    if code < 0:
+        signal.signal(-code, signal.SIG_DFL)
+        os.kill(os.getpid(), -code)
+    os._exit(code & 0xFF)
 
 
 def _wait_for_threads() -> None:
@@ -129,7 +149,8 @@ def _flush_open_files() -> None:
 
 
 def run_as_main(target: str, args: Sequence[str], *, module: bool = False) -> int:
-    """Run a script (or ``module``) as ``__main__`` like python does; return its exit status.
+    """Run a script (or ``module``) as ``__main__`` like python does; return its exit status
+    (negative: stopped by that signal while a knock-on error was held back).
 
     ``python -m paijob.runtime.worker`` put the working directory first on
     ``sys.path``; ``python SCRIPT`` puts the script's folder there instead, so a
@@ -155,9 +176,45 @@ def run_as_main(target: str, args: Sequence[str], *, module: bool = False) -> in
         _print_user_traceback(error)
         return 128 + int(signal.SIGINT)
     except BaseException as error:  # noqa: BLE001 - python's own top level: print it, exit 1
+        stopped = _hold_knock_on(error)
+        if stopped:
+            return -stopped
         _print_user_traceback(error)
         return 1
     return 0
+
+
+def _hold_knock_on(error: BaseException) -> int:
+    """Hold a consequence's traceback back until the launcher stops us; the signal, or 0.
+
+    Only where the launcher asked (``PAIJOB_KNOCK_ON_HOLD``: its agent watches every
+    node's failures and stops the workers of a failed job). SIGTERM (the launcher's
+    stop) ends the hold; the traceback is not printed then, the root cause is.
+    """
+    try:
+        hold = float(os.environ.get(KNOCK_ON_HOLD_VAR, "0"))
+    except ValueError:
+        return 0
+    if hold <= 0:
+        return 0
+    from paijob.runtime.failures import looks_secondary
+
+    text = "".join(traceback.format_exception(type(error), error, error.__traceback__))
+    if not looks_secondary(text):
+        return 0
+    stopped: list[int] = []
+
+    def stop(signum: int, _frame: object) -> None:
+        stopped.append(signum)
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        deadline = time.monotonic() + hold
+        while not stopped and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    return stopped[0] if stopped else 0
 
 
 def _print_user_traceback(error: BaseException) -> None:
@@ -171,7 +228,26 @@ def _print_user_traceback(error: BaseException) -> None:
         and tb.tb_frame.f_code.co_filename in (__file__, "<frozen runpy>", runpy.__file__)
     ):
         tb = tb.tb_next
-    sys.excepthook(type(error), error.with_traceback(tb), tb)  # python >= 3.11 prints __traceback__
+    _excepthook()(type(error), error.with_traceback(tb), tb)  # python >= 3.11 prints __traceback__
+
+
+def _excepthook() -> Callable[..., object]:
+    """``sys.excepthook``, minus torch's ``[rankN]:`` wrapper where the launcher adds that prefix.
+
+    torch's ``init_process_group`` wraps the hook in ``_distributed_excepthook``,
+    which keeps the hook it wrapped as ``old_hook`` (once per call: unwrap them all).
+    """
+    hook: Callable[..., object] = sys.excepthook
+    if os.environ.get(RANK_PREFIXED_VAR) != "1":
+        return hook
+    while getattr(hook, "__module__", None) == "torch.distributed.distributed_c10d":
+        code = getattr(hook, "__code__", None)
+        closure = getattr(hook, "__closure__", None) or ()
+        names = code.co_freevars if code is not None else ()
+        if "old_hook" not in names or len(closure) != len(names):
+            return sys.__excepthook__
+        hook = closure[names.index("old_hook")].cell_contents
+    return hook
 
 
 def main(argv: Sequence[str] | None = None) -> NoReturn:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import textwrap
 import time
@@ -11,6 +12,8 @@ from pathlib import Path
 from conftest import base_env, free_port, task_env, wait_all
 
 from paijob.runtime import exitcodes
+
+TORCH_LOG_LINE = re.compile(r"^[DIWEF]\d{4} \d\d:\d\d:\d\d", re.MULTILINE)  # glog-style W1123 ...
 
 RAISES_BEFORE_JOINING = textwrap.dedent(
     """
@@ -91,6 +94,12 @@ def test_sigterm_stops_every_worker_and_its_children_within_the_grace_period(
     assert code == exitcodes.from_signal(signal.SIGTERM) == 143, task.output
     assert time.time() - sent < 2 + 5
     assert not [pid for pid in pids if _alive(pid)], f"orphans left: {pids}"
+    # the log ends with paijob saying the job was stopped, not with torch's logger
+    assert task.output.rstrip().splitlines()[-1] == (
+        "paijob-runtime: stopped: received SIGTERM, so node rank 0's 2 worker(s) stopped (the "
+        "job was stopped, or the task preempted); exit 143"
+    ), task.output
+    assert "death signal" not in task.output
 
 
 def test_master_that_never_comes_up_gives_a_clear_timeout(tmp_path: Path, start_task):
@@ -237,3 +246,45 @@ def test_a_node_whose_workers_finished_reports_a_later_failure_elsewhere(
         tasks[1].output
     )
     assert "ValueError: late failure on purpose" in tasks[1].output
+
+
+KNOCK_ON = textwrap.dedent(
+    """
+    import os
+    import torch
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo")
+    if os.environ["RANK"] == "1":
+        raise ValueError("bad batch on purpose")
+    dist.all_reduce(torch.zeros(1))  # rank 0: its peer is gone, a knock-on error
+    """
+)
+
+
+def test_a_failure_reads_as_its_cause_once_and_leaves_nothing_in_tmpdir(tmp_path: Path, start_task):
+    script = tmp_path / "knock_on.py"
+    script.write_text(KNOCK_ON)
+    port = free_port()
+    tmpdirs = [tmp_path / f"tmp{i}" for i in (0, 1)]
+    tasks = []
+    for i, tmpdir in enumerate(tmpdirs):
+        tmpdir.mkdir()
+        env = task_env(port, i)
+        env["TMPDIR"] = str(tmpdir)
+        tasks.append(start_task(["train", "--nproc-per-node", "1", "--grace-period", "3",
+                                 str(script)], env, name=f"node{i}"))
+    assert wait_all(tasks, timeout=120) == [1, 1], tasks[0].output + tasks[1].output
+    cause, knock_on = tasks[1].output, tasks[0].output
+    # the worker's traceback, prefixed once (torch's excepthook adds a second [rank1]:)
+    assert "[rank1]: Traceback (most recent call last):" in cause
+    assert "[rank1]: ValueError: bad batch on purpose" in cause
+    assert "[rank1]: [rank1]:" not in cause
+    # rank 0 died of its peer: stopped before its knock-on traceback could bury the cause
+    assert "Connection closed by peer" not in knock_on and "[rank0]:" not in knock_on
+    for task in tasks:
+        assert not TORCH_LOG_LINE.search(task.output), task.output  # W... closing signal, E... failed
+        assert "paijob-runtime: error: worker rank 1 (node rank 1, local rank 0) failed" in task.output
+        assert task.output.rstrip().endswith("ValueError: bad batch on purpose")
+    # the workers' output copies torch's tailer reads went with the run
+    assert [list(tmpdir.iterdir()) for tmpdir in tmpdirs] == [[], []]

@@ -57,6 +57,11 @@ def test_two_nodes_with_two_workers_each_form_one_world(tmp_path: Path, start_ta
     # worker output is line-prefixed with the global rank
     assert "[rank3]: hello from rank 3" in tasks[1].output
     assert "[rank0]: hello from rank 0" in tasks[0].output
+    # no silence between waiting for the other nodes and the workers' first words
+    for task in tasks:
+        assert f"all 2 nodes joined the rendezvous at 127.0.0.1:{port}; starting 2 worker(s)" in (
+            task.output
+        )
 
 
 SPAWNING = textwrap.dedent(
@@ -294,3 +299,41 @@ def test_workers_share_the_cores_unless_the_user_set_omp_num_threads(tmp_path: P
                       {**env, "OMP_NUM_THREADS": "7"}, name="kept")
     assert kept.wait(timeout=120) == 0, kept.output
     assert "threads local_rank=0 omp=7" in kept.output
+
+
+TRAINS = textwrap.dedent(
+    """
+    import os
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    dist.init_process_group("gloo")
+    torch.manual_seed(0)
+    model = DistributedDataParallel(torch.nn.Linear(8, 1))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for step in range(5):
+        loss = model(torch.randn(16, 8)).pow(2).mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        print(f"step {step} loss {loss.item():.4f}", flush=True)
+    dist.destroy_process_group()
+    """
+)
+
+
+def test_a_training_run_leaves_nothing_in_tmpdir(tmp_path: Path, start_task):
+    script = tmp_path / "trains.py"
+    script.write_text(TRAINS)
+    tmpdir = tmp_path / "tmp"
+    tmpdir.mkdir()
+    env = base_env()
+    env["TMPDIR"] = str(tmpdir)
+    # torch's per-user compile cache (torchinductor_$USER, made when an optimizer is built,
+    # kept on purpose across runs) is the user's torch's, not the runtime's: put it aside
+    env["TORCHINDUCTOR_CACHE_DIR"] = str(tmp_path / "inductor-cache")
+    task = start_task(["train", "--nproc-per-node", "2", str(script)], env)
+    assert task.wait(timeout=120) == 0, task.output
+    assert "[rank1]: step 4 loss" in task.output
+    assert list(tmpdir.iterdir()) == []  # was torchelastic_*/ with every worker's output

@@ -11,6 +11,8 @@ from collections.abc import Iterator
 import pytest
 
 from paijob.runtime import nodewatch
+from paijob.runtime.config import LaunchConfig, WorkerCommand
+from paijob.runtime.env import DistEnv
 from paijob.runtime.failures import Failure
 from paijob.runtime.nodewatch import NodeWatch, StoreTimeout, bounded, first_line
 from paijob.runtime.probe import MasterUnreachableError, wait_for_master
@@ -73,11 +75,13 @@ def ends(monkeypatch: pytest.MonkeyPatch) -> Iterator[Endings]:
 
 def make_watch(store: FakeStore, node_rank: int, nnodes: int, ends: list[Failure],
                heartbeat_timeout: float = 0.6) -> NodeWatch:
+    dist = DistEnv(master_addr="10.0.0.1", master_port=29500, node_rank=node_rank, nnodes=nnodes,
+                   nproc_per_node=1, world_size=nnodes, rank_offset=node_rank, backend="gloo")
+    config = LaunchConfig(dist=dist, command=WorkerCommand(script="train.py"),
+                          heartbeat_timeout=heartbeat_timeout, grace_period=0)
     return NodeWatch(
-        node_rank=node_rank, nnodes=nnodes, master_addr="10.0.0.1", master_port=29500,
-        heartbeat_timeout=heartbeat_timeout, grace_period=0, connect=lambda: store,
-        end_node=ends.append, say=lambda line: None, who=f"worker:{node_rank} at 10.0.0.{node_rank + 1}",
-        poll_interval=0.05,
+        config, connect=lambda: store, end_node=ends.append, say=lambda line: None,
+        who=f"worker:{node_rank} at 10.0.0.{node_rank + 1}", poll_interval=0.05,
     )
 
 
@@ -268,3 +272,19 @@ def test_a_failure_elsewhere_ends_a_node_waiting_in_the_exit_barrier_with_its_co
         assert ends == [failed] and ends.exits == [3]
     finally:
         peer.close()
+
+
+def test_waiting_for_the_master_says_when_it_is_up():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]  # bound, not listening yet: refused
+        said: list[str] = []
+        waiting = threading.Thread(target=wait_for_master, args=("127.0.0.1", port),
+                                   kwargs={"timeout": 60.0, "interval": 0.05, "log": said.append})
+        waiting.start()
+        wait_until(lambda: bool(said))
+        sock.listen()  # the master comes up
+        waiting.join(timeout=30)
+    assert not waiting.is_alive()
+    assert said[0] == f"waiting up to 60s for the master at 127.0.0.1:{port} ..."
+    assert said[-1].startswith(f"the master at 127.0.0.1:{port} is up (after ")

@@ -1,0 +1,223 @@
+"""What one node launches, decided once: :class:`WorkerCommand` and :class:`LaunchConfig`.
+
+Like torch's ``launcher/api.py`` ``LaunchConfig``, one frozen object carries
+everything the launcher, torch's elastic agent (:mod:`paijob.runtime.agent`)
+and the node watch (:mod:`paijob.runtime.nodewatch`) need: the layout
+(:class:`~paijob.runtime.env.DistEnv`), the command, the mode and the limits.
+``paijob-runtime train`` parses its options once
+(:mod:`paijob.runtime.options`), builds one config, and hands it down; nothing
+below re-derives a value or passes the layout on field by field.
+
+No torch import here.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import math
+import os
+import re
+import sys
+from dataclasses import dataclass
+from importlib.machinery import ModuleSpec, PathFinder
+
+from paijob.errors import PaijobError
+from paijob.runtime.cwd_safe import module_args
+from paijob.runtime.env import DistEnv
+from paijob.runtime.options import LOCAL_RANK_STYLES, MODES
+
+LOCAL_RANK_MACRO = "${local_rank}"  # torch.distributed.elastic.utils.macros.Macros.local_rank
+WORKER_MODULE = "paijob.runtime.worker"
+RECIPES_MODULE = "paijob.runtime.recipes"
+APEX_COMPAT_MODULE = "paijob.runtime.apex_compat"
+APEX_DETECT_MODULE = "paijob.runtime.apex_compat.detect"
+
+
+class LaunchError(PaijobError):
+    """The command to launch is wrong (script missing, bad mode for the layout...)."""
+
+
+@dataclass(frozen=True)
+class WorkerCommand:
+    """What each worker runs, as arguments to ``python``.
+
+    Exactly one of ``script``, ``module``, ``recipe`` is set.
+    """
+
+    script: str | None = None
+    module: str | None = None
+    recipe: str | None = None
+    args: tuple[str, ...] = ()
+    local_rank_arg: str | None = None  # None (off) or one of LOCAL_RANK_STYLES
+    apex_compat: str = "auto"  # auto | on | off
+
+    def python_args(self, local_rank: int | str = LOCAL_RANK_MACRO) -> tuple[str, ...]:
+        """Arguments after ``python``: ``-u`` (unbuffered), the worker wrapper, the target."""
+        return ("-u", *module_args(WORKER_MODULE), *self.target_args(local_rank))
+
+    def target_args(self, local_rank: int | str = LOCAL_RANK_MACRO) -> tuple[str, ...]:
+        """What :mod:`paijob.runtime.worker` runs: ``SCRIPT ARGS`` or ``-m MODULE ARGS``."""
+        extra: tuple[str, ...] = ()
+        if self.local_rank_arg:
+            style = local_rank_style(self.local_rank_arg, self.source_path())
+            flag = "--local-rank" if style == "dash" else "--local_rank"
+            extra = (f"{flag}={local_rank}",)
+        if self.recipe is not None:
+            return ("-m", RECIPES_MODULE, self.recipe, *extra, *self.args)
+        if self.module is not None:
+            return ("-m", self.module, *extra, *self.args)
+        assert self.script is not None
+        if self.uses_apex_compat():
+            return ("-m", APEX_COMPAT_MODULE, self.script, *extra, *self.args)
+        return (self.script, *extra, *self.args)
+
+    def source_path(self) -> str | None:
+        """The file whose source says how it parses options (the script, or the module's file)."""
+        if self.script is not None:
+            return self.script
+        if self.module is not None:
+            spec = find_module_spec(self.module)
+            return spec.origin if spec is not None else None
+        return None
+
+    def uses_apex_compat(self) -> bool:
+        if self.script is None or self.apex_compat == "off":
+            return False
+        if self.apex_compat == "on":
+            return True
+        if importlib.util.find_spec(APEX_DETECT_MODULE.rsplit(".", 1)[0]) is None:
+            return False
+        if importlib.util.find_spec(APEX_DETECT_MODULE) is None:
+            return False
+        detect = importlib.import_module(APEX_DETECT_MODULE)
+        return bool(detect.script_needs_apex_compat(self.script))
+
+    def check(self) -> None:
+        if self.script is not None and not os.path.isfile(self.script):
+            raise LaunchError(
+                f"training script {self.script!r} not found (working directory "
+                f"{os.getcwd()!r}); if it is on your machine, `--workdir .` (or `workdir: .` in "
+                f"paijob.yaml) ships the folder it is in with the job; else give a path relative to "
+                f"the task's working directory, or use -m MODULE"
+            )
+        if self.module is not None and find_module_spec(self.module) is None:
+            raise LaunchError(
+                f"module {self.module!r} not found (working directory {os.getcwd()!r}, "
+                f"python {sys.executable}); check its spelling, that its package is installed "
+                f"in this image, or run from the folder that contains it"
+            )
+
+
+def find_module_spec(name: str) -> ModuleSpec | None:
+    """Where ``python -m name`` (run from here) would find ``name``, without importing it.
+
+    ``importlib.util.find_spec`` imports the parent packages, which could run a
+    user's package ``__init__`` (and initialise CUDA) in the launcher; this walks
+    the packages' search paths instead, the working directory first as ``-m`` does.
+    """
+    parts = name.split(".")
+    if not all(part.isidentifier() for part in parts):
+        return None
+    spec = PathFinder.find_spec(parts[0], [os.getcwd()])
+    if spec is None:  # installed, builtin, frozen, or behind an import hook: no import needed
+        try:
+            spec = importlib.util.find_spec(parts[0])
+        except (ImportError, ValueError):
+            return None
+    for index in range(1, len(parts)):
+        if spec is None or spec.submodule_search_locations is None:
+            return None
+        spec = PathFinder.find_spec(".".join(parts[: index + 1]), spec.submodule_search_locations)
+    return spec
+
+
+_LOCAL_RANK_OPTION = re.compile(r"""["']--local([-_])rank["']""")
+
+
+def local_rank_style(requested: str, source: str | None) -> str:
+    """How ``--local-rank-arg`` spells the flag: ``dash`` (``--local-rank=N``) or ``underscore``.
+
+    ``torch.distributed.launch`` passed ``--local_rank`` before torch 2.0 and
+    ``--local-rank`` since; argparse treats them as different options. ``auto``
+    reads the script's source: the spelling it declares (``"--local-rank"`` or
+    ``"--local_rank"`` in quotes) wins, ``dash`` when it declares both, and
+    ``underscore`` (the older, more common spelling) when the source names
+    neither or cannot be read.
+    """
+    if requested not in LOCAL_RANK_STYLES:
+        raise LaunchError(
+            f"--local-rank-arg must be one of {', '.join(LOCAL_RANK_STYLES)}, got {requested!r}"
+        )
+    if requested != "auto":
+        return requested
+    try:
+        with open(source or "", encoding="utf-8", errors="replace") as fh:
+            text = fh.read()
+    except OSError:
+        return "underscore"
+    found = {match.group(1) for match in _LOCAL_RANK_OPTION.finditer(text)}
+    return "dash" if "-" in found else "underscore"
+
+
+@dataclass(frozen=True)
+class LaunchConfig:
+    """One node's launch: where it sits, what it runs, how long it waits (checked on creation).
+
+    ``master_timeout`` bounds every wait for the other nodes (the master's port, the
+    rendezvous); ``grace_period`` is what workers get between SIGTERM and SIGKILL;
+    ``heartbeat_timeout`` is how long a silent peer counts as alive; ``log_dir`` keeps
+    each worker's output (None: the runtime's own copies are removed at exit);
+    ``verbose`` lets torch's elastic agent log as it likes.
+    """
+
+    dist: DistEnv
+    command: WorkerCommand
+    mode: str = "per-gpu"
+    master_timeout: float = 600.0
+    grace_period: int = 30
+    heartbeat_timeout: float = 60.0
+    log_dir: str | None = None
+    verbose: bool = False
+
+    def __post_init__(self) -> None:
+        launchable = [mode for mode in MODES if mode != "horovod"]
+        if self.mode not in launchable:
+            raise LaunchError(f"--mode must be one of {', '.join(launchable)}, got {self.mode!r}")
+        _positive_seconds(self.master_timeout, "--master-timeout")
+        _positive_seconds(self.heartbeat_timeout, "--heartbeat-timeout")
+        if self.grace_period < 0:
+            raise LaunchError(f"--grace-period must be >= 0, got {self.grace_period}")
+        if self.mode == "dataparallel" and self.dist.nnodes > 1:
+            raise LaunchError(
+                f"--mode dataparallel runs one process on one node, but this job has "
+                f"{self.dist.nnodes} nodes; use --mode per-gpu (DistributedDataParallel) or run "
+                f"the role with instances: 1"
+            )
+
+    @property
+    def run_id(self) -> str:
+        """The rendezvous run id: the same on every node of the job (its name on OpenPAI)."""
+        return self.dist.job_name or "paijob"
+
+    @property
+    def master(self) -> str:
+        return f"{self.dist.master_addr}:{self.dist.master_port}"
+
+    @property
+    def rendezvous_timeout(self) -> int:
+        """torch's rendezvous takes whole seconds; at least one."""
+        return int(max(1, self.master_timeout))
+
+    @property
+    def multi_node(self) -> bool:
+        return self.dist.nnodes > 1
+
+    def expected_ranks(self) -> list[int]:
+        """The global ranks this node's workers must get."""
+        return [self.dist.rank(i) for i in range(self.dist.nproc_per_node)]
+
+
+def _positive_seconds(value: float, option: str) -> None:
+    if not math.isfinite(value) or value <= 0:
+        raise LaunchError(f"{option} must be a positive number of seconds, got {value}")

@@ -1,0 +1,124 @@
+"""How the runtime is put together: no import circle, one launch config, options the client can read."""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import ROOT
+
+from paijob.runtime.config import LaunchConfig, LaunchError, WorkerCommand
+from paijob.runtime.env import DistEnv
+
+RUNTIME_DIR = ROOT / "paijob" / "runtime"
+
+
+def _imports(path: Path, package: str) -> set[str]:
+    """Every ``paijob.runtime`` module ``path`` imports, at the top or inside a function."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            module = node.module if node.level == 0 else f"{package}.{node.module}"
+            found.add(module)
+            found.update(f"{module}.{alias.name}" for alias in node.names)
+    return {name for name in found if name.startswith("paijob.runtime.")}
+
+
+def _runtime_graph() -> dict[str, set[str]]:
+    modules = {
+        "paijob.runtime." + p.stem: p for p in RUNTIME_DIR.glob("*.py") if p.stem != "__init__"
+    }
+    return {name: _imports(path, "paijob.runtime") & modules.keys() for name, path in modules.items()}
+
+
+def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 1:
+                return [*stack[stack.index(nxt):], nxt]
+            if nxt not in state and (found := visit(nxt)):
+                return found
+        stack.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state and (found := visit(node)):
+            return found
+    return None
+
+
+def test_the_runtime_modules_import_each_other_without_a_circle():
+    # function-level imports count too: agent used to import launch (report_root_cause)
+    # while launch imports agent to run per-gpu mode
+    assert _cycle(_runtime_graph()) is None
+
+
+def test_the_agent_does_not_reach_back_into_the_launcher():
+    graph = _runtime_graph()
+    assert "paijob.runtime.launch" not in graph["paijob.runtime.agent"]
+    assert "paijob.runtime.launch" not in graph["paijob.runtime.nodewatch"]
+
+
+def test_the_options_module_imports_nothing_else_of_the_runtime():
+    assert _runtime_graph()["paijob.runtime.options"] == set()
+
+
+def test_validate_and_render_load_only_the_runtime_options():
+    # a fresh interpreter: this one has imported the whole runtime already
+    probe = (
+        "import sys, io, contextlib\n"
+        "from paijob.cli import main\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        "    assert main(['validate', 'examples/cifar10-local.yaml']) == 0\n"
+        "    assert main(['render', 'ddp']) == 0\n"
+        "print(sorted(m for m in sys.modules if m.startswith('paijob.runtime')))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "['paijob.runtime', 'paijob.runtime.options']"
+
+
+def _dist(nnodes: int = 2, node_rank: int = 1, nproc: int = 2, job: str | None = "u~j") -> DistEnv:
+    return DistEnv(master_addr="10.0.0.1", master_port=29500, node_rank=node_rank, nnodes=nnodes,
+                   nproc_per_node=nproc, world_size=nnodes * nproc, rank_offset=node_rank * nproc,
+                   backend="gloo", job_name=job)
+
+
+def test_one_launch_config_carries_what_the_agent_and_the_node_watch_need():
+    config = LaunchConfig(dist=_dist(), command=WorkerCommand(script="t.py"), master_timeout=0.4)
+    assert config.master == "10.0.0.1:29500"
+    assert config.run_id == "u~j"  # the same on every node: the job's name
+    assert LaunchConfig(dist=_dist(job=None), command=config.command).run_id == "paijob"
+    assert config.rendezvous_timeout == 1  # whole seconds for torch, at least one
+    assert config.expected_ranks() == [2, 3]
+    assert config.multi_node
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        config.grace_period = 1  # type: ignore[misc]
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"master_timeout": 0}, "--master-timeout must be a positive number of seconds"),
+        ({"heartbeat_timeout": float("nan")}, "--heartbeat-timeout must be a positive number"),
+        ({"grace_period": -1}, "--grace-period must be >= 0"),
+        ({"mode": "horovod"}, "--mode must be one of per-gpu, per-node, dataparallel"),
+        ({"mode": "dataparallel"}, "--mode dataparallel runs one process on one node"),
+    ],
+)
+def test_a_launch_config_refuses_what_no_launch_can_do(changes, message):
+    with pytest.raises(LaunchError, match=message):
+        LaunchConfig(dist=_dist(), command=WorkerCommand(script="t.py"), **changes)
