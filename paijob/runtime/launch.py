@@ -160,8 +160,9 @@ def _launch_per_gpu(config: LaunchConfig) -> int:
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
     os.environ[LAUNCHER_PID_VAR] = str(os.getpid())  # the agent starts the workers itself
     os.environ[RANK_PREFIXED_VAR] = "1"  # the agent prefixes their lines with [rankN]:
-    # the agent learns a failure's root cause within about a second and stops the rest
-    os.environ.setdefault(KNOCK_ON_HOLD_VAR, str(KNOCK_ON_HOLD))
+    if dist.world_size > 1:  # a worker alone has no peer whose failure it could be a knock-on of
+        # the agent learns a failure's root cause within about a second and stops the rest
+        os.environ.setdefault(KNOCK_ON_HOLD_VAR, str(KNOCK_ON_HOLD))
     # Each worker would otherwise start one intra-op thread per core, and N
     # workers on one node would fight over the cores (torchrun sets 1, which
     # starves CPU training instead). A user's own OMP_NUM_THREADS wins.

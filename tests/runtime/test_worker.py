@@ -266,3 +266,41 @@ def test_workers_die_when_the_launcher_is_killed(tmp_path: Path, mode, workers):
                 os.kill(int(pid_file.read_text()), signal.SIGKILL)
             except (ProcessLookupError, ValueError):
                 pass
+
+
+def test_a_knock_on_error_is_held_back_until_the_launcher_stops_the_worker(tmp_path: Path):
+    (tmp_path / "peer_gone.py").write_text(
+        "import sys\nprint('started', flush=True)\n"
+        "raise RuntimeError('Connection closed by peer [10.0.0.2]:5000')\n"
+    )
+    env = base_env()
+    env["PAIJOB_KNOCK_ON_HOLD"] = "60"
+    proc = subprocess.Popen([*WORKER, "peer_gone.py"], env=env, cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout is not None and proc.stdout.readline() == "started\n"
+    deadline = time.monotonic() + 30
+    while proc.poll() is None and not _sleeping(proc.pid):  # the script has nothing to sleep on
+        assert time.monotonic() < deadline
+    assert proc.poll() is None, proc.communicate()  # held back, not printed and exited
+    proc.send_signal(signal.SIGTERM)  # the launcher, which knows the root cause, stops it
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == -signal.SIGTERM  # a worker stopped by us: not a cause
+    assert "Traceback" not in err and "Connection closed by peer" not in err
+
+
+def test_a_primary_error_is_printed_at_once_even_with_a_hold(tmp_path: Path):
+    env = base_env()
+    env["PAIJOB_KNOCK_ON_HOLD"] = "60"
+    (tmp_path / "bad.py").write_text("raise ValueError('bad batch on purpose')\n")
+    done = subprocess.run([*WORKER, "bad.py"], env=env, cwd=tmp_path, capture_output=True,
+                          text=True, timeout=30)
+    assert done.returncode == 1
+    assert done.stderr.rstrip().endswith("ValueError: bad batch on purpose")
+
+
+def _sleeping(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/wchan") as fh:
+            return "sleep" in fh.read()
+    except OSError:
+        return False
