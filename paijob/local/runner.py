@@ -437,6 +437,11 @@ class JobRunner(threading.Thread):
             env["NVIDIA_VISIBLE_DEVICES"] = gpu or "none"
         workdir = self.cluster.work_dir(self.job_id, attempt, task.role.name, task.index)
         workdir.mkdir(parents=True, exist_ok=True)
+        # A container's /tmp is its own: what the task leaves there (torch's inductor cache, the
+        # elastic agent's files, the user's scratch) stays with the job and goes with `local prune`.
+        private_tmp = workdir / ".tmp"
+        private_tmp.mkdir(exist_ok=True)
+        env["TMPDIR"] = str(private_tmp)
         output = local_output_dir(self.cluster.state_dir, self.job_id)  # shared, kept across attempts
         output.mkdir(parents=True, exist_ok=True)
         env[OUTPUT_ENV] = str(output)

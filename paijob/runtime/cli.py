@@ -175,13 +175,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help(sys.stderr)
         return exitcodes.CONFIG_ERROR
     try:
-        return int(command(args) or 0)
+        code = int(command(args) or 0)
+        sys.stdout.flush()  # a closed pipe surfaces here, not at interpreter exit
+        return code
     except PaijobError as error:
         print(f"paijob-runtime: error: {error}", file=sys.stderr)
         return error.exit_code
     except KeyboardInterrupt:
         print("paijob-runtime: interrupted", file=sys.stderr)
         return exitcodes.INTERRUPTED
+    except BrokenPipeError:
+        # `paijob-runtime env | head`: the reader left, which is not an error; stdout goes to
+        # /dev/null so the interpreter's final flush stays quiet.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":

@@ -340,3 +340,20 @@ def test_gpus_are_shared_out_by_cuda_visible_devices(tmp_path: Path, monkeypatch
                 for role, i in (("worker", 0), ("worker", 1), ("cpu", 0))}
         assert seen == {("worker", 0): "gpus=[4]", ("worker", 1): "gpus=[5]", ("cpu", 0): "gpus=[]"}
         assert detail["taskRoles"]["worker"]["taskStatuses"][1]["containerGpus"] == "5"
+
+
+def test_each_task_has_a_private_tmpdir_inside_its_job_folder(client: PaiClient, tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """Like a container's own /tmp: what a task leaves in TMPDIR (torch's caches, scratch files)
+    stays in the job's folder, not in the laptop's TMPDIR."""
+    shared_tmp = tmp_path / "laptop-tmp"
+    shared_tmp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(shared_tmp))
+    job_id = client.submit(job_yaml("tmp", ['echo "tmp=$TMPDIR"', 'mktemp -d "$TMPDIR/left.XXXX"'], instances=2))
+    assert wait(client, job_id)["jobStatus"]["state"] == "SUCCEEDED"
+    seen = [log_text(client, job_id, index=i, stream="stdout").split("tmp=")[1].splitlines()[0] for i in (0, 1)]
+    state = (tmp_path / "state").resolve()
+    assert seen[0] != seen[1]
+    for folder in seen:
+        assert Path(folder).resolve().is_relative_to(state) and any(Path(folder).glob("left.*"))
+    assert list(shared_tmp.iterdir()) == []

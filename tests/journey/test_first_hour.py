@@ -8,9 +8,11 @@ checkpoint in PAIJOB_OUTPUT_DIR.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -35,7 +37,13 @@ def home(tmp_path: Path) -> Iterator[dict[str, str]]:
     env["PAIJOB_LOCAL_STOP_GRACE"] = "2"
     (tmp_path / "home").mkdir()
     yield env
-    subprocess.run(["paijob", "local", "down"], env=env, capture_output=True, timeout=60)
+    try:
+        subprocess.run(["paijob", "local", "down"], env=env, capture_output=True, timeout=120)
+    finally:  # a slow or failed `local down` must not leave this HOME's server running
+        info = Path(env["HOME"]) / ".local/state/paijob/local/server.json"
+        if info.exists():
+            with contextlib.suppress(ValueError, KeyError, OSError):
+                os.kill(int(json.loads(info.read_text())["pid"]), signal.SIGKILL)
 
 
 def sh(command: str, cwd: Path, env: dict[str, str], timeout: float = 240) -> subprocess.CompletedProcess[str]:

@@ -129,3 +129,23 @@ def test_the_templates_local_rank_arg_value_reaches_paijob_runtime(style):
     ours, rest = split_train_argv(train, words[2:])
     assert rest == ["t.py"]
     assert parser.parse_args(["train", *ours]).local_rank_arg == style
+
+
+def test_env_into_a_closed_pipe_is_quiet():
+    """`paijob-runtime env | head -1`: the reader leaving early is no error and prints no traceback."""
+    import os
+    import subprocess
+    import sys
+
+    env = {"PAI_JOB_NAME": "u~j", "PAI_TASK_ROLE_LIST": "worker", "PAI_TASK_ROLE_TASK_COUNT_worker": "1",
+           "PAI_CURRENT_TASK_ROLE_NAME": "worker", "PAI_CURRENT_TASK_ROLE_CURRENT_TASK_INDEX": "0",
+           "PAI_HOST_IP_worker_0": "127.0.0.1", "PATH": "/usr/bin:/bin"}
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader is gone before the first write: every write fails with EPIPE
+    try:
+        done = subprocess.run([sys.executable, "-m", "paijob.runtime.cli", "env"], env=env, stdout=write_end,
+                              stderr=subprocess.PIPE, text=True, timeout=60)
+    finally:
+        os.close(write_end)
+    assert "Traceback" not in done.stderr and "BrokenPipe" not in done.stderr, done.stderr
+    assert done.returncode == 0
