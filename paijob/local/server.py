@@ -606,8 +606,9 @@ def create_app(cluster: LocalCluster, token: str, user: str | None = None) -> Fl
             return error(404, "NoTaskLogError", f"Log of task is not found: {pruned}." if pruned
                          else "Log of task is not found.")
         if request.args.get("tail-mode") == "true":
-            data = path.read_bytes()[-TAIL_BYTES:]
-            return Response(data, mimetype="text/plain")
+            with path.open("rb") as log:  # the tail only: a log can be larger than memory
+                log.seek(max(0, path.stat().st_size - TAIL_BYTES))
+                return Response(log.read(TAIL_BYTES), mimetype="text/plain")
         return send_file(path, mimetype="text/plain", conditional=True, max_age=0, etag=False)
 
     @logs.get("/<job_id>/<n:attempt>/<role>/<n:index>/<n:task_attempt>/<any(stdout,stderr,all):name>.times")

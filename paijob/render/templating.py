@@ -138,16 +138,17 @@ def _builtin_text(name: str) -> str:
     return (_builtin_dir() / name).read_text(encoding="utf-8")
 
 
-def _read_text(path: Path, what: str) -> str:
-    """A user's file as UTF-8 text; unreadable or non-UTF-8 files are one clear error."""
+def _read_text(path: Path, what: str, error_type: type[PaijobError] | None = None) -> str:
+    """A user's file as UTF-8 text; a missing, unreadable or non-UTF-8 file is one clear error."""
+    fail = error_type or TemplateError
     try:
         return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise fail(f"{what} {path} does not exist") from None
     except UnicodeDecodeError as error:
-        raise TemplateError(
-            f"{what} {path} is not UTF-8 text (byte {error.start}); save it as UTF-8"
-        ) from None
+        raise fail(f"{what} {path} is not UTF-8 text (byte {error.start}); save it as UTF-8") from None
     except OSError as error:
-        raise TemplateError(f"cannot read {what} {path}: {error.strerror or error}") from None
+        raise fail(f"cannot read {what} {path}: {error.strerror or error}") from None
 
 
 def builtin_names() -> list[str]:
@@ -238,17 +239,7 @@ def load_values_text(text: str, source: str) -> Values:
 
 
 def load_values_file(path: str | Path) -> Values:
-    file = Path(path)
-    try:
-        text = file.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ValuesError(f"values file {path} does not exist") from None
-    except UnicodeDecodeError as error:
-        raise ValuesError(
-            f"values file {path} is not UTF-8 text (byte {error.start}); save it as UTF-8"
-        ) from None
-    except OSError as error:
-        raise ValuesError(f"cannot read values file {path}: {error.strerror or error}") from None
+    text = _read_text(Path(path), "values file", ValuesError)
     return load_values_text(text, str(path))
 
 
