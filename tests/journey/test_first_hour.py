@@ -23,8 +23,11 @@ import pytest
 BIN = Path(sys.executable).parent
 PAIJOB = BIN / "paijob"
 
-pytestmark = pytest.mark.skipif(not PAIJOB.exists() or not (BIN / "paijob-runtime").exists(),
-                                reason="needs the paijob console scripts (pip install -e .)")
+pytestmark = [
+    pytest.mark.skipif(not PAIJOB.exists() or not (BIN / "paijob-runtime").exists(),
+                       reason="needs the paijob console scripts (pip install -e .)"),
+    pytest.mark.slow,  # about 30 s of real jobs: run by .ci/run's slow stage (`pytest -m slow`)
+]
 
 
 @pytest.fixture

@@ -52,6 +52,7 @@ pytestmark = [
     pytest.mark.skipif(sys.prefix == sys.base_prefix or not (BIN / "paijob").exists(),
                        reason="needs the venv with the paijob console scripts (the README's install command)"),
     pytest.mark.timeout(1200),
+    pytest.mark.slow,  # about 90 s: run by .ci/run's slow stage (`pytest -m slow`)
 ]
 
 

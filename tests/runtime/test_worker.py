@@ -50,7 +50,8 @@ def _start_pair(script: Path, tmp_path: Path, run: int) -> list[subprocess.Popen
     return procs
 
 
-@pytest.mark.timeout(900)  # 40 torch processes: about 2 minutes on 2 idle cores, more when busy
+@pytest.mark.slow  # 40 torch processes, about a minute: run by .ci/run's slow stage (`pytest -m slow`)
+@pytest.mark.timeout(900)  # about 2 minutes on 2 busy cores
 def test_a_finished_ddp_script_exits_0_every_time(tmp_path: Path):
     """torch's finalisation race made 1 in 10 such runs exit 134 here (plain ``python``)."""
     script = tmp_path / "ddp.py"
