@@ -1,0 +1,36 @@
+"""The whole suite's scratch space.
+
+TMPDIR points into one folder made for this run and removed when it ends, so what the processes under test
+leave in TMPDIR (torchrun's and multiprocessing's folders, the logs of a node a test kills with SIGKILL,
+which nothing can clean up) never piles up in the machine's /tmp. Tests that check what paijob leaves in
+TMPDIR give their processes a fresh TMPDIR of their own.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+
+import pytest
+
+_SCRATCH_VAR = "PAIJOB_TESTS_SCRATCH"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if os.environ.get(_SCRATCH_VAR):  # a pytest started by a test keeps its parent's folder
+        return
+    scratch = tempfile.mkdtemp(prefix="paijob-tests-")
+    os.environ[_SCRATCH_VAR] = scratch
+    os.environ["TMPDIR"] = scratch
+    tempfile.tempdir = None  # tempfile reads TMPDIR again
+    config.stash[_scratch_key] = scratch
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    scratch = config.stash.get(_scratch_key, None)
+    if scratch:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+_scratch_key = pytest.StashKey[str]()
