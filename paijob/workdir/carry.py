@@ -12,7 +12,9 @@ OpenPAI's rest-server joins a role's commands with newlines into one script
 * **real OpenPAI cluster**: the archive travels inside the job text, once,
   base64 in ``parameters.paijobWorkdir``; each role's first command reads it
   as ``<% $parameters.paijobWorkdir %>`` (the rest-server renders the tag into
-  each role's entrypoint) and unpacks it into ``/tmp/paijob-workdir``. The job
+  each role's entrypoint) and unpacks it into ``$TMPDIR/paijob-workdir`` (``/tmp`` when
+  TMPDIR is unset, as in a container; tasks sharing a machine, such as the local
+  cluster's, each have their own TMPDIR, so one task's unpacking never removes another's). The job
   text goes through express's ``bodyParser.text()`` whose default limit is
   100 kB (``config/express.js``): a job over it is refused here, naming the
   workdir's share. The job text is stored with the job and every user of the
@@ -35,7 +37,7 @@ from paijob.safefile import atomic_write
 from paijob.workdir.pack import Snapshot, human_size
 from paijob.workdir.rules import WorkdirError
 
-INLINE_DIR = "/tmp/paijob-workdir"
+INLINE_DIR = '"${TMPDIR:-/tmp}/paijob-workdir"'  # a shell word: quoted, with the default
 PARAMETER = "paijobWorkdir"
 
 
@@ -124,6 +126,6 @@ def ship(text: str, snap: Snapshot, state_dir: Path | None) -> tuple[str, list[s
         lines = [f"{snap.describe()}, stored in {path}"]
         return prepend_command(text, local_command(path)), lines + list(snap.left_out)
     shipped = embed(text, snap)
-    lines = [f"{snap.describe()}, carried in the job's parameters.{PARAMETER} (unpacked in {INLINE_DIR}; "
+    lines = [f"{snap.describe()}, carried in the job's parameters.{PARAMETER} (unpacked in $TMPDIR/paijob-workdir; "
              "readable by every user of the cluster)"]
     return shipped, lines + list(snap.left_out)
