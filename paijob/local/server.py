@@ -593,15 +593,23 @@ def create_app(cluster: LocalCluster, token: str, user: str | None = None) -> Fl
              "uri": f"{request.host_url.rstrip('/')}{base}/{name}?token={log_token(secret, f'{base}/{name}')}{tail}"}
             for name in ("stdout", "stderr", "all")]})
 
-    @logs.get("/<job_id>/<n:attempt>/<role>/<n:index>/<n:task_attempt>/<any(stdout,stderr,all):name>")
-    def log_content(job_id: str, attempt: int, role: str, index: int, task_attempt: int, name: str) -> Response:
+    def log_file(job_id: str, attempt: int, role: str, index: int, task_attempt: int,
+                 file_name: str) -> Path | Response | None:
+        """A task's log file inside the state dir's logs/ (None when there is none), or the job's 404."""
         job = find_job(job_id)
         if isinstance(job, Response):
             return job
-        role = _role_names(job["config"]).get(role, "")
-        path = cluster.log_dir(job_id, attempt, role, index, task_attempt) / name
-        root = (cluster.state_dir / "logs").resolve()
-        if root not in path.resolve().parents or not path.is_file():
+        path = cluster.log_dir(job_id, attempt, _role_names(job["config"]).get(role, ""), index,
+                               task_attempt) / file_name
+        inside = (cluster.state_dir / "logs").resolve() in path.resolve().parents
+        return path if inside and path.is_file() else None
+
+    @logs.get("/<job_id>/<n:attempt>/<role>/<n:index>/<n:task_attempt>/<any(stdout,stderr,all):name>")
+    def log_content(job_id: str, attempt: int, role: str, index: int, task_attempt: int, name: str) -> Response:
+        path = log_file(job_id, attempt, role, index, task_attempt, name)
+        if isinstance(path, Response):
+            return path
+        if path is None:
             pruned = pruned_note(cluster.state_dir, job_id)  # the code stays OpenPAI's; the message says why
             return error(404, "NoTaskLogError", f"Log of task is not found: {pruned}." if pruned
                          else "Log of task is not found.")
@@ -614,12 +622,10 @@ def create_app(cluster: LocalCluster, token: str, user: str | None = None) -> Fl
     @logs.get("/<job_id>/<n:attempt>/<role>/<n:index>/<n:task_attempt>/<any(stdout,stderr,all):name>.times")
     def log_times(job_id: str, attempt: int, role: str, index: int, task_attempt: int, name: str) -> Response:
         """paijob's own (not OpenPAI's): ``OFFSET UNIXTIME`` lines, when each chunk of the log was written."""
-        job = find_job(job_id)
-        if isinstance(job, Response):
-            return job
-        role = _role_names(job["config"]).get(role, "")
-        path = cluster.log_dir(job_id, attempt, role, index, task_attempt) / f"{name}.times"
-        if (cluster.state_dir / "logs").resolve() not in path.resolve().parents or not path.is_file():
+        path = log_file(job_id, attempt, role, index, task_attempt, f"{name}.times")
+        if isinstance(path, Response):
+            return path
+        if path is None:
             return error(404, "NoTaskLogError", "Log times of task are not found.")
         return send_file(path, mimetype="text/plain", conditional=True, max_age=0, etag=False)
 
