@@ -155,9 +155,10 @@ def ship_workdir(text: str, folder: str, cluster: str | Cluster | None, *, force
                  skip_unreadable: bool = False) -> tuple[str, list[str]]:
     """The job text that starts every task in a snapshot of ``folder``, and lines saying what was (not) shipped."""
     from paijob import workdir
+    from paijob.remote import profiles
 
     target = _target(cluster)
-    snap = workdir.snapshot(folder, force=force, skip_unreadable=skip_unreadable)
+    snap = workdir.snapshot(folder, force=force, skip_unreadable=skip_unreadable, guarded=[profiles.config_path()])
     if target.is_local:
         from paijob.local import service
 

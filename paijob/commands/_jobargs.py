@@ -18,7 +18,8 @@ def add_workdir_options(parser: argparse.ArgumentParser) -> None:
                             "paijob.yaml's workdir")
     group.add_argument("--force", action="store_true",
                        help="ship the workdir even when it is over the snapshot limits (100 MB unpacked, "
-                            "10,000 files)")
+                            "10,000 files) or a credentials folder such as ~/.config (secret-looking files and "
+                            "paijob's own profiles are still left out; what ships is listed)")
     group.add_argument("--skip-unreadable", action="store_true",
                        help="leave out (and list) workdir files paijob cannot read, instead of refusing")
 

@@ -4,9 +4,13 @@ A file is opened with ``O_NOFOLLOW | O_NONBLOCK`` and checked with ``fstat``
 before a byte is read: a file replaced by a FIFO or a link since the walk is
 refused, never waited on. A file whose size or modification time changes
 while it is read is an error naming it (the snapshot would not be what was
-on disk). Small files are also read for private-key and credential markers
-(``PRIVATE KEY-----``, a service account's ``"private_key"``): a key stored
-under an innocent name is left out and listed like a secret-looking name.
+on disk). Every file is read for private-key and credential markers
+(``PRIVATE KEY-----``, a service account's ``"private_key"``, an npm token),
+as they are and base64-encoded, before it is packed; files of any size are
+read in chunks (``KeySniffer``), a big one twice (sniffed, then packed). A key
+stored under an innocent name is left out and listed like a secret-looking
+name. Permission bits are kept (a 0600 file stays 0600 when unpacked);
+folders keep theirs with the owner's rwx added, so a task can always clean up.
 
 Sizes are what travels and what lands: ``tar_bytes`` (the archive before
 compression, headers included), ``compressed`` and ``unpacked_bytes`` (whole
@@ -17,6 +21,7 @@ the task's disk.
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import errno
 import gzip
@@ -25,6 +30,7 @@ import io
 import os
 import stat
 import tarfile
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -34,8 +40,43 @@ from paijob.workdir.rules import WorkdirError
 
 MAX_SNAPSHOT_BYTES = 100 * 1024 * 1024  # unpacked, on each task's disk
 MAX_SNAPSHOT_FILES = 10_000
-SNIFF_BYTES = 1024 * 1024  # files up to this size are checked for key material
-SECRET_MARKERS = (b"PRIVATE KEY-----", b'"private_key":', b"aws_secret_access_key", b"PRIVATE KEY BLOCK-----")
+CHUNK = 1024 * 1024  # files up to this size are read once, into memory; bigger ones are read twice
+SECRET_MARKERS = (b"PRIVATE KEY-----", b'"private_key":', b"aws_secret_access_key", b"PRIVATE KEY BLOCK-----",
+                  b":_authToken=")
+_SPACE = b" \t\r\n\v\f"
+
+
+def _base64_forms(marker: bytes) -> tuple[bytes, ...]:
+    """What ``marker`` looks like inside base64 text, at each of the three byte alignments."""
+    forms = []
+    for shift in range(3):
+        encoded = base64.b64encode(b"\0" * shift + marker)
+        forms.append(encoded[-(-shift * 8 // 6):(shift + len(marker)) * 8 // 6])
+    return tuple(forms)
+
+
+class KeySniffer:
+    """Finds key material in a stream of chunks, as text or base64 (line breaks anywhere), in constant memory."""
+
+    PLAIN = SECRET_MARKERS
+    ENCODED = tuple(form for marker in SECRET_MARKERS for form in _base64_forms(marker))
+
+    def __init__(self) -> None:
+        self.found = False
+        self._plain_tail = b""
+        self._encoded_tail = b""
+        self._keep = max(len(marker) for marker in self.PLAIN + self.ENCODED) - 1
+
+    def feed(self, chunk: bytes) -> bool:
+        """Look at the next chunk; True once a marker has been seen."""
+        if self.found:
+            return True
+        plain = self._plain_tail + chunk
+        encoded = self._encoded_tail + chunk.translate(None, _SPACE)
+        self.found = any(marker in plain for marker in self.PLAIN) or \
+            any(form in encoded for form in self.ENCODED)
+        self._plain_tail, self._encoded_tail = plain[-self._keep:], encoded[-self._keep:]
+        return self.found
 
 
 @dataclass(frozen=True)
@@ -123,11 +164,11 @@ class _Packer:
         info = tarfile.TarInfo(entry.rel)
         info.mtime, info.uid, info.gid, info.uname, info.gname = 0, 0, 0, "", ""
         if entry.kind == "dir":
-            info.type, info.mode = tarfile.DIRTYPE, 0o755
+            info.type, info.mode = tarfile.DIRTYPE, (entry.mode | 0o700) & 0o777
         elif entry.kind == "link":
             info.type, info.mode, info.linkname = tarfile.SYMTYPE, 0o777, entry.link
         else:
-            info.mode = 0o755 if entry.executable else 0o644
+            info.mode = entry.mode & 0o777  # no setuid, setgid or sticky bit from a workdir
         return info
 
     def add(self, entry: scan.Entry) -> None:
@@ -147,13 +188,18 @@ class _Packer:
             return
         with handle:
             info.size = before.st_size
-            if before.st_size <= SNIFF_BYTES:
-                data = handle.read(before.st_size + 1)
-                if not entry.named and any(marker in data for marker in SECRET_MARKERS):
-                    self.sniffed.append(f"{entry.rel} (holds a private key or credential)")
-                    return
-                body: BinaryIO = io.BytesIO(data)
-            else:
+            sniffer = KeySniffer()
+            data = handle.read(CHUNK + 1)
+            body: BinaryIO = io.BytesIO(data)
+            if not entry.named and not sniffer.feed(data) and len(data) > CHUNK:
+                for chunk in iter(lambda: handle.read(CHUNK), b""):  # a big file: sniff all of it first
+                    if sniffer.feed(chunk):
+                        break
+            if sniffer.found:
+                self.sniffed.append(f"{entry.rel} (holds a private key or credential)")
+                return
+            if len(data) > CHUNK:  # then pack it from the start
+                handle.seek(0)
                 body = handle
             try:
                 self.tar.addfile(info, body)
@@ -178,18 +224,24 @@ def check_limits(found: scan.Scan, limit: int) -> None:
 
 
 def snapshot(root: str | Path, *, force: bool = False, limit: int = MAX_SNAPSHOT_BYTES,
-             max_files: int = MAX_SNAPSHOT_FILES, skip_unreadable: bool = False) -> Snapshot:
+             max_files: int = MAX_SNAPSHOT_FILES, skip_unreadable: bool = False,
+             guarded: Iterable[Path] = ()) -> Snapshot:
     """Pack ``root`` as it is now; refuse more than ``limit`` bytes or ``max_files`` files unless ``force``.
 
-    The archive is deterministic (sorted names, zero mtimes and owners, fixed
-    modes), so the same tree gives the same digest.
+    ``guarded``: files that never ship (paijob's own profile store); a workdir
+    holding one, or a credential home, is refused unless ``force``, and then
+    the first line of ``left_out`` says so and lists what ships from it.
+    The archive is deterministic (sorted names, zero mtimes and owners, the
+    files' own permission bits), so the same tree gives the same digest.
     """
+    guarded = tuple(guarded)
     folder = Path(root).expanduser()
     if not folder.is_dir():
         raise WorkdirError(f"--workdir {root}: no such folder")
     folder = folder.resolve()
-    rules.refuse_root(folder)
-    found = scan.walk(folder, max_files=None if force else max_files, skip_unreadable=skip_unreadable)
+    forced = rules.refuse_root(folder, guarded=guarded, force=force)
+    found = scan.walk(folder, max_files=None if force else max_files, skip_unreadable=skip_unreadable,
+                      guarded=guarded)
     if not force:
         check_limits(found, limit)
     if not found.files and found.ignored:
@@ -206,6 +258,9 @@ def snapshot(root: str | Path, *, force: bool = False, limit: int = MAX_SNAPSHOT
     found.unreadable.extend(packer.unreadable)
     shipped = packer.shipped
     unpacked = scan.Scan(folder, shipped).unpacked_bytes
-    return Snapshot(folder, tuple(e.rel for e in shipped if e.kind == "file"), sum(e.size for e in shipped),
-                    buffer.getvalue(), tar_bytes, unpacked, left_out_lines(found, packer.sniffed))
-
+    files = tuple(e.rel for e in shipped if e.kind == "file")
+    left_out = left_out_lines(found, packer.sniffed)
+    if forced is not None:
+        left_out = (f"--force: --workdir {folder} {forced}; it ships {len(files)} file(s), readable by every "
+                    f"user of the cluster: {_listing(list(files), 20) or 'none'}", *left_out)
+    return Snapshot(folder, files, sum(e.size for e in shipped), buffer.getvalue(), tar_bytes, unpacked, left_out)

@@ -42,23 +42,29 @@ SECRET_PATTERNS = (
     ".env", ".env.*", "*.env", ".envrc",
     # credential files of common tools
     ".netrc", "_netrc", ".pypirc", ".git-credentials", ".npmrc", ".yarnrc", ".yarnrc.yml", ".pgpass",
-    ".my.cnf", ".boto", ".s3cfg", ".dockercfg", ".docker/config.json", ".vault-token", ".terraformrc",
+    ".my.cnf", ".boto", ".s3cfg", ".dockercfg", "**/.docker/config.json", ".vault-token", ".terraformrc",
     "terraform.rc", "*.tfstate", "*.tfstate.backup", ".htpasswd", "credentials", "credentials.json",
     "credentials.*.json", "client_secret*.json", "*service-account*.json", "*service_account*.json",
     "application_default_credentials.json", "secrets.yaml", "secrets.yml", "secrets.json", "secrets.toml",
     ".secrets",
+    # Hugging Face tokens: the old ~/.huggingface/token and the current $HF_HOME/token (~/.cache/huggingface)
+    "**/.huggingface/token", "**/huggingface/token", "**/huggingface/stored_tokens",
     # folders of credentials (ssh, cloud CLIs, kubernetes, gpg, pass)
-    ".ssh/", ".aws/", ".azure/", ".gcloud/", ".config/gcloud/", ".kube/", ".gnupg/", ".password-store/",
-    ".oci/", ".config/gh/",
+    ".ssh/", ".aws/", ".azure/", ".gcloud/", "**/.config/gcloud/", ".kube/", ".gnupg/", ".password-store/",
+    ".oci/", "**/.config/gh/",
+    # what ~/.config holds, seen from a workdir that is ~/.config itself (shipped only with --force)
+    "**/gcloud/credentials.db", "**/gcloud/access_tokens.db", "**/gcloud/legacy_credentials/", "**/gh/hosts.yml",
+    "**/git/credentials", "**/rclone/rclone.conf", "**/doctl/config.yaml",
     # kubeconfigs
     "kubeconfig", "kubeconfig.*", "*.kubeconfig",
     # private keys, keystores, certificates with keys
     "*.pem", "*.key", "*.p12", "*.pfx", "*.jks", "*.keystore", "*.ppk", "*.p8", "*.asc", "*.gpg",
     "id_rsa", "id_dsa", "id_ecdsa", "id_ed25519", "id_ecdsa_sk", "id_ed25519_sk", "*_rsa", "*_ed25519",
 )
-# A workdir that is (or sits inside) one of these folders is refused outright.
+# Credential homes: a workdir that is (or sits inside) one of these folders is refused unless --force.
 CREDENTIAL_FOLDERS = frozenset((".ssh", ".aws", ".azure", ".gcloud", ".kube", ".gnupg", ".password-store",
-                                ".docker", ".oci"))
+                                ".docker", ".oci", ".config", ".huggingface", ".terraform.d"))
+CREDENTIAL_SUBFOLDERS = frozenset(((".cache", "huggingface"), (".local", "share")))  # (parent, folder) pairs
 WILDCARDS = frozenset("*?[]\\")
 
 
@@ -195,16 +201,44 @@ def looks_secret(rel: str, is_dir: bool) -> bool:
     return bool(SECRETS.match_file(path))
 
 
-def refuse_root(folder: Path, home: str | None = None) -> None:
-    """Refuse a workdir that is, or holds, the home folder, or sits in a credentials folder."""
+def _credential_home(real: str) -> str | None:
+    """The credential home ``real`` is or sits in (``~/.aws``, ``~/.config``, ``~/.cache/huggingface``), if any."""
+    parts = Path(real).parts
+    for index, part in enumerate(parts):
+        if part in CREDENTIAL_FOLDERS or (index and (parts[index - 1], part) in CREDENTIAL_SUBFOLDERS):
+            return os.path.join(*parts[:index + 1])
+    return None
+
+
+def refuse_root(folder: Path, home: str | None = None, *, guarded: Iterable[Path] = (),
+                force: bool = False) -> str | None:
+    """Refuse a workdir that is or holds the home folder, is a credential home, or holds a ``guarded`` file.
+
+    The home folder is refused always. A credential home, or a folder holding
+    one of the ``guarded`` files (paijob's own profile store, with tokens), is
+    refused unless ``force``: then the reason is returned, for the user to be
+    told what ships from it (the guarded files themselves never do).
+    """
     home_dir = os.path.realpath(home if home is not None else os.path.expanduser("~"))
     real = os.path.realpath(folder)
     if home_dir == real or home_dir.startswith(real.rstrip("/") + "/"):
         what = "your home folder" if home_dir == real else f"a folder holding your home folder ({home_dir})"
         raise WorkdirError(f"--workdir {folder} is {what}; everything in it would be readable by every user of "
                            "the cluster: give the project's own folder")
-    parts = Path(real).parts
-    for index, part in enumerate(parts):
-        if part in CREDENTIAL_FOLDERS or (part == "gcloud" and index and parts[index - 1] == ".config"):
-            raise WorkdirError(f"--workdir {folder} is in a credentials folder ({os.path.join(*parts[:index + 1])});"
-                               " paijob does not ship credentials: use OpenPAI's `secrets` for what a job needs")
+    credential_home = _credential_home(real)
+    held = [str(path) for path in guarded if _inside(real, os.path.realpath(path)) and os.path.lexists(path)]
+    if credential_home is not None:
+        reason = f"is in a credentials folder ({credential_home})"
+    elif held:
+        reason = f"holds paijob's cluster profiles with their tokens ({held[0]})"
+    else:
+        return None
+    if not force:
+        raise WorkdirError(f"--workdir {folder} {reason}; paijob does not ship credentials: give the project's own "
+                           "folder and use OpenPAI's `secrets` for what a job needs (--force ships it anyway, "
+                           "secret-looking files left out)")
+    return reason
+
+
+def _inside(root: str, path: str) -> bool:
+    return path == root or path.startswith(root.rstrip("/") + "/")

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -33,7 +34,7 @@ class Entry:
     size: int = 0
     source: str = ""
     link: str = ""
-    executable: bool = False
+    mode: int = 0o644  # permission bits, kept in the archive (a 0600 file stays 0600)
     named: bool = False  # a .paijobignore names it exactly: shipped even if it looks secret
 
 
@@ -70,8 +71,9 @@ class _Folder:
 
 
 class _Walker:
-    def __init__(self, root: Path, max_files: int | None, skip_unreadable: bool) -> None:
+    def __init__(self, root: Path, max_files: int | None, skip_unreadable: bool, guarded: Iterable[Path]) -> None:
         self.root = root
+        self.guarded = frozenset(_identity(path) for path in guarded if os.path.exists(path))
         self.real_root = os.path.realpath(root)
         self.scan = Scan(root)
         self.max_files = max_files
@@ -128,11 +130,14 @@ class _Walker:
         if rules.looks_secret(rel, is_dir) and not here.is_named(rel) and not (is_dir and here.names_inside(rel)):
             self.scan.secrets.append(rel + ("/" if is_dir else ""))
             return None
+        if (st.st_dev, st.st_ino) in self.guarded:
+            self.scan.secrets.append(rel)
+            return None
         if is_dir:
-            self.add(Entry(rel, "dir"))
+            self.add(Entry(rel, "dir", mode=stat.S_IMODE(st.st_mode)))
             return _Folder(child.path, rel, here)
         if stat.S_ISREG(st.st_mode):
-            self.add(Entry(rel, "file", st.st_size, child.path, executable=bool(st.st_mode & stat.S_IXUSR),
+            self.add(Entry(rel, "file", st.st_size, child.path, mode=stat.S_IMODE(st.st_mode),
                            named=here.is_named(rel)))
             return None
         if stat.S_ISLNK(st.st_mode):
@@ -155,10 +160,12 @@ class _Walker:
         except OSError as error:
             self.unreadable(rel, error)
             return None
-        if stat.S_ISREG(st.st_mode):
-            self.add(Entry(rel, "file", st.st_size, target, executable=bool(st.st_mode & stat.S_IXUSR), named=True))
+        if (st.st_dev, st.st_ino) in self.guarded:
+            self.scan.secrets.append(rel)
+        elif stat.S_ISREG(st.st_mode):
+            self.add(Entry(rel, "file", st.st_size, target, mode=stat.S_IMODE(st.st_mode), named=True))
         elif stat.S_ISDIR(st.st_mode) and (st.st_dev, st.st_ino) not in self.seen_folders:
-            self.add(Entry(rel, "dir"))
+            self.add(Entry(rel, "dir", mode=stat.S_IMODE(st.st_mode)))
             return _Folder(target, rel, here)
         else:
             self.scan.special.append(f"{rel} -> {target} ({_kind(st.st_mode)})")
@@ -173,6 +180,11 @@ class _Walker:
                 f"not need in {self.root / rules.PAIJOBIGNORE} (gitignore syntax), or pass --force")
 
 
+def _identity(path: Path) -> tuple[int, int]:
+    st = os.stat(path)
+    return st.st_dev, st.st_ino
+
+
 def _kind(mode: int) -> str:
     for test, name in ((stat.S_ISFIFO, "FIFO"), (stat.S_ISSOCK, "socket"), (stat.S_ISCHR, "character device"),
                        (stat.S_ISBLK, "block device"), (stat.S_ISDIR, "folder"), (stat.S_ISREG, "file")):
@@ -181,6 +193,7 @@ def _kind(mode: int) -> str:
     return "special file"
 
 
-def walk(root: Path, *, max_files: int | None = None, skip_unreadable: bool = False) -> Scan:
-    """Everything under ``root`` that goes into a snapshot, and what was left out."""
-    return _Walker(root, max_files, skip_unreadable).run()
+def walk(root: Path, *, max_files: int | None = None, skip_unreadable: bool = False,
+         guarded: Iterable[Path] = ()) -> Scan:
+    """Everything under ``root`` that goes into a snapshot, and what was left out (``guarded`` files always)."""
+    return _Walker(root, max_files, skip_unreadable, guarded).run()

@@ -250,14 +250,6 @@ def test_the_examples_train_script_is_the_one_paijob_init_writes() -> None:
     assert (repo / "examples" / "train.py").read_text() == (repo / "paijob" / "scaffold" / "train.py").read_text()
 
 
-def test_an_executable_keeps_its_execute_bit_and_others_get_0644(tmp_path: Path) -> None:
-    make_tree(tmp_path, {"run.sh": "#!/bin/sh\n", "train.py": ""})
-    (tmp_path / "run.sh").chmod(0o700)
-    (tmp_path / "train.py").chmod(0o600)
-    with tarfile.open(fileobj=io.BytesIO(workdir.snapshot(tmp_path).archive)) as tar:
-        assert (tar.getmember("run.sh").mode, tar.getmember("train.py").mode) == (0o755, 0o644)
-
-
 def test_a_horovod_job_for_a_real_cluster_carries_the_snapshot_once(tmp_path: Path,
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     from paijob import api

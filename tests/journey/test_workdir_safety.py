@@ -26,7 +26,8 @@ SECRET_PATHS = [".env", ".env.production", "prod.env", ".envrc", ".netrc", ".pyp
                 "kubeconfig", "cluster.kubeconfig", ".docker/config.json", "certs/server.pem", "tls/server.key",
                 "keys/id_ed25519", "id_ecdsa", "credentials.json", "conf/client_secret_123.json",
                 "my-service-account.json", "store.p12", "infra/terraform.tfstate", ".vault-token", ".ENV",
-                "Credentials.JSON"]
+                "Credentials.JSON", ".huggingface/token", ".cache/huggingface/token", "hf/huggingface/stored_tokens",
+                "deploy/.docker/config.json", "tools/.config/gh/hosts.yml"]
 
 
 def make_tree(root: Path, files: dict[str, str]) -> Path:
@@ -69,6 +70,86 @@ def test_a_key_under_an_innocent_name_is_left_out_by_its_content(tmp_path: Path)
     snap = workdir.snapshot(tmp_path)
     assert snap.files == ("train.py",)
     assert any("notes.txt" in line and "gcp.json" in line for line in snap.left_out)
+
+
+def test_a_key_inside_a_big_file_is_found(tmp_path: Path) -> None:
+    filler = ("x" * 99 + "\n").encode() * 30_000  # 3 MB of text, the key in the middle, across a read chunk
+    key = b"-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXk=\n-----END OPENSSH PRIVATE KEY-----\n"
+    cut = workdir.pack.CHUNK * 2 - 10
+    (tmp_path / "train.py").write_text("")
+    (tmp_path / "notes.txt").write_bytes(filler[:cut] + key + filler[cut:])
+    snap = workdir.snapshot(tmp_path)
+    assert snap.files == ("train.py",) and b"OPENSSH" not in all_bytes(snap)
+    assert any("notes.txt (holds a private key" in line for line in snap.left_out)
+
+
+@pytest.mark.parametrize("wrap", [0, 76, 64])
+def test_a_base64_encoded_key_file_is_found(tmp_path: Path, wrap: int) -> None:
+    pem = b"-----BEGIN RSA PRIVATE KEY-----\nMIIEpAIBAAKCAQEA\n-----END RSA PRIVATE KEY-----\n"
+    for lead in range(3):  # every alignment of the marker inside the base64 text
+        encoded = base64.b64encode(b"#" * lead + pem).decode()
+        if wrap:
+            encoded = "\n".join(encoded[i:i + wrap] for i in range(0, len(encoded), wrap))
+        (tmp_path / f"key{lead}.b64").write_text(encoded + "\n")
+    (tmp_path / "train.py").write_text("print(1)\n")
+    (tmp_path / "data.b64").write_text(base64.b64encode(os.urandom(3000)).decode())
+    snap = workdir.snapshot(tmp_path)
+    assert snap.files == ("data.b64", "train.py")
+
+
+def test_an_npm_token_under_another_name_is_found(tmp_path: Path) -> None:
+    make_tree(tmp_path, {"train.py": "", "npm.conf": "//registry.npmjs.org/:_authToken=npm_abc123\n"})
+    assert workdir.snapshot(tmp_path).files == ("train.py",)
+
+
+def test_file_modes_survive_in_the_archive(tmp_path: Path) -> None:
+    make_tree(tmp_path, {"secret-ish.txt": "x", "run.sh": "echo", "plain.txt": "", "priv/x.txt": ""})
+    (tmp_path / "secret-ish.txt").chmod(0o600)
+    (tmp_path / "run.sh").chmod(0o750)
+    (tmp_path / "plain.txt").chmod(0o4644)  # setuid never travels
+    (tmp_path / "priv").chmod(0o500)  # a folder keeps its bits, plus the owner's rwx
+    try:
+        found = members(workdir.snapshot(tmp_path))
+    finally:
+        (tmp_path / "priv").chmod(0o700)
+    modes = {name: oct(member.mode) for name, member in found.items()}
+    assert modes["secret-ish.txt"] == "0o600" and modes["run.sh"] == "0o750" and modes["plain.txt"] == "0o644"
+    assert modes["priv"] == "0o700"
+
+
+def test_a_folder_holding_the_profile_store_or_a_credential_home_is_refused_unless_forced(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    home = tmp_path / "home"
+    monkeypatch.setenv("HOME", str(home))
+    config = make_tree(home / ".config", {"paijob/clusters.yaml": "clusters: {lab: {token: eyJSECRET}}\n",
+                                          "gh/hosts.yml": "github.com:\n  oauth_token: gho_SECRET\n",
+                                          "app/settings.ini": "theme = dark\n"})
+    store = config / "paijob" / "clusters.yaml"
+    with pytest.raises(workdir.WorkdirError, match=r"credentials folder .*\.config.*--force"):
+        workdir.snapshot(config, guarded=[store])
+    elsewhere = make_tree(tmp_path / "xdg", {"paijob/clusters.yaml": "token: eyJSECRET\n", "notes.txt": ""})
+    with pytest.raises(workdir.WorkdirError, match="holds paijob's cluster profiles"):
+        workdir.snapshot(elsewhere, guarded=[elsewhere / "paijob" / "clusters.yaml"])
+    snap = workdir.snapshot(config, guarded=[store], force=True)
+    assert snap.files == ("app/settings.ini",) and b"SECRET" not in all_bytes(snap)
+    assert snap.left_out[0].startswith("--force: ") and "ships 1 file(s)" in snap.left_out[0]
+    assert "app/settings.ini" in snap.left_out[0]
+
+
+def test_submit_with_workdir_holding_the_profile_store_is_refused(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "cfg"))
+    monkeypatch.setenv("PAIJOB_LOCAL_STATE_DIR", str(tmp_path / "state"))
+    make_tree(tmp_path / "cfg", {"paijob/clusters.yaml": "clusters: {}\n", "train.py": ""})
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(workdir.WorkdirError, match="holds paijob's cluster profiles"):
+        api.prepare(api.JobRequest("ddp", sets=[("set", "script=train.py")], workdir=str(tmp_path / "cfg"),
+                                   cluster="local"))
+    job = api.prepare(api.JobRequest("ddp", sets=[("set", "script=train.py")], workdir=str(tmp_path / "cfg"),
+                                     cluster="local", force=True))
+    forced = [note for note in job.notes if note.startswith("--force: ")]
+    assert len(forced) == 1 and forced[0].endswith("user of the cluster: train.py")
 
 
 def test_a_secret_named_exactly_in_paijobignore_is_shipped(tmp_path: Path) -> None:
