@@ -65,7 +65,8 @@ BODY_LIMIT = 100 * 1024
 CORS_METHODS = "GET,HEAD,PUT,PATCH,POST,DELETE"
 # ids in paths are stored as SQLite integers; anything beyond is no attempt or task of any job
 MAX_ID = 2**31 - 1
-# frameworkcontroller's completion type name: 0 succeeded, every other code (-210, -220 included) failed
+# the one write the portal's pages make (the stop button): the only write its session cookie may do
+PORTAL_WRITES = frozenset({"api.execution_type"})
 
 
 class BoundedIntConverter(BaseConverter):
@@ -354,6 +355,8 @@ def create_app(cluster: LocalCluster, token: str, user: str | None = None) -> Fl
     @app.after_request
     def _cors(response: Response) -> Response:
         response.headers["Access-Control-Allow-Origin"] = "*"
+        # a log or a JSON answer holds what a job printed: never let a browser sniff it into HTML
+        response.headers["X-Content-Type-Options"] = "nosniff"
         return response
 
     def too_large() -> Response:
@@ -367,7 +370,7 @@ def create_app(cluster: LocalCluster, token: str, user: str | None = None) -> Fl
         """token.js ``check``: ``Bearer <token>`` (any case), or ``Basic`` user:token as an application token."""
         header = request.headers.get("Authorization")
         if not header and portal.has_session_cookie():  # the portal's pages: session cookie, CSRF-checked
-            return portal.authorise_session()
+            return portal.authorise_session(portal_write=request.endpoint in PORTAL_WRITES)
         if not header:
             return error(401, "UnauthorizedUserError",
                          "Guest is not allowed to do this operation (send the local cluster's token: "
@@ -673,6 +676,7 @@ class LocalServer:
         self.server: BaseWSGIServer = make_server(host, port, self.app, threaded=True)
         self.port = self.server.server_port
         self.url = f"http://{host}:{self.port}"
+        self.app.config[portal.ORIGIN] = self.url  # the portal's pages come from here, whatever Host says
         self._thread: threading.Thread | None = None
 
     def start(self) -> LocalServer:

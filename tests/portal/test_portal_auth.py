@@ -130,6 +130,55 @@ def test_a_write_from_the_portal_page_stops_the_job(server: LocalServer, client:
     assert client.wait(job_id, poll=0.1, timeout=30)["jobStatus"]["state"] == "STOPPED"
 
 
+PORTAL_HEADERS = {"Sec-Fetch-Site": "same-origin", CSRF_HEADER: "1"}  # what the portal's own fetch sends
+
+
+def test_the_cookie_cannot_submit_a_job_or_write_anything_but_a_stop(server: LocalServer, client: PaiClient) -> None:
+    """A leaked cookie (another local user's page on 127.0.0.1 receives it) must not run commands as you."""
+    job_id = client.submit(job_yaml("auth-least", ["echo hi"]))
+    browser = log_in(server)
+    headers = {"Origin": server.url, **PORTAL_HEADERS}
+    submit = browser.post(f"{server.url}{API}/jobs", data=job_yaml("auth-cookie-job", ["touch pwned"]),
+                          headers={"Content-Type": "text/yaml", **headers})
+    assert submit.status_code == 403, submit.text
+    assert "only reads jobs and stops them" in submit.json()["message"] and "token" in submit.json()["message"]
+    tag = browser.put(f"{server.url}{API}/jobs/{job_id}/tag", json={"value": "x"}, headers=headers)
+    assert tag.status_code == 403
+    assert [j["name"] for j in client.list_jobs()].count("auth-cookie-job") == 0
+    assert client.get_job(job_id)["tags"] == []
+
+
+def test_origin_is_compared_with_the_servers_own_address_not_the_host_header(
+        server: LocalServer, client: PaiClient) -> None:
+    job_id = client.submit(job_yaml("auth-host", ["sleep 30"]))
+    cookie = log_in(server).cookies[cookie_name(server)]
+    forged = requests.put(f"{server.url}{API}/jobs/{job_id}/executionType", json={"value": "STOP"}, timeout=10,
+                          headers={"Host": "evil", "Origin": "http://evil",  # requests' jar would keep it for Host
+                                   "Cookie": f"{cookie_name(server)}={cookie}", **PORTAL_HEADERS})
+    assert forged.status_code == 403, forged.text
+    assert client.get_job(job_id)["jobStatus"]["executionType"] == "START"
+    client.stop(job_id)
+
+
+def test_every_answer_says_nosniff_and_logs_stay_plain_text(server: LocalServer, client: PaiClient) -> None:
+    job_id = client.submit(job_yaml("auth-sniff", ["echo '<html><script>alert(1)</script>'"]))
+    client.wait(job_id, poll=0.1, timeout=30)
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    detail = requests.get(f"{server.url}{API}/jobs/{job_id}", headers=auth, timeout=10)
+    task = detail.json()["taskRoles"]["trainer"]["taskStatuses"][0]
+    locations = requests.get(f"{server.url}/rest-server{task['containerLog']}", headers=auth, timeout=10)
+    (stdout,) = [loc["uri"] for loc in locations.json()["locations"] if loc["name"] == "stdout"]
+    log = requests.get(stdout, timeout=10)
+    answers = [detail, locations, log, requests.get(stdout + "&tail-mode=true", timeout=10),
+               requests.get(f"{server.url}{API}/jobs", timeout=10),  # 401
+               requests.get(f"{server.url}{API}/nothing-here", headers=auth, timeout=10),  # 404
+               requests.get(f"{server.url}/", timeout=10)]
+    for answer in answers:
+        assert answer.headers.get("X-Content-Type-Options") == "nosniff", (answer.url, answer.status_code)
+    assert log.headers["Content-Type"].startswith("text/plain") and "<script>" in log.text
+    assert answers[3].headers["Content-Type"].startswith("text/plain")
+
+
 def test_a_read_from_another_origin_is_refused_even_with_the_cookie(server: LocalServer) -> None:
     browser = log_in(server)
     other = browser.get(f"{server.url}{API}/jobs", headers={"Origin": "http://127.0.0.1:1"})

@@ -3,11 +3,17 @@
 The pages are static files; everything they show comes from the REST API
 (``/rest-server/api/v2``), which accepts the session cookie as well as the
 bearer token through ``authorise_session``, called by the server's auth check.
+
+The cookie grants what the portal does and nothing more: it reads, and it
+stops a job (the server names that one write). Anything else, a submit above
+all (a job runs commands as the cluster's user), needs the bearer token, so a
+cookie that leaks (127.0.0.1 cookies reach every port, README) cannot run code.
 A request with the cookie is refused unless the browser says it comes from the
-portal itself (``Sec-Fetch-Site``, ``Origin``), and a write (any method but
-GET/HEAD) also needs the ``X-Paijob-Portal`` header, which a cross-site form or
-image cannot send: SameSite=Strict alone does not cover another port of
-127.0.0.1, which browsers count as the same site.
+portal itself (``Sec-Fetch-Site``, ``Origin`` compared with the address the
+server is bound to, never with the request's own ``Host``, which the sender
+chooses), and a write also needs the ``X-Paijob-Portal`` header, which a
+cross-site form or image cannot send: SameSite=Strict alone does not cover
+another port of 127.0.0.1, which browsers count as the same site.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from paijob.local.portal.sessions import (
 
 STATIC = Path(__file__).with_name("static")
 EXTENSION = "paijob.portal"
+ORIGIN = "PORTAL_ORIGIN"  # app.config key: the server's own http://host:port, set once it is bound
 SAFE_METHODS = ("GET", "HEAD")
 # Scripts only from this server's files: no inline script, no eval, nothing from elsewhere.
 CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; "
@@ -65,7 +72,8 @@ def _from_this_portal() -> bool:
     origin = request.headers.get("Origin")
     if origin is None:
         return request.method in SAFE_METHODS  # browsers always send Origin on writes
-    return origin == request.host_url.rstrip("/")
+    own = current_app.config.get(ORIGIN)  # None: not served from a bound socket, no origin matches
+    return own is not None and origin == own
 
 
 def _csrf_problem() -> Response | None:
@@ -82,10 +90,15 @@ def has_session_cookie() -> bool:
     return cookie_name() in request.cookies
 
 
-def authorise_session() -> Response | None:
+def authorise_session(portal_write: bool) -> Response | None:
     """The server's auth check for a request with the session cookie (and no bearer token):
     None when the session is live and the request comes from the portal (``g.user`` set), else
-    the error to send."""
+    the error to send. ``portal_write``: the request is one of the writes the portal makes (a stop);
+    any other write is refused whatever the session."""
+    if request.method not in SAFE_METHODS and not portal_write:
+        return _error(403, "ForbiddenUserError",
+                      f"The portal session only reads jobs and stops them: {request.method} {request.path} "
+                      "needs the local cluster's token (`paijob ... -c local` sends it).")
     problem = _csrf_problem()
     if problem is not None:
         return problem
@@ -154,4 +167,5 @@ def blueprint() -> Blueprint:
 def install(app: Flask) -> None:
     """Serve the portal from ``app`` (its sessions live as long as the app)."""
     app.extensions[EXTENSION] = Sessions()
+    app.config.setdefault(ORIGIN, None)
     app.register_blueprint(blueprint())
