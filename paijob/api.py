@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 
     from paijob import project as project_config
     from paijob.local.prune import PruneReport
-    from paijob.outputs import CopyReport
+    from paijob.outputs import CopyPlan, CopyReport
     from paijob.remote.client import PaiClient
     from paijob.remote.logs import LogFollower
     from paijob.remote.profiles import Cluster
@@ -250,8 +250,14 @@ def output_location(cluster_name: str, job_id: str) -> str | None:
     return str(local_output_dir(service.state_dir(), job_id))
 
 
-def copy_output(source: str, dest: str | Path, cluster: str | None = None) -> CopyReport:
-    """``paijob cp JOB:PATH DEST``: copy a file or folder out of a job's output folder (what landed where)."""
+def copy_output(source: str, dest: str | Path, cluster: str | None = None, *, force: bool = False,
+                on_plan: Callable[[CopyPlan], None] | None = None) -> CopyReport:
+    """``paijob cp JOB:PATH DEST``: copy a file or folder out of a job's output folder (what landed where).
+
+    ``on_plan`` sees the checked, measured copy before a byte is written (the
+    CLI previews a big one); ``force`` replaces existing files and skips the
+    free-space check.
+    """
     from paijob import outputs
     from paijob.local import service
 
@@ -267,7 +273,10 @@ def copy_output(source: str, dest: str | Path, cluster: str | None = None) -> Co
 
         job = f"{local_user()}~{job}"
     root = outputs.local_output_dir(service.state_dir(), job)
-    return outputs.copy_out(root, path, Path(dest), job)
+    copy_plan = outputs.plan(root, path, Path(dest), job, force=force)
+    if on_plan is not None:
+        on_plan(copy_plan)
+    return outputs.copy(copy_plan, job, path)
 
 
 # --------------------------------------------------------------------------- logs

@@ -21,10 +21,21 @@ The folder was written by the job, which is untrusted code, so the copy is
 * copies get the mode ``cp`` gives a new file: ``0666`` (``0777`` when the
   source is executable) less the user's umask; the local cluster's own
   ``0600`` (it runs with umask 077) is not carried over;
+* a source keeps the name it was given: ``JOB:latest dest/`` writes
+  ``dest/latest`` even when ``latest`` is a link (the job does not choose
+  which of the user's files is written);
+* an existing file in DEST is never replaced unless DEST names that file
+  (``JOB:a.pt dest/a.pt``) or ``force``: ``plan`` lists them and refuses, and
+  a file that appears meanwhile is kept (the copy is linked in, never
+  renamed over it);
+* holes stay holes: only the source's data (``SEEK_DATA``) and no run of
+  zeros is written, so a 5 GB sparse file costs what it holds; ``plan``
+  measures the total first (for a preview above ``PREVIEW_BYTES``) and
+  refuses what would not fit in DEST's free space;
 * the JOB part must be a job id (``NAME`` or ``USER~NAME``), and PATH may not
   climb out with ``..``.
 
-Pure apart from ``copy_out``; nothing here imports the client.
+``plan`` only reads; ``copy`` writes; nothing here imports the client.
 """
 
 from __future__ import annotations
@@ -40,10 +51,26 @@ from paijob.openpai.names import NAME_PATTERN, js_match
 
 OUTPUT_ENV = "PAIJOB_OUTPUT_DIR"
 CHUNK = 1 << 20
+PREVIEW_BYTES = 100 * 1024 * 1024  # a copy bigger than this is announced with its size before it starts
 
 
 class OutputError(PaijobError):
     """A ``paijob cp`` source or destination that cannot be used as given."""
+
+
+@dataclass(frozen=True)
+class CopyPlan:
+    """One copy, checked and measured before a byte is written (``plan``); ``copy`` carries it out."""
+
+    real_root: str  # the job's output folder, links resolved
+    source: str  # what is copied, links resolved
+    target: Path  # where it lands
+    is_dir: bool
+    overwrite: bool  # existing files in the way may be replaced (--force, or DEST names the file)
+    files: int = 0
+    size: int = 0  # bytes as ``ls -l`` counts them
+    data: int = 0  # bytes that hold data, what the copy writes (holes excluded)
+    existing: tuple[str, ...] = ()  # destination paths that would be replaced
 
 
 @dataclass
@@ -118,12 +145,46 @@ def _lstat(path: Path) -> os.stat_result | None:
         return None
 
 
+def _copy_data(reader: int, writer: int, size: int) -> None:
+    """Copy ``size`` bytes, writing only data: the source's holes (``SEEK_DATA``) and runs of zeros stay holes."""
+    seek_data, seek_hole = getattr(os, "SEEK_DATA", None), getattr(os, "SEEK_HOLE", None)
+    offset = 0
+    while offset < size:
+        start, end = offset, size
+        if seek_data is not None and seek_hole is not None:
+            try:
+                start = os.lseek(reader, offset, seek_data)
+                end = min(os.lseek(reader, start, seek_hole), size)
+            except OSError as error:
+                if error.errno == errno.ENXIO:  # nothing but a hole up to the end
+                    break
+                if error.errno != errno.EINVAL:  # EINVAL: no SEEK_DATA on this filesystem, read it all
+                    raise
+                start, end = offset, size
+        position = start
+        while position < end:
+            chunk = os.pread(reader, min(CHUNK, end - position), position)
+            if not chunk:  # the file shrank: the size check after the copy says so
+                break
+            if chunk.count(0) != len(chunk):
+                os.pwrite(writer, chunk, position)
+            position += len(chunk)
+        offset = end
+    os.ftruncate(writer, size)
+
+
+def _data_bytes(found: os.stat_result) -> int:
+    """What a file's copy takes on disk: its allocated blocks (a sparse file's holes cost nothing)."""
+    return min(found.st_size, found.st_blocks * 512)
+
+
 class _Copier:
     """One copy: the output folder's real path, the report, the umask."""
 
-    def __init__(self, real_root: str, report: CopyReport) -> None:
+    def __init__(self, real_root: str, report: CopyReport, overwrite: bool) -> None:
         self.real_root = real_root
         self.report = report
+        self.overwrite = overwrite
         self.umask = _umask()
 
     def shown(self, source: str) -> str:
@@ -148,19 +209,36 @@ class _Copier:
             mode = 0o777 if before.st_mode & stat.S_IXUSR else 0o666
             temp = target.parent / f".{target.name}.paijob-cp.{os.getpid()}"
             try:
-                with open(os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, mode), "wb") as writer:
-                    for chunk in iter(lambda: reader.read(CHUNK), b""):
-                        writer.write(chunk)
+                writer = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, mode)
+                try:
+                    _copy_data(reader.fileno(), writer, before.st_size)
+                finally:
+                    os.close(writer)
                 after = os.fstat(reader.fileno())
                 if (before.st_size, before.st_mtime_ns) != (after.st_size, after.st_mtime_ns):
-                    temp.unlink()
                     self.report.skip(self.shown(source), "changed while copying, not copied: copy it again")
                     return
-                os.replace(temp, target)
-            except BaseException:
+                if not self.land(temp, target):
+                    self.report.skip(self.shown(source), f"{target} exists, kept (--force replaces it)")
+                    return
+            finally:
                 temp.unlink(missing_ok=True)
-                raise
         self.report.files += 1
+
+    def land(self, temp: Path, target: Path) -> bool:
+        """Put the finished copy at ``target``; False when a file is there and may not be replaced."""
+        if self.overwrite:
+            os.replace(temp, target)
+            return True
+        try:
+            os.link(temp, target)  # atomic, and never over a file that appeared since the plan
+        except FileExistsError:
+            return False
+        except OSError:  # a filesystem without hard links
+            if os.path.lexists(target):
+                return False
+            os.replace(temp, target)
+        return True
 
     def copy_link(self, source: str, target: Path) -> None:
         """Recreate a link whose target stays in the output folder as a relative link; list the others."""
@@ -183,16 +261,22 @@ class _Copier:
         if existing is not None and not stat.S_ISLNK(existing.st_mode):
             self.report.skip(shown, f"{target} is {_describe(existing.st_mode)} in the way")
             return
+        if existing is not None and not self.overwrite:
+            self.report.skip(shown, f"{target} exists, kept (--force replaces it)")
+            return
         if existing is not None:
             target.unlink()
         os.symlink(link, target)
         self.report.files += 1
 
     def place(self, source: str, target: Path) -> bool:
-        """True when ``target`` may take a file: absent or a regular file (never a link, folder or FIFO)."""
+        """True when ``target`` may take a file: absent, or a regular file that may be replaced."""
         existing = _lstat(target)
-        if existing is None or stat.S_ISREG(existing.st_mode):
+        if existing is None or (stat.S_ISREG(existing.st_mode) and self.overwrite):
             return True
+        if stat.S_ISREG(existing.st_mode):
+            self.report.skip(self.shown(source), f"{target} exists, kept (--force replaces it)")
+            return False
         self.report.skip(self.shown(source), f"{target} is {_describe(existing.st_mode)} in the way")
         return False
 
@@ -288,23 +372,98 @@ def _source(root: Path, path: str, job: str) -> tuple[str, os.stat_result]:
         raise OutputError(f"{job}:{path}: cannot be copied ({why})") from None
 
 
-def copy_out(root: Path, path: str, dest: Path, job: str) -> CopyReport:
-    """Copy ``root/path`` (a file or a folder) to ``dest`` like ``cp -r``, carefully; see the module docstring."""
+def _measure(source: str, target: Path) -> tuple[int, int, int, list[str]]:
+    """Files, bytes, data bytes under folder ``source``, and what already exists where they would land."""
+    files = size = data = 0
+    existing: list[str] = []
+    stack = [(source, target)]
+    while stack:
+        folder, into = stack.pop()
+        try:
+            with os.scandir(folder) as listing:
+                children = list(listing)
+        except OSError:  # vanished or unreadable: the copy lists it
+            continue
+        for child in children:
+            try:
+                found = child.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            landing = into / child.name
+            there = _lstat(landing)
+            if stat.S_ISDIR(found.st_mode):
+                if there is None or stat.S_ISDIR(there.st_mode):
+                    stack.append((child.path, landing))
+                continue
+            if stat.S_ISREG(found.st_mode):
+                files, size, data = files + 1, size + found.st_size, data + _data_bytes(found)
+            if there is not None and (stat.S_ISREG(there.st_mode) or stat.S_ISLNK(there.st_mode)) and \
+                    (stat.S_ISREG(found.st_mode) or stat.S_ISLNK(found.st_mode)):
+                existing.append(str(landing))
+    return files, size, data, sorted(existing)
+
+
+def _free_bytes(target: Path) -> int | None:
+    folder = target if target.is_dir() else target.parent
+    try:
+        found = os.statvfs(folder)
+    except OSError:
+        return None
+    return found.f_bavail * found.f_frsize
+
+
+def plan(root: Path, path: str, dest: Path, job: str, *, force: bool = False) -> CopyPlan:
+    """Check and measure the copy of ``root/path`` to ``dest`` without writing anything.
+
+    Refuses (unless ``force``) to replace existing files DEST does not name,
+    and what would not fit in DEST's free space.
+    """
+    from paijob.workdir.pack import human_size
+
     source, found = _source(root, path, job)
     is_dir = stat.S_ISDIR(found.st_mode)
     if not is_dir and not stat.S_ISREG(found.st_mode):
         raise OutputError(f"{job}:{path} is {_describe(found.st_mode)}; only files and folders are copied")
-    contents = not _parts(path)
-    target = destination(dest, Path(source).name, is_dir=is_dir, contents=contents)
+    parts = _parts(path)
+    name = parts[-1] if parts else Path(source).name  # the name given, not a link's target's
+    target = destination(dest, name, is_dir=is_dir, contents=not parts)
     _check_landing(target, is_dir)
     if is_dir and _inside(source, os.path.realpath(target)):
         raise OutputError(f"DEST {dest} is inside {job}:{path or '.'}; a folder cannot be copied into itself")
-    report = CopyReport(target)
-    copier = _Copier(os.path.realpath(root), report)
     if is_dir:
-        copier.copy_tree(source, target)
+        files, size, data, existing = _measure(source, target)
     else:
-        copier.copy_file(source, target)
+        files, size, data = 1, found.st_size, _data_bytes(found)
+        existing = [str(target)] if _lstat(target) is not None else []
+    named = not is_dir and target == dest  # DEST names the file: replacing it is what was asked
+    copy_plan = CopyPlan(os.path.realpath(root), source, target, is_dir, force or named, files, size, data,
+                         tuple(existing))
+    if existing and not copy_plan.overwrite:
+        shown = ", ".join(existing[:5]) + (f" and {len(existing) - 5} more" if len(existing) > 5 else "")
+        raise OutputError(f"{job}:{path or '.'}: {len(existing)} file(s) already in DEST would be replaced "
+                          f"({shown}); paijob cp never overwrites: pass --force, name the target file, or copy "
+                          "to a new folder")
+    free = _free_bytes(target)
+    if free is not None and data > free and not force:
+        raise OutputError(f"{job}:{path or '.'} holds {human_size(data)} of data ({files} file(s)), more than the "
+                          f"{human_size(free)} free where {target} is: make room or copy a part (--force tries "
+                          "anyway)")
+    return copy_plan
+
+
+def copy(copy_plan: CopyPlan, job: str, path: str) -> CopyReport:
+    """Carry out a ``plan``: copy the file or folder like ``cp -r``, carefully; see the module docstring."""
+    report = CopyReport(copy_plan.target)
+    copier = _Copier(copy_plan.real_root, report, copy_plan.overwrite)
+    if copy_plan.is_dir:
+        copier.copy_tree(copy_plan.source, copy_plan.target)
+    else:
+        copier.copy_file(copy_plan.source, copy_plan.target)
         if report.skipped:
             raise OutputError(f"{job}:{path}: {report.skipped[0]}")
     return report
+
+
+def copy_out(root: Path, path: str, dest: Path, job: str, *, force: bool = False) -> CopyReport:
+    """``plan`` then ``copy``: ``root/path`` (a file or a folder) to ``dest``."""
+    return copy(plan(root, path, dest, job, force=force), job, path)

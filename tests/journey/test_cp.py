@@ -178,12 +178,13 @@ class Listed(list):  # type: ignore[type-arg]
 
 def test_a_file_that_vanishes_or_changes_mid_copy_is_listed(out: Path, dest: Path,
                                                             monkeypatch: pytest.MonkeyPatch) -> None:
-    real_scandir = os.scandir
+    real_scandir, listings = os.scandir, []
 
-    def rotating(path: str) -> Listed:  # the job rotates checkpoints between the listing and the copy
+    def rotating(path: str) -> Listed:  # the job rotates checkpoints between the copy's listing and its reads
         with real_scandir(path) as listing:
             entries = list(listing)
-        if Path(path).name == "ckpt":
+        listings.append(Path(path).name)
+        if listings.count("ckpt") == 2:  # the first listing measured the copy (plan), the second one copies
             (out / "ckpt" / "epoch-1.pt").unlink(missing_ok=True)
             with open(out / "ckpt" / "epoch-2.pt", "a") as grow:
                 grow.write("more")
@@ -245,3 +246,77 @@ def test_cp_cli_lists_what_it_skipped_and_refuses_a_bad_job_in_one_line(out: Pat
     assert cli.main(["cp", "me~job/../../..:etc/passwd", str(dest), "-c", "local"]) == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and "not a job id" in err and "Traceback" not in err
+
+
+def test_a_link_copied_by_name_keeps_its_own_name(out: Path, dest: Path) -> None:
+    (out / "ok.txt").write_text("the job's")
+    (out / "inner_link").symlink_to("ok.txt")
+    (dest / "ok.txt").write_text("mine")
+    report = outputs.copy_out(out, "inner_link", dest, "j")
+    assert report.target == dest / "inner_link" and (dest / "inner_link").read_text() == "the job's"
+    assert (dest / "ok.txt").read_text() == "mine"
+
+
+def test_an_existing_file_is_replaced_only_with_force_or_when_named(out: Path, dest: Path) -> None:
+    (dest / "result.json").write_text("mine")
+    with pytest.raises(outputs.OutputError, match=r"1 file\(s\) already in DEST .*result\.json.*never overwrites"):
+        outputs.copy_out(out, "result.json", dest, "j")
+    make_tree(dest, {"ckpt/epoch-2.pt": "my own"})
+    with pytest.raises(outputs.OutputError, match=r"ckpt/epoch-2\.pt"):
+        outputs.copy_out(out, "ckpt", dest, "j")
+    with pytest.raises(outputs.OutputError, match=r"2 file\(s\) already in DEST"):
+        outputs.copy_out(out, ".", dest, "j")
+    assert (dest / "result.json").read_text() == "mine" and (dest / "ckpt" / "epoch-2.pt").read_text() == "my own"
+    assert not (dest / "ckpt" / "epoch-1.pt").exists() and not (dest / "run.sh").exists()
+    outputs.copy_out(out, "result.json", dest / "result.json", "j")  # DEST names the file: replace it
+    assert (dest / "result.json").read_text() == "{}"
+    outputs.copy_out(out, "ckpt", dest, "j", force=True)
+    assert (dest / "ckpt" / "epoch-2.pt").read_text() == "2"
+
+
+def test_a_file_that_appears_in_dest_after_the_check_is_kept(out: Path, dest: Path) -> None:
+    plan = outputs.plan(out, ".", dest, "j")
+    (dest / "result.json").write_text("mine, written meanwhile")
+    report = outputs.copy(plan, "j", ".")
+    assert (dest / "result.json").read_text() == "mine, written meanwhile"
+    assert any("result.json exists, kept" in line for line in report.skipped) and (dest / "run.sh").exists()
+    assert not [p for p in dest.rglob("*") if "paijob-cp" in p.name]
+
+
+def test_a_sparse_file_stays_sparse(out: Path, dest: Path) -> None:
+    size = 5 * 1024 ** 3
+    with open(out / "sparse.bin", "wb") as sparse:
+        sparse.write(b"head")
+        sparse.seek(size // 2)
+        sparse.write(b"middle")
+        sparse.truncate(size)
+    if os.stat(out / "sparse.bin").st_blocks * 512 > 1 << 20:
+        pytest.skip("this filesystem does not keep holes")
+    plan = outputs.plan(out, "sparse.bin", dest, "j")
+    assert (plan.size, plan.files) == (size, 1) and plan.data < 1 << 20
+    outputs.copy(plan, "j", "sparse.bin")
+    copied = dest / "sparse.bin"
+    assert copied.stat().st_size == size and copied.stat().st_blocks * 512 < 1 << 20
+    with open(copied, "rb") as reader:
+        assert reader.read(4) == b"head"
+        reader.seek(size // 2)
+        assert reader.read(6) == b"middle"
+
+
+def test_a_copy_that_would_not_fit_is_refused_and_a_big_one_is_previewed(
+        out: Path, dest: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    (out / "big.bin").write_bytes(os.urandom(300_000))
+    monkeypatch.setattr(outputs, "_free_bytes", lambda target: 100_000)
+    with pytest.raises(outputs.OutputError, match=r"holds 29\d\.\d KB of data .* more than the 97\.7 KB free"):
+        outputs.copy_out(out, ".", dest, "j")
+    assert not list(dest.iterdir())
+    monkeypatch.setenv("PAIJOB_LOCAL_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    for var in ("PAI_CLUSTER_URL", "PAI_TOKEN", "PAI_USER"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setattr(outputs, "PREVIEW_BYTES", 200_000)
+    assert cli.main(["cp", "me~job:.", str(dest), "-c", "local", "--force"]) == 0
+    err = capsys.readouterr().err
+    assert "paijob cp: copying 5 file(s), 29" in err and "to " + str(dest) in err
+    assert (dest / "big.bin").stat().st_size == 300_000
