@@ -418,9 +418,7 @@ class _Composer:
 
     def start(self, event: Any, value: dict[Any, Any] | list[Any]) -> None:
         if len(self.stack) >= MAX_DEPTH:
-            raise self.fail(
-                f"nesting deeper than {MAX_DEPTH} levels; a job is a few levels deep", event.start_mark
-            )
+            raise self.fail(_TOO_DEEP, event.start_mark)
         path = self.child_path()
         if not self.stack:
             self.lines.lines[()] = event.start_mark.line + 1
@@ -533,6 +531,13 @@ class _Composer:
 
 _MERGE = object()
 
+_TOO_DEEP = f"nesting deeper than {MAX_DEPTH} levels; a job is a few levels deep"
+# libyaml (in PyYAML's wheels from 6.0.3 on) refuses nesting deeper than 1000 levels itself, and its
+# scanner reads up to 1024 characters ahead of the events paijob sees, so on one line of ``[[[[...``
+# its limit fires before MAX_DEPTH's. Its limit is deeper than paijob's, so its refusal is reported
+# as paijob's own; older PyYAML (no such limit) reaches MAX_DEPTH in ``_Composer.start``.
+_LIBRARY_TOO_DEEP = "exceeded maximum nesting depth"
+
 
 def _events(text: str, source: str) -> Iterator[Any]:
     loader = _Loader(text)
@@ -543,7 +548,9 @@ def _events(text: str, source: str) -> Iterator[Any]:
             except yaml.MarkedYAMLError as error:
                 mark = error.problem_mark or error.context_mark
                 detail = error.problem or str(error)
-                if error.context and error.context not in detail:
+                if detail == _LIBRARY_TOO_DEEP:
+                    detail = _TOO_DEEP
+                elif error.context and error.context not in detail:
                     detail = f"{error.context}, {detail}"
                 if mark is None:
                     raise YamlError(source, detail) from None
