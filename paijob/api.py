@@ -27,7 +27,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TextIO
 
 import paijob
 from paijob.errors import PaijobError, ShadowedPackageError
@@ -55,7 +55,7 @@ if getattr(paijob, "__file__", None) is None:  # a namespace package: see Shadow
 
 __all__ = ["JobRequest", "LoginResult", "PaijobError", "PreparedJob", "add_cluster", "clusters", "connect",
            "copy_output", "dry_run", "dry_run_text", "follow_logs", "human_size", "list_jobs", "local_down", "local_status",
-           "local_up", "login", "login_url", "open_in_browser", "output_location", "portal_link", "prepare", "prune_local", "remove_cluster",
+           "local_up", "login", "login_url", "open_in_browser", "output_location", "portal_link", "prepare", "terminal_text", "prune_local", "remove_cluster",
            "render", "resolve_cluster", "status", "stop", "submit", "template", "template_names",
            "template_values", "use_cluster", "validate", "wait", "write_text"]
 
@@ -284,8 +284,11 @@ def copy_output(source: str, dest: str | Path, cluster: str | None = None, *, fo
 
 def follow_logs(client: PaiClient, job_id: str, *, role: str | None = None, index: int | None = None,
                 stream: str = "all", out: Any = None, prefix: bool = True, rank: int | None = None,
-                timestamps: bool = False, tail: int | None = None) -> LogFollower:
+                timestamps: bool = False, tail: int | None = None, raw: bool = False) -> LogFollower:
     """A ``LogFollower`` printing the task logs of ``job_id`` to ``out`` (default stdout).
+
+    On a terminal the job's control sequences are shown escaped (colours
+    kept; see ``termsafe``) unless ``raw``; elsewhere lines go out as written.
 
     ``role`` is the role as the job file names it (OpenPAI's REST converts it:
     ``Worker_A`` is ``workera``); ``tail`` keeps only the last N lines of each
@@ -295,14 +298,16 @@ def follow_logs(client: PaiClient, job_id: str, *, role: str | None = None, inde
     """
     import sys
 
+    from paijob import termsafe
     from paijob.openpai.rest import rest_role_name
     from paijob.remote.logs import LogFollower
 
     if tail is not None and tail < 0:
         raise PaijobError(f"--tail {tail}: give a number of lines, 0 or more")
+    out = out or sys.stdout
     return LogFollower(client, job_id, role=None if role is None else rest_role_name(role), index=index,
-                       stream=stream, out=out or sys.stdout, prefix=prefix, rank=rank, timestamps=timestamps,
-                       tail=tail)
+                       stream=stream, out=out, prefix=prefix, rank=rank, timestamps=timestamps,
+                       tail=tail, escape=not raw and termsafe.is_terminal(out))
 
 
 # --------------------------------------------------------------------------- templates and job files
@@ -486,6 +491,17 @@ def prune_local(older_than: str = "0s", *, outputs: bool = False, dry_run: bool 
     from paijob.local.prune import parse_duration, prune
 
     return prune(service.state_dir(), older_than=parse_duration(older_than), outputs=outputs, dry_run=dry_run)
+
+
+def terminal_text(stream: TextIO, *, raw: bool = False, names: bool = False) -> Callable[[str], str]:
+    """How text a job wrote is shown on ``stream``: control sequences escaped on a terminal unless ``raw``.
+
+    ``names``: file names (``\\r`` and direction overrides escaped too); else
+    log lines and messages (colours kept). See ``paijob.termsafe``.
+    """
+    from paijob import termsafe
+
+    return (termsafe.shown_name if names else termsafe.shown_line)(stream, raw)
 
 
 def human_size(count: float) -> str:

@@ -114,7 +114,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout.flush()  # a closed pipe surfaces here, not at interpreter exit
         return code
     except PaijobError as error:
-        print(f"paijob: error: {error}", file=sys.stderr)
+        from paijob import termsafe
+
+        text = termsafe.message(str(error)) if termsafe.is_terminal(sys.stderr) else str(error)
+        print(f"paijob: error: {text}", file=sys.stderr)
         return error.exit_code
     except KeyboardInterrupt:
         print("paijob: interrupted", file=sys.stderr)

@@ -72,6 +72,11 @@ class CopyPlan:
     data: int = 0  # bytes that hold data, what the copy writes (holes excluded)
     existing: tuple[str, ...] = ()  # destination paths that would be replaced
 
+    @property
+    def big(self) -> bool:
+        """Worth announcing with its size before it starts."""
+        return self.size > PREVIEW_BYTES
+
 
 @dataclass
 class CopyReport:

@@ -47,6 +47,12 @@ def seconds(text: str) -> float:
 OUTPUT_FORMATS = ("table", "wide", "json", "yaml")
 
 
+def add_raw_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--raw", action="store_true",
+                        help="write what the job wrote as is, control sequences included (by default they are "
+                             "shown escaped on a terminal, colours kept; a pipe or file always gets them raw)")
+
+
 def add_output_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-o", "--output", choices=OUTPUT_FORMATS, default="table",
                         help="table for people (default), wide (more columns), json or yaml for scripts")

@@ -8,8 +8,6 @@ from typing import Any
 
 
 def register(subparsers: Any) -> None:
-    from paijob.outputs import PREVIEW_BYTES
-
     parser = subparsers.add_parser(
         "cp",
         help="copy a file or folder out of a job's output folder (PAIJOB_OUTPUT_DIR)",
@@ -17,8 +15,8 @@ def register(subparsers: Any) -> None:
                     "its tasks share, kept across retries), to DEST on this machine, like `cp -r`. JOB is "
                     "NAME or USER~NAME as in `paijob status`; 'JOB:.' copies the folder's contents into DEST. "
                     "A source keeps the name it was given (a link too); a file already in DEST is never "
-                    "replaced unless DEST names it or --force; sparse files stay sparse; a copy over "
-                    f"{PREVIEW_BYTES >> 20} MB is announced with its size, and one that would not fit is refused. "
+                    "replaced unless DEST names it or --force; sparse files stay sparse; a big copy is announced "
+                    "with its size first, and one that would not fit is refused. "
                     "Links out of the output folder, dangling links, loops and FIFOs are listed and skipped "
                     "(links inside are copied as links); a file that changes while copied is listed, not "
                     "half-copied. Reads the local cluster's state dir directly (no server needed).",
@@ -29,22 +27,27 @@ def register(subparsers: Any) -> None:
                              "replace (named: replaced)")
     parser.add_argument("--force", action="store_true",
                         help="replace files already in DEST, and copy even when DEST's free space looks too small")
+    parser.add_argument("--raw", action="store_true",
+                        help="list file names as they are (by default, on a terminal, their control characters "
+                             "are shown escaped: the job chose the names)")
     parser.add_argument("-c", "--cluster", metavar="NAME", help="cluster profile (default: the project's or current)")
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from paijob import api, outputs
+    from paijob import api
 
-    def preview(plan: outputs.CopyPlan) -> None:
-        if plan.size > outputs.PREVIEW_BYTES:
+    shown = api.terminal_text(sys.stderr, raw=args.raw, names=True)
+
+    def preview(plan: api.CopyPlan) -> None:
+        if plan.big:
             print(f"paijob cp: copying {plan.files} file(s), {api.human_size(plan.size)} ({api.human_size(plan.data)} of "
-                  f"data; holes stay holes) to {plan.target}", file=sys.stderr)
+                  f"data; holes stay holes) to {shown(str(plan.target))}", file=sys.stderr)
 
     report = api.copy_output(args.source, args.dest, cluster=args.cluster, force=args.force, on_plan=preview)
-    print(f"copied {args.source} to {report.target} ({report.files} file(s))", file=sys.stderr)
+    print(f"copied {shown(args.source)} to {shown(str(report.target))} ({report.files} file(s))", file=sys.stderr)
     if report.skipped:
-        shown = ", ".join(report.skipped[:10]) + (f" and {len(report.skipped) - 10} more" if len(report.skipped) > 10
-                                                   else "")
-        print(f"paijob cp: skipped {len(report.skipped)}: {shown}", file=sys.stderr)
+        listed = ", ".join(map(shown, report.skipped[:10])) + (f" and {len(report.skipped) - 10} more"
+                                                               if len(report.skipped) > 10 else "")
+        print(f"paijob cp: skipped {len(report.skipped)}: {listed}", file=sys.stderr)
     return 0

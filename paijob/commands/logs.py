@@ -28,6 +28,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--timestamps", action="store_true",
                         help="prefix each line with the UTC time it was written (the local cluster records it); "
                              "on OpenPAI, whose logs carry no times, the time paijob read it")
+    common.add_raw_option(parser)
     common.add_cluster_options(parser)
     parser.set_defaults(func=run)
 
@@ -39,12 +40,12 @@ def run(args: argparse.Namespace) -> int:
     job_id = client.job_id(args.job_id)
     follower = api.follow_logs(client, job_id, role=args.role, index=args.index, stream=args.stream,
                                prefix=not args.no_prefix, rank=args.rank, timestamps=args.timestamps,
-                               tail=args.tail)
+                               tail=args.tail, raw=args.raw)
     detail = client.get_job(job_id)
     follower.check(detail)  # a role or index the job lacks is an error, not silence
     if args.follow:
         detail = follower.follow()
-        print(common.outcome_line(job_id, detail), file=sys.stderr)
+        print(api.terminal_text(sys.stderr, raw=args.raw)(common.outcome_line(job_id, detail)), file=sys.stderr)
         return 0 if detail["jobStatus"]["state"] == "SUCCEEDED" else 1  # like `paijob run`
     follower.poll(detail)
     follower.finish()

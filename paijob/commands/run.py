@@ -35,6 +35,7 @@ def register(subparsers: Any) -> None:
                         help="job name (default: the job's own plus a unique suffix, so reruns work)")
     parser.add_argument("--unique-suffix", action="store_true", help="append _<8 hex> to --name too")
     _jobargs.add_workdir_options(parser)
+    common.add_raw_option(parser)
     common.add_cluster_options(parser)
     parser.set_defaults(func=run)
 
@@ -53,14 +54,14 @@ def run(args: argparse.Namespace) -> int:
     print(f"paijob: submitted {job_id}", file=sys.stderr)
     if client.cluster_name != "local":
         print(f"paijob: web portal {client.web_link(job_id)}", file=sys.stderr)
-    follower = api.follow_logs(client, job_id)
+    follower = api.follow_logs(client, job_id, raw=args.raw)
     try:
         detail = follower.follow()
     except KeyboardInterrupt:
         print(f"\npaijob: interrupted; stopping {job_id}", file=sys.stderr)
         api.stop(client, job_id)
         raise
-    print(f"paijob: {common.outcome_line(job_id, detail)}", file=sys.stderr)
+    print(f"paijob: {api.terminal_text(sys.stderr, raw=args.raw)(common.outcome_line(job_id, detail))}", file=sys.stderr)
     output = api.output_location(client.cluster_name, job_id)
     if output:
         print(f"paijob: output folder {output} (`paijob cp {job_id.split('~', 1)[1]}:PATH .` copies from it)",

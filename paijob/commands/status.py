@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
 from paijob.commands import _common as common
@@ -14,6 +15,7 @@ def register(subparsers: Any) -> None:
                                                "of its tasks: state, exit code, retries, address.")
     parser.add_argument("job_id", metavar="ID", help="job id USER~NAME (or just NAME for your own jobs)")
     parser.add_argument("--attempt", type=int, metavar="N", help="job attempt to show (default: the latest)")
+    common.add_raw_option(parser)
     common.add_cluster_options(parser)
     common.add_output_option(parser)
     parser.set_defaults(func=run)
@@ -27,14 +29,17 @@ def run(args: argparse.Namespace) -> int:
     if common.print_data(detail, args.output):
         return 0
     job_id = client.job_id(args.job_id)
-    print_status(detail, job_id, wide=args.output == "wide")
+    print_status(detail, job_id, wide=args.output == "wide", raw=args.raw)
     output = api.output_location(client.cluster_name, job_id)
     if output:
         print(f"\noutput     {output} (PAIJOB_OUTPUT_DIR; `paijob cp {job_id}:PATH .` copies from it)")
     return 0
 
 
-def print_status(detail: dict[str, Any], job_id: str, wide: bool = False) -> None:
+def print_status(detail: dict[str, Any], job_id: str, wide: bool = False, raw: bool = False) -> None:
+    from paijob import api
+
+    shown = api.terminal_text(sys.stdout, raw=raw)  # the reasons quote what the job wrote
     status = detail["jobStatus"]
     print(f"job        {job_id}")
     print(f"state      {status['state']} (attempt {status.get('attemptId', 0)}, retries {status.get('retries', 0)}, "
@@ -47,9 +52,9 @@ def print_status(detail: dict[str, Any], job_id: str, wide: bool = False) -> Non
         print(f"exit code  {status['appExitCode']}" + (f" ({phrase}, OpenPAI's code)" if phrase else ""))
     message = status.get("appExitTriggerMessage") or status.get("appExitDiagnostics")
     if message:
-        print(f"reason     {message}")
+        print(f"reason     {shown(message)}")
     for where, error in task_errors(detail):
-        print(f"error      {where}: {error}")
+        print(f"error      {where}: {shown(error)}")
     print()
     rows = [["TASK", "STATE", "EXIT", "RETRIES", "IP", "PORTS"] + (["STARTED", "DURATION", "EXIT TYPE"] if wide else [])]
     for role, task in common.tasks_of(detail):

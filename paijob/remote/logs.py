@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, TextIO
 
+from paijob import termsafe
 from paijob.errors import PaijobError
 from paijob.openpai.jobstate import is_terminal
 from paijob.openpai.rest import tasks_of
@@ -51,6 +52,7 @@ class LogFollower:
     rank: int | None = None  # only lines paijob-runtime prefixed [rank<N>]:
     timestamps: bool = False  # prefix the UTC time the line was written (local cluster), else read
     tail: int | None = None  # of what is there at the first poll, only the last N lines per task
+    escape: bool = False  # show control sequences escaped (termsafe.line): ``out`` is a terminal
     tails: dict[tuple[int, str, int, int], deque[str]] = field(default_factory=dict)
     streams: dict[tuple[int, str, int, int], _Stream] = field(default_factory=dict)
     announced: set[tuple[int, str, int, int]] = field(default_factory=set)
@@ -162,6 +164,8 @@ class LogFollower:
         self._write(key, line)
 
     def _write(self, key: tuple[int, str, int, int], line: str) -> None:
+        if self.escape:
+            line = termsafe.line(line)
         if self.prefix:
             self.out.write(f"{key[1]}/{key[2]} | {line}\n")
         else:
