@@ -13,7 +13,8 @@ reads them without the API's bearer token.
 
 What the express app of rest-server (``src/config/express.js``) does before any
 route, this app does too: CORS for every origin (the ``cors`` middleware's
-defaults) and a 100 kB limit on request bodies, checked before authentication.
+defaults) and a 100 kB limit on request bodies, checked before authentication
+(by the HTTP server, ``serving``, before it reads the body).
 
 Run it as a background service with ``paijob local up`` (see ``service``), or
 in-process with ``LocalServer`` (tests).
@@ -25,7 +26,6 @@ import argparse
 import base64
 import hashlib
 import hmac
-import io
 import json
 import logging
 import os
@@ -39,10 +39,9 @@ from typing import Any
 
 from flask import Blueprint, Flask, Response, current_app, g, jsonify, request, send_file
 from werkzeug.routing import BaseConverter
-from werkzeug.serving import BaseWSGIServer, make_server
 
 from paijob import __version__
-from paijob.local import capacity, listing, settings
+from paijob.local import capacity, listing, serving, settings
 from paijob.local.plan import plan_job
 from paijob.local.portal import web as portal
 from paijob.local.prune import pruned_note
@@ -79,34 +78,6 @@ class BoundedIntConverter(BaseConverter):
 
     def to_url(self, value: Any) -> str:
         return str(int(value))
-
-
-class BodyLimit:
-    """WSGI middleware: a chunked body (no Content-Length) is read up to the limit and no further.
-
-    werkzeug applies ``MAX_CONTENT_LENGTH`` to a body of known length only; a
-    chunked one would be read whole by the first handler that looks at it. Here
-    it is buffered up to ``limit`` bytes (then it has a length like any other),
-    and a longer one is marked for the app's 413 without reading the rest.
-    """
-
-    def __init__(self, app: Any, limit: int) -> None:
-        self.app, self.limit = app, limit
-
-    def __call__(self, environ: dict[str, Any], start_response: Any) -> Any:
-        if environ.get("wsgi.input_terminated") and not environ.get("CONTENT_LENGTH"):
-            stream, parts, size = environ["wsgi.input"], [], 0
-            while size <= self.limit:
-                part = stream.read(self.limit + 1 - size)
-                if not part:
-                    break
-                parts.append(part)
-                size += len(part)
-            del environ["wsgi.input_terminated"]
-            environ.pop("HTTP_TRANSFER_ENCODING", None)  # werkzeug ignores CONTENT_LENGTH next to it
-            environ["wsgi.input"] = io.BytesIO(b"" if size > self.limit else b"".join(parts))
-            environ["CONTENT_LENGTH"] = str(size)  # past the limit: refused before any route
-        return self.app(environ, start_response)
 
 
 def log_token(secret: str, path: str) -> str:
@@ -329,9 +300,8 @@ def create_app(cluster: LocalCluster, token: str, user: str | None = None) -> Fl
     app.config["cluster"] = cluster
     app.config["token"] = token
     app.config["user"] = user or local_user()
-    app.config["MAX_CONTENT_LENGTH"] = BODY_LIMIT  # a chunked body is cut there too, when read
+    app.config["MAX_CONTENT_LENGTH"] = BODY_LIMIT  # serving refuses it first; this guards the app on its own
     app.url_map.converters["n"] = BoundedIntConverter
-    app.wsgi_app = BodyLimit(app.wsgi_app, BODY_LIMIT)  # type: ignore[method-assign]
     api = Blueprint("api", __name__, url_prefix=API)
     logs = Blueprint("logs", __name__, url_prefix=LOGS)
 
@@ -360,8 +330,7 @@ def create_app(cluster: LocalCluster, token: str, user: str | None = None) -> Fl
         return response
 
     def too_large() -> Response:
-        # body-parser's error carries no code: express.js answers {message} alone
-        response = jsonify({"message": "request entity too large"})
+        response = jsonify(serving.TOO_LARGE)
         response.status_code = 413
         response.headers["Connection"] = "close"  # the unread body is not drained
         return response
@@ -667,14 +636,16 @@ def create_app(cluster: LocalCluster, token: str, user: str | None = None) -> Fl
 class LocalServer:
     """The local cluster served on 127.0.0.1 from a thread (tests) or the main thread (service)."""
 
-    def __init__(self, state_dir: Path, token: str, *, port: int = 0, host: str = "127.0.0.1") -> None:
-        logging.getLogger("werkzeug").setLevel(logging.WARNING)  # no line per request
+    def __init__(self, state_dir: Path, token: str, *, port: int = 0, host: str = "127.0.0.1",
+                 **limits: Any) -> None:
+        """``limits``: ``serving.BoundedServer``'s timeouts and thread count, for tests that wait them out."""
+        logging.getLogger("waitress.queue").setLevel(logging.ERROR)  # a busy pool queues; no line per request
         settings.check()  # before any job runs: a runner must not meet a bad setting mid-stop
         self.cluster = LocalCluster(state_dir)
         self.token = token
         self.app = create_app(self.cluster, token)
-        self.server: BaseWSGIServer = make_server(host, port, self.app, threaded=True)
-        self.port = self.server.server_port
+        self.server = serving.BoundedServer(self.app, host=host, port=port, body_limit=BODY_LIMIT, **limits)
+        self.port = self.server.port
         self.url = f"http://{host}:{self.port}"
         self.app.config[portal.ORIGIN] = self.url  # the portal's pages come from here, whatever Host says
         self._thread: threading.Thread | None = None
@@ -687,9 +658,9 @@ class LocalServer:
     def stop(self, reason: str = "the local cluster was shut down") -> None:
         self.cluster.shutdown(reason)
         self.server.shutdown()
-        self.server.server_close()
         if self._thread is not None:
             self._thread.join(timeout=10)
+        self.server.server_close()
         self.cluster.store.close()
 
     def __enter__(self) -> LocalServer:
@@ -713,7 +684,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"paijob local cluster: {problem}", file=sys.stderr)
         return 2
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("werkzeug").setLevel(logging.WARNING)
     token = service.read_token(args.state_dir)
     if token is None:
         print(f"no token in {args.state_dir}; start the server with `paijob local up`", file=sys.stderr)

@@ -144,7 +144,7 @@ def test_list_status_and_logs_never_import_flask_or_torch(remote: str, tmp_path:
         assert done.returncode == 0, done.stderr[-2000:]
         imported = {line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines() if "|" in line}
         assert "paijob.remote.client" in imported  # it did talk to the cluster
-        assert not {"flask", "werkzeug", "torch", "paijob.local.server"} & imported, verb
+        assert not {"flask", "werkzeug", "waitress", "torch", "paijob.local.server"} & imported, verb
 
 
 def _imports(path: Path) -> list[str]:
