@@ -13,6 +13,10 @@ rules keep it honest against a misbehaving server or gateway:
   error naming the new location (requests would re-send a POST as a GET and
   report success). GETs follow redirects; requests drops the Authorization
   header whenever the host, port or scheme changes.
+* **The token stays home.** It is sent only to the cluster's own scheme, host
+  and port (``owns``); a log link elsewhere is read without it, and an
+  ``http://`` link from an ``https://`` cluster is refused (a downgrade would
+  put a token, ours or the link's own, on the wire in clear text).
 * **A submit is never re-sent blindly.** After a failure that may have reached
   the server, the client asks whether the job exists and treats it as
   accepted when its config is the one that was sent. When it cannot tell, it
@@ -130,6 +134,20 @@ _BEARER = re.compile(r"(?i)(bearer\s+)[A-Za-z0-9._~+/=-]{8,}")
 _HTML_DROP = re.compile(r"(?is)<(script|style|head)\b.*?</\1\s*>")
 _HTML_TAG = re.compile(r"(?s)<[^>]*>")
 _HTML_TITLE = re.compile(r"(?is)<title\b[^>]*>(.*?)</title\s*>")
+
+
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def origin(url: str) -> tuple[str, str, int | None]:
+    """(scheme, host, port) of ``url``, the default port made explicit: what "the same server" means."""
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    try:
+        port = parts.port
+    except ValueError:  # not a number: no server paijob would send a token to
+        return scheme, "", -1
+    return scheme, (parts.hostname or "").lower(), port or _DEFAULT_PORTS.get(scheme)
 
 
 def redact(text: str, secrets: Iterable[str] = ()) -> str:
@@ -776,17 +794,30 @@ class PaiClient:
             out[str(location.get("name"))] = uri
         return out
 
+    def owns(self, uri: str) -> bool:
+        """``uri`` is on the cluster's own scheme, host and port: the only place the token is sent."""
+        return origin(uri) == origin(self.cluster_url)
+
+    def _refuse_downgrade(self, uri: str, what: str) -> None:
+        if origin(self.cluster_url)[0] == "https" and origin(uri)[0] != "https":
+            raise ClusterError(f"{what} on {self.cluster_name}: the cluster, reached over https, answered with "
+                               f"a link that is not https ({redact(uri, self._secrets)}); paijob does not follow "
+                               "it, as tokens would travel in clear text: read the log in the web portal, and ask "
+                               "the cluster's admin to serve log links over https")
+
     def stream_log(self, uri: str, offset: int, sink: Callable[[bytes], None]) -> int:
         """Send the log's bytes from ``offset`` on to ``sink`` as they arrive; returns the new offset.
 
         Uses a Range request; a server that ignores it (200) has its first
         ``offset`` bytes skipped. Retried only before any byte reached ``sink``.
+        The token goes only to the cluster's own origin; an https -> http
+        downgrade is refused.
         """
-        same_host = urlsplit(uri).netloc == urlsplit(self.cluster_url).netloc
-        headers: dict[str, Any] = {"Range": f"bytes={offset}-"} if offset else {}
-        if not same_host:  # log-manager URIs carry their own token; do not send ours elsewhere
-            headers["Authorization"] = None
         what = "reading a task log"
+        self._refuse_downgrade(uri, what)
+        headers: dict[str, Any] = {"Range": f"bytes={offset}-"} if offset else {}
+        if not self.owns(uri):  # log-manager URIs carry their own token; do not send ours elsewhere
+            headers["Authorization"] = None
         position, skip, delivered = offset, 0, False
 
         def on_head(status: int) -> None:

@@ -36,7 +36,7 @@ class LogTimes:
     def beside(cls, client: PaiClient, log_uri: str) -> LogTimes | None:
         """The times of the log at ``log_uri`` when the cluster serves them (its own host only)."""
         parts = urlsplit(log_uri)
-        if parts.netloc != urlsplit(client.cluster_url).netloc:
+        if not client.owns(log_uri):
             return None  # an OpenPAI log manager: it records no times, and our token stays home
         return cls(client, urlunsplit(parts._replace(path=parts.path + ".times")))
 

@@ -16,6 +16,7 @@ from cluster_helpers import job_yaml
 
 from paijob.remote.client import (
     AuthError,
+    ClusterError,
     ClusterUnreachableError,
     ConflictJobError,
     NoJobError,
@@ -220,3 +221,32 @@ def test_log_uris_of_another_host_get_no_bearer_token_and_their_token_is_not_log
     assert chunk.data == b"1\nline 2\n" and chunk.next_offset == 14
     assert state.auth == [None]
     assert "LOGTOKEN-SENTINEL" not in caplog.text and "token=***" in caplog.text
+
+
+def test_an_http_log_link_from_an_https_cluster_is_refused_and_nothing_is_sent(fake: tuple[Fake, str]) -> None:
+    state, url = fake  # the fake speaks http: the link a compromised or misconfigured https cluster gives
+    secure = client("https://pai.example.com", token="SENTINEL-TOKEN")
+    with pytest.raises(ClusterError, match=r"reached over https, answered with a link that is not https .*"
+                                           r"log-manager/stdout\?token=\*\*\*\)") as error:
+        secure.read_log(f"{url}/log-manager/stdout?token=LOGTOKEN", 0)
+    assert state.requests == [] and state.auth == [] and "LOGTOKEN" not in str(error.value)
+
+
+@pytest.mark.parametrize(("log", "owned"), [
+    ("https://pai.example.com/logs/1", True),
+    ("https://PAI.example.com:443/logs/1", True),
+    ("http://pai.example.com:443/logs/1", False),  # same host and port, another scheme
+    ("https://pai.example.com:8443/logs/1", False),
+    ("https://pai.example.com.evil.example/logs/1", False),
+    ("https://pai.example.com:bad/logs/1", False),
+])
+def test_the_token_goes_only_to_the_clusters_own_scheme_host_and_port(log: str, owned: bool) -> None:
+    assert client("https://pai.example.com").owns(log) is owned
+
+
+def test_a_log_link_on_another_port_of_the_same_host_gets_no_token(fake: tuple[Fake, str]) -> None:
+    state, url = fake
+    port = int(url.rsplit(":", 1)[1])
+    cluster = client(f"http://127.0.0.1:{port + 1 if port < 65535 else port - 1}", token="SENTINEL-TOKEN")
+    assert cluster.read_log(f"{url}/log-manager/stdout", 5).data == b"1\nline 2\n"
+    assert state.auth == [None]
