@@ -47,9 +47,12 @@ import yaml
 from jinja2.exceptions import SecurityError
 from jinja2.sandbox import SandboxedEnvironment
 
+from paijob import __version__
 from paijob.errors import PaijobError
+from paijob.jobversion import RENDERED_VERSION_ENV
 from paijob.openpai.jsyaml import YamlError, load_job, load_values
 from paijob.openpai.names import PAI_TAG_PATTERN
+from paijob.render.runtime_install import InstallSettingsError, image_auth, install_command
 from paijob.validate.verdict import (
     WARNING,
     JobValidationError,
@@ -685,8 +688,20 @@ def _environment(folder: Path | None) -> jinja2.Environment:
         shname=shell_name,
         cli_flags=cli_flags,
     )
-    env.globals.update(fail=_fail, shm_mb=shm_mb, processes_per_node=processes_per_node)
+    env.globals.update(fail=_fail, shm_mb=shm_mb, processes_per_node=processes_per_node,
+                       paijob_version=__version__, rendered_version_env=RENDERED_VERSION_ENV, runtime_install_command=_failing(install_command),
+                       image_auth=_failing(image_auth))
     return env
+
+
+def _failing(function: Callable[..., Any]) -> Callable[..., Any]:
+    """``function`` for templates: its ``InstallSettingsError`` becomes a template failure (file and line)."""
+    def call(*args: Any) -> Any:
+        try:
+            return function(*args)
+        except InstallSettingsError as error:
+            raise TemplateFailure(str(error)) from None
+    return call
 
 
 def used_names(template: TemplateRef) -> set[str]:

@@ -12,6 +12,7 @@ untouched. ``env`` prints the computed layout and imports no torch.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import logging
 import os
@@ -19,7 +20,9 @@ import shlex
 import sys
 from collections.abc import Callable, Sequence
 
+from paijob import __version__
 from paijob.errors import PaijobError
+from paijob.jobversion import mismatch_warning, rendered_version
 from paijob.runtime import exitcodes
 from paijob.runtime.config import LaunchConfig, LaunchError, WorkerCommand
 from paijob.runtime.env import (
@@ -62,7 +65,9 @@ def _layout(args: argparse.Namespace) -> tuple[DistEnv, int]:
 def cmd_env(args: argparse.Namespace) -> int:
     dist, _ = _layout(args)
     if args.json:
-        print(json.dumps(dist.describe(), indent=2))
+        described = {**dist.describe(), "paijob_version": __version__,
+                     "rendered_version": rendered_version(os.environ)}
+        print(json.dumps(described, indent=2))
         return 0
     for key, value in dist.node_env().items():
         print(f"export {key}={shlex.quote(value)}")
@@ -106,7 +111,19 @@ def _worker_command(args: argparse.Namespace) -> WorkerCommand:
     )
 
 
+# Where torch comes from, for the one line a task without it gets.
+TORCH_FIX = ("pip install 'paijob[train]' (torch from PyPI), or run the job in an image with torch "
+             "(the templates' default image, PyTorch's official one, has it)")
+
+
+def _require_torch() -> None:
+    """``train`` needs torch; without it, one line naming the fix (not an import traceback)."""
+    if importlib.util.find_spec("torch") is None:
+        raise LaunchError(f"paijob-runtime train needs torch, which {sys.executable} cannot import: {TORCH_FIX}")
+
+
 def cmd_train(args: argparse.Namespace) -> int:
+    _require_torch()
     from paijob.runtime.launch import launch
 
     command = _worker_command(args)
@@ -174,6 +191,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if command is None:
         parser.print_help(sys.stderr)
         return exitcodes.CONFIG_ERROR
+    warning = mismatch_warning(os.environ)
+    if warning:
+        print(f"paijob-runtime: {warning}", file=sys.stderr)
     try:
         code = int(command(args) or 0)
         sys.stdout.flush()  # a closed pipe surfaces here, not at interpreter exit

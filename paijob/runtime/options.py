@@ -11,8 +11,9 @@ torch, no layout code, no launcher). :mod:`paijob.runtime.cli` builds on it.
 from __future__ import annotations
 
 import argparse
+import os
 
-from paijob import __version__
+from paijob.jobversion import version_line
 from paijob.openpai.names import DEFAULT_PORT_LABEL
 
 MODES = ("per-gpu", "per-node", "dataparallel", "horovod")
@@ -158,7 +159,7 @@ def build_parsers() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
         epilog=EXIT_CODES_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--version", action="version", version=f"paijob {__version__}")
+    parser.add_argument("--version", action="version", version=version_line(os.environ))
     parser.add_argument("-v", "--verbose", action="store_true",
                         help="log debug details, torch's elastic agent's log lines included")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")

@@ -185,7 +185,10 @@ class MpiLaunch:
 
 
 def mpi_launch(role: TaskRole) -> MpiLaunch | None:
-    """The first mpirun / horovodrun in a role's commands, with its ``-np`` and ``-H``."""
+    """The mpirun / horovodrun in a role's commands that starts paijob-runtime (else the first one),
+    with its ``-np`` and ``-H``: an earlier launch may only prepare the hosts (the horovod template's
+    install step)."""
+    launches: list[tuple[MpiLaunch, bool]] = []
     for index, command in enumerate(role.commands):
         words = split_command(command)
         for i, word in enumerate(words):
@@ -198,8 +201,11 @@ def mpi_launch(role: TaskRole) -> MpiLaunch | None:
                     np = int(words[j + 1]) if words[j + 1].isdigit() else None
                 elif words[j] in ("-H", "--host", "-host", "--hosts") and hosts is None:
                     hosts = words[j + 1]
-            return MpiLaunch(role.name, index, np, hosts)
-    return None
+            launches.append((MpiLaunch(role.name, index, np, hosts), RUNTIME_PROGRAM in words[i + 1:]))
+            break
+    runs_runtime = [launch for launch, runtime in launches if runtime]
+    found = runs_runtime or [launch for launch, _ in launches]
+    return found[0] if found else None
 
 
 def all_runtime_calls(job: Job) -> list[RuntimeCall]:

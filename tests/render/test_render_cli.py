@@ -346,4 +346,4 @@ def test_any_command_text_survives_as_one_list_item(command: str) -> None:
     rendered = render_template("ddp", ordered_sets=[("set-string", f"env.X={command}")])
     assert worker(rendered.text)["commands"][0] == "export X=" + shell_quote(command)
     rendered = render_template("ddp", sets=[f"setup=[{yaml_scalar(command)}]"])
-    assert worker(rendered.text)["commands"][0] == command
+    assert worker(rendered.text)["commands"][-2] == command  # setup runs right before training

@@ -49,7 +49,7 @@ def test_readme_local_example_is_a_two_node_cpu_cifar10_job() -> None:
     assert role["resourcePerInstance"]["gpu"] == 0
     assert role["resourcePerInstance"]["cpu"] <= 4
     assert role["resourcePerInstance"]["memoryMB"] <= 8192
-    (command,) = role["commands"]
+    *_, command = role["commands"]  # after the version export and the runtime install step
     assert command.startswith("paijob-runtime train ")
     assert "--nproc-per-node 1 " in command
     assert "--recipe cifar10 --data synthetic --epochs 2" in command
