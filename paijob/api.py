@@ -212,8 +212,25 @@ def submit(job: PreparedJob | HttpRequest, client: PaiClient) -> str:
     """Send the job, as the request ``dry_run`` shows, through ``client``; returns its id ``user~name``."""
     from paijob.remote.request import HttpRequest
 
+    if not isinstance(job, HttpRequest) and client.cluster_name != "local":
+        refuse_placeholder_images(job.text, job.source, client.cluster_name)
     request = job if isinstance(job, HttpRequest) else client.submission(job.text)
     return client.submit(request)
+
+
+def refuse_placeholder_images(text: str, source: str, cluster_name: str) -> None:
+    """A real cluster cannot pull an image on a reserved example domain (``*.example.com``, ``*.invalid``):
+    refuse before sending, with how to set the image (``validate`` and ``--dry-run`` only warn)."""
+    from paijob.openpai.jsyaml import load_job
+    from paijob.validate.rules import SET_IMAGE_HINT, placeholder_image
+
+    loaded = load_job(text, source).value
+    for item in loaded.get("prerequisites") or () if isinstance(loaded, dict) else ():
+        uri = item.get("uri") if isinstance(item, dict) and item.get("type") == "dockerimage" else None
+        host = placeholder_image(uri)
+        if host:
+            raise PaijobError(f"{source}: image '{uri}' is a placeholder ({host} is reserved for examples) that "
+                              f"cluster {cluster_name} cannot pull; {SET_IMAGE_HINT}")
 
 
 def wait(client: PaiClient, job_id: str, *, poll: float = 1.0,

@@ -499,13 +499,19 @@ _KEPT_PART = re.compile(f"({_SHELL_SAFE_TAG})|({_SHELL_VAR})")
 _SHELL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
+def _is_secret(tag: str | None) -> bool:
+    return bool(tag) and re.match(r"<%\s*\$secrets\.", tag or "") is not None
+
+
 def shell_quote(value: Any) -> str:
     """One shell word that bash reads back as ``value``, whatever it holds.
 
     OpenPAI references (``<% $parameters.x %>``) and environment variables
     (``$VAR``, ``${VAR}``) keep working: alone they stay as written, inside a
     longer word the text around them is quoted (``--data=$DATA/x`` →
-    ``--data="$DATA"/x``). Everything else — ``;``, ``$(...)``, backquotes,
+    ``--data="$DATA"/x``). A secret (``<% $secrets.x %>``) is always single-quoted:
+    OpenPAI's runtime writes its value into the command HTML-escaped (``'`` as
+    ``&#x27;``), so in single quotes any secret stays one word and nothing in it runs. Everything else — ``;``, ``$(...)``, backquotes,
     spaces — is quoted, so a value never becomes a command. A NUL character,
     which no command line can hold, is refused.
     """
@@ -519,7 +525,7 @@ def shell_quote(value: Any) -> str:
         for match in _KEPT_PART.finditer(text)
         if match.group(2) or re.fullmatch(PAI_TAG_PATTERN, match.group(1))
     ]
-    if len(kept) == 1 and kept[0].span() == (0, len(text)):
+    if len(kept) == 1 and kept[0].span() == (0, len(text)) and not _is_secret(kept[0].group(1)):
         return text  # a reference alone stays as written
     words: list[str] = []
     last = 0
@@ -527,7 +533,7 @@ def shell_quote(value: Any) -> str:
         if match.start() > last:
             words.append(shlex.quote(text[last : match.start()]))
         tag, var = match.groups()
-        words.append(tag if tag else f'"{var}"')
+        words.append((f"'{tag}'" if _is_secret(tag) else tag) if tag else f'"{var}"')
         last = match.end()
     if last < len(text) or not words:
         words.append(shlex.quote(text[last:]))

@@ -375,6 +375,68 @@ def undefined_references(job: Job) -> Iterator[Finding]:
                     )
 
 
+# Domains reserved for examples and never resolvable (RFC 2606): an image there is a placeholder.
+PLACEHOLDER_DOMAINS = ("example.com", "example.org", "invalid")
+SET_IMAGE_HINT = ("set the image the cluster can pull: --set image=REGISTRY/IMAGE:TAG for a template (the default, "
+                  "PyTorch's official image, works with the templates' install step), or the prerequisite's uri")
+
+
+def placeholder_image(uri: Any) -> str | None:
+    """The registry host of a docker reference when it is a reserved example domain; else None."""
+    if not isinstance(uri, str) or "/" not in uri:
+        return None
+    host = uri.split("/", 1)[0].split(":", 1)[0].lower().rstrip(".")
+    if any(host == domain or host.endswith("." + domain) for domain in PLACEHOLDER_DOMAINS):
+        return host
+    return None
+
+
+def placeholder_images(job: Job) -> Iterator[Finding]:
+    """An image on ``*.example.com`` / ``*.example.org`` / ``*.invalid`` cannot be pulled (submit refuses it)."""
+    for item in job.prerequisites:
+        host = placeholder_image(item.uri) if item.type == "dockerimage" else None
+        if host:
+            yield WARNING, ("prerequisites", item.index, "uri"), (
+                f"image '{item.uri}' is a placeholder ({host} is reserved for examples) that no cluster can "
+                f"pull; paijob submit refuses it for a real cluster: {SET_IMAGE_HINT}")
+
+
+def unquoted_secrets(job: Job) -> Iterator[Finding]:
+    """OpenPAI's runtime writes a secret's value into the command (HTML-escaped: ``& < > " '`` only), so
+    outside single quotes a space splits it and ``$( )``, ``;``, ``|`` in it run as shell."""
+    for role in job.roles:
+        for index, command in enumerate(role.commands):
+            for tag in secret_tags_outside_single_quotes(command):
+                yield WARNING, _role_path(role, "commands", index), (
+                    f"{tag} is not in single quotes: a secret holding a space, $(...), ; or | breaks the "
+                    f"command or runs as shell; write '{tag}' (the script then receives the value "
+                    "HTML-escaped: & < > \" ' as &amp; &lt; &gt; &quot; &#x27;)")
+
+
+_SECRET_TAG = re.compile(r"<%\s*\$secrets\.[^%]*?%>")
+
+
+def secret_tags_outside_single_quotes(command: str) -> list[str]:
+    """The ``<% $secrets.x %>`` tags of a bash command that bash does not read inside single quotes."""
+    found: list[str] = []
+    quote = ""  # "'" or '"' while inside such quotes
+    i = 0
+    while i < len(command):
+        char = command[i]
+        match = _SECRET_TAG.match(command, i) if quote != "'" else None
+        if match:
+            found.append(match.group(0))
+            i = match.end()
+            continue
+        if char == "\\" and quote != "'":
+            i += 2
+            continue
+        if char in "'\"" and quote in ("", char):
+            quote = "" if quote else char
+        i += 1
+    return found
+
+
 def deployment_roles(job: Job) -> Iterator[Finding]:
     """The server ignores deployment entries for roles the job does not have."""
     for deployment in job.deployments:
@@ -423,4 +485,6 @@ PAIJOB_RULES: tuple[Rule, ...] = (
     fixed_ports,
     undefined_references,
     deployment_roles,
+    placeholder_images,
+    unquoted_secrets,
 )

@@ -237,3 +237,20 @@ def test_stop_from_the_cli(capsys: pytest.CaptureFixture[str], remote: str, tmp_
     assert paijob(capsys, "submit", str(job), "-c", remote)[0] == 0
     code, _, err = paijob(capsys, "stop", "long", "-c", remote, "--wait")
     assert code == 0 and "STOPPED" in err
+
+
+@pytest.mark.parametrize("uri", ["myregistry.example.com/paijob:0.1.0", "registry.invalid/horovod-paijob:0.28.1",
+                                 "Example.ORG:5000/team/img"])
+def test_a_placeholder_image_is_refused_for_a_real_cluster_and_warned_about_in_a_dry_run(
+        capsys: pytest.CaptureFixture[str], remote: str, tmp_path: Path, uri: str) -> None:
+    job = tmp_path / "job.yaml"
+    job.write_text(job_yaml("placeholder", ["true"]).replace("python:3.11", uri))
+    code, out, err = paijob(capsys, "submit", str(job), "-c", remote)
+    assert code == 2 and f"image '{uri}' is a placeholder" in err and "--set image=" in err
+    assert "Traceback" not in err and err.count("error:") == 1
+    code, out, err = paijob(capsys, "submit", str(job), "-c", remote, "--dry-run")
+    assert code == 0 and "placeholder" in err and "POST" in out
+    code, out, err = paijob(capsys, "validate", str(job))
+    assert code == 0 and "placeholder" in out + err
+    code, out, _ = paijob(capsys, "list", "-c", remote)
+    assert "no jobs" in out  # nothing was sent

@@ -133,7 +133,7 @@ def test_openpai_parameters_and_secrets_pass_through_jinja() -> None:
             "secrets.token=s3cret",
         ],
     ).text
-    assert "train.py --lr <% $parameters.lr %> --token <% $secrets.token %>" in text
+    assert "train.py --lr <% $parameters.lr %> --token '<% $secrets.token %>'" in text
     job = job_of(text)
     assert job["parameters"] == {"lr": 0.1} and job["secrets"] == {"token": "s3cret"}
 

@@ -39,7 +39,9 @@ def test_example_yaml_matches_current_templates(values: Path) -> None:
         f"{output.name} is stale: run `{' '.join(argv)}` (or PAIJOB_UPDATE_GOLDEN=1)"
     )
     report = validate_file(output)
-    assert report.ok and not report.warnings, report.formatted_problems()
+    # horovod has no public image that fits: its example keeps the placeholder submit refuses
+    allowed = {("prerequisites", 0, "uri")} if template == "horovod" else set()
+    assert report.ok and all(w.path in allowed for w in report.warnings), report.formatted_problems()
 
 
 def test_readme_local_example_is_a_two_node_cpu_cifar10_job() -> None:

@@ -117,7 +117,9 @@ def test_a_list_value_with_spaces_keeps_its_items(tmp_path: Path) -> None:
 
 def test_openpai_references_and_shell_variables_keep_working() -> None:
     assert shell_quote("<% $parameters.lr %>") == "<% $parameters.lr %>"
-    assert shell_quote("<% $secrets.token %>") == "<% $secrets.token %>"
+    # a secret is single-quoted: its value, HTML-escaped by OpenPAI's runtime, stays one word
+    assert shell_quote("<% $secrets.token %>") == "'<% $secrets.token %>'"
+    assert shell_quote("--token=<% $secrets.token %>") == "--token='<% $secrets.token %>'"
     assert shell_quote("$HOME") == "$HOME" and shell_quote("${PAI_JOB_NAME}") == "${PAI_JOB_NAME}"
     assert shell_quote("--lr=<% $parameters.lr %>") == "--lr=<% $parameters.lr %>"
     assert shell_quote("--data=$DATA/x y") == "--data=\"$DATA\"'/x y'"
@@ -418,3 +420,22 @@ def test_submit_name_is_checked_before_it_is_written_into_the_job(
     assert (code, out) == (2, "")
     assert err.startswith(f"paijob: error: --name {name!r} is not a valid OpenPAI job name")
     assert err.count("\n") == 1
+
+
+@pytest.mark.parametrize("secret", ["a b", "x; touch pwned", "$(touch pwned)", "`touch pwned`", "a|b&c<d>e",
+                                    "(x)", "it's", 'say "hi"', "back\\slash", "${HOME}"])
+def test_a_secret_stays_one_word_through_openpai_runtime_rendering(tmp_path: Path, secret: str) -> None:
+    """As OpenPAI runs it: the server's pass, then the runtime's (HTML-escaped values), then bash."""
+    import html
+
+    from paijob.openpai.markers import task_command
+
+    sets = ["script=train.py", "args=[--token, '<% $secrets.token %>']", "env.TOKEN=<% $secrets.token %>",
+            "runtimeInstall.enabled=false"]
+    result = render_template("ddp", ordered_sets=[*(("set", s) for s in sets), ("set-string", f"secrets.token={secret}")])
+    command = task_command(yaml.safe_load(result.text), "worker")
+    done = run_under_bash(command.splitlines(), tmp_path)
+    assert done.returncode == 0, done.stderr
+    argv = read_argv(tmp_path)
+    assert argv[-2:] == ["--token", html.escape(secret, quote=True)]  # what the script receives
+    assert not (tmp_path / "pwned").exists()

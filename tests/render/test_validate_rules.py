@@ -418,3 +418,21 @@ def test_negative_gpu_is_accepted_by_the_server_but_not_by_the_runtime_counting_
     assert "refuses a negative GPU count" in only(check(text)).message
     explicit = check(edit("train --port-label", "train --nproc-per-node 2 --port-label", text))
     assert explicit.ok and explicit.plan is not None and explicit.plan.world_size == 8
+
+
+def test_a_users_unquoted_secret_in_a_command_is_warned_about() -> None:
+    from paijob.validate.rules import secret_tags_outside_single_quotes as outside
+
+    assert outside("login --token <% $secrets.t %>") == ["<% $secrets.t %>"]
+    assert outside('login --token "<% $secrets.t %>"') == ["<% $secrets.t %>"]  # $( ) still runs in "..."
+    assert outside("login --token '<% $secrets.t %>' --x=a'<% $secrets.u %>'b") == []
+    assert outside("echo \\'<% $secrets.t %>") == ["<% $secrets.t %>"]  # an escaped quote opens nothing
+
+
+def test_validate_names_the_unquoted_secret_and_the_fix() -> None:
+    text = edit("    commands:\n", "    commands:\n      - login --token <% $secrets.t %>\n")
+    text = edit("taskRoles:", "secrets:\n  t: x\ntaskRoles:", text)
+    problem = only(check(text), WARNING)
+    assert problem.line == 21 and "'<% $secrets.t %>'" in problem.message and "&#x27;" in problem.message
+    quoted = text.replace("login --token <% $secrets.t %>", "login --token '<% $secrets.t %>'")
+    assert not check(quoted).warnings
