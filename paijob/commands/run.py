@@ -5,12 +5,22 @@ down, submits under a unique name (so reruns work) unless ``--name`` names it,
 prints every task's log lines prefixed role/index, and exits 0 when the job
 SUCCEEDED, 1 otherwise. In a folder with a ``paijob.yaml`` (``paijob init``)
 the job, values, cluster and workdir default to the project's.
+
+SIGTERM and SIGHUP (a CI runner cancelling, ``timeout``, a closed terminal)
+end it as Ctrl-C does: the job it started is stopped, then it exits
+128 + the signal's number (143, 129). A signal that arrives while the job is
+being submitted is acted on once the submit has answered, so the job it
+created is known and stopped, never left running.
 """
 
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from paijob.commands import _common as common
@@ -40,6 +50,52 @@ def register(subparsers: Any) -> None:
     parser.set_defaults(func=run)
 
 
+class Terminated(BaseException):  # like KeyboardInterrupt: no `except Exception` on the way swallows it
+    """SIGTERM or SIGHUP reached ``paijob run``: stop the job, exit 128 + ``signum``."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+class _EndSignals:
+    """SIGTERM and SIGHUP raise ``Terminated``, or wait while ``deferred`` (a submit in flight)."""
+
+    def __init__(self) -> None:
+        self.deferred = True
+        self.pending: int | None = None
+
+    def __call__(self, signum: int, frame: object) -> None:
+        if self.deferred:
+            self.pending = self.pending or signum
+            return
+        self.deferred = True  # a second signal while stopping the job waits too
+        raise Terminated(signum)
+
+    def release(self) -> None:
+        """From here on a signal ends the run; one that came meanwhile does now."""
+        self.deferred = False
+        if self.pending is not None:
+            self.deferred = True
+            raise Terminated(self.pending)
+
+
+@contextmanager
+def _end_signals() -> Iterator[_EndSignals]:
+    handler = _EndSignals()
+    names = [name for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name)]
+    if threading.current_thread() is not threading.main_thread():  # signals reach the main thread only
+        handler.deferred = False
+        yield handler
+        return
+    previous = {name: signal.signal(getattr(signal, name), handler) for name in names}
+    try:
+        yield handler
+    finally:
+        for name, old in previous.items():
+            signal.signal(getattr(signal, name), old)
+
+
 def run(args: argparse.Namespace) -> int:
     from paijob import api
 
@@ -50,17 +106,23 @@ def run(args: argparse.Namespace) -> int:
     job = api.prepare(_jobargs.request_from_args(args))
     _jobargs.report(job)
     client = api.connect(job.target, timeout=args.timeout)
-    job_id = api.submit(job, client)
-    print(f"paijob: submitted {job_id}", file=sys.stderr)
-    if client.cluster_name != "local":
-        print(f"paijob: web portal {client.web_link(job_id)}", file=sys.stderr)
-    follower = api.follow_logs(client, job_id, raw=args.raw)
-    try:
-        detail = follower.follow()
-    except KeyboardInterrupt:
-        print(f"\npaijob: interrupted; stopping {job_id}", file=sys.stderr)
-        api.stop(client, job_id)
-        raise
+    with _end_signals() as signals:
+        job_id = api.submit(job, client)
+        print(f"paijob: submitted {job_id}", file=sys.stderr)
+        try:
+            signals.release()
+            if client.cluster_name != "local":
+                print(f"paijob: web portal {client.web_link(job_id)}", file=sys.stderr)
+            follower = api.follow_logs(client, job_id, raw=args.raw)
+            detail = follower.follow()
+        except KeyboardInterrupt:
+            print(f"\npaijob: interrupted; stopping {job_id}", file=sys.stderr)
+            api.stop(client, job_id)
+            raise
+        except Terminated as ended:
+            print(f"\npaijob: received {ended}; stopping {job_id}", file=sys.stderr)
+            api.stop(client, job_id)
+            return 128 + ended.signum
     print(f"paijob: {api.terminal_text(sys.stderr, raw=args.raw)(common.outcome_line(job_id, detail))}", file=sys.stderr)
     output = api.output_location(client.cluster_name, job_id)
     if output:

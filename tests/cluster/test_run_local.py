@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import importlib
+import signal
+import subprocess
+import sys
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from cluster_helpers import job_yaml
 
-from paijob import cli
+from paijob import api, cli
 from paijob.local import service
 
 
@@ -87,3 +92,34 @@ def test_paijob_runtime_resolves_inside_local_tasks(capsys: pytest.CaptureFixtur
     code, out, err = paijob(capsys, "run", str(job), "--local")
     assert code == 0, out + err
     assert "/paijob-runtime" in out
+
+
+@pytest.mark.parametrize(("signum", "code"), [(signal.SIGTERM, 143), (signal.SIGHUP, 129)])
+def test_sigterm_or_sighup_to_run_stops_the_job_and_exits_128_plus_the_signal(
+        local: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, signum: int, code: int) -> None:
+    job = tmp_path / "job.yaml"
+    job.write_text(job_yaml("ended", ["echo started", "sleep 120"]))
+    monkeypatch.setenv("PYTHONUNBUFFERED", "1")
+    process = subprocess.Popen([sys.executable, "-m", "paijob.cli", "run", str(job), "--local"],
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=tmp_path)
+    seen: list[str] = []
+    assert process.stdout is not None
+    reader = threading.Thread(target=lambda: seen.extend(process.stdout or ()), daemon=True)  # line by line
+    reader.start()
+    try:
+        deadline = time.monotonic() + 60
+        while not any(line.startswith("worker/0 | started") for line in list(seen)):  # submitted, followed, running
+            assert time.monotonic() < deadline and process.poll() is None, "".join(seen)
+            time.sleep(0.05)
+        job_id = next(line.split()[-1] for line in seen if line.startswith("paijob: submitted "))
+        process.send_signal(signum)
+        assert process.wait(timeout=60) == code
+        reader.join(10)
+        rest = "".join(seen)
+        assert f"received {signal.Signals(signum).name}; stopping {job_id}" in rest and "Traceback" not in rest
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    client = api.connect("local", start_local=False)
+    assert client.wait(job_id, poll=0.1, timeout=30)["jobStatus"]["state"] == "STOPPED"
