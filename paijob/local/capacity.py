@@ -3,6 +3,12 @@
 The local cluster enforces no GPU, CPU or memory limit (every task is a plain
 process), so a job written for 4 nodes x 8 GPUs runs as 32 CPU processes on a
 laptop. It says so, once per job, in the first task's log.
+
+What it can never host is refused at submit (``refusals``): every task of a
+job starts at once, so more tasks than ``TASKS_PER_CORE`` per core, more ports
+than ``MAX_PORTS``, or requests beyond ``OVERSUBSCRIPTION`` times this machine
+(far past any job meant to run here, like ``instances: 100000``) would only
+wedge the machine, and the job would wait forever.
 """
 
 from __future__ import annotations
@@ -10,6 +16,11 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import NamedTuple
+
+TASKS_PER_CORE = 32  # every task is at least one process, all started at once
+MAX_PORTS = 4096  # loopback ports a job's tasks hold at once; other programs on the machine need theirs
+OVERSUBSCRIPTION = 256  # CPUs, memory, GPUs asked in all, as a multiple of what this machine has
 
 
 @dataclass(frozen=True)
@@ -77,3 +88,52 @@ def _fitting(roles: list[tuple[int, int, int, int]], tasks: int, totals: tuple[i
 def _breakdown(roles: list[tuple[int, int, int, int]], column: int, name: str) -> str:
     """``2 task(s) × cpu 2 + 1 task(s) × cpu 4``: where a total comes from."""
     return " + ".join(f"{request[0]} task(s) × {name} {request[column]}" for request in roles if request[column])
+
+
+class Ask(NamedTuple):
+    """What one task role asks for, per task."""
+
+    role: str
+    instances: int
+    gpu: int
+    cpu: int
+    memory_mb: int
+    ports: int
+
+
+def refusals(asks: Iterable[Ask], machine: Machine) -> list[str]:
+    """Why the local cluster can never run a job on ``machine`` (empty: it can).
+
+    Each line says what the job asks for in all, where that comes from, and the most this machine allows.
+    """
+    asks = [ask for ask in asks if ask.instances > 0]
+
+    def total(field: str) -> tuple[int, str]:
+        parts = [(ask.instances, getattr(ask, field), ask.role) for ask in asks if getattr(ask, field)]
+        per_task = " + ".join(f"{role}: {n} task(s) × {value}" for n, value, role in parts)
+        return sum(n * value for n, value, _ in parts), per_task
+
+    tasks = sum(ask.instances for ask in asks)
+    lines = []
+    if tasks > TASKS_PER_CORE * machine.cpus:
+        lines.append(f"{tasks} task(s) ({', '.join(f'{ask.role}: {ask.instances}' for ask in asks)}), "
+                     f"while this machine starts at most {TASKS_PER_CORE * machine.cpus} at once "
+                     f"({TASKS_PER_CORE} per CPU core, {machine.cpus} core(s))")
+    ports, where = total("ports")
+    if ports > MAX_PORTS:
+        lines.append(f"{ports} port(s) in all ({where}), at most {MAX_PORTS}")
+    cpu, where = total("cpu")
+    if cpu > OVERSUBSCRIPTION * machine.cpus:
+        lines.append(f"{cpu} CPU core(s) in all ({where}), at most {OVERSUBSCRIPTION} × this machine's "
+                     f"{machine.cpus} = {OVERSUBSCRIPTION * machine.cpus}")
+    memory, where = total("memory_mb")
+    if machine.memory_mb and memory > OVERSUBSCRIPTION * machine.memory_mb:
+        lines.append(f"{memory} MB of memory in all ({where}), at most {OVERSUBSCRIPTION} × this machine's "
+                     f"{machine.memory_mb} MB = {OVERSUBSCRIPTION * machine.memory_mb} MB")
+    # without a GPU every GPU asked becomes a training process on the CPU: it counts against the cores
+    room, unit = (machine.gpus, "GPU(s)") if machine.gpus else (machine.cpus, "CPU core(s), no GPU")
+    gpu, where = total("gpu")
+    if gpu > OVERSUBSCRIPTION * room:
+        lines.append(f"{gpu} GPU(s) in all ({where}), at most {OVERSUBSCRIPTION} × this machine's "
+                     f"{room} {unit} = {OVERSUBSCRIPTION * room}")
+    return lines

@@ -311,6 +311,8 @@ class JobRunner(threading.Thread):
         self.tasks = [self._new_task(attempt, role, index, 0, ports, gpus)
                       for role in self.plan.roles for index in range(role.instances)]
         for task in self.tasks:
+            if self.stop_requested.is_set():  # stopped while its tasks are placed: the rest never start
+                return ports, gpus
             self._start(task, attempt, ports, gpus)
         self.store.upsert_attempt(self.username, self.name_, attempt, state="RUNNING", launched_time=now_ms())
         fields: dict[str, Any] = {"state": "RUNNING", "sub_state": "AttemptRunning"}
@@ -395,6 +397,11 @@ class JobRunner(threading.Thread):
             task.code = code
             self.store.update_task(self.username, self.name_, task.job_attempt, task.role.name, task.index,
                                    task.attempt, exit_code=code)
+        for task in self.tasks:
+            if task.state == "WAITING":  # never started (a stop while the attempt was placing its tasks)
+                task.state, task.code = "STOPPED", code
+                self.store.update_task(self.username, self.name_, task.job_attempt, task.role.name, task.index,
+                                       task.attempt, state="STOPPED", exit_code=code, completed_time=now_ms())
 
     def _set_job(self, **fields: Any) -> None:
         self.store.update_job(self.username, self.name_, **fields)
@@ -532,6 +539,14 @@ class JobRunner(threading.Thread):
 # --------------------------------------------------------------------------- cluster
 
 
+class CannotHost(Exception):
+    """A job asks for more than the local cluster can ever give it; ``lines`` say what and how much."""
+
+    def __init__(self, lines: list[str]) -> None:
+        super().__init__("; ".join(lines))
+        self.lines = lines
+
+
 class LocalCluster:
     """The local cluster's engine: job store + one runner thread per active job."""
 
@@ -567,8 +582,19 @@ class LocalCluster:
                     out[(role.name, index)] = ",".join(ids)
         return out
 
+    def refusals(self, plan: JobPlan) -> list[str]:
+        """Why this machine can never run ``plan`` (empty: it can), each a line for the user."""
+        asks = [capacity.Ask(role.name, role.instances, role.gpu, role.cpu, role.memory_mb, sum(role.ports.values()))
+                for role in plan.roles]
+        return [f"the local cluster cannot host {line}"
+                for line in capacity.refusals(asks, capacity.this_machine(len(self.gpus)))]
+
     def submit(self, username: str, name: str, job: dict[str, Any], config_text: str) -> None:
+        """Store the job and start its runner; ``CannotHost`` when this machine could never run it."""
         plan = plan_job(job)
+        refused = self.refusals(plan)
+        if refused:
+            raise CannotHost(refused)
         self.store.insert_job(username, name, config_text, (plan.total_gpu, plan.total_tasks, len(plan.roles)))
         runner = JobRunner(self, username, name, job)
         with self._lock:

@@ -45,7 +45,7 @@ from paijob.local import capacity, listing, serving, settings
 from paijob.local.plan import plan_job
 from paijob.local.portal import web as portal
 from paijob.local.prune import pruned_note
-from paijob.local.runner import LocalCluster
+from paijob.local.runner import CannotHost, LocalCluster
 from paijob.local.service import local_user
 from paijob.local.store import JobExists
 from paijob.openpai import exitspec, rest
@@ -421,6 +421,9 @@ def create_app(cluster: LocalCluster, token: str, user: str | None = None) -> Fl
             cluster.submit(g.user, name, job, text)
         except JobExists:
             return error(409, "ConflictJobError", f"Job name {name} already exists.")
+        except CannotHost as refused:  # OpenPAI's scheduler would leave it waiting forever
+            return error(400, "InvalidParametersError", f"Job {name} can never run on this machine:\n"
+                         + "\n".join(f"- {line}" for line in refused.lines))
         return accepted(f"Update job {name} for user {g.user} successfully.")
 
     @api.get("/jobs")

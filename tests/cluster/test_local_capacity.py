@@ -51,3 +51,30 @@ def test_several_roles_are_told_the_task_count_that_fits() -> None:
 def test_a_job_that_fits_gets_no_warning() -> None:
     assert capacity.warnings([(2, 0, 1, 2048)], LAPTOP) == []
     assert capacity.warnings([], LAPTOP) == []
+
+
+def ask(instances: int, gpu: int = 0, cpu: int = 1, memory_mb: int = 256, ports: int = 3) -> capacity.Ask:
+    return capacity.Ask("worker", instances, gpu, cpu, memory_mb, ports)
+
+
+def test_the_repos_cluster_sized_examples_are_warned_about_on_a_laptop_not_refused() -> None:
+    for name in ("ddp-4x8", "apex-2x4", "horovod-2x4"):
+        job = render_template(name.split("-")[0], [EXAMPLES / f"{name}.values.yaml"]).job
+        asks = [capacity.Ask(role, *ask_) for role, ask_ in zip(job["taskRoles"], asked(job), strict=True)
+                for ask_ in [(*ask_, 3)]]
+        assert capacity.refusals(asks, LAPTOP) == [], name
+
+
+def test_what_a_machine_can_never_host_is_refused_saying_what_and_how_much() -> None:
+    (tasks,) = capacity.refusals([ask(100_000, cpu=0, memory_mb=0, ports=0)], LAPTOP)
+    assert tasks == ("100000 task(s) (worker: 100000), while this machine starts at most 64 at once "
+                     "(32 per CPU core, 2 core(s))")
+    (ports,) = capacity.refusals([ask(2, ports=3000)], LAPTOP)
+    assert ports == "6000 port(s) in all (worker: 2 task(s) × 3000), at most 4096"
+    (cpu,) = capacity.refusals([ask(1, cpu=600)], LAPTOP)
+    assert cpu == "600 CPU core(s) in all (worker: 1 task(s) × 600), at most 256 × this machine's 2 = 512"
+    (memory,) = capacity.refusals([ask(1, memory_mb=10**7)], LAPTOP)
+    assert memory.startswith("10000000 MB of memory in all") and memory.endswith("= 1966080 MB")
+    (gpu,) = capacity.refusals([ask(1, gpu=100_000)], LAPTOP)  # no GPU: each becomes a CPU process
+    assert gpu.endswith("at most 256 × this machine's 2 CPU core(s), no GPU = 512")
+    assert capacity.refusals([ask(1, gpu=600)], capacity.Machine(gpus=4, cpus=2, memory_mb=7680)) == []
