@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 import paijob
 from paijob.errors import PaijobError, ShadowedPackageError
+from paijob.task import contract
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -283,7 +284,7 @@ def copy_output(source: str, dest: str | Path, cluster: str | None = None, *, fo
     if not target.is_local:
         raise outputs.OutputError(
             f"paijob cp reads the local cluster's job output folders; on cluster {target.name} a job's "
-            "PAIJOB_OUTPUT_DIR is the outputDir you set (a path on a storage the job mounts): copy from "
+            f"{contract.OUTPUT_DIR} is the outputDir you set (a path on a storage the job mounts): copy from "
             "that storage with its own tools")
     if "~" not in job:
         from paijob.local.service import local_user
@@ -340,8 +341,8 @@ def render(template: str, values: Sequence[str | Path] = (), sets: Sequence[SetA
 
 def write_text(path: str | Path, text: str) -> None:
     """Write a job file as ``paijob render --output-file`` does: a regular file atomically (its mode
-    kept), through a symlink at its target, a device or FIFO in place (``paijob.safefile``)."""
-    from paijob.safefile import write_text as write
+    kept), through a symlink at its target, a device or FIFO in place (``paijob.task.safefile``)."""
+    from paijob.task.safefile import write_text as write
 
     write(path, text)
 

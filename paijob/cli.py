@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 from paijob import __version__
 from paijob.errors import PaijobError
+from paijob.task import contract
 
 # verb -> module that registers it; `paijob --help` lists them in this order.
 COMMANDS: dict[str, str] = {
@@ -34,7 +35,7 @@ COMMANDS: dict[str, str] = {
     "completion": "paijob.commands.completion",
 }
 
-DESCRIPTION = """\
+DESCRIPTION = f"""\
 Render, validate, submit and follow OpenPAI jobs for distributed PyTorch.
 
 typical session:
@@ -49,7 +50,7 @@ typical session:
                                               tell paijob about a real cluster
   paijob submit job.yaml -c prod --wait       submit it and follow its tasks
   paijob logs ID -f                           follow the tasks' logs
-  paijob cp ID:result.json .                  copy a file the job wrote (its PAIJOB_OUTPUT_DIR)
+  paijob cp ID:result.json .                  copy a file the job wrote (its {contract.OUTPUT_DIR})
 """
 
 

@@ -49,7 +49,6 @@ from pathlib import Path
 from paijob.errors import PaijobError
 from paijob.openpai.names import NAME_PATTERN, js_match
 
-OUTPUT_ENV = "PAIJOB_OUTPUT_DIR"
 CHUNK = 1 << 20
 PREVIEW_BYTES = 100 * 1024 * 1024  # a copy bigger than this is announced with its size before it starts
 

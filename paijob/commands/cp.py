@@ -6,12 +6,14 @@ import argparse
 import sys
 from typing import Any
 
+from paijob.task import contract
+
 
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "cp",
-        help="copy a file or folder out of a job's output folder (PAIJOB_OUTPUT_DIR)",
-        description="Copy JOB:PATH, a file or folder inside the job's output folder (the PAIJOB_OUTPUT_DIR "
+        help=f"copy a file or folder out of a job's output folder ({contract.OUTPUT_DIR})",
+        description=f"Copy JOB:PATH, a file or folder inside the job's output folder (the {contract.OUTPUT_DIR} "
                     "its tasks share, kept across retries), to DEST on this machine, like `cp -r`. JOB is "
                     "NAME or USER~NAME as in `paijob status`; 'JOB:.' copies the folder's contents into DEST. "
                     "A source keeps the name it was given (a link too); a file already in DEST is never "

@@ -7,6 +7,7 @@ import sys
 from typing import Any
 
 from paijob.commands import _common as common
+from paijob.task import contract
 
 
 def register(subparsers: Any) -> None:
@@ -15,7 +16,7 @@ def register(subparsers: Any) -> None:
         help="start, stop or inspect the local OpenPAI-compatible cluster",
         description="The local cluster serves OpenPAI's REST API on 127.0.0.1 and runs each task as a "
                     "local process with the PAI_* environment OpenPAI gives it. Its jobs, states and logs "
-                    "live in its state dir ($PAIJOB_LOCAL_STATE_DIR, else $XDG_STATE_HOME/paijob/local, "
+                    f"live in its state dir (${contract.LOCAL_STATE_DIR}, else $XDG_STATE_HOME/paijob/local, "
                     "else ~/.local/state/paijob/local) and survive restarts.",
     )
     actions = parser.add_subparsers(dest="action", metavar="ACTION")
@@ -41,7 +42,7 @@ def register(subparsers: Any) -> None:
     prune.add_argument("--older-than", default="0s", metavar="DURATION",
                        help="only jobs that finished at least this long ago, e.g. 7d, 12h (default: all)")
     prune.add_argument("--outputs", action="store_true",
-                       help="also remove the jobs' output folders (PAIJOB_OUTPUT_DIR: checkpoints, results)")
+                       help=f"also remove the jobs' output folders ({contract.OUTPUT_DIR}: checkpoints, results)")
     prune.add_argument("--dry-run", action="store_true", help="only say what would be removed")
     prune.set_defaults(func=run_prune)
     parser.set_defaults(func=lambda args: (parser.print_help(sys.stderr), 2)[1])

@@ -139,7 +139,7 @@ def run(args: argparse.Namespace) -> int:
 def write_atomic(path: str | Path, text: str) -> None:
     """Write ``text`` to ``path`` as ``-o`` promises: regular files atomically (mode kept),
     through a symlink to its target, into a device or FIFO in place
-    (see ``paijob.safefile``)."""
+    (see ``paijob.task.safefile``)."""
     from paijob import api
 
     api.write_text(path, text)

@@ -7,6 +7,7 @@ import sys
 from typing import Any
 
 from paijob.commands import _common as common
+from paijob.task import contract
 
 
 def register(subparsers: Any) -> None:
@@ -32,7 +33,7 @@ def run(args: argparse.Namespace) -> int:
     print_status(detail, job_id, wide=args.output == "wide", raw=args.raw)
     output = api.output_location(client.cluster_name, job_id)
     if output:
-        print(f"\noutput     {output} (PAIJOB_OUTPUT_DIR; `paijob cp {job_id}:PATH .` copies from it)")
+        print(f"\noutput     {output} ({contract.OUTPUT_DIR}; `paijob cp {job_id}:PATH .` copies from it)")
     return 0
 
 

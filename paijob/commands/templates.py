@@ -6,6 +6,8 @@ import argparse
 import sys
 from typing import Any
 
+from paijob.task import contract
+
 DESCRIPTION = """\
 List the built-in job templates with a one-line description.
 'paijob templates show NAME' prints the template, its documented default values
@@ -21,9 +23,9 @@ quoted words), shname (a shell variable name or an error), cli_flags; the
 globals fail("message"), shm_mb(...), processes_per_node(...); and the methods
 of plain values (list.append, dict.items, ...). It cannot reach Python
 internals (cycler.__init__.__globals__ is an error), import modules, or read
-files other than templates in its own folder, PAIJOB_TEMPLATE_PATH and the
+files other than templates in its own folder, TEMPLATE_PATH and the
 built-ins (e.g. {% import "_job.yaml.j2" as job with context %}).
-"""
+""".replace("TEMPLATE_PATH", contract.TEMPLATE_PATH)
 
 
 def register(subparsers: Any) -> None:

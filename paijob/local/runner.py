@@ -33,15 +33,16 @@ from paijob.local.store import Store, now_ms
 from paijob.local.tracking import TASK_MARKER, Tracker
 from paijob.openpai import exitspec
 from paijob.openpai.jobstate import is_terminal
-from paijob.outputs import OUTPUT_ENV, local_output_dir
+from paijob.outputs import local_output_dir
+from paijob.task import contract
 
 log = logging.getLogger(__name__)
 
 MARKER = TASK_MARKER
-JOB_MARKER = "PAIJOB_LOCAL_JOB"
+JOB_MARKER = contract.LOCAL_JOB
 POLL = 0.05
 # Server-side variables a task must not inherit from whoever started the server.
-_SCRUB = ("PAI_TOKEN", "PAI_CLUSTER_URL", "PAI_USER", "PAIJOB_LOCAL_TOKEN")
+_SCRUB = ("PAI_TOKEN", "PAI_CLUSTER_URL", "PAI_USER", contract.LOCAL_TOKEN)
 
 
 
@@ -99,7 +100,7 @@ def _log_tail(path: Path) -> str:
 def unlimited_retry_notice(code: int, what: str, retries: int) -> str:
     return (f"exit code {code} ({exitspec.spec_for(code).phrase}) is transient: OpenPAI would retry this {what} "
             f"without limit, even with {'jobRetryCount' if what == 'job' else 'taskRetryCount'} 0; the local "
-            f"cluster stopped after {retries} such retries (PAIJOB_LOCAL_UNLIMITED_RETRY_CAP)")
+            f"cluster stopped after {retries} such retries ({contract.LOCAL_UNLIMITED_RETRY_CAP})")
 
 
 def retry_note(code: int, what: str, decision: exitspec.RetryDecision) -> str:
@@ -107,7 +108,7 @@ def retry_note(code: int, what: str, decision: exitspec.RetryDecision) -> str:
     if decision.unlimited:
         return (f"retrying the {what} after exit code {code} ({phrase}): OpenPAI retries it without limit; "
                 f"the local cluster stops after {unlimited_retry_cap()} such retries "
-                f"(PAIJOB_LOCAL_UNLIMITED_RETRY_CAP)")
+                f"({contract.LOCAL_UNLIMITED_RETRY_CAP})")
     return f"retrying the {what} after exit code {code} ({phrase}), as OpenPAI does up to its retry count"
 
 
@@ -451,7 +452,7 @@ class JobRunner(threading.Thread):
         env["TMPDIR"] = str(private_tmp)
         output = local_output_dir(self.cluster.state_dir, self.job_id)  # shared, kept across attempts
         output.mkdir(parents=True, exist_ok=True)
-        env[OUTPUT_ENV] = str(output)
+        env[contract.OUTPUT_DIR] = str(output)
         sink = _LogSink(task.log_dir)
         for note in self._notes:  # why this task is a retry, where the local cluster differs from OpenPAI
             sink.write("stderr", f"[paijob local] {note}\n".encode())

@@ -31,9 +31,9 @@ import requests
 from paijob.errors import PaijobError
 from paijob.local import settings
 from paijob.remote.profiles import LOCAL, Cluster
-from paijob.runtime import procfs
-from paijob.runtime.cwd_safe import module_args
-from paijob.safefile import atomic_write
+from paijob.task import contract, procfs
+from paijob.task.cwd_safe import module_args
+from paijob.task.safefile import atomic_write
 
 START_TIMEOUT = 20.0
 
@@ -43,7 +43,7 @@ class LocalClusterError(PaijobError):
 
 
 def state_dir() -> Path:
-    explicit = os.environ.get("PAIJOB_LOCAL_STATE_DIR")
+    explicit = os.environ.get(contract.LOCAL_STATE_DIR)
     if explicit:
         return Path(explicit).expanduser()
     base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")

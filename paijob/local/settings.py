@@ -14,10 +14,11 @@ import os
 import re
 
 from paijob.errors import PaijobError
+from paijob.task import contract
 
-STOP_GRACE = "PAIJOB_LOCAL_STOP_GRACE"
-RETRY_CAP = "PAIJOB_LOCAL_UNLIMITED_RETRY_CAP"
-CGROUP = "PAIJOB_LOCAL_CGROUP"
+STOP_GRACE = contract.LOCAL_STOP_GRACE
+RETRY_CAP = contract.LOCAL_UNLIMITED_RETRY_CAP
+CGROUP = contract.LOCAL_CGROUP
 MAX_STOP_GRACE = 3600.0
 MAX_RETRY_CAP = 1000
 # a user name is a path component (logs/, work/, outputs/ <user>~<job>) and half of every job id

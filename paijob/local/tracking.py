@@ -42,12 +42,12 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from paijob.local import settings
-from paijob.runtime import procfs
+from paijob.task import contract, procfs
 
 log = logging.getLogger(__name__)
 
 POLL = 0.05
-TASK_MARKER = "PAIJOB_LOCAL_TASK"
+TASK_MARKER = contract.LOCAL_TASK
 CLUSTER_ID_FILE = "cluster-id"
 RECORDS_DIR = "running"
 # Moves the shell into the task's cgroup (echo is a builtin: the writer is the shell), then becomes the task.

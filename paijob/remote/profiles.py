@@ -35,7 +35,7 @@ from urllib.parse import urlsplit
 import yaml
 
 from paijob.errors import PaijobError
-from paijob.safefile import atomic_write
+from paijob.task.safefile import atomic_write
 
 LOCAL = "local"
 _NAME = re.compile(r"^[A-Za-z0-9_.-]+$")

@@ -53,6 +53,7 @@ from paijob.jobversion import RENDERED_VERSION_ENV
 from paijob.openpai.jsyaml import YamlError, load_job, load_values
 from paijob.openpai.names import PAI_TAG_PATTERN
 from paijob.render.runtime_install import InstallSettingsError, image_auth, install_command
+from paijob.task import contract
 from paijob.validate.verdict import (
     WARNING,
     JobValidationError,
@@ -64,7 +65,7 @@ from paijob.validate.verdict import (
 TEMPLATE_SUFFIX = ".yaml.j2"
 VALUES_SUFFIX = ".values.yaml"
 SCHEMA_SUFFIX = ".values.schema.json"
-TEMPLATE_PATH_ENV = "PAIJOB_TEMPLATE_PATH"
+TEMPLATE_PATH_ENV = contract.TEMPLATE_PATH
 
 Values = dict[str, Any]
 
@@ -657,7 +658,7 @@ class _QuietBytecodeCache(jinja2.FileSystemBytecodeCache):
 
 
 def _bytecode_cache() -> jinja2.BytecodeCache | None:
-    if os.environ.get("PAIJOB_NO_TEMPLATE_CACHE"):
+    if os.environ.get(contract.NO_TEMPLATE_CACHE):
         return None
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     # "-sandboxed": bytecode compiled outside the sandbox (older paijob) must never load

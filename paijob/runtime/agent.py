@@ -38,6 +38,7 @@ import signal
 import sys
 import tempfile
 import time
+from collections.abc import Mapping
 from typing import Any
 
 # c10d logs every failed store call with its full C++ stack: pages on each node
@@ -54,7 +55,7 @@ from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, SignalEx
 from torch.distributed.elastic.rendezvous import RendezvousParameters  # noqa: E402
 from torch.distributed.elastic.rendezvous import registry as rdzv_registry  # noqa: E402
 
-from paijob.runtime import exitcodes, procfs  # noqa: E402
+from paijob.runtime import exitcodes  # noqa: E402
 from paijob.runtime.config import LaunchConfig  # noqa: E402
 from paijob.runtime.console import say  # noqa: E402
 from paijob.runtime.failures import (  # noqa: E402
@@ -66,6 +67,7 @@ from paijob.runtime.failures import (  # noqa: E402
     strip_rank_prefix,
 )
 from paijob.runtime.nodewatch import NodeWatch, first_line  # noqa: E402
+from paijob.task import procfs  # noqa: E402
 
 if _user_cpp_log_level is None:
     os.environ.pop(_CPP_LOG_LEVEL, None)
@@ -90,7 +92,8 @@ _SHUTDOWN_TAKES_TIMEOUT = _accepts(LocalElasticAgent._shutdown, "timeout")  # no
 
 
 class PaijobAgent(LocalElasticAgent):
-    def __init__(self, spec: WorkerSpec, logs_specs: DefaultLogsSpecs, config: LaunchConfig) -> None:
+    def __init__(self, spec: WorkerSpec, logs_specs: DefaultLogsSpecs, config: LaunchConfig,
+                 worker_env: Mapping[str, str] | None = None) -> None:
         extra: dict[str, Any] = {}
         if _INIT_TAKES_SHUTDOWN_TIMEOUT:
             extra["shutdown_timeout"] = config.grace_period
@@ -110,6 +113,8 @@ class PaijobAgent(LocalElasticAgent):
         self._pgids: set[int] = set()
         self.watch: NodeWatch | None = None  # set by run_per_gpu before run()
         self.log_root: str | None = None  # a folder of our own, removed when the node ends
+        # What the workers get beyond this process's environment (paijob.task.contract.worker_env)
+        self.worker_env = {k: v for k, v in (worker_env or {}).items() if os.environ.get(k) != v}
 
     # -- worker lifecycle -------------------------------------------------
     def _start_workers(self, worker_group: Any) -> dict[int, Any]:
@@ -117,6 +122,16 @@ class PaijobAgent(LocalElasticAgent):
         self._pgids.update(int(pid) for pid in pids.values())
         self.assigned_ranks = [w.global_rank for w in worker_group.workers]
         return pids
+
+    def _setup_local_watchdog(self, envs: dict[int, dict[str, str]]) -> None:
+        """torch's hook just before it starts the workers with ``envs``: add the worker contract.
+
+        torch's own per-worker variables (``RANK``, ``LOCAL_RANK``...) win; so the launcher's
+        own environment never has to carry what only its workers need.
+        """
+        for local_rank, env in envs.items():
+            envs[local_rank] = {**self.worker_env, **env}
+        super()._setup_local_watchdog(envs=envs)
 
     def _shutdown(self, *args: Any, **kwargs: Any) -> None:
         """torch's shutdown (called with whatever this torch passes), then our process groups.
@@ -360,7 +375,8 @@ def _worker_spec(config: LaunchConfig) -> WorkerSpec:
     )
 
 
-def run_per_gpu(config: LaunchConfig) -> tuple[int, Failure | None]:
+def run_per_gpu(config: LaunchConfig, worker_env: Mapping[str, str] | None = None
+                ) -> tuple[int, Failure | None]:
     """Run this node's workers; return (exit code, root cause or None).
 
     Without ``--log-dir`` the workers' output copies (torch's tailer reads them; the
@@ -371,7 +387,7 @@ def run_per_gpu(config: LaunchConfig) -> tuple[int, Failure | None]:
     log_root = None if config.log_dir else tempfile.mkdtemp(prefix="paijob-runtime-logs-")
     logs_specs = DefaultLogsSpecs(log_dir=config.log_dir or log_root, redirects=Std.ALL,
                                   tee=Std.ALL)
-    agent = PaijobAgent(spec, logs_specs, config)
+    agent = PaijobAgent(spec, logs_specs, config, worker_env)
     agent.log_root = log_root
     dist = config.dist
     agent.watch = NodeWatch(

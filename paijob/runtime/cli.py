@@ -34,7 +34,7 @@ from paijob.runtime.env import (
     parse_nproc_option,
     parse_roles_option,
 )
-from paijob.runtime.options import build_parsers, split_train_argv
+from paijob.task.options import build_parsers, split_train_argv
 
 __all__ = ["main", "build_parsers", "split_train_argv"]
 
@@ -133,7 +133,6 @@ def cmd_train(args: argparse.Namespace) -> int:
         from paijob.runtime.precision import parse_precision  # no torch at import
 
         parse_precision(args.precision, source="--precision")
-        os.environ["PAIJOB_PRECISION"] = args.precision
     if args.mode == "horovod":
         return _train_horovod(args, command)
     dist, _ = _layout(args)
@@ -146,6 +145,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         heartbeat_timeout=args.heartbeat_timeout,
         log_dir=args.log_dir,
         verbose=args.verbose,
+        precision=args.precision or None,
     )
     return launch(config)
 
@@ -168,7 +168,7 @@ def _train_horovod(args: argparse.Namespace, command: WorkerCommand) -> int:
     slot = compute_mpi_slot(
         os.environ, visible_gpus=count_visible_gpus(os.environ), backend=args.backend
     )
-    return launch_horovod(slot, command)
+    return launch_horovod(slot, command, precision=args.precision or None)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

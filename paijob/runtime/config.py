@@ -5,7 +5,7 @@ everything the launcher, torch's elastic agent (:mod:`paijob.runtime.agent`)
 and the node watch (:mod:`paijob.runtime.nodewatch`) need: the layout
 (:class:`~paijob.runtime.env.DistEnv`), the command, the mode and the limits.
 ``paijob-runtime train`` parses its options once
-(:mod:`paijob.runtime.options`), builds one config, and hands it down; nothing
+(:mod:`paijob.task.options`), builds one config, and hands it down; nothing
 below re-derives a value or passes the layout on field by field.
 
 No torch import here.
@@ -23,9 +23,9 @@ from dataclasses import dataclass
 from importlib.machinery import ModuleSpec, PathFinder
 
 from paijob.errors import PaijobError
-from paijob.runtime.cwd_safe import module_args
 from paijob.runtime.env import DistEnv
-from paijob.runtime.options import LOCAL_RANK_STYLES, MODES
+from paijob.task.cwd_safe import module_args
+from paijob.task.options import LOCAL_RANK_STYLES, MODES
 
 LOCAL_RANK_MACRO = "${local_rank}"  # torch.distributed.elastic.utils.macros.Macros.local_rank
 WORKER_MODULE = "paijob.runtime.worker"
@@ -179,6 +179,7 @@ class LaunchConfig:
     heartbeat_timeout: float = 60.0
     log_dir: str | None = None
     verbose: bool = False
+    precision: str | None = None  # --precision, passed to every worker (paijob.task.contract)
 
     def __post_init__(self) -> None:
         launchable = [mode for mode in MODES if mode != "horovod"]

@@ -5,7 +5,8 @@ This module is pure: :func:`compute_dist_env` reads nothing but its arguments
 case is a table test. The launcher probes the machine (visible GPUs, a free
 port) and passes the answers in as data.
 
-OpenPAI facts honoured here (see ``DESIGN.md``):
+OpenPAI facts honoured here (sources: rest-server ``models/v2/job/k8s.js`` and openpai-runtime
+``framework_parser.py`` / ``runtime_env.sh``, as :mod:`paijob.openpai.names` records them):
 
 * Server-set variables use the task role name *as written*:
   ``PAI_TASK_ROLE_LIST``, ``PAI_TASK_ROLE_TASK_COUNT_<role>``,
@@ -41,7 +42,8 @@ from paijob.openpai.taskenv import (
     resource_name,
     task_count_name,
 )
-from paijob.runtime.options import BACKENDS, MAX_WORKERS_PER_CORE, workers_per_node
+from paijob.task import contract
+from paijob.task.options import BACKENDS, MAX_WORKERS_PER_CORE, workers_per_node
 
 STANDALONE_ADDR = "127.0.0.1"
 
@@ -105,7 +107,7 @@ class DistEnv:
             "GROUP_WORLD_SIZE": str(self.nnodes),
             "NPROC_PER_NODE": str(self.nproc_per_node),
             "LOCAL_WORLD_SIZE": str(self.nproc_per_node),
-            "PAIJOB_BACKEND": self.backend,
+            contract.BACKEND: self.backend,
         }
 
     def worker_env(self, local_rank: int) -> dict[str, str]:
@@ -615,7 +617,7 @@ class MpiSlot:
             "NODE_RANK": str(self.node_rank),
             "GROUP_RANK": str(self.node_rank),
             "NPROC_PER_NODE": str(self.local_size),
-            "PAIJOB_BACKEND": self.backend,
+            contract.BACKEND: self.backend,
         }
 
 

@@ -57,18 +57,12 @@ from paijob.runtime.failures import report_root_cause, stopped_by_signal
 from paijob.runtime.netif import socket_ifname_env
 from paijob.runtime.portwatch import MasterPortWatch, read_abort_notice, serve_abort_notice
 from paijob.runtime.probe import wait_for_master
-from paijob.runtime.worker import (
-    KNOCK_ON_HOLD_VAR,
-    LAUNCHER_PID_VAR,
-    RANK_PREFIXED_VAR,
-    finish,
-    run_as_main,
-)
+from paijob.runtime.worker import finish, run_as_main
+from paijob.task.contract import worker_env
 
 log = logging.getLogger("paijob.runtime")
 
 NOTICE_LINGER = 30.0  # per-node: how long node 0 answers the waiting nodes after a diagnosis
-KNOCK_ON_HOLD = 5.0  # per-gpu: how long a worker holds back a consequence's traceback
 
 
 def launch(config: LaunchConfig) -> int:
@@ -77,23 +71,34 @@ def launch(config: LaunchConfig) -> int:
     config.command.check()
     dist = config.dist
     _announce(config)
-    os.environ.update(socket_ifname_env(os.environ, say=say))  # collectives bind to our address
     if dist.node_rank != 0 and config.multi_node:
         _wait_for_master(config)
+    env = _worker_env(config)
     if config.mode == "per-gpu":
-        return _launch_per_gpu(config)
-    return _launch_one_process(config)
+        return _launch_per_gpu(config, env)
+    return _launch_one_process(config, env)
 
 
-def _launch_one_process(config: LaunchConfig) -> int:
+def _worker_env(config: LaunchConfig) -> dict[str, str]:
+    """What every worker of this node starts with (:func:`paijob.task.contract.worker_env`)."""
+    dist = config.dist
+    base = dict(os.environ)
+    base.update(socket_ifname_env(base, say=say))  # the workers' collectives bind to our address
+    return worker_env(
+        base,
+        dist.node_env(),
+        mode=config.mode,
+        launcher_pid=os.getpid(),  # per-gpu: torch's agent starts the workers, but from here
+        precision=config.precision,
+        world_size=dist.world_size,
+        workers=dist.nproc_per_node,
+        cores=len(os.sched_getaffinity(0)),
+    )
+
+
+def _launch_one_process(config: LaunchConfig, env: Mapping[str, str]) -> int:
     """``per-node`` and ``dataparallel``: the command once on this node, supervised here."""
     dist = config.dist
-    env = dict(os.environ)
-    env.update(dist.node_env())
-    env.setdefault("PYTHONUNBUFFERED", "1")
-    env[LAUNCHER_PID_VAR] = str(os.getpid())
-    if config.mode == "dataparallel":
-        env.update({"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "LOCAL_WORLD_SIZE": "1"})
     cmd = [sys.executable, *config.command.python_args(0)]
     watch = None
     if config.mode == "per-node" and dist.node_rank == 0 and config.multi_node and _has_proc_net():
@@ -133,7 +138,7 @@ def _wait_for_master(config: LaunchConfig) -> None:
         raise LaunchError(f"node rank 0 stopped the job: {reason}")
 
 
-def launch_horovod(slot: MpiSlot, command: WorkerCommand) -> int:
+def launch_horovod(slot: MpiSlot, command: WorkerCommand, precision: str | None = None) -> int:
     """Run the command in this process as MPI slot ``slot.rank``; never returns normally."""
     line_buffered_stdio()
     command.check()
@@ -143,32 +148,19 @@ def launch_horovod(slot: MpiSlot, command: WorkerCommand) -> int:
             f"{slot.rank + slot.local_size - 1} of {slot.size} on this node, backend "
             f"{slot.backend}"
         )
-    os.environ.update(slot.worker_env())
-    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    # The worker is this very process: the contract goes into its own environment.
+    os.environ.update(worker_env(os.environ, slot.worker_env(), mode="horovod", precision=precision))
     target = command.target_args(slot.local_rank)
     if target[0] == "-m":
         finish(run_as_main(target[1], target[2:], module=True))
     finish(run_as_main(target[0], target[1:]))
 
 
-def _launch_per_gpu(config: LaunchConfig) -> int:
+def _launch_per_gpu(config: LaunchConfig, env: Mapping[str, str]) -> int:
     from paijob.runtime.agent import run_per_gpu  # imports torch
 
     dist = config.dist
-    for key, value in dist.node_env().items():
-        os.environ[key] = value
-    os.environ.setdefault("PYTHONUNBUFFERED", "1")
-    os.environ[LAUNCHER_PID_VAR] = str(os.getpid())  # the agent starts the workers itself
-    os.environ[RANK_PREFIXED_VAR] = "1"  # the agent prefixes their lines with [rankN]:
-    if dist.world_size > 1:  # a worker alone has no peer whose failure it could be a knock-on of
-        # the agent learns a failure's root cause within about a second and stops the rest
-        os.environ.setdefault(KNOCK_ON_HOLD_VAR, str(KNOCK_ON_HOLD))
-    # Each worker would otherwise start one intra-op thread per core, and N
-    # workers on one node would fight over the cores (torchrun sets 1, which
-    # starves CPU training instead). A user's own OMP_NUM_THREADS wins.
-    cores = len(os.sched_getaffinity(0))
-    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, cores // dist.nproc_per_node)))
-    code, root = run_per_gpu(config)
+    code, root = run_per_gpu(config, env)
     if root is not None:
         report_root_cause(root, dist.node_rank)
     return code

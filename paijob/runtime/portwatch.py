@@ -25,7 +25,7 @@ import socket
 import time
 from collections.abc import Callable, Iterable
 
-from paijob.runtime import procfs
+from paijob.task import procfs
 
 CONFIRM_SECONDS = 15.0
 NOTICE_PREFIX = b"PAIJOB-ABORT "

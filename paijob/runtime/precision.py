@@ -46,13 +46,14 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from paijob.errors import PaijobError
+from paijob.task import contract
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
 
 log = logging.getLogger(__name__)
 
-ENV_VAR = "PAIJOB_PRECISION"
+ENV_VAR = contract.PRECISION
 POLICIES = ("fp32", "fp16", "bf16")
 OPT_LEVELS = ("O0", "O1", "O2", "O3")
 GRAMMAR = "fp32|fp16|bf16|O0|O1|O2|O3|apex:O0..apex:O3"

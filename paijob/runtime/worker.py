@@ -51,10 +51,9 @@ import traceback
 from collections.abc import Callable, Sequence
 from typing import NoReturn
 
+from paijob.task import contract
+
 USAGE = "usage: python -m paijob.runtime.worker (SCRIPT | -m MODULE) [ARGS...]"
-LAUNCHER_PID_VAR = "PAIJOB_LAUNCHER_PID"
-RANK_PREFIXED_VAR = "PAIJOB_RANK_PREFIXED"  # "1": the launcher prefixes each line with [rankN]:
-KNOCK_ON_HOLD_VAR = "PAIJOB_KNOCK_ON_HOLD"  # seconds a consequence's traceback waits to be stopped
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
@@ -192,7 +191,7 @@ def _hold_knock_on(error: BaseException) -> int:
     stop) ends the hold; the traceback is not printed then, the root cause is.
     """
     try:
-        hold = float(os.environ.get(KNOCK_ON_HOLD_VAR, "0"))
+        hold = float(os.environ.get(contract.KNOCK_ON_HOLD, "0"))
     except ValueError:
         return 0
     if hold <= 0:
@@ -238,7 +237,7 @@ def _excepthook() -> Callable[..., object]:
     which keeps the hook it wrapped as ``old_hook`` (once per call: unwrap them all).
     """
     hook: Callable[..., object] = sys.excepthook
-    if os.environ.get(RANK_PREFIXED_VAR) != "1":
+    if os.environ.get(contract.RANK_PREFIXED) != "1":
         return hook
     while getattr(hook, "__module__", None) == "torch.distributed.distributed_c10d":
         code = getattr(hook, "__code__", None)
@@ -252,7 +251,7 @@ def _excepthook() -> Callable[..., object]:
 
 def main(argv: Sequence[str] | None = None) -> NoReturn:
     args = list(sys.argv[1:] if argv is None else argv)
-    launcher = os.environ.get(LAUNCHER_PID_VAR, "")
+    launcher = os.environ.get(contract.LAUNCHER_PID, "")
     die_with_parent(int(launcher) if launcher.isdigit() else None)
     if args and args[0] == "--":
         args.pop(0)

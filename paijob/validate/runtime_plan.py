@@ -1,11 +1,11 @@
 """What ``paijob-runtime`` (or an MPI launcher) will do with a job: its distributed plan.
 
 The ``paijob-runtime`` calls in a role's commands are parsed with
-paijob-runtime's own argparse parser (``paijob.runtime.options``, torch-free
+paijob-runtime's own argparse parser (``paijob.task.options``, torch-free
 and the only runtime module the client imports), so whatever the runtime
 accepts (``paijob-runtime -v train ...``, ``--nproc-per-node=4``) validate
 reads the same way, and options the runtime would refuse are reported.
-Workers per node come from ``paijob.runtime.options.workers_per_node``, the
+Workers per node come from ``paijob.task.options.workers_per_node``, the
 function the runtime itself uses, so validate and ``paijob-runtime env``
 report the same world size.
 """
@@ -116,7 +116,7 @@ def _raise(message: str) -> None:
 @functools.lru_cache(maxsize=1)
 def _parsers() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
     # cached: building them is ~2 ms, and a render checks several commands
-    from paijob.runtime.options import build_parsers  # torch-free; imported only when needed
+    from paijob.task.options import build_parsers  # torch-free; imported only when needed
 
     parser, train = build_parsers()
     parser.error = _raise  # type: ignore[method-assign,assignment]
@@ -138,7 +138,7 @@ def _train_argv(words: list[str], start: int) -> list[str] | None:
 
 
 def _parse_call(role: str, index: int, argv: list[str]) -> RuntimeCall:
-    from paijob.runtime.options import split_train_argv
+    from paijob.task.options import split_train_argv
 
     _, train = _parsers()
     ours, command = split_train_argv(train, argv)
@@ -247,7 +247,7 @@ def runtime_settings(
 
 def workers_per_node(mode: str, nproc: str | None, gpu: int) -> int | None:
     """Processes one task starts, as the runtime computes them (None: not fixed in the file)."""
-    from paijob.runtime.options import workers_per_node as runtime_workers
+    from paijob.task.options import workers_per_node as runtime_workers
 
     if nproc in (None, "auto"):
         return runtime_workers(mode, None, max(gpu, 0))

@@ -33,7 +33,7 @@ import yaml
 
 from paijob.openpai import jsyaml
 from paijob.openpai.jsyaml import SERVER_BODY_LIMIT
-from paijob.safefile import atomic_write
+from paijob.task.safefile import atomic_write
 from paijob.workdir.pack import Snapshot, human_size
 from paijob.workdir.rules import WorkdirError
 

@@ -11,9 +11,10 @@ from typing import IO
 
 import pytest
 
-from paijob import safefile, workdir
+from paijob import workdir
 from paijob.local import service
 from paijob.remote import profiles
+from paijob.task import safefile
 
 Synced = set[tuple[int, int]]  # (st_dev, st_ino) of every file or folder fsync'ed
 

@@ -21,7 +21,7 @@ import pytest
 
 import paijob
 from paijob.local.tracking import Tracker
-from paijob.runtime.cwd_safe import module_args
+from paijob.task.cwd_safe import module_args
 
 BIN = Path(sys.executable).parent
 REAL = Path(paijob.__file__).parent

@@ -14,7 +14,7 @@ import yaml
 from render_helpers import run_cli
 
 from paijob.errors import PaijobError
-from paijob.safefile import write_text
+from paijob.task.safefile import write_text
 
 
 def rendered(capsys: pytest.CaptureFixture[str]) -> str:

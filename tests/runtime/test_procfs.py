@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from paijob.runtime import procfs
+from paijob.task import procfs
 
 # comm is the executable's name in parentheses: this one holds ") " and a byte that is not UTF-8.
 ODD_NAME = b"\xff) S 1 2 3 ("

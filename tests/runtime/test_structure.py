@@ -71,11 +71,13 @@ def test_the_agent_does_not_reach_back_into_the_launcher():
     assert "paijob.runtime.launch" not in graph["paijob.runtime.nodewatch"]
 
 
-def test_the_options_module_imports_nothing_else_of_the_runtime():
-    assert _runtime_graph()["paijob.runtime.options"] == set()
+def test_the_shared_torch_free_package_imports_nothing_of_the_runtime():
+    # the runtime's option grammar, procfs, atomic writes, the worker contract: both sides import them
+    for path in (ROOT / "paijob" / "task").glob("*.py"):
+        assert _imports(path, "paijob.task") == set(), path.name
 
 
-def test_validate_and_render_load_only_the_runtime_options():
+def test_validate_and_render_load_nothing_of_the_runtime():
     # a fresh interpreter: this one has imported the whole runtime already
     probe = (
         "import sys, io, contextlib\n"
@@ -88,7 +90,7 @@ def test_validate_and_render_load_only_the_runtime_options():
     done = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True,
                           timeout=120, check=False)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "['paijob.runtime', 'paijob.runtime.options']"
+    assert done.stdout.strip() == "[]"  # the option grammar they read is paijob.task.options
 
 
 def _dist(nnodes: int = 2, node_rank: int = 1, nproc: int = 2, job: str | None = "u~j") -> DistEnv:

@@ -24,6 +24,7 @@ import tempfile
 from pathlib import Path
 
 from paijob.runtime.apex_compat.detect import real_apex_amp_present, script_needs_apex_compat
+from paijob.task import contract
 
 __all__ = ["install", "uninstall", "is_installed", "script_needs_apex_compat", "SHIM_MODULES"]
 
@@ -111,7 +112,7 @@ def install(*, force: bool = False) -> bool:
     sys.path.insert(0, str(_shim_dir))
     _env_before = os.environ.get("PYTHONPATH")
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(_shim_dir), _env_before) if p)
-    os.environ["PAIJOB_APEX_COMPAT"] = "1"
+    os.environ[contract.APEX_COMPAT] = "1"
     import importlib
 
     importlib.invalidate_caches()
@@ -138,4 +139,4 @@ def uninstall() -> None:
     else:
         os.environ["PYTHONPATH"] = _env_before
     _env_before = None
-    os.environ.pop("PAIJOB_APEX_COMPAT", None)
+    os.environ.pop(contract.APEX_COMPAT, None)

@@ -10,6 +10,7 @@ import torch
 import torch.distributed as dist
 
 from paijob.runtime.precision import notice
+from paijob.task import contract
 
 __paijob_shim__ = True
 log = logging.getLogger(__name__)
@@ -64,7 +65,7 @@ class DistributedDataParallel(torch.nn.parallel.DistributedDataParallel):
         elif device is None and torch.cuda.is_available():
             device_ids = [int(os.environ.get("LOCAL_RANK", "0"))]
         torch_kwargs.setdefault("device_ids", device_ids)
-        if os.environ.get("PAIJOB_DDP_FIND_UNUSED", "") not in ("", "0"):
+        if os.environ.get(contract.DDP_FIND_UNUSED, "") not in ("", "0"):
             torch_kwargs.setdefault("find_unused_parameters", True)
         super().__init__(module, **torch_kwargs)
         self.delay_allreduce = delay_allreduce

@@ -10,9 +10,9 @@ from collections.abc import Sequence
 from typing import Any, NoReturn
 
 from paijob.errors import PaijobError
-from paijob.outputs import OUTPUT_ENV
 from paijob.runtime.precision import GRAMMAR, precision_from_env
 from paijob.runtime.worker import finish
+from paijob.task.contract import OUTPUT_DIR, PRECISION
 
 
 def _cifar10_recipe() -> Any:
@@ -74,11 +74,11 @@ def _add_common(parser: argparse.ArgumentParser, *, arch: str, lr: float, epochs
     parser.add_argument("--momentum", type=float, default=0.9)
     parser.add_argument("--weight-decay", type=float, default=weight_decay)
     parser.add_argument("--precision", default=None,
-                        help=f"{GRAMMAR} (default: $PAIJOB_PRECISION, else fp32)")
+                        help=f"{GRAMMAR} (default: ${PRECISION}, else fp32)")
     parser.add_argument("--loss-scale", default=None, help="'dynamic' or a number (fp16 / apex levels)")
     parser.add_argument("--keep-batchnorm-fp32", default=None, help="True/False (apex O2/O3)")
-    parser.add_argument("--output-dir", default=os.environ.get(OUTPUT_ENV) or "./paijob-output",
-                        help=f"checkpoints, logs and summary (default: ${OUTPUT_ENV}, the job's output "
+    parser.add_argument("--output-dir", default=os.environ.get(OUTPUT_DIR) or "./paijob-output",
+                        help=f"checkpoints, logs and summary (default: ${OUTPUT_DIR}, the job's output "
                              "folder kept across retries, else ./paijob-output)")
     parser.add_argument("--arch", default=arch)
     parser.add_argument("--image-size", type=int, default=image_size, help=argparse.SUPPRESS

@@ -63,6 +63,7 @@ from paijob.runtime.recipes.progress import (
     log_interval,
     summary_line,
 )
+from paijob.task import contract
 
 log = logging.getLogger("paijob.recipes")
 EXIT_PREEMPTED = 143  # 128 + SIGTERM: OpenPAI/k8s treat it as a retryable kill
@@ -150,7 +151,7 @@ def init_distributed(env: dict[str, str] | None = None) -> DistInfo:
         device = torch.device("cpu")
     info = DistInfo(rank, local_rank, world, local_world, device)
     if info.distributed and not dist.is_initialized():
-        backend = environ.get("PAIJOB_BACKEND") or ("nccl" if device.type == "cuda" else "gloo")
+        backend = environ.get(contract.BACKEND) or ("nccl" if device.type == "cuda" else "gloo")
         kwargs: dict[str, Any] = {"backend": backend, "init_method": "env://",
                                   "rank": rank, "world_size": world}
         if backend == "nccl":
@@ -245,7 +246,7 @@ def _all_max(flag: bool, info: DistInfo) -> bool:
 
 def _fault_hook() -> tuple[int, int, str] | None:
     """``PAIJOB_FAULT_AT=EPOCH:STEP[:term|kill]``: fault injection for resume tests."""
-    text = os.environ.get("PAIJOB_FAULT_AT")
+    text = os.environ.get(contract.FAULT_AT)
     if not text:
         return None
     parts = text.split(":")

@@ -15,6 +15,7 @@ import os
 
 from paijob.jobversion import version_line
 from paijob.openpai.names import DEFAULT_PORT_LABEL
+from paijob.task import contract
 
 MODES = ("per-gpu", "per-node", "dataparallel", "horovod")
 LOCAL_RANK_STYLES = ("auto", "dash", "underscore")
@@ -97,7 +98,7 @@ def _add_layout_options(parser: argparse.ArgumentParser) -> None:
                        help="the rendezvous port on node rank 0 (same rules as --nnodes)")
     group.add_argument(
         "--backend", choices=BACKENDS, default="auto",
-        help="process-group backend exported as PAIJOB_BACKEND (auto: nccl with GPUs, else gloo)",
+        help=f"process-group backend exported as {contract.BACKEND} (auto: nccl with GPUs, else gloo)",
     )
 
 
@@ -121,7 +122,7 @@ def _add_train_options(train: argparse.ArgumentParser) -> None:
     train.add_argument(
         "--precision", metavar="POLICY",
         help="fp32|fp16|bf16|O0..O3|apex:O0..apex:O3, exported to the workers as "
-        "PAIJOB_PRECISION (read by the recipes and the apex stand-in)",
+        f"{contract.PRECISION} (read by the recipes and the apex stand-in)",
     )
     train.add_argument(
         "--master-timeout", type=float, default=600.0, metavar="SECONDS",

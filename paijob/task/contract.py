@@ -1,0 +1,114 @@
+"""Every ``PAIJOB_*`` environment variable, with its meaning, and the one worker environment.
+
+Why one module: the names cross process boundaries (launcher -> worker, local cluster ->
+task, user's shell -> paijob), where a misspelling is not an error but a silently ignored
+setting. So each name is written here once, and nothing else in ``paijob/`` spells one
+(``tests/runtime/test_contract.py`` greps for it). :func:`worker_env` is the one place that
+decides what a worker's environment holds, for every launch mode.
+
+Standard library only: the launcher imports it in task images, the client for its settings.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+# -- paijob-runtime -> its workers (set by the launcher, read by the worker wrapper, the recipes,
+#    the apex stand-in and the user's own script) --------------------------------------------------
+
+BACKEND = "PAIJOB_BACKEND"
+"""The process-group backend (nccl with GPUs, else gloo): ``init_process_group(os.environ[...])``."""
+
+PRECISION = "PAIJOB_PRECISION"
+"""``paijob-runtime train --precision``: what the recipes and the apex stand-in train in."""
+
+LAUNCHER_PID = "PAIJOB_LAUNCHER_PID"
+"""The launcher's pid: the worker wrapper dies with that process (``PR_SET_PDEATHSIG``)."""
+
+RANK_PREFIXED = "PAIJOB_RANK_PREFIXED"
+"""``"1"``: the launcher prefixes each output line with ``[rankN]:`` (so the worker does not)."""
+
+KNOCK_ON_HOLD = "PAIJOB_KNOCK_ON_HOLD"
+"""Seconds a worker holds back a traceback that is only a consequence of a peer's failure."""
+
+APEX_COMPAT = "PAIJOB_APEX_COMPAT"
+"""``"1"`` while paijob's apex stand-in is installed in this process (and its children)."""
+
+DDP_FIND_UNUSED = "PAIJOB_DDP_FIND_UNUSED"
+"""Set by the user, not ``0``: the apex stand-in's DDP wrapper passes ``find_unused_parameters``."""
+
+FAULT_AT = "PAIJOB_FAULT_AT"
+"""``EPOCH:STEP[:term|kill]``: the recipes inject a fault there (resume tests)."""
+
+# -- the cluster -> every task of a job ----------------------------------------------------------
+
+OUTPUT_DIR = "PAIJOB_OUTPUT_DIR"
+"""The job's output folder, the same for every task and kept across attempts (``paijob cp``)."""
+
+LOCAL_TASK = "PAIJOB_LOCAL_TASK"
+"""The local cluster's mark on every process of one task (its uid), to find them all again."""
+
+LOCAL_JOB = "PAIJOB_LOCAL_JOB"
+"""The local cluster's mark on every process of one job, unique to that cluster."""
+
+# -- the user's shell -> paijob on the laptop ------------------------------------------------------
+
+TEMPLATE_PATH = "PAIJOB_TEMPLATE_PATH"
+"""``:``-separated folders with more templates, searched after the built-in ones."""
+
+NO_TEMPLATE_CACHE = "PAIJOB_NO_TEMPLATE_CACHE"
+"""Non-empty: compile templates afresh (no bytecode cache on disk)."""
+
+LOCAL_STATE_DIR = "PAIJOB_LOCAL_STATE_DIR"
+"""The local cluster's state folder (default ``$XDG_STATE_HOME/paijob/local``)."""
+
+LOCAL_TOKEN = "PAIJOB_LOCAL_TOKEN"
+"""A local cluster token in the user's environment: never passed on to a task."""
+
+LOCAL_STOP_GRACE = "PAIJOB_LOCAL_STOP_GRACE"
+"""Seconds the local cluster gives a task between SIGTERM and SIGKILL."""
+
+LOCAL_UNLIMITED_RETRY_CAP = "PAIJOB_LOCAL_UNLIMITED_RETRY_CAP"
+"""How often the local cluster retries a task whose exit OpenPAI retries without limit."""
+
+LOCAL_CGROUP = "PAIJOB_LOCAL_CGROUP"
+"""``0``: the local cluster tracks tasks without a cgroup of their own (default 1)."""
+
+KNOCK_ON_HOLD_SECONDS = 5.0  # per-gpu: the agent learns a root cause within about a second
+
+
+def worker_env(
+    base: Mapping[str, str],
+    layout: Mapping[str, str],
+    *,
+    mode: str,
+    launcher_pid: int | None = None,
+    precision: str | None = None,
+    world_size: int = 1,
+    workers: int = 1,
+    cores: int = 1,
+) -> dict[str, str]:
+    """The environment a worker starts with: ``base`` (the launcher's own) plus the contract.
+
+    ``layout`` is torchrun's names for this node (or MPI slot), ``PAIJOB_BACKEND`` among
+    them; ``mode`` is ``--mode``. Pure: the launcher's own environment is never changed,
+    except in ``horovod`` mode, where the worker is the launcher's own process.
+    A user's own ``PYTHONUNBUFFERED``, ``OMP_NUM_THREADS`` and ``PAIJOB_KNOCK_ON_HOLD`` win.
+    """
+    env = dict(base)
+    env.update(layout)
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    if precision:
+        env[PRECISION] = precision
+    if launcher_pid is not None:
+        env[LAUNCHER_PID] = str(launcher_pid)
+    if mode == "dataparallel":
+        env.update({"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "LOCAL_WORLD_SIZE": "1"})
+    if mode == "per-gpu":
+        env[RANK_PREFIXED] = "1"  # torch's agent prefixes the workers' lines with [rankN]:
+        if world_size > 1:  # a worker alone has no peer whose failure it could be a knock-on of
+            env.setdefault(KNOCK_ON_HOLD, str(KNOCK_ON_HOLD_SECONDS))
+        # Each worker would otherwise start one intra-op thread per core, and N workers on
+        # one node would fight over the cores (torchrun sets 1, which starves CPU training).
+        env.setdefault("OMP_NUM_THREADS", str(max(1, cores // max(1, workers))))
+    return env

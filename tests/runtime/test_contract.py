@@ -1,0 +1,93 @@
+"""The launcher->worker contract: every PAIJOB_* name written once, one worker environment for every mode."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+from conftest import ROOT
+
+from paijob.task import contract
+from paijob.task.contract import worker_env
+
+PACKAGE = ROOT / "paijob"
+NAME = re.compile(r"\bPAIJOB_[A-Z0-9_]+")
+LAYOUT = {"MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "29500", "WORLD_SIZE": "4",
+          "LOCAL_WORLD_SIZE": "2", contract.BACKEND: "gloo"}
+
+
+def _docstrings(tree: ast.AST) -> set[int]:
+    """ids of the string constants that are docstrings (prose may name a variable)."""
+    found: set[int] = set()
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if isinstance(body, list):
+            for statement in body:
+                if isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Constant):
+                    found.add(id(statement.value))  # a docstring, or a string after an assignment
+    return found
+
+
+def _spelled(path: Path) -> list[str]:
+    tree = ast.parse(path.read_text(), filename=str(path))
+    prose = _docstrings(tree)
+    return [
+        f"{path.relative_to(ROOT)}:{node.lineno}: {name}"
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in prose
+        for name in NAME.findall(node.value)
+    ]
+
+
+def _paijob_modules() -> list[Path]:
+    """paijob's own code: not the contract, not paijob/scaffold (files `paijob init` gives the user)."""
+    return [path for path in sorted(PACKAGE.rglob("*.py"))
+            if path != PACKAGE / "task" / "contract.py" and "scaffold" not in path.parts]
+
+
+def test_no_paijob_variable_is_spelled_outside_the_contract():
+    spelled = [hit for path in _paijob_modules() for hit in _spelled(path)]
+    assert spelled == [], "use paijob.task.contract's names:\n" + "\n".join(spelled)
+
+
+def test_the_contract_names_every_variable_once_with_its_meaning():
+    source = (PACKAGE / "task" / "contract.py").read_text()
+    names = [v for k, v in vars(contract).items() if k.isupper() and isinstance(v, str)]
+    assert len(names) == len(set(names))
+    for name in names:
+        assert re.search(rf'= "{name}"\n"""[^"]+', source), f"{name} has no docstring"
+
+
+def test_per_gpu_workers_get_the_layout_the_launcher_and_thread_share():
+    env = worker_env({"PATH": "/bin"}, LAYOUT, mode="per-gpu", launcher_pid=7, precision="bf16",
+                     world_size=4, workers=2, cores=8)
+    assert env == {**LAYOUT, "PATH": "/bin", "PYTHONUNBUFFERED": "1", contract.PRECISION: "bf16",
+                   contract.LAUNCHER_PID: "7", contract.RANK_PREFIXED: "1",
+                   contract.KNOCK_ON_HOLD: "5.0", "OMP_NUM_THREADS": "4"}
+
+
+def test_the_users_own_settings_win_and_the_base_is_not_changed():
+    base = {"OMP_NUM_THREADS": "3", contract.KNOCK_ON_HOLD: "60", "PYTHONUNBUFFERED": "0"}
+    env = worker_env(base, LAYOUT, mode="per-gpu", launcher_pid=7, world_size=4, workers=2, cores=8)
+    assert env["OMP_NUM_THREADS"] == "3" and env[contract.KNOCK_ON_HOLD] == "60"
+    assert env["PYTHONUNBUFFERED"] == "0" and contract.PRECISION not in env
+    assert base == {"OMP_NUM_THREADS": "3", contract.KNOCK_ON_HOLD: "60", "PYTHONUNBUFFERED": "0"}
+
+
+def test_a_worker_alone_holds_nothing_back():
+    env = worker_env({}, LAYOUT, mode="per-gpu", launcher_pid=7, world_size=1, workers=1, cores=1)
+    assert contract.KNOCK_ON_HOLD not in env and env["OMP_NUM_THREADS"] == "1"
+
+
+def test_one_process_modes_get_no_rank_prefix_and_dataparallel_is_rank_zero_of_one():
+    per_node = worker_env({}, LAYOUT, mode="per-node", launcher_pid=7)
+    assert per_node == {**LAYOUT, "PYTHONUNBUFFERED": "1", contract.LAUNCHER_PID: "7"}
+    dp = worker_env({}, LAYOUT, mode="dataparallel", launcher_pid=7)
+    assert {k: dp[k] for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE")} == {
+        "RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "LOCAL_WORLD_SIZE": "1"}
+
+
+def test_a_horovod_slot_is_its_own_launcher():
+    env = worker_env({}, {"RANK": "1"}, mode="horovod", precision="O1")
+    assert env == {"RANK": "1", "PYTHONUNBUFFERED": "1", contract.PRECISION: "O1"}
