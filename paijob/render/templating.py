@@ -49,11 +49,11 @@ from jinja2.sandbox import SandboxedEnvironment
 
 from paijob import __version__
 from paijob.errors import PaijobError
-from paijob.jobversion import RENDERED_VERSION_ENV
 from paijob.openpai.jsyaml import YamlError, load_job, load_values
 from paijob.openpai.names import PAI_TAG_PATTERN
 from paijob.render.runtime_install import InstallSettingsError, image_auth, install_command
 from paijob.task import contract
+from paijob.task.jobversion import RENDERED_VERSION_ENV
 from paijob.validate.verdict import (
     WARNING,
     JobValidationError,

@@ -22,7 +22,6 @@ from collections.abc import Callable, Sequence
 
 from paijob import __version__
 from paijob.errors import PaijobError
-from paijob.jobversion import mismatch_warning, rendered_version
 from paijob.runtime import exitcodes
 from paijob.runtime.config import LaunchConfig, LaunchError, WorkerCommand
 from paijob.runtime.env import (
@@ -34,6 +33,7 @@ from paijob.runtime.env import (
     parse_nproc_option,
     parse_roles_option,
 )
+from paijob.task.jobversion import mismatch_warning, rendered_version
 from paijob.task.options import build_parsers, split_train_argv
 
 __all__ = ["main", "build_parsers", "split_train_argv"]

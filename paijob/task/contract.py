@@ -42,6 +42,9 @@ FAULT_AT = "PAIJOB_FAULT_AT"
 
 # -- the cluster -> every task of a job ----------------------------------------------------------
 
+RENDERED_VERSION = "PAIJOB_RENDERED_VERSION"
+"""The paijob version that rendered the job (the templates export it): the runtime compares its own."""
+
 OUTPUT_DIR = "PAIJOB_OUTPUT_DIR"
 """The job's output folder, the same for every task and kept across attempts (``paijob cp``)."""
 

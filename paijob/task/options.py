@@ -13,9 +13,9 @@ from __future__ import annotations
 import argparse
 import os
 
-from paijob.jobversion import version_line
 from paijob.openpai.names import DEFAULT_PORT_LABEL
 from paijob.task import contract
+from paijob.task.jobversion import version_line
 
 MODES = ("per-gpu", "per-node", "dataparallel", "horovod")
 LOCAL_RANK_STYLES = ("auto", "dash", "underscore")
