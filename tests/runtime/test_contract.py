@@ -6,11 +6,10 @@ import ast
 import re
 from pathlib import Path
 
-from conftest import ROOT
-
 from paijob.task import contract
 from paijob.task.contract import worker_env
 
+ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "paijob"
 NAME = re.compile(r"\bPAIJOB_[A-Z0-9_]+")
 LAYOUT = {"MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "29500", "WORLD_SIZE": "4",
