@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from paijob.local import capacity, diagnostics
+from paijob.local import capacity, diagnostics, faults
 from paijob.local.plan import JobPlan, Ports, RolePlan, plan_job, task_env, task_script
 from paijob.local.settings import stop_grace, unlimited_retry_cap
 from paijob.local.store import Store, now_ms
@@ -41,6 +41,8 @@ log = logging.getLogger(__name__)
 MARKER = TASK_MARKER
 JOB_MARKER = contract.LOCAL_JOB
 POLL = 0.05
+# What OpenPAI reports when a node runs out of disk (kubelet evicts the pod); the local cluster does not retry it.
+DISK_FULL_CODE = -1000
 # Server-side variables a task must not inherit from whoever started the server.
 _SCRUB = ("PAI_TOKEN", "PAI_CLUSTER_URL", "PAI_USER", contract.LOCAL_TOKEN)
 
@@ -133,6 +135,7 @@ class Task:
     state: str = "WAITING"
     code: int | None = None
     cause: str | None = None  # the script's own error, as paijob-runtime reported it
+    sink: _LogSink | None = None
 
     @property
     def key(self) -> str:
@@ -150,6 +153,9 @@ class _LogSink:
     Beside each, ``NAME.times`` gets ``OFFSET UNIXTIME`` for every chunk as it
     arrives, before the chunk itself: ``paijob logs --timestamps`` stamps each
     line with when the task wrote it, not when paijob read it.
+
+    A write that fails (a full disk) is kept as ``fault`` for the runner, which
+    ends the job; the pipes are still drained, so the task never blocks on them.
     """
 
     def __init__(self, log_dir: Path) -> None:
@@ -159,6 +165,7 @@ class _LogSink:
         self.times = {name: open(log_dir / f"{name}.times", "ab", buffering=0, opener=_private_file) for name in names}
         self.sizes = {name: os.fstat(handle.fileno()).st_size for name, handle in self.files.items()}
         self.lock = threading.Lock()
+        self.fault: OSError | None = None
 
     def write(self, stream: str, data: bytes) -> None:
         with self.lock:
@@ -172,7 +179,12 @@ class _LogSink:
         read = getattr(pipe, "read1", pipe.read)  # whatever is there: progress bars need no newline
         try:
             for chunk in iter(lambda: read(65536), b""):
-                self.write(stream, chunk)
+                if self.fault is not None:
+                    continue
+                try:
+                    self.write(stream, chunk)
+                except OSError as error:
+                    self.fault = error
         finally:
             pipe.close()
 
@@ -210,6 +222,7 @@ class JobRunner(threading.Thread):
         self._placed: set[tuple[str, int]] = set()  # tasks of this attempt that have been started
         self._task_retries: dict[tuple[str, int], tuple[int, int]] = {}  # (counted, unlimited) per task
         self._notes: list[str] = []  # written at the top of the next task's log
+        self.attempt_id = 0  # the job attempt being run
 
     def request_stop(self, reason: str = "stopped by the user") -> None:
         self.stop_reason = reason
@@ -218,13 +231,37 @@ class JobRunner(threading.Thread):
     def run(self) -> None:
         try:
             self._run()
-        except Exception as error:  # a bug in the runner must still end the job
-            log.exception("job %s: runner crashed", self.job_id)
-            self._kill(self.tasks, "STOPPED")
-            self.store.update_job(self.username, self.name_, state="FAILED", sub_state="Completed",
-                                  completed_time=now_ms(), diagnostics=f"local cluster error: {error}")
+        except Exception as error:  # a fault of the machine or a bug of the runner: the job still ends, saying why
+            if faults.is_disk_full(error):
+                log.error("job %s: %s", self.job_id, faults.reason(error))
+            else:
+                log.exception("job %s: runner crashed", self.job_id)
+            self._end_by_fault(error)
         finally:
             self.cluster.forget(self.job_id)
+
+    def _end_by_fault(self, error: Exception) -> None:
+        """Kill every task, then end the job FAILED with the fault as its diagnostics (STOPPED, saying the
+        fault too, when a stop was asked for); the store keeps that end even when the disk is full."""
+        reason = faults.reason(error)
+        try:
+            live = [t for t in self.tasks if t.proc is not None and t.state == "RUNNING"]
+            procs = [t.proc for t in live if t.proc is not None]
+            self.cluster.tracker.end([t.uid for t in live], [p.pid for p in procs], stop_grace(), waiters=procs)
+        except Exception:  # noqa: BLE001 - the job must end even if its tasks could not all be found
+            log.exception("job %s: could not stop every task", self.job_id)
+        fields: dict[str, Any] = {"trigger_message": reason}
+        if self.stop_requested.is_set():
+            state, diagnostics = "STOPPED", f"{self.stop_reason} ({reason})"
+            fields.update(app_exit_code=exitspec.STOP_REQUESTED_CODE, execution_type="STOP")
+        else:
+            state, diagnostics = "FAILED", reason
+            if faults.is_disk_full(error):
+                fields["app_exit_code"] = DISK_FULL_CODE
+        try:
+            self.store.end_job(self.username, self.name_, self.attempt_id, state, diagnostics, **fields)
+        except Exception:  # noqa: BLE001 - not a disk that is full (that end is kept): say it, at least
+            log.exception("job %s: could not record its end (%s)", self.job_id, diagnostics)
 
     def _run(self) -> None:
         attempt = 0
@@ -236,14 +273,13 @@ class JobRunner(threading.Thread):
                 attempt += 1
                 continue
             job = self.store.job(self.username, self.name_) or {}
-            diagnostics = last.get("diagnostics") or job.get("diagnostics")
+            diagnostics = last.get("diagnostics") or job.get("diagnostics") or ""
             if notice:
                 diagnostics = f"{diagnostics}; {notice}" if diagnostics else notice
-            self.store.update_job(
-                self.username, self.name_, state=state, sub_state="Completed", completed_time=now_ms(),
+            self.store.end_job(
+                self.username, self.name_, attempt, state, diagnostics,
                 app_exit_code=last.get("exit_code"), trigger_message=last.get("trigger_message"),
                 trigger_role=last.get("trigger_role"), trigger_index=last.get("trigger_index"),
-                diagnostics=diagnostics,
             )
             return
 
@@ -268,6 +304,7 @@ class JobRunner(threading.Thread):
     def _run_attempt(self, attempt: int) -> str:
         """One job attempt from start to its final state (OpenPAI's attempt completion rules)."""
         u, n = self.username, self.name_
+        self.attempt_id = attempt
         self.store.upsert_attempt(u, n, attempt, state="WAITING")
         self.store.update_job(u, n, sub_state="AttemptPreparing", attempt_id=attempt, retries=attempt)
         if self.stop_requested.is_set():
@@ -279,11 +316,16 @@ class JobRunner(threading.Thread):
                 self._set_job(state="STOPPING", sub_state="AttemptDeletionPending")
                 self._stop_running(exitspec.STOP_REQUESTED_CODE)
                 return self._end_attempt(attempt, "STOPPED", None, self.stop_reason, exitspec.STOP_REQUESTED_CODE)
+            for task in self.tasks:
+                if task.sink is not None and task.sink.fault is not None:
+                    raise faults.MachineFault(f"writing the log of task {task.key}", task.sink.fault)
             for i, task in enumerate(list(self.tasks)):
                 raw = self._exited(task)
                 if raw is None:
                     continue
                 self._finish(task, "SUCCEEDED" if raw == 0 else "FAILED", raw)
+                if raw != 0:
+                    self._no_full_disk(task, raw)
                 code = self._report_exit(task, raw)
                 if self._task_retry(task, code):
                     retry = self._new_task(attempt, task.role, task.index, task.attempt + 1, ports, gpus)
@@ -321,6 +363,13 @@ class JobRunner(threading.Thread):
             fields["launched_time"] = now_ms()
         self.store.update_job(self.username, self.name_, **fields)
         return ports, gpus
+
+    def _no_full_disk(self, task: Task, raw: int) -> None:
+        """A task that failed while its folder's or its log's disk is full ends the job: a retry cannot fit."""
+        for where in (self.cluster.work_dir(self.job_id, task.job_attempt, task.role.name, task.index), task.log_dir):
+            if faults.full_disk_at(where):
+                raise faults.MachineFault(f"task {task.key} exited with code {raw}; no space is left for {where}",
+                                          disk_full=True)
 
     @staticmethod
     def _exited(task: Task) -> int | None:
@@ -453,7 +502,7 @@ class JobRunner(threading.Thread):
         output = local_output_dir(self.cluster.state_dir, self.job_id)  # shared, kept across attempts
         output.mkdir(parents=True, exist_ok=True)
         env[contract.OUTPUT_DIR] = str(output)
-        sink = _LogSink(task.log_dir)
+        sink = task.sink = _LogSink(task.log_dir)
         for note in self._notes:  # why this task is a retry, where the local cluster differs from OpenPAI
             sink.write("stderr", f"[paijob local] {note}\n".encode())
         self._notes.clear()
@@ -600,20 +649,29 @@ class LocalCluster:
         runner = JobRunner(self, username, name, job)
         with self._lock:
             self.runners[runner.job_id] = runner
-        runner.start()
+        try:
+            runner.start()
+        except RuntimeError as error:  # no thread to be had: the job ends at once rather than WAITING forever
+            self.forget(runner.job_id)
+            self.store.end_job(username, name, 0, "FAILED", f"local cluster error: cannot run the job: {error}")
 
     def stop(self, username: str, name: str) -> None:
+        """Stop a job in any state; it takes effect even when the disk is full (the stop is kept in memory)."""
         job_id = f"{username}~{name}"
-        self.store.update_job(username, name, execution_type="STOP")
         with self._lock:
             runner = self.runners.get(job_id)
         if runner is not None:
-            runner.request_stop()
+            runner.request_stop()  # first: the runner ends the job whether or not the next line can be written
+        try:
+            self.store.update_job(username, name, execution_type="STOP")
+        except OSError as error:
+            log.warning("job %s: the stop is not recorded yet (%s); it takes effect all the same", job_id, error)
+        if runner is not None:
             return
         job = self.store.job(username, name)
-        if job and not is_terminal(job["state"]):
-            self.store.update_job(username, name, state="STOPPED", sub_state="Completed", completed_time=now_ms(),
-                                  app_exit_code=exitspec.STOP_REQUESTED_CODE)
+        if job and not is_terminal(job["state"]):  # no runner: nothing runs, the job only needs its end
+            self.store.end_job(username, name, job["attempt_id"], "STOPPED", "stopped by the user",
+                               app_exit_code=exitspec.STOP_REQUESTED_CODE, execution_type="STOP")
 
     def forget(self, job_id: str) -> None:
         with self._lock:
@@ -636,14 +694,6 @@ class LocalCluster:
             self.tracker.end_leftovers([t["uid"] for t in tasks if t["state"] in ("WAITING", "RUNNING")])
             state = "STOPPED" if job["execution_type"] == "STOP" else "FAILED"
             message = "the local cluster server ended while this job ran"
-            for task in self.store.tasks(job["username"], job["name"], job["attempt_id"]):
-                if task["state"] in ("WAITING", "RUNNING"):
-                    self.store.update_task(job["username"], job["name"], job["attempt_id"], task["role"],
-                                           task["task_index"], task["task_attempt"], state=state,
-                                           completed_time=now_ms(), diagnostics=message)
-            self.store.upsert_attempt(job["username"], job["name"], job["attempt_id"], state=state,
-                                      completed_time=now_ms(), diagnostics=message, trigger_message=message)
-            self.store.update_job(job["username"], job["name"], state=state, sub_state="Completed",
-                                  completed_time=now_ms(), diagnostics=message, trigger_message=message,
-                                  **({"app_exit_code": exitspec.STOP_REQUESTED_CODE} if state == "STOPPED" else {}))
+            self.store.end_job(job["username"], job["name"], job["attempt_id"], state, message, trigger_message=message,
+                               **({"app_exit_code": exitspec.STOP_REQUESTED_CODE} if state == "STOPPED" else {}))
 

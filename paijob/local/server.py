@@ -41,7 +41,7 @@ from flask import Blueprint, Flask, Response, current_app, g, jsonify, request, 
 from werkzeug.routing import BaseConverter
 
 from paijob import __version__
-from paijob.local import capacity, listing, serving, settings
+from paijob.local import capacity, faults, listing, serving, settings
 from paijob.local.plan import plan_job
 from paijob.local.portal import web as portal
 from paijob.local.prune import pruned_note
@@ -628,6 +628,10 @@ def create_app(cluster: LocalCluster, token: str, user: str | None = None) -> Fl
 
     @app.errorhandler(500)
     def internal(problem: Exception) -> Response:
+        cause = getattr(problem, "original_exception", None)
+        if faults.is_disk_full(cause):  # the job store or a folder of the state dir found no room
+            assert cause is not None
+            return error(500, "UnknownError", f"local cluster error: {faults.reason(cause)}; free some space")
         return error(500, "UnknownError", f"local cluster error: {problem}")
 
     return app

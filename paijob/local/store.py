@@ -5,10 +5,16 @@ job retry), ``tasks`` (one row per task attempt) and ``tags`` (a job's tags,
 added and removed through the REST API as on OpenPAI). Times are milliseconds
 since the epoch, as in OpenPAI's REST answers. One connection shared by the
 server's threads behind a lock.
+
+A full disk (SQLite's "database or disk is full") is raised as ``OSError(ENOSPC)``
+naming the database, like any other write that found no room. A job's end
+(``end_job``) is never lost to it: until it can be written, the job is read as
+ended all the same, and the next write that finds room writes it.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import sqlite3
@@ -88,6 +94,9 @@ CREATE TABLE IF NOT EXISTS tags (
 """
 
 
+SQLITE_FULL = 13  # sqlite3.SQLITE_FULL (named from Python 3.11 on)
+
+
 def now_ms() -> int:
     return int(time.time() * 1000)
 
@@ -107,6 +116,7 @@ class Store:
                 os.close(os.open(private, os.O_RDWR | os.O_CREAT, 0o600))
                 os.chmod(private, 0o600)
         self._lock = threading.RLock()
+        self._unwritten: dict[tuple[str, str], tuple[int, dict[str, Any]]] = {}  # job -> (attempt, its end)
         self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None, timeout=30)
         self._db.row_factory = sqlite3.Row
         with self._lock:
@@ -115,18 +125,28 @@ class Store:
 
     def close(self) -> None:
         with self._lock:
+            try:
+                self.flush()
+            except OSError:
+                pass  # still no room: the next start ends the job as one the server left behind
             self._db.close()
 
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
         with self._lock:
-            self._db.execute("BEGIN IMMEDIATE")
             try:
-                yield self._db
-            except BaseException:
-                self._db.execute("ROLLBACK")
+                self._db.execute("BEGIN IMMEDIATE")
+                try:
+                    yield self._db
+                    self._db.execute("COMMIT")
+                except BaseException:
+                    if self._db.in_transaction:
+                        self._db.execute("ROLLBACK")
+                    raise
+            except sqlite3.Error as error:
+                if getattr(error, "sqlite_errorcode", None) == SQLITE_FULL or "disk is full" in str(error):
+                    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(self.path)) from error
                 raise
-            self._db.execute("COMMIT")
 
     def _one(self, sql: str, args: tuple[Any, ...]) -> dict[str, Any] | None:
         with self._lock:
@@ -150,7 +170,12 @@ class Store:
             )
 
     def job(self, username: str, name: str) -> dict[str, Any] | None:
-        return self._one("SELECT * FROM jobs WHERE username=? AND name=?", (username, name))
+        return self._ended(self._one("SELECT * FROM jobs WHERE username=? AND name=?", (username, name)))
+
+    def _ended(self, row: dict[str, Any] | None) -> dict[str, Any] | None:
+        """A job row with its end applied where that end is not written yet."""
+        unwritten = self._unwritten.get((row["username"], row["name"])) if row else None
+        return {**row, **unwritten[1]} if row and unwritten else row
 
     def jobs(self, *, username: str | None = None, state: str | None = None,
              limit: int | None = None, offset: int = 0) -> list[dict[str, Any]]:
@@ -163,7 +188,8 @@ class Store:
             args.append(state)
         sql += " ORDER BY seq DESC LIMIT ? OFFSET ?"
         args += [limit if limit else -1, offset]
-        return self._all(sql, tuple(args))
+        rows = [self._ended(row) for row in self._all(sql, tuple(args))]
+        return [row for row in rows if row and (not state or row["state"] == state)]
 
     def update_job(self, username: str, name: str, **fields: Any) -> None:
         if not fields:
@@ -173,7 +199,46 @@ class Store:
             db.execute(f"UPDATE jobs SET {cols} WHERE username=? AND name=?", (*fields.values(), username, name))
 
     def active_jobs(self) -> list[dict[str, Any]]:
-        return self._all("SELECT * FROM jobs WHERE state IN ('WAITING','RUNNING','STOPPING') ORDER BY seq", ())
+        rows = self._all("SELECT * FROM jobs WHERE state IN ('WAITING','RUNNING','STOPPING') ORDER BY seq", ())
+        return [row for row in rows if (row["username"], row["name"]) not in self._unwritten]
+
+    def end_job(self, username: str, name: str, attempt_id: int, state: str, diagnostics: str,
+                **fields: Any) -> bool:
+        """End a job: its current attempt and every task of it still WAITING or RUNNING, and the job itself,
+        ``state`` with ``diagnostics`` (and the job's other ``fields``), in one transaction.
+
+        Never lost to a full disk: until it is written the job reads as ended, and each later call (or
+        ``flush``, ``close``) tries again. Returns whether it is written now."""
+        job = {"state": state, "sub_state": "Completed", "completed_time": now_ms(), "diagnostics": diagnostics,
+               **fields}
+        with self._lock:
+            self._unwritten[(username, name)] = (attempt_id, job)
+            try:
+                return self.flush()
+            except OSError:
+                return False
+
+    def flush(self) -> bool:
+        """Write the ends of jobs a full disk held back; ``OSError`` while it still cannot."""
+        with self._lock:
+            for (username, name), (attempt_id, job) in list(self._unwritten.items()):
+                with self._tx() as db:
+                    db.execute(
+                        "UPDATE tasks SET state=?, completed_time=?, diagnostics=COALESCE(diagnostics, ?)"
+                        " WHERE username=? AND name=? AND job_attempt=? AND state IN ('WAITING','RUNNING')",
+                        (job["state"], job["completed_time"], job["diagnostics"], username, name, attempt_id))
+                    db.execute("INSERT OR IGNORE INTO job_attempts (username, name, attempt_id, state, created_time)"
+                               " VALUES (?,?,?,?,?)", (username, name, attempt_id, "WAITING", job["completed_time"]))
+                    db.execute(
+                        "UPDATE job_attempts SET state=?, completed_time=?, diagnostics=?,"
+                        " exit_code=COALESCE(?, exit_code), trigger_message=COALESCE(?, trigger_message)"
+                        " WHERE username=? AND name=? AND attempt_id=? AND state IN ('WAITING','RUNNING')",
+                        (job["state"], job["completed_time"], job["diagnostics"], job.get("app_exit_code"),
+                         job.get("trigger_message"), username, name, attempt_id))
+                    cols = ", ".join(f"{key}=?" for key in job)
+                    db.execute(f"UPDATE jobs SET {cols} WHERE username=? AND name=?", (*job.values(), username, name))
+                del self._unwritten[(username, name)]
+        return True
 
     # ------------------------------------------------------------------ attempts
 

@@ -45,26 +45,24 @@ def closed_within(sock: socket.socket, seconds: float) -> float | None:
     return time.monotonic() - start
 
 
-@pytest.fixture
-def short_timeouts(tmp_path: Path) -> Iterator[LocalServer]:
-    """A server whose inactivity timeout is 1 s (its request deadline stays long)."""
-    srv = LocalServer(tmp_path / "state", TOKEN, inactivity_timeout=1, cleanup_interval=1,
-                      request_deadline=600, threads=2).start()
+def bounded(tmp_path: Path, **limits: float) -> Iterator[LocalServer]:
+    srv = LocalServer(tmp_path / "state", TOKEN, cleanup_interval=1, threads=2, **limits).start()
     try:
         yield srv
     finally:
         srv.stop()
+
+
+@pytest.fixture
+def short_timeouts(tmp_path: Path) -> Iterator[LocalServer]:
+    """A server whose inactivity timeout is 1 s (its request deadline stays long)."""
+    yield from bounded(tmp_path, inactivity_timeout=1, request_deadline=600)
 
 
 @pytest.fixture
 def short_deadline(tmp_path: Path) -> Iterator[LocalServer]:
     """A server whose request deadline is 2 s (its inactivity timeout stays long)."""
-    srv = LocalServer(tmp_path / "state", TOKEN, inactivity_timeout=600, cleanup_interval=1,
-                      request_deadline=2, threads=2).start()
-    try:
-        yield srv
-    finally:
-        srv.stop()
+    yield from bounded(tmp_path, inactivity_timeout=600, request_deadline=2)
 
 
 def test_a_body_announced_and_not_sent_is_cut_by_the_timeout_and_holds_no_thread(
