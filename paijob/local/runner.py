@@ -27,12 +27,14 @@ from pathlib import Path
 from typing import IO, Any
 
 from paijob.local import capacity, diagnostics, faults
-from paijob.local.plan import JobPlan, Ports, RolePlan, plan_job, task_env, task_script
+from paijob.local.jobmodels import JobModels
+from paijob.local.plan import Ports, task_env, task_script
 from paijob.local.settings import stop_grace, unlimited_retry_cap
 from paijob.local.store import Store, now_ms
 from paijob.local.tracking import TASK_MARKER, Tracker
 from paijob.openpai import exitspec
 from paijob.openpai.jobstate import is_terminal
+from paijob.openpai.model import Job, TaskRole
 from paijob.outputs import local_output_dir
 from paijob.task import contract
 
@@ -124,7 +126,7 @@ def exit_code(returncode: int) -> int:
 
 @dataclass
 class Task:
-    role: RolePlan
+    role: TaskRole
     index: int
     attempt: int  # task attempt
     job_attempt: int
@@ -205,14 +207,14 @@ class _Counts:
 
 
 class JobRunner(threading.Thread):
-    def __init__(self, cluster: LocalCluster, username: str, name: str, job: dict[str, Any]) -> None:
+    def __init__(self, cluster: LocalCluster, username: str, name: str, job: Job) -> None:
         super().__init__(name=f"job-{username}~{name}", daemon=True)
         self.cluster = cluster
         self.store: Store = cluster.store
         self.username = username
         self.name_ = name
         self.job_id = f"{username}~{name}"
-        self.plan: JobPlan = plan_job(job)
+        self.plan = job  # the job model, parsed once at submit
         self.stop_requested = threading.Event()
         self.stop_reason = "stopped by the user"
         self.tasks: list[Task] = []
@@ -344,7 +346,7 @@ class JobRunner(threading.Thread):
         """Ports and GPUs for every task of the attempt, then every task started; the attempt is RUNNING."""
         taken: set[int] = set()
         ports: Ports = {
-            role.name: {i: {label: free_ports(count, taken) for label, count in role.ports.items()}
+            role.name: {i: {label: free_ports(count, taken) for label, count in role.resources.all_ports.items()}
                         for i in range(role.instances)}
             for role in self.plan.roles
         }
@@ -387,18 +389,18 @@ class JobRunner(threading.Thread):
         role = task.role
         if code != 0:
             counts.failed[role.name] += 1
-            if role.failed_enough(counts.failed[role.name]):
+            if role.completion.failed_enough(counts.failed[role.name]):
                 self._stop_running(exitspec.ATTEMPT_COMPLETION_CODE)
                 message = (f"{counts.failed[role.name]} task(s) of role {role.name} failed "
-                           f"(minFailedInstances {role.min_failed}); {task.key} exited with code {code} "
+                           f"(minFailedInstances {role.completion.min_failed}); {task.key} exited with code {code} "
                            f"({exitspec.spec_for(code).phrase})")
                 return self._end_attempt(attempt, "FAILED", task, message, code)
             return None
         counts.succeeded[role.name] += 1
-        if role.succeeded_enough(counts.succeeded[role.name]):
+        if role.completion.succeeded_enough(counts.succeeded[role.name]):
             self._stop_running(exitspec.ATTEMPT_COMPLETION_CODE)
             message = (f"{counts.succeeded[role.name]} task(s) of role {role.name} succeeded "
-                       f"(minSucceededInstances {role.min_succeeded})")
+                       f"(minSucceededInstances {role.completion.min_succeeded})")
             return self._end_attempt(attempt, "SUCCEEDED", task, message, 0)
         return None
 
@@ -473,7 +475,7 @@ class JobRunner(threading.Thread):
                               diagnostics=f"attempt {attempt}: {message}; {why}; retrying")
         return state
 
-    def _new_task(self, attempt: int, role: RolePlan, index: int, task_attempt: int,
+    def _new_task(self, attempt: int, role: TaskRole, index: int, task_attempt: int,
                   ports: Ports, gpus: dict[tuple[str, int], str | None]) -> Task:
         uid = str(uuid.uuid4())
         log_dir = self.cluster.log_dir(self.job_id, attempt, role.name, index, task_attempt)
@@ -509,13 +511,12 @@ class JobRunner(threading.Thread):
         if not self._announced_image:
             self._announced_image = True
             note = (f"[paijob local] docker images are not pulled: role {task.role.name} asks for "
-                    f"'{task.role.docker_image}'; commands run in this Python environment ({sys.executable})\n")
+                    f"'{self.plan.image_uri(task.role)}'; commands run in this Python environment ({sys.executable})\n")
             sink.write("stderr", note.encode())
-            asked = [(r.instances, r.gpu, r.cpu, r.memory_mb) for r in self.plan.roles]
+            asked = [(r.instances, r.resources.gpu, r.resources.cpu, r.resources.memory_mb) for r in self.plan.roles]
             for line in capacity.warnings(asked, capacity.this_machine(len(self.cluster.gpus))):
                 sink.write("stderr", f"[paijob local] warning: {line}\n".encode())
-            if self.plan.gang_allocation and any(
-                    (spec or {}).get("taskRetryCount") for spec in ((self.plan.job or {}).get("taskRoles") or {}).values()):
+            if self.plan.gang_allocation and any(r.raw.get("taskRetryCount") for r in self.plan.roles):
                 sink.write("stderr", b"[paijob local] taskRetryCount only takes effect with "
                                      b"extras.gangAllocation: false (as on OpenPAI); ignored\n")
         script = task_script(self.plan, task.role)
@@ -609,6 +610,7 @@ class LocalCluster:
         self._lock = threading.Lock()
         self.runners: dict[str, JobRunner] = {}
         self.tracker = Tracker(state_dir)
+        self.models = JobModels()  # every stored job parsed once, for the REST views
         self._recover()
 
     def log_dir(self, job_id: str, attempt: int, role: str, index: int, task_attempt: int) -> Path:
@@ -617,7 +619,7 @@ class LocalCluster:
     def work_dir(self, job_id: str, attempt: int, role: str, index: int) -> Path:
         return self.state_dir / "work" / job_id / str(attempt) / f"{role}-{index}"
 
-    def allocate_gpus(self, plan: JobPlan) -> dict[tuple[str, int], str | None]:
+    def allocate_gpus(self, plan: Job) -> dict[tuple[str, int], str | None]:
         """role/index -> CUDA_VISIBLE_DEVICES (None: leave the variable alone; no GPUs here)."""
         if not self.gpus:
             return {}
@@ -626,26 +628,28 @@ class LocalCluster:
             for role in plan.roles:
                 for index in range(role.instances):
                     ids = []
-                    for _ in range(min(role.gpu, len(self.gpus))):
+                    for _ in range(min(role.resources.gpu, len(self.gpus))):
                         ids.append(self.gpus[self._gpu_next % len(self.gpus)])
                         self._gpu_next += 1
                     out[(role.name, index)] = ",".join(ids)
         return out
 
-    def refusals(self, plan: JobPlan) -> list[str]:
-        """Why this machine can never run ``plan`` (empty: it can), each a line for the user."""
-        asks = [capacity.Ask(role.name, role.instances, role.gpu, role.cpu, role.memory_mb, sum(role.ports.values()))
-                for role in plan.roles]
+    def refusals(self, job: Job) -> list[str]:
+        """Why this machine can never run ``job`` (empty: it can), each a line for the user."""
+        asks = [capacity.Ask(role.name, role.instances, role.resources.gpu, role.resources.cpu,
+                             role.resources.memory_mb, sum(role.resources.all_ports.values()))
+                for role in job.roles]
         return [f"the local cluster cannot host {line}"
                 for line in capacity.refusals(asks, capacity.this_machine(len(self.gpus)))]
 
-    def submit(self, username: str, name: str, job: dict[str, Any], config_text: str) -> None:
-        """Store the job and start its runner; ``CannotHost`` when this machine could never run it."""
-        plan = plan_job(job)
-        refused = self.refusals(plan)
+    def submit(self, username: str, name: str, job: Job, config_text: str) -> None:
+        """Store the job and start its runner; ``job`` is its model, parsed once from ``config_text``.
+        ``CannotHost`` when this machine could never run it."""
+        refused = self.refusals(job)
         if refused:
             raise CannotHost(refused)
-        self.store.insert_job(username, name, config_text, (plan.total_gpu, plan.total_tasks, len(plan.roles)))
+        self.store.insert_job(username, name, config_text, (job.total_gpu, job.total_tasks, len(job.roles)))
+        self.models.remember(f"{username}~{name}", config_text, job)
         runner = JobRunner(self, username, name, job)
         with self._lock:
             self.runners[runner.job_id] = runner

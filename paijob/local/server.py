@@ -42,7 +42,6 @@ from werkzeug.routing import BaseConverter
 
 from paijob import __version__
 from paijob.local import capacity, faults, listing, serving, settings
-from paijob.local.plan import plan_job
 from paijob.local.portal import web as portal
 from paijob.local.prune import pruned_note
 from paijob.local.runner import CannotHost, LocalCluster
@@ -52,6 +51,7 @@ from paijob.openpai import exitspec, rest
 from paijob.openpai.jobstate import is_terminal
 from paijob.openpai.jsyaml import YamlError, load_job
 from paijob.openpai.markers import TemplateError, role_entrypoint
+from paijob.openpai.model import Job
 
 log = logging.getLogger(__name__)
 
@@ -94,12 +94,16 @@ def error(status: int, code: str, message: str) -> Response:
 # --------------------------------------------------------------------------- validation
 
 
-def validate(text: str) -> list[str]:
-    """Problems with a submitted job (empty when fine), by the same checks as `paijob validate`."""
+def validate(text: str) -> tuple[Job | None, list[str]]:
+    """A submitted job's model and its problems (empty when fine), by the same checks as `paijob validate`.
+
+    The text is read (YAML) and parsed into the model once, here; the job's
+    runner and the views use that model. A YAML error raises ``YamlError``.
+    """
     from paijob.validate import verdict
 
-    report = verdict.validate_text(text, "job")
-    return [p.format("job") for p in report.errors]
+    report = verdict.validate_loaded(load_job(text, "job"), "job", len(text.encode("utf-8", "surrogatepass")))
+    return report.model, [p.format("job") for p in report.errors]
 
 
 # --------------------------------------------------------------------------- views
@@ -156,10 +160,9 @@ def read_job(text: str) -> Any:
     return load_job(text, "job").value
 
 
-def _role_names(config_text: str) -> dict[str, str]:
+def _role_names(job: Job) -> dict[str, str]:
     """REST role name (``workera``) -> the job's role name (``Worker_A``)."""
-    job = read_job(config_text)
-    return {rest.rest_role_name(str(role)): str(role) for role in (job.get("taskRoles") or {})}
+    return {rest.rest_role_name(role.name): role.name for role in job.roles}
 
 
 def _rest_role(name: str | None) -> str | None:
@@ -226,7 +229,7 @@ def job_detail(cluster: LocalCluster, job: dict[str, Any], attempt_id: int | Non
     attempt_id = job["attempt_id"] if attempt_id is None else attempt_id
     attempt = cluster.store.attempt(job["username"], job["name"], attempt_id)
     job_id = f"{job['username']}~{job['name']}"
-    plan = plan_job(read_job(job["config"]))
+    plan = cluster.models.of(job)
     rows = cluster.store.tasks(job["username"], job["name"], attempt_id)
     roles: dict[str, Any] = {}
     for role in plan.roles:
@@ -278,10 +281,10 @@ def vc_status(cluster: LocalCluster) -> dict[str, Any]:
     machine = capacity.this_machine(len(cluster.gpus))
     cpu = memory = gpu = 0
     for job in cluster.store.active_jobs():
-        for role in plan_job(read_job(job["config"])).roles:
-            cpu += role.instances * role.cpu
-            memory += role.instances * role.memory_mb
-            gpu += role.instances * role.gpu
+        for role in cluster.models.of(job).roles:
+            cpu += role.instances * role.resources.cpu
+            memory += role.instances * role.resources.memory_mb
+            gpu += role.instances * role.resources.gpu
 
     def resources(cpus: int, memory_mb: int, gpus: int) -> dict[str, int]:
         return {"cpu": cpus, "vCores": cpus, "memory": memory_mb, "gpu": gpus, "GPUs": gpus}
@@ -404,19 +407,18 @@ def create_app(cluster: LocalCluster, token: str, user: str | None = None) -> Fl
     def submit() -> Response:
         text = request.get_data(as_text=True)
         try:
-            job = read_job(text)
+            job, problems = validate(text)
         except YamlError as problem:
             return error(400, "InvalidProtocolError", f"Job protocol is not valid YAML: {problem}")
-        problems = validate(text)
-        if problems:
+        if problems or job is None:
             return error(400, "InvalidProtocolError",
                          "Job protocol is invalid:\n" + "\n".join(f"- {p}" for p in problems))
         try:
-            for role in job.get("taskRoles") or {}:
-                role_entrypoint(job, role)  # the rest-server renders commands before it accepts the job
+            for role in job.roles:
+                role_entrypoint(job.raw, role.name)  # the rest-server renders commands before it accepts the job
         except TemplateError as problem:
             return error(400, "InvalidProtocolError", str(problem))
-        name = str(job["name"])
+        name = job.name
         try:
             cluster.submit(g.user, name, job, text)
         except JobExists:
@@ -527,7 +529,7 @@ def create_app(cluster: LocalCluster, token: str, user: str | None = None) -> Fl
 
     def task_rows(job: dict[str, Any], attempt: int, role: str, index: int) -> list[dict[str, Any]]:
         """Attempts of a task, oldest first; ``role`` is the REST (converted) role name, as on OpenPAI."""
-        name = _role_names(job["config"]).get(role)
+        name = _role_names(cluster.models.of(job)).get(role)
         if name is None:
             return []
         return cluster.store.task_attempts(job["username"], job["name"], attempt, name, index)
@@ -537,7 +539,7 @@ def create_app(cluster: LocalCluster, token: str, user: str | None = None) -> Fl
         job = find_job(job_id)
         if isinstance(job, Response):
             return job
-        if role not in _role_names(job["config"]):  # task.js: frameworkcontroller finds no such task role
+        if role not in _role_names(cluster.models.of(job)):  # task.js: frameworkcontroller finds no such task role
             return error(404, "NoJobError", f"Task role {role} is not found in job {job_id}.")
         rows = task_rows(job, attempt, role, index)
         if not rows:
@@ -574,7 +576,7 @@ def create_app(cluster: LocalCluster, token: str, user: str | None = None) -> Fl
         job = find_job(job_id)
         if isinstance(job, Response):
             return job
-        path = cluster.log_dir(job_id, attempt, _role_names(job["config"]).get(role, ""), index,
+        path = cluster.log_dir(job_id, attempt, _role_names(cluster.models.of(job)).get(role, ""), index,
                                task_attempt) / file_name
         inside = (cluster.state_dir / "logs").resolve() in path.resolve().parents
         return path if inside and path.is_file() else None

@@ -1,4 +1,11 @@
-"""An OpenPAI job parsed once into typed, frozen data, with OpenPAI's defaults applied.
+"""THE model of an OpenPAI job: parsed once into typed, frozen data, with OpenPAI's defaults applied.
+
+validate's rules, the local cluster (planner, runner, REST views) and the task
+environment (``taskenv``) all read a job through this model; every OpenPAI
+default is written here and nowhere else. Each value is kept twice where the
+two differ: the effective one as a field, the job as written in ``raw`` (the
+loaded mapping, e.g. ``TaskRole.raw``), since some of OpenPAI's outputs echo
+what was written (``PAI_RESOURCE_<role>``) rather than what takes effect.
 
 Sources (copies under ``../shared/reference/openpai/upstream``):
 
@@ -10,17 +17,17 @@ Sources (copies under ``../shared/reference/openpai/upstream``):
   own); ``minFailedTaskCount = minFailedInstances || 1`` and
   ``minSucceededTaskCount = minSucceededInstances || taskNumber`` (so ``null``
   and ``0`` mean the default, ``-1`` is kept: never by count);
-* rest-server ``runtime-env.js``: ``PAI_RESOURCE_<role> =
-  gpu,cpu,memoryMB,shmMB`` where the 4th field is the ``shmMB`` as written
-  when the key is present and ``0`` when absent (not 512);
 * ``k8s.js`` ``put``: the virtual cluster is ``defaults.virtualCluster`` when
   not null, else ``default``;
+* frameworkcontroller: an attempt ends once ``minFailedTaskCount`` tasks of a
+  role failed, or ``minSucceededTaskCount`` succeeded (``-1``: never by count);
 * openpai-runtime ``framework_parser.py``: role names in variable names are
   lowercased and stripped to ``a-z0-9`` (``names.runtime_role_name``).
 
 ``parse_job`` is lenient: a field of the wrong type is left at its default,
 so that rules can run on what is well-formed while the schema rules report
-the rest. The raw mapping stays available as ``Job.raw``.
+the rest. Build the model once per job text (``parse_job(load_job(text).value)``)
+and hand it on; nothing downstream reads the text again.
 """
 
 from __future__ import annotations
@@ -29,11 +36,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeGuard
 
-from paijob.openpai.jsyaml import js_string
+from paijob.openpai.markers import js_string
 from paijob.openpai.names import runtime_role_name
 
-SERVER_PORTS = ("ssh", "http")  # added to every role by the rest-server (k8s.js)
-DEFAULT_SHM_MB = 512
+SERVER_PORTS = ("ssh", "http")  # k8s.js adds these to every role (count 1) when the job lacks them
+DEFAULT_SHM_MB = 512  # k8s.js: /dev/shm is shmMB || 512
+DEFAULT_VIRTUAL_CLUSTER = "default"  # k8s.js put: defaults.virtualCluster, else this
 
 
 def is_int(value: Any) -> TypeGuard[int]:
@@ -85,9 +93,17 @@ class Resources:
 
 @dataclass(frozen=True)
 class Completion:
-    min_failed: int  # effective: minFailedInstances || 1
-    min_succeeded: int  # effective: minSucceededInstances || instances
+    min_failed: int  # effective (frameworkcontroller's minFailedTaskCount): minFailedInstances || 1
+    min_succeeded: int  # effective (minSucceededTaskCount): minSucceededInstances || instances
     raw_min_failed: Any = None
+
+    def failed_enough(self, failed: int) -> bool:
+        """frameworkcontroller: the attempt fails once this many tasks of the role failed (-1: never)."""
+        return self.min_failed > 0 and failed >= self.min_failed
+
+    def succeeded_enough(self, succeeded: int) -> bool:
+        """frameworkcontroller: the attempt succeeds once this many tasks of the role succeeded (-1: never)."""
+        return self.min_succeeded > 0 and succeeded >= self.min_succeeded
 
 
 @dataclass(frozen=True)
@@ -99,8 +115,7 @@ class TaskRole:
     commands: tuple[str, ...]
     completion: Completion
     task_retry_count: int  # effective: used only when gang allocation is off
-    shm_mb: int  # effective /dev/shm size
-    shm_mb_env: str  # 4th field of PAI_RESOURCE_<role>
+    shm_mb: int  # effective /dev/shm size (the 4th field of PAI_RESOURCE_<role> is the raw one: taskenv)
     data: str | None = None
     output: str | None = None
     script: str | None = None
@@ -117,14 +132,6 @@ class TaskRole:
         res = self.raw.get("resourcePerInstance")
         ports = res.get("ports") if isinstance(res, dict) else None
         return tuple(str(k) for k in ports) if isinstance(ports, dict) else ()
-
-    @property
-    def resource_env(self) -> str:
-        """``PAI_RESOURCE_<role>``: ``gpu,cpu,memoryMB,shmMB`` (JavaScript ``[..].join(',')``)."""
-        raw = self.raw.get("resourcePerInstance")
-        res = raw if isinstance(raw, dict) else {}
-        fields = [res.get("gpu"), res.get("cpu"), res.get("memoryMB")]
-        return ",".join("" if v is None else js_string(v) for v in fields) + "," + self.shm_mb_env
 
 
 @dataclass(frozen=True)
@@ -163,6 +170,19 @@ class Job:
     def plugin(self, name: str) -> Mapping[str, Any] | None:
         return next((p for p in self.runtime_plugins if p.get("plugin") == name), None)
 
+    def image_uri(self, role: TaskRole) -> str:
+        """The image a role runs: the ``uri`` of the dockerimage prerequisite it names (else the name itself)."""
+        image = self.prerequisite(role.docker_image or "", "dockerimage")
+        return str(image.uri) if image is not None and image.uri is not None else role.docker_image or ""
+
+    @property
+    def total_tasks(self) -> int:
+        return sum(role.instances for role in self.roles)
+
+    @property
+    def total_gpu(self) -> int:
+        return sum(role.instances * role.resources.gpu for role in self.roles)
+
 
 def parse_role(name: str, raw: Mapping[str, Any], gang_allocation: bool) -> TaskRole:
     res = _mapping(raw.get("resourcePerInstance"))
@@ -170,7 +190,6 @@ def parse_role(name: str, raw: Mapping[str, Any], gang_allocation: bool) -> Task
     instances = _js_truthy_int(raw.get("instances")) or 1
     completion = _mapping(raw.get("completion"))
     options = _mapping(raw.get("extraContainerOptions"))
-    shm_raw = options.get("shmMB")
     return TaskRole(
         name=name,
         instances=instances,
@@ -188,8 +207,7 @@ def parse_role(name: str, raw: Mapping[str, Any], gang_allocation: bool) -> Task
             raw_min_failed=completion.get("minFailedInstances"),
         ),
         task_retry_count=(_js_truthy_int(raw.get("taskRetryCount")) or 0) if not gang_allocation else 0,
-        shm_mb=_js_truthy_int(shm_raw) or DEFAULT_SHM_MB,
-        shm_mb_env=("" if shm_raw is None else js_string(shm_raw)) if "shmMB" in options else "0",
+        shm_mb=_js_truthy_int(options.get("shmMB")) or DEFAULT_SHM_MB,
         data=raw.get("data") if isinstance(raw.get("data"), str) else None,
         output=raw.get("output") if isinstance(raw.get("output"), str) else None,
         script=raw.get("script") if isinstance(raw.get("script"), str) else None,
@@ -241,7 +259,7 @@ def parse_job(raw: Mapping[str, Any]) -> Job:
         job_retry_count=_js_truthy_int(raw.get("jobRetryCount")) or 0,
         deployments=_deployments(raw.get("deployments")),
         default_deployment=defaults.get("deployment") if isinstance(defaults.get("deployment"), str) else None,
-        virtual_cluster="default" if vc is None else js_string(vc),
+        virtual_cluster=DEFAULT_VIRTUAL_CLUSTER if vc is None else js_string(vc),
         gang_allocation=gang,
         runtime_plugins=tuple(p for p in plugins if isinstance(p, dict)) if isinstance(plugins, list) else (),
         hived=extras.get("hivedScheduler") if isinstance(extras.get("hivedScheduler"), dict) else None,

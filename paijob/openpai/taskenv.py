@@ -9,9 +9,9 @@ Three producers, one function each:
   ``generateTaskRole`` sets it to ``taskRole``, the role's own name
   (``Worker_A``), while frameworkcontroller's task role, and so ``FC_*`` and
   the runtime's names, are ``convertName``'s (``workera``).
-  Values are JavaScript template strings: a missing resource field is empty in
-  ``PAI_RESOURCE_<role>``; ``minFailedInstances`` / ``minSucceededInstances``
-  that are ``null`` or ``0`` fall back to 1 / the instance count (``||``).
+  Values are JavaScript template strings over the job model
+  (``paijob.openpai.model``, which holds OpenPAI's defaults):
+  ``PAI_RESOURCE_<role>`` alone echoes the job as written (``resource_value``).
 * ``fc_env`` — frameworkcontroller's predefined container variables
   (``pkg/apis/frameworkcontroller/v1/constants.go``).
 * ``runtime_env`` — openpai-runtime ``src/init.d/framework_parser.py``
@@ -20,45 +20,27 @@ Three producers, one function each:
   for tasks already placed (with gang allocation off, tasks not yet scheduled
   have no IP), port lists for every task.
 
-Pure functions over plain values; the local cluster and paijob-runtime's
-tests both build a task's environment from here.
+Pure functions over the job model and plain values; the local cluster and
+paijob-runtime's tests both build a task's environment from here.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
+from paijob.openpai.markers import js_string
 from paijob.openpai.names import runtime_role_name
 
-SERVER_PORT_LABELS = ("ssh", "http")  # k8s.js adds these to every role (count 1) when the job lacks them
-DEFAULT_VIRTUAL_CLUSTER = "default"
+if TYPE_CHECKING:
+    from paijob.openpai.model import Job, TaskRole
+
 FC_NAMESPACE = "default"
 # Where openpai-runtime keeps its files in the container (plugins' PAI_WORK_DIR).
 RUNTIME_WORK_DIR = "/usr/local/pai"
 
 # role -> task index -> port label -> port numbers
 Ports = Mapping[str, Mapping[int, Mapping[str, Sequence[int]]]]
-
-
-@dataclass(frozen=True)
-class RoleResources:
-    """What runtime-env.js reads of one task role (values as in the job; None when absent)."""
-
-    name: str
-    instances: Any = None
-    gpu: Any = None
-    cpu: Any = None
-    memory_mb: Any = None
-    shm_mb: Any = None
-    min_failed: Any = None
-    min_succeeded: Any = None
-
-    @property
-    def task_count(self) -> int:
-        """``instances || 1``."""
-        return int(self.instances) if self.instances else 1
 
 
 # --------------------------------------------------------------------------- variable names
@@ -88,62 +70,48 @@ def port_list_names(role: str, index: int | str, label: str) -> tuple[str, str]:
 # --------------------------------------------------------------------------- values
 
 
-def _js(value: Any) -> str:
-    """``${value}`` in JavaScript for the values these variables hold."""
-    if value is None:
-        return "undefined"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
+def resource_value(role: TaskRole) -> str:
+    """runtime-env.js: ``[gpu, cpu, memoryMB, 'shmMB' in extraContainerOptions ? shmMB : 0].join(',')``.
+
+    The values as the job writes them, not the model's effective ones: a field
+    that is absent or null is empty (JavaScript's ``join``), so ``shmMB: null``
+    gives ``1,4,8192,`` and no ``shmMB`` at all gives ``1,4,8192,0``, not the
+    512 MB that k8s.js mounts either way. (The server's schema refuses
+    ``shmMB: null`` before this runs; the local cluster validates alike.)
+    """
+    res = role.raw.get("resourcePerInstance")
+    options = role.raw.get("extraContainerOptions")
+    res = res if isinstance(res, Mapping) else {}
+    shm = options.get("shmMB") if isinstance(options, Mapping) and "shmMB" in options else 0
+    fields = (res.get("gpu"), res.get("cpu"), res.get("memoryMB"), shm)
+    return ",".join("" if value is None else js_string(value) for value in fields)
 
 
-def _js_join(values: Sequence[Any]) -> str:
-    """``Array.prototype.join(',')``: null and undefined become empty."""
-    return ",".join("" if v is None else _js(v) for v in values)
-
-
-def min_failed_task_count(raw: Any) -> int:
-    """frameworkcontroller ``minFailedTaskCount``: the job's value when truthy, else 1 (-1: never fail early)."""
-    return int(raw) if raw else 1
-
-
-def min_succeeded_task_count(raw: Any, task_count: int) -> int:
-    """frameworkcontroller ``minSucceededTaskCount``: the job's value when truthy, else the task count."""
-    return int(raw) if raw else task_count
-
-
-def resource_value(role: RoleResources) -> str:
-    """``PAI_RESOURCE_<role>`` = ``gpu,cpu,memoryMB,shmMB``; shmMB is 0 when the job does not set it."""
-    return _js_join([role.gpu, role.cpu, role.memory_mb, 0 if role.shm_mb is None else role.shm_mb])
-
-
-def server_env(framework_name: str, roles: Sequence[RoleResources],
-               virtual_cluster: str = DEFAULT_VIRTUAL_CLUSTER) -> dict[str, str]:
+def server_env(framework_name: str, job: Job) -> dict[str, str]:
     """runtime-env.js ``generateFrameworkEnv``: the same for every task of the job."""
     user = framework_name.split("~")[0]
-    names = ",".join(role.name for role in roles)
+    names = ",".join(job.role_names)
     env = {
         "PAI_FRAMEWORK_NAME": framework_name,
         "PAI_JOB_NAME": framework_name,
         "PAI_USER_NAME": user,
         "PAI_DEFAULT_FS_URI": "",
-        "PAI_TASK_ROLE_COUNT": str(len(roles)),
+        "PAI_TASK_ROLE_COUNT": str(len(job.roles)),
         "PAI_TASK_ROLE_LIST": names,
-        "PAI_VIRTUAL_CLUSTER": virtual_cluster,
+        "PAI_VIRTUAL_CLUSTER": job.virtual_cluster,
     }
-    for role in roles:
-        env[task_count_name(role.name)] = str(role.task_count)
+    for role in job.roles:
+        env[task_count_name(role.name)] = str(role.instances)
         env[resource_name(role.name)] = resource_value(role)
-        env[f"PAI_MIN_FAILED_TASK_COUNT_{role.name}"] = str(min_failed_task_count(role.min_failed))
-        env[f"PAI_MIN_SUCCEEDED_TASK_COUNT_{role.name}"] = str(
-            min_succeeded_task_count(role.min_succeeded, role.task_count))
-    total = sum(role.task_count for role in roles)
+        env[f"PAI_MIN_FAILED_TASK_COUNT_{role.name}"] = str(role.completion.min_failed)
+        env[f"PAI_MIN_SUCCEEDED_TASK_COUNT_{role.name}"] = str(role.completion.min_succeeded)
+    total = str(job.total_tasks)
     env.update({
         "PAI_USERNAME": user,
-        "PAI_TASKS_NUM": str(total),
-        "PAI_JOB_TASK_COUNT": str(total),
-        "PAI_TASK_ROLES_NUM": str(len(roles)),
-        "PAI_JOB_TASK_ROLE_COUNT": str(len(roles)),
+        "PAI_TASKS_NUM": total,
+        "PAI_JOB_TASK_COUNT": total,
+        "PAI_TASK_ROLES_NUM": str(len(job.roles)),
+        "PAI_JOB_TASK_ROLE_COUNT": str(len(job.roles)),
         "PAI_JOB_TASK_ROLE_LIST": names,
     })
     return env
@@ -177,14 +145,6 @@ def fc_env(framework: str, role: str, index: int, *, framework_attempt: int, tas
         "FC_TASK_ATTEMPT_INSTANCE_UID": f"{task_attempt}_{pod_uid}",
         "FC_POD_UID": pod_uid,
     }
-
-
-def port_labels(declared: Mapping[str, Any] | None) -> dict[str, int]:
-    """A role's port labels with their counts, in k8s.js order: the job's, then ``ssh`` and ``http``."""
-    ports = {str(label): int(count) for label, count in (declared or {}).items()}
-    for label in SERVER_PORT_LABELS:
-        ports.setdefault(label, 1)
-    return ports
 
 
 def runtime_env(roles: Sequence[tuple[str, int]], current_role: str, current_index: int, ports: Ports,

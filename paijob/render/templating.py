@@ -50,6 +50,7 @@ from jinja2.sandbox import SandboxedEnvironment
 from paijob import __version__
 from paijob.errors import PaijobError
 from paijob.openpai.jsyaml import YamlError, load_job, load_values
+from paijob.openpai.model import DEFAULT_SHM_MB
 from paijob.openpai.names import PAI_TAG_PATTERN
 from paijob.render.runtime_install import InstallSettingsError, image_auth, install_command
 from paijob.task import contract
@@ -592,9 +593,6 @@ def cli_flags(options: Any) -> str:
     return " ".join(words)
 
 
-SHM_FLOOR_MB = 512  # OpenPAI's own default
-
-
 def _count(value: Any, what: str) -> int:
     """A whole number ≥ 0 from a value, or a template failure naming it."""
     if isinstance(value, bool) or not isinstance(value, (int, float, str)):
@@ -618,11 +616,11 @@ def processes_per_node(gpu: Any, explicit: Any = None) -> int:
 
 def shm_mb(ppn: Any, loader_workers: Any, per_worker_mb: Any, explicit: Any = None) -> int:
     """``/dev/shm`` for an instance: ``explicit`` when given, else processes ×
-    DataLoader workers × MB per worker, at least ``SHM_FLOOR_MB``."""
+    DataLoader workers × MB per worker, at least OpenPAI's own default."""
     if explicit is not None:
         return _count(explicit, "shmMB")
     return max(
-        SHM_FLOOR_MB,
+        DEFAULT_SHM_MB,
         _count(ppn, "processes per node")
         * _count(loader_workers, "loaderWorkers")
         * _count(per_worker_mb, "shmPerLoaderWorkerMB"),

@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from paijob.errors import PaijobError
-from paijob.openpai.jsyaml import SERVER_BODY_LIMIT, LineMap, YamlError, load_job
-from paijob.openpai.model import parse_job
+from paijob.openpai.jsyaml import SERVER_BODY_LIMIT, LineMap, Loaded, YamlError, load_job
+from paijob.openpai.model import Job, parse_job
 from paijob.validate.rules import ERROR, PAIJOB_RULES, SERVER_RULES, WARNING, Finding, type_name
 from paijob.validate.runtime_plan import (
     RUNTIME_PROGRAM,
@@ -49,6 +49,7 @@ __all__ = [
     "runtime_calls",
     "validate_file",
     "validate_job",
+    "validate_loaded",
     "validate_text",
 ]
 
@@ -76,12 +77,17 @@ class Problem:
 
 @dataclass
 class ValidationReport:
-    """Everything ``validate_job`` found, plus the plan when there is one."""
+    """Everything ``validate_job`` found, plus the job model and the plan when there are.
+
+    ``model`` is the job parsed once (``paijob.openpai.model``); whoever goes
+    on with the job (the local cluster's POST) takes it from here.
+    """
 
     source: str
     job: Any = None
     problems: list[Problem] = field(default_factory=list)
     plan: DistributedPlan | None = None
+    model: Job | None = None
 
     @property
     def errors(self) -> list[Problem]:
@@ -152,6 +158,11 @@ def validate_text(text: str | bytes, source: str, **options: Any) -> ValidationR
         loaded = load_job(text, source)
     except YamlError as error:
         return ValidationReport(source, None, [Problem(ERROR, error.path, f"invalid YAML: {error.detail}", error.line)])
+    return validate_loaded(loaded, source, size, **options)
+
+
+def validate_loaded(loaded: Loaded, source: str, size: int = 0, **options: Any) -> ValidationReport:
+    """``validate_text`` of a job already read (``jsyaml.load_job``) from ``size`` bytes of text."""
     report = validate_job(loaded.value, source=source, lines=loaded.lines, **options)
     if size > SERVER_BODY_LIMIT:
         report.problems.append(
@@ -212,7 +223,7 @@ def _findings(
         yield ERROR, (), f"a job is a YAML mapping (protocolVersion, name, ...), got {got}"
         return
     yield from schema_findings(raw)
-    job = parse_job(raw)
+    job = report.model = parse_job(raw)
     for rule in (*SERVER_RULES, *PAIJOB_RULES):
         yield from rule(job)
     yield from runtime_findings(job, master_role, port_label)

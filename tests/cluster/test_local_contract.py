@@ -18,8 +18,9 @@ from typing import Any
 
 import pytest
 
-from paijob.local.plan import JobPlan, Ports, plan_job, task_env
+from paijob.local.plan import Ports, task_env
 from paijob.openpai.jsyaml import load_job
+from paijob.openpai.model import Job, parse_job
 from paijob.openpai.names import runtime_role_name
 from paijob.runtime import cli as runtime_cli
 from paijob.validate.runtime_plan import DistributedPlan, RuntimeCall, runtime_calls
@@ -29,10 +30,10 @@ GOLDEN = Path(__file__).resolve().parents[1] / "render" / "golden"
 GOLDENS = sorted(GOLDEN.glob("*.yaml"))
 
 
-def _ports(plan: JobPlan) -> Ports:
+def _ports(plan: Job) -> Ports:
     """Distinct port numbers per task and label, as the local runner would pick them."""
     numbers = iter(range(20000, 30000))
-    return {role.name: {i: {label: [next(numbers) for _ in range(count)] for label, count in role.ports.items()}
+    return {role.name: {i: {label: [next(numbers) for _ in range(count)] for label, count in role.resources.all_ports.items()}
                         for i in range(role.instances)}
             for role in plan.roles}
 
@@ -51,7 +52,7 @@ def _task_environments(path: Path) -> tuple[DistributedPlan, list[tuple[str, int
     assert report.ok, report.formatted_problems()
     assert report.plan is not None
     job = load_job(path.read_text(encoding="utf-8"), str(path)).value
-    plan = plan_job(job)
+    plan = parse_job(job)
     ports = _ports(plan)
     order = [(role.name, i) for role in plan.roles for i in range(role.instances)]
     tasks = []
@@ -61,7 +62,7 @@ def _task_environments(path: Path) -> tuple[DistributedPlan, list[tuple[str, int
             continue
         placed = None if plan.gang_allocation else set(order[: k + 1])  # started one by one without gang
         env = task_env(plan, "alice", role, index, ports, placed=placed)
-        gpu = plan.role(role).gpu
+        gpu = plan.role(role).resources.gpu  # type: ignore[union-attr]
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in range(gpu))  # the GPUs OpenPAI gives the task
         tasks.append((role, index, env, calls[0]))
     return report.plan, tasks

@@ -12,7 +12,8 @@ import pytest
 import yaml
 from cluster_helpers import job_yaml
 
-from paijob.local.plan import gang_allocation, plan_job, task_env, task_script
+from paijob.local.plan import task_env, task_script
+from paijob.openpai.model import parse_job
 from paijob.openpai.names import runtime_role_name
 
 WORKER_PORTS = {"worker": {i: {"SynPort": [100 + i], "ssh": [200 + i], "http": [300 + i]} for i in range(3)}}
@@ -36,25 +37,26 @@ def test_role_names_in_runtime_variables_are_lowercased_and_stripped() -> None:
 ])
 def test_completion_is_what_frameworkcontroller_gets(completion: dict[str, Any], expected: tuple[int, int]) -> None:
     job = _job(instances=3, role_extra={"completion": completion})
-    role = plan_job(job).roles[0]
-    assert (role.min_failed, role.min_succeeded) == expected
-    env = task_env(plan_job(job), "alice", "worker", 0, WORKER_PORTS)
+    role = parse_job(job).roles[0]
+    assert (role.completion.min_failed, role.completion.min_succeeded) == expected
+    env = task_env(parse_job(job), "alice", "worker", 0, WORKER_PORTS)
     assert (env["PAI_MIN_FAILED_TASK_COUNT_worker"], env["PAI_MIN_SUCCEEDED_TASK_COUNT_worker"]) == tuple(
         str(v) for v in expected)
 
 
 def test_minus_one_means_failures_and_successes_never_end_the_attempt_early() -> None:
-    role = plan_job(_job(instances=3, role_extra={"completion": {"minFailedInstances": -1,
-                                                                "minSucceededInstances": -1}})).roles[0]
-    assert not role.failed_enough(3) and not role.succeeded_enough(3)
-    default = plan_job(_job(instances=3, role_extra={"completion": {"minFailedInstances": None}})).roles[0]
+    role = parse_job(_job(instances=3, role_extra={"completion": {"minFailedInstances": -1,
+                                                                 "minSucceededInstances": -1}})).roles[0]
+    assert not role.completion.failed_enough(3) and not role.completion.succeeded_enough(3)
+    default = parse_job(_job(instances=3, role_extra={"completion": {"minFailedInstances": None}})).roles[0].completion
     assert default.failed_enough(1) and not default.succeeded_enough(2) and default.succeeded_enough(3)
 
 
 def test_server_ports_are_added_and_shm_is_unset_by_default() -> None:
-    role = plan_job(_job()).roles[0]
-    assert role.ports == {"SynPort": 1, "ssh": 1, "http": 1}
-    assert role.docker_image == "python:3.11" and role.shm_mb is None
+    job = parse_job(_job())
+    role = job.roles[0]
+    assert role.resources.all_ports == {"SynPort": 1, "ssh": 1, "http": 1}
+    assert job.image_uri(role) == "python:3.11" and "extraContainerOptions" not in role.raw
 
 
 @pytest.mark.parametrize(("extras", "gang"), [
@@ -64,13 +66,13 @@ def test_server_ports_are_added_and_shm_is_unset_by_default() -> None:
 ])
 def test_gang_allocation_is_off_only_for_boolean_false(extras: Any, gang: bool) -> None:
     job = _job() if extras is None else _job(extras=extras)
-    assert gang_allocation(job) is gang
+    assert parse_job(job).gang_allocation is gang
 
 
 def test_task_retry_count_only_applies_without_gang_allocation() -> None:
-    assert plan_job(_job(role_extra={"taskRetryCount": 2})).roles[0].task_retry_count == 0
+    assert parse_job(_job(role_extra={"taskRetryCount": 2})).roles[0].task_retry_count == 0
     off = _job(role_extra={"taskRetryCount": 2}, extras={"gangAllocation": False})
-    assert plan_job(off).roles[0].task_retry_count == 2
+    assert parse_job(off).roles[0].task_retry_count == 2
 
 
 PORTS = {"Main_Worker": {0: {"SynPort": [1000, 1003], "ssh": [1001], "http": [1002]},
@@ -79,7 +81,7 @@ PORTS = {"Main_Worker": {0: {"SynPort": [1000, 1003], "ssh": [1001], "http": [10
 
 def _two_task_env(placed: set[tuple[str, int]] | None = None, **extra: Any) -> dict[str, str]:
     job = yaml.safe_load(job_yaml("env", ["true"], instances=2, role="Main_Worker", ports={"SynPort": 2}, **extra))
-    return task_env(plan_job(job), "alice", "Main_Worker", 1, PORTS, placed=placed, job_attempt=0,
+    return task_env(parse_job(job), "alice", "Main_Worker", 1, PORTS, placed=placed, job_attempt=0,
                     task_attempt=0, pod_uid="pod-1", work_dir="/work/x")
 
 
@@ -104,7 +106,7 @@ def test_shm_mb_and_virtual_cluster_come_from_the_job() -> None:
     env = _two_task_env(defaults={"virtualCluster": "vc1"})
     assert env["PAI_VIRTUAL_CLUSTER"] == "vc1"
     job = yaml.safe_load(job_yaml("env", ["true"], role_extra={"extraContainerOptions": {"shmMB": 64}}))
-    assert task_env(plan_job(job), "u", "worker", 0, WORKER_PORTS)["PAI_RESOURCE_worker"] == "0,1,256,64"
+    assert task_env(parse_job(job), "u", "worker", 0, WORKER_PORTS)["PAI_RESOURCE_worker"] == "0,1,256,64"
 
 
 def test_the_runtime_variables_use_the_converted_role_name() -> None:
@@ -150,6 +152,6 @@ def test_task_script_applies_deployments_and_renders_tags_like_openpai() -> None
         "run --flag <% $parameters.flag %> --lr <% $parameters.lr %> --hosts <% $parameters.hosts %>",
         "use <% $secrets.token %> <% $parameters.hosts[1] %> <% $parameters.nothing %>",
     ]
-    plan = plan_job(job)
+    plan = parse_job(job)
     assert task_script(plan, plan.roles[0]) == (
         "echo pre\nrun --flag true --lr 0.00001 --hosts a,b\nuse a&lt;b b \necho post")

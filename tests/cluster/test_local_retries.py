@@ -13,6 +13,7 @@ from cluster_helpers import job_yaml
 
 from paijob.local.server import LocalServer
 from paijob.local.service import local_user
+from paijob.openpai.model import parse_job
 from paijob.remote.client import PaiClient
 
 
@@ -82,7 +83,7 @@ def test_min_failed_instances_null_fails_the_job_on_one_failed_task(client: PaiC
 def test_min_failed_instances_0_is_the_default_1(server: LocalServer, client: PaiClient) -> None:
     text = job_yaml("zeromin", ["if [ $PAI_TASK_INDEX = 0 ]; then exit 3; fi", "sleep 30"], instances=2,
                     role_extra={"completion": {"minFailedInstances": 0}})
-    server.cluster.submit(local_user(), "zeromin", yaml.safe_load(text), text)  # the runner, whatever validate says
+    server.cluster.submit(local_user(), "zeromin", parse_job(yaml.safe_load(text)), text)  # whatever validate says
     detail = wait(client, f"{local_user()}~zeromin")
     assert detail["jobStatus"]["state"] == "FAILED"
     assert [t["taskState"] for t in detail["taskRoles"]["worker"]["taskStatuses"]] == ["FAILED", "STOPPED"]

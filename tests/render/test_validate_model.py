@@ -10,6 +10,7 @@ import pytest
 
 from paijob.openpai.jsyaml import load_job
 from paijob.openpai.model import parse_job
+from paijob.openpai.taskenv import resource_value
 
 JOB = """\
 protocolVersion: 2
@@ -35,7 +36,7 @@ def role_of(extra: str = "", top: str = ""):  # type: ignore[no-untyped-def]
 def test_defaults_without_completion_shm_or_extras() -> None:
     job, role = role_of()
     assert (role.completion.min_failed, role.completion.min_succeeded) == (1, 3)
-    assert role.shm_mb == 512 and role.resource_env == "2,4,8192,0"  # 4th field 0, not 512
+    assert role.shm_mb == 512 and resource_value(role) == "2,4,8192,0"  # 4th field 0, not 512
     assert role.resources.all_ports == {"SynPort": 2, "ssh": 1, "http": 1}
     assert job.gang_allocation and role.task_retry_count == 0 and job.virtual_cluster == "default"
 
@@ -53,9 +54,9 @@ def test_completion_counts_use_javascript_or(completion: str, failed: int, succe
 
 def test_shm_and_its_environment_field() -> None:
     _, role = role_of("    extraContainerOptions: {shmMB: 0}\n")
-    assert role.shm_mb == 512 and role.resource_env == "2,4,8192,0"
+    assert role.shm_mb == 512 and resource_value(role) == "2,4,8192,0"
     _, role = role_of("    extraContainerOptions: {shmMB: 1024}\n")
-    assert role.shm_mb == 1024 and role.resource_env == "2,4,8192,1024"
+    assert role.shm_mb == 1024 and resource_value(role) == "2,4,8192,1024"
 
 
 def test_task_retries_count_only_with_gang_allocation_off() -> None:

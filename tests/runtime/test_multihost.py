@@ -19,6 +19,7 @@ from conftest import RUNTIME, base_env
 from netns import Host, Network, netns_unavailable
 
 from paijob.openpai import taskenv
+from paijob.openpai.model import parse_job
 from paijob.runtime import exitcodes
 
 _UNAVAILABLE = netns_unavailable()
@@ -31,16 +32,17 @@ def openpai_env(
     roles: list[tuple[str, int]], role: str, index: int, addresses: dict[tuple[str, int], str]
 ) -> dict[str, str]:
     """The PAI_* variables of task ``role``/``index``, from paijob.openpai.taskenv's producers."""
-    resources = [
-        taskenv.RoleResources(name=name, instances=count, gpu=0, cpu=2, memory_mb=4096, shm_mb=512)
+    job = parse_job({"taskRoles": {
+        name: {"instances": count, "resourcePerInstance": {"gpu": 0, "cpu": 2, "memoryMB": 4096},
+               "extraContainerOptions": {"shmMB": 512}}
         for name, count in roles
-    ]
+    }})
     ports = {
         name: {i: {"SynPort": [PORT], "ssh": [PORT + 1], "http": [PORT + 2]} for i in range(count)}
         for name, count in roles
     }
     env = base_env()
-    env.update(taskenv.server_env("tester~multihost", resources))
+    env.update(taskenv.server_env("tester~multihost", job))
     env.update(taskenv.current_task_env(role, index))
     env.update(taskenv.runtime_env(roles, role, index, ports, addresses))
     return env
