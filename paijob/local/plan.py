@@ -11,13 +11,13 @@ applies them to one job, adding what a local run needs instead of a container
 
 from __future__ import annotations
 
-import base64
 import uuid
 from collections.abc import Collection
 
 from paijob.openpai import taskenv
 from paijob.openpai.markers import task_command
 from paijob.openpai.model import Job, TaskRole
+from paijob.openpai.names import framework_object_name
 
 HOST_IP = "127.0.0.1"
 Ports = dict[str, dict[int, dict[str, list[int]]]]  # role -> index -> label -> ports
@@ -26,14 +26,6 @@ Ports = dict[str, dict[int, dict[str, list[int]]]]  # role -> index -> label -> 
 def task_script(job: Job, role: TaskRole) -> str:
     """The command line OpenPAI would run for ``role`` (deployments, ``<% %>`` tags, secrets)."""
     return task_command(job.raw, role.name)
-
-
-def framework_object_name(job_id: str) -> str:
-    """rest-server ``encodeName``: the frameworkcontroller object name of job ``user~name`` (base32)."""
-    alphabet = "0123456789abcdefghjkmnpqrtuvwxyz"  # the npm ``base32`` package's alphabet
-    standard = "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567"
-    encoded = base64.b32encode(job_id.encode()).decode().rstrip("=")
-    return encoded.translate(str.maketrans(standard, alphabet))
 
 
 def task_env(job: Job, username: str, role_name: str, index: int, ports: Ports,

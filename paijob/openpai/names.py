@@ -1,12 +1,14 @@
-"""Names on OpenPAI: role-name conversion and the default port label.
+"""Names on OpenPAI: role-name conversion, framework object names and the default port label.
 
 Source: openpai-runtime ``framework_parser.py`` (``convert_to_runtime_name``
-style conversion: lowercase, keep only a-z0-9) and rest-server
-``config/v2/protocol.js`` (name patterns).
+style conversion: lowercase, keep only a-z0-9), rest-server
+``config/v2/protocol.js`` (name patterns) and ``models/v2/utils/name.js``
+(``convertName``, ``encodeName``).
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
 from functools import lru_cache
 
@@ -44,3 +46,15 @@ def _js_regex(pattern: str) -> re.Pattern[str]:
 def runtime_role_name(role: str) -> str:
     """The role name as the OpenPAI runtime writes it into variable names (``Worker_A`` -> ``workera``)."""
     return _NOT_RUNTIME_CHAR.sub("", role.lower())
+
+
+def framework_object_name(job_id: str) -> str:
+    """rest-server ``encodeName``: the frameworkcontroller object name of job ``user~name`` (``FC_FRAMEWORK_NAME``).
+
+    The md5 hex digest of the job id, since microsoft/pai 207ca6cde (2019; base32
+    before). A name that is no job id of OpenPAI's (no ``~``, or starting with
+    ``unknown``) is ``convertName``'d instead, with a leading ``unknown`` removed.
+    """
+    if job_id.startswith("unknown") or "~" not in job_id:
+        return runtime_role_name(job_id.removeprefix("unknown"))
+    return hashlib.md5(job_id.encode("utf-8"), usedforsecurity=False).hexdigest()

@@ -125,6 +125,9 @@ def test_the_runtime_variables_use_the_converted_role_name() -> None:
 def test_frameworkcontroller_variables_name_the_task() -> None:
     env = _two_task_env()
     assert env["FC_TASKROLE_NAME"] == "mainworker" and env["FC_TASK_INDEX"] == "1"
+    # rest-server encodeName (models/v2/utils/name.js) since microsoft/pai 207ca6cde: md5 hex of user~job,
+    # here as node's crypto.createHash('md5').update('alice~env').digest('hex') gives it
+    assert env["FC_FRAMEWORK_NAME"] == "d0bf113f7fad2bc67fc3dd923593cf2a"
     assert env["FC_FRAMEWORK_NAMESPACE"] == "default"
     assert env["FC_POD_NAME"] == f"{env['FC_FRAMEWORK_NAME']}-mainworker-1"
     assert env["FC_CONFIGMAP_NAME"] == f"{env['FC_FRAMEWORK_NAME']}-attempt"

@@ -181,6 +181,8 @@ CASES: list[Case] = [
     Case("parameters-list", REJECT, f"{SCHEMA}: parameters type object", add("parameters: [a]\n")),
     Case("extra-container-options-additional-properties-key", REJECT, f"{SCHEMA}: the property named additionalProperties is the false schema", role("    extraContainerOptions: {additionalProperties: 1}\n")),
     Case("shm-string", REJECT, f"{SCHEMA}: shmMB integer", role("    extraContainerOptions: {shmMB: lots}\n")),
+    Case("shm-null", REJECT, f"{SCHEMA}: shmMB integer (ajv: null is no integer)",
+         role("    extraContainerOptions: {shmMB: null}\n")),
     # --- middleware cross checks
     Case("duplicate-dockerimage", REJECT, f"{MIDDLEWARE}: Duplicate dockerimage prerequisites", edit("taskRoles:", "  - {type: dockerimage, name: image, uri: other}\ntaskRoles:")),
     Case("duplicate-deployments", REJECT, f"{MIDDLEWARE}: Duplicate deployments", add("deployments:\n  - {name: d, taskRoles: {worker: {preCommands: [a]}}}\n  - {name: d, taskRoles: {worker: {preCommands: [b]}}}\n")),

@@ -11,6 +11,7 @@ import pytest
 from paijob.openpai.jsyaml import load_job
 from paijob.openpai.model import parse_job
 from paijob.openpai.taskenv import resource_value
+from paijob.validate.verdict import validate_text
 
 JOB = """\
 protocolVersion: 2
@@ -57,6 +58,17 @@ def test_shm_and_its_environment_field() -> None:
     assert role.shm_mb == 512 and resource_value(role) == "2,4,8192,0"
     _, role = role_of("    extraContainerOptions: {shmMB: 1024}\n")
     assert role.shm_mb == 1024 and resource_value(role) == "2,4,8192,1024"
+
+
+def test_shm_null_is_refused_by_the_schema_and_would_mount_512_with_an_empty_field() -> None:
+    """rest-server: protocol.js types shmMB as integer, so ajv refuses null (400, as `paijob validate`
+    does: tests/conformance case shm-null). Past the schema, k8s.js would mount ``null || 512`` and
+    runtime-env.js write ``[.., null].join(',')``: an empty 4th field (tests/conformance/test_task_env.py
+    runs runtime-env.js itself on it)."""
+    text = JOB.replace("    commands:", "    extraContainerOptions: {shmMB: null}\n    commands:")
+    assert not validate_text(text, "j").ok
+    _, role = role_of("    extraContainerOptions: {shmMB: null}\n")
+    assert role.shm_mb == 512 and resource_value(role) == "2,4,8192,"
 
 
 def test_task_retries_count_only_with_gang_allocation_off() -> None:
