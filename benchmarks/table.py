@@ -1,4 +1,4 @@
-"""Prints the README's performance table from a results JSON, so the README quotes the file.
+"""Prints the performance table of docs/performance.md from a results JSON, so the page quotes the file.
 
     python benchmarks/table.py benchmarks/results/benchmarks-DATE-MACHINE.json
 """

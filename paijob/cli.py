@@ -13,7 +13,7 @@ import sys
 from collections.abc import Sequence
 
 from paijob import __version__
-from paijob.errors import PaijobError
+from paijob.errors import EXIT_INTERRUPTED, PaijobError
 from paijob.task import contract
 
 # verb -> module that registers it; `paijob --help` lists them in this order.
@@ -122,7 +122,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return error.exit_code
     except KeyboardInterrupt:
         print("paijob: interrupted", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
     except BrokenPipeError:
         # `paijob list | head`: the reader left, which is not an error. Point
         # stdout at /dev/null so the interpreter's final flush stays quiet.

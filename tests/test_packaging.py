@@ -49,8 +49,8 @@ def test_every_install_requirement_is_imported_by_paijob() -> None:
     assert not unused, f"setup.cfg install_requires lists packages paijob never imports: {unused}"
 
 
-def test_the_readme_names_the_clients_dependencies() -> None:
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+def test_the_install_page_names_the_clients_dependencies() -> None:
+    readme = (ROOT / "docs" / "install.md").read_text(encoding="utf-8")
     sentence = " ".join(readme.split("The client side (`paijob`) needs only ", 1)[1].split()).split(", and never", 1)[0]
     named = {word.strip().lower() for word in re.split(r",|\band\b", sentence) if word.strip()}
-    assert named == set(install_requires()), f"README names {sorted(named)}, setup.cfg requires {install_requires()}"
+    assert named == set(install_requires()), f"docs/install.md names {sorted(named)}, setup.cfg requires {install_requires()}"

@@ -7,6 +7,7 @@ import sys
 from typing import Any
 
 from paijob.commands import _common as common
+from paijob.errors import EXIT_LOCAL_NOT_RUNNING
 from paijob.task import contract
 
 
@@ -100,7 +101,7 @@ def run_status(args: argparse.Namespace) -> int:
     directory = data["state_dir"]
     if not data["running"]:
         print(f"local cluster is not running (state {directory}); start it with `paijob local up`")
-        return 3
+        return EXIT_LOCAL_NOT_RUNNING
     jobs = ", ".join(f"{n} {state.lower()}" for state, n in sorted(data["jobs"].items())) or "no jobs"
     print(f"local cluster running at {data['url']} (pid {data['pid']}, state {directory}): {jobs}")
     return 0

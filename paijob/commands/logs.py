@@ -7,6 +7,7 @@ import sys
 from typing import Any
 
 from paijob.commands import _common as common
+from paijob.errors import EXIT_JOB_FAILED, EXIT_OK
 
 
 def register(subparsers: Any) -> None:
@@ -46,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
     if args.follow:
         detail = follower.follow()
         print(api.terminal_text(sys.stderr, raw=args.raw)(common.outcome_line(job_id, detail)), file=sys.stderr)
-        return 0 if detail["jobStatus"]["state"] == "SUCCEEDED" else 1  # like `paijob run`
+        return EXIT_OK if detail["jobStatus"]["state"] == "SUCCEEDED" else EXIT_JOB_FAILED  # like `paijob run`
     follower.poll(detail)
     follower.finish()
     return 0

@@ -25,6 +25,7 @@ from typing import Any
 
 from paijob.commands import _common as common
 from paijob.commands import _jobargs
+from paijob.errors import EXIT_JOB_FAILED, EXIT_OK
 
 
 def register(subparsers: Any) -> None:
@@ -131,4 +132,4 @@ def run(args: argparse.Namespace) -> int:
     if client.cluster_name == "local":
         print(f"paijob: `paijob logs {job_id} -c local` shows it again; the local cluster keeps "
               "running (`paijob local down` stops it)", file=sys.stderr)
-    return 0 if detail["jobStatus"]["state"] == "SUCCEEDED" else 1
+    return EXIT_OK if detail["jobStatus"]["state"] == "SUCCEEDED" else EXIT_JOB_FAILED

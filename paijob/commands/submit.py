@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from paijob.commands import _common as common
 from paijob.commands import _jobargs
+from paijob.errors import EXIT_JOB_FAILED, EXIT_OK
 
 if TYPE_CHECKING:
     from paijob.api import PreparedJob
@@ -63,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     detail = api.wait(client, job_id, on_update=common.Progress(job_id))
     print(common.outcome_line(job_id, detail), file=sys.stderr)
-    return 0 if detail["jobStatus"]["state"] == "SUCCEEDED" else 1
+    return EXIT_OK if detail["jobStatus"]["state"] == "SUCCEEDED" else EXIT_JOB_FAILED
 
 
 def report_submitted(client: PaiClient, job_id: str) -> None:

@@ -49,7 +49,7 @@ from urllib.parse import quote, urlsplit
 
 import requests
 
-from paijob.errors import PaijobError
+from paijob.errors import EXIT_OUTCOME_UNKNOWN, PaijobError
 from paijob.openpai import jsyaml
 from paijob.openpai.jobstate import is_terminal
 from paijob.openpai.names import DEFAULT_API_PATH
@@ -124,7 +124,7 @@ class OutcomeUnknownError(ClusterError):
     submit again under a new name.
     """
 
-    exit_code = 4
+    exit_code = EXIT_OUTCOME_UNKNOWN
 
 
 # --------------------------------------------------------------------------- helpers

@@ -21,27 +21,54 @@ worker's own status through (an exception is 1 → never retried unless the
 job asks for retries; a worker killed by signal N is 128+N, classified as
 above); a configuration error is 2.
 
-| code | meaning | OpenPAI retry |
-| ---- | ------- | ------------- |
-| 0 | every worker on every node succeeded | — |
-| 1–127 | a worker failed; the root-cause worker's own exit code (a Python exception is 1); a node whose peer failed this way exits with the same code | `RETRY_TO_MAX` (only within `jobRetryCount`, default 0) |
-| 128+N | a worker was killed by signal N (139 segfault, 134 abort, 137 OOM-kill) | per OpenPAI's spec: 132/135/136/139/141 never, 134 up to max, 137 always |
-| 2 | configuration error: missing or inconsistent `PAI_*` variables, bad options, script or module not found, a `per-node` script that sets its own `MASTER_ADDR`/`MASTER_PORT`, `--mode horovod` outside MPI | `RETRY_TO_MAX`; fix the job YAML |
-| 143 | infrastructure failure: master unreachable within `--master-timeout`, rendezvous store lost, peer node lost; also SIGTERM received (job stopped) | `ALWAYS_RETRY` (transient) |
-| 130 | interrupted (SIGINT) | `ALWAYS_RETRY` |
+``RUNTIME_EXIT_CODES`` below is the table; the documentation's exit-code page is generated from it.
 """
 
 from __future__ import annotations
 
 import signal
+from dataclasses import dataclass
 
 from paijob.errors import PaijobError
+from paijob.openpai import exitspec
 
 OK = 0
 USER_FAILURE = 1  # fallback when a worker's own code is unknown
 CONFIG_ERROR = 2
 INFRA_FAILURE = 143  # = 128 + SIGTERM: OpenPAI's transient, always-retried class
 INTERRUPTED = 130
+
+
+@dataclass(frozen=True)
+class ExitCodeMeaning:
+    """One row of the exit-code table: the codes, what they mean, and one code to ask OpenPAI's exit spec about."""
+
+    codes: str
+    meaning: str
+    example: int
+
+
+RUNTIME_EXIT_CODES = (
+    ExitCodeMeaning("0", "every worker on every node succeeded", OK),
+    ExitCodeMeaning("1–127", "a worker failed: the root-cause worker's own exit code (a Python exception is 1); "
+                    "a node whose peer failed this way exits with the same code", USER_FAILURE),
+    ExitCodeMeaning("2", "configuration error: missing or inconsistent `PAI_*` variables, bad options, script or "
+                    "module not found, a `per-node` script that sets its own `MASTER_ADDR`/`MASTER_PORT`, "
+                    "`--mode horovod` outside MPI; fix the job YAML", CONFIG_ERROR),
+    ExitCodeMeaning("128+N", "a worker was killed by signal N (134 abort, 137 OOM-kill, 139 segfault)", 139),
+    ExitCodeMeaning("143", "infrastructure failure: master unreachable within `--master-timeout`, rendezvous "
+                    "failed or port taken, peer node or store lost; also SIGTERM received (job stopped)",
+                    INFRA_FAILURE),
+    ExitCodeMeaning("130", "interrupted (SIGINT)", INTERRUPTED),
+)
+
+
+def openpai_verdict(code: int, log: str = "") -> tuple[int, str]:
+    """(the code OpenPAI reports, its retry reaction) for a task that exited ``code`` with ``log``."""
+    if code == OK:
+        return OK, "—"
+    reported = exitspec.container_exit(code, log)
+    return reported.code, reported.spec.reaction
 
 
 def from_worker_status(returncode: int) -> int:

@@ -8,7 +8,7 @@ Plain ``O1`` always means "apex's O1, implemented on native torch"; ``apex:O1``
 means "use NVIDIA apex when ``apex.amp`` really imports, else the native
 mapping (with a one-line notice)".
 
-How apex opt levels map onto native torch (see also the README table):
+How apex opt levels map onto native torch (see also the table in docs/runtime/precision.md):
 
 ====  ====================================  ==========================================
 level apex                                  native equivalent used here

@@ -1,10 +1,13 @@
-"""Every command of README.md's "A 5-minute tour", run as written, in order, in one shell.
+"""Every command the documentation shows, run as written, in order, in one shell: the tour.
 
-The tour runs in a copy of the repository (its tracked files, committed in a
+The tour is the shell blocks of the documentation's pages (docs/, in mkdocs.yml's nav order), read as one
+session: a `bash` block is commands, a `python` block is a script, a `text` block's `$ ` lines are commands
+followed by what they print. The README's commands must each be one of them, so the README cannot show a command
+that no test runs. The tour runs in a copy of the repository (its tracked files, committed in a
 fresh git repository) with an empty HOME and the venv this test runs in as
 `.venv`. Commands that need a real OpenPAI cluster (or data this machine does
-not have) are skipped, each named in SKIPPED with the reason; the test fails
-when a skipped command is no longer in the README, so the list stays true.
+not have, or are the install this test runs in) are skipped, each named in SKIPPED with the reason; the test
+fails when a skipped command is no longer on a page, so the list stays true.
 Afterwards the tour must have left nothing behind: `git status` is clean (no
 untracked files), `paijob cluster list` shows what it showed before (the tour's
 example profile is gone, `local` is the default again), no process the tour
@@ -29,6 +32,12 @@ REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 
 SKIPPED = {
+    "python3 -m venv .venv && .venv/bin/pip install torch==2.13.0 -e '.[train]' && .venv/bin/paijob run ddp --local "
+    "-f examples/cifar10-local.values.yaml": "the install the tour runs in (its job is the first-job page's)",
+    "python3 -m venv .venv && .venv/bin/pip install torch==2.13.0 -e '.[train,test,dev]' && .venv/bin/python -m "
+    "pytest": "the command that runs this test",
+    ".venv/bin/pip install torch==2.14.1 torchvision==0.29.1 -e '.[train,vision,bench]' && .venv/bin/python "
+    "benchmarks/run.py --out benchmarks/results": "about 30 minutes on 2 cores; tests/benchmarks runs the harness",
     "paijob login prod --url https://pai.example.com": "needs a real OpenPAI cluster",
     "paijob submit ddp -f examples/ddp-4x8.values.yaml --set instances=2": "needs a real OpenPAI cluster",
     "paijob submit tour/ddp-4x8.yaml --unique-suffix --wait": "needs a real OpenPAI cluster",
@@ -51,16 +60,27 @@ KNOWN_TMP_LEFTOVERS = {
 pytestmark = [
     pytest.mark.skipif(sys.prefix == sys.base_prefix or not (BIN / "paijob").exists(),
                        reason="needs the venv with the paijob console scripts (the README's install command)"),
-    pytest.mark.timeout(1200),
-    pytest.mark.slow,  # about 90 s: run by .ci/run's slow stage (`pytest -m slow`)
 ]
 
 
-def tour_steps(readme: str) -> list[tuple[str, str, list[str]]]:
+def tour_pages(root: Path) -> list[Path]:
+    """The documentation's pages in mkdocs.yml's nav order (the generated reference pages are not in docs/)."""
+    nav = (root / "mkdocs.yml").read_text(encoding="utf-8").split("\nnav:\n", 1)[1]
+    pages = [root / "docs" / name for name in re.findall(r"^\s*- (?:[^:\n]+: )?(\S+\.md)\s*$", nav, flags=re.MULTILINE)]
+    return [page for page in pages if page.exists()]
+
+
+def tour_steps(root: Path) -> list[tuple[str, str, list[str]]]:
     """(kind, command, expected output lines) of the tour, in order; kind is bash or python."""
-    tour = readme.split("## A 5-minute tour", 1)[1].split("\n## ", 1)[0]
     steps: list[tuple[str, str, list[str]]] = []
-    for lang, body in re.findall(r"```(\w+)\n(.*?)```", tour, flags=re.DOTALL):
+    for page in tour_pages(root):
+        steps.extend(page_steps(page.read_text(encoding="utf-8")))
+    return steps
+
+
+def page_steps(text: str) -> list[tuple[str, str, list[str]]]:
+    steps: list[tuple[str, str, list[str]]] = []
+    for lang, body in re.findall(r"^```(\w+)\n(.*?)^```", text, flags=re.DOTALL | re.MULTILINE):
         if lang == "python":
             steps.append(("python", body, []))
         elif lang == "bash":
@@ -82,10 +102,26 @@ def command_of(line: str) -> str:
 
 
 def test_the_skip_list_names_commands_that_are_in_the_tour() -> None:
-    commands = {command_of(cmd) for kind, cmd, _ in tour_steps((REPO / "README.md").read_text()) if kind == "bash"}
+    commands = {command_of(cmd) for kind, cmd, _ in tour_steps(REPO) if kind == "bash"}
     assert set(SKIPPED) <= commands, set(SKIPPED) - commands
 
 
+def test_every_page_of_the_guide_is_in_the_tour() -> None:
+    """A page left out of mkdocs.yml's nav would keep commands that no test runs."""
+    pages = {page.relative_to(REPO / "docs") for page in tour_pages(REPO)}
+    on_disk = {page.relative_to(REPO / "docs") for page in (REPO / "docs").rglob("*.md")}
+    assert on_disk - pages <= {Path("pypi.md")}, f"add to mkdocs.yml's nav: {sorted(map(str, on_disk - pages))}"
+
+
+def test_every_readme_command_is_a_tour_command() -> None:
+    """The README shows a few of the guide's commands; each must be one the tour runs (or skips, saying why)."""
+    tour = {command_of(cmd) for kind, cmd, _ in tour_steps(REPO) if kind == "bash"}
+    readme = {command_of(cmd) for kind, cmd, _ in page_steps((REPO / "README.md").read_text()) if kind == "bash"}
+    assert readme <= tour, f"README commands that no docs page shows: {sorted(readme - tour)}"
+
+
+@pytest.mark.timeout(1200)
+@pytest.mark.slow  # about 90 s: run by .ci/run's slow stage (`pytest -m slow`)
 def test_every_tour_command_runs_as_written(tmp_path: Path) -> None:
     copy = tmp_path / "paijob"
     files = subprocess.run(["git", "ls-files", "-z"], cwd=REPO, capture_output=True, check=True).stdout
@@ -100,7 +136,7 @@ def test_every_tour_command_runs_as_written(tmp_path: Path) -> None:
     subprocess.run([*git, "add", "-A"], cwd=copy, check=True)
     subprocess.run([*git, "commit", "-qm", "clone"], cwd=copy, check=True)
 
-    steps = tour_steps((copy / "README.md").read_text())
+    steps = tour_steps(copy)
     script = ["exec 2>&1"]
     for number, (kind, command, _) in enumerate(steps):
         script.append(f"echo '::step {number}::'")
@@ -144,7 +180,7 @@ def test_every_tour_command_runs_as_written(tmp_path: Path) -> None:
             else:
                 ok = line in lines
             if not ok:
-                failures.append(f"README shows {line!r} for {command!r}, the command printed:\n{text[-2000:]}")
+                failures.append(f"the docs show {line!r} for {command!r}, the command printed:\n{text[-2000:]}")
     assert not failures, "\n\n".join(failures)
     status = subprocess.run(["git", "status", "--porcelain"], cwd=copy, capture_output=True, text=True, check=True)
     assert status.stdout == "", f"the tour left files behind:\n{status.stdout}"

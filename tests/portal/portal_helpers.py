@@ -14,7 +14,7 @@ from paijob.local.portal.sessions import CODE_PATH, login_url
 
 TOKEN = "portal-sentinel-token-7c41e0"  # the cluster's long-lived token: must never reach a browser
 MARKUP = "<img src=x onerror=alert(1)>"  # a log line and a config value holding markup: must stay text
-SCREENSHOT_ENV = "PAIJOB_PORTAL_SCREENSHOT"  # a path: the browser test saves the job page there (README)
+SCREENSHOT_ENV = "PAIJOB_PORTAL_SCREENSHOT"  # a path: the browser test saves the job page there (docs/portal-job-page.png)
 
 # The progress lines of paijob's recipes (paijob/runtime/recipes/progress.py) as they reach a task log,
 # printed by a shell loop so that the test job takes a second, not a training run.

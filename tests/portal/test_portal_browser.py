@@ -2,7 +2,7 @@
 
 The jobs are fast fakes (shell loops printing the recipes' progress lines) plus one real, tiny recipe
 run, so the chart is checked against the lines paijob's training engine really prints. Set
-PAIJOB_PORTAL_SCREENSHOT=path.png to save the job page the README shows.
+PAIJOB_PORTAL_SCREENSHOT=path.png to save the job page the README and docs/portal.md show.
 """
 
 from __future__ import annotations
