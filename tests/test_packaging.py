@@ -54,3 +54,15 @@ def test_the_install_page_names_the_clients_dependencies() -> None:
     sentence = " ".join(readme.split("The client side (`paijob`) needs only ", 1)[1].split()).split(", and never", 1)[0]
     named = {word.strip().lower() for word in re.split(r",|\band\b", sentence) if word.strip()}
     assert named == set(install_requires()), f"docs/install.md names {sorted(named)}, setup.cfg requires {install_requires()}"
+
+
+def test_the_pypi_description_has_no_relative_links() -> None:
+    """PyPI shows the long description with no files beside it: a relative link or image there is broken."""
+    config = configparser.ConfigParser()
+    config.read(ROOT / "setup.cfg")
+    source = config["metadata"]["long_description"]
+    assert source.startswith("file: "), source
+    text = (ROOT / source.removeprefix("file: ").strip()).read_text(encoding="utf-8")
+    targets = re.findall(r"\]\(([^)\s]+)", text) + re.findall(r"""(?:src|href)=["']([^"']+)""", text)
+    relative = [target for target in targets if not re.match(r"[a-z][a-z0-9+.-]*://", target)]
+    assert not relative, f"{source}: links PyPI cannot follow: {relative}"

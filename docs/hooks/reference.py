@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -76,9 +77,15 @@ def _anchor(title: str) -> str:
     return "-".join(title.lower().replace("-", " - ").split()).replace("---", "-")
 
 
+def _fixed_width() -> None:
+    """argparse wraps usage lines to the terminal's width (COLUMNS): the pages must not depend on who builds them."""
+    os.environ["COLUMNS"] = "100"
+
+
 def cli_page() -> str:
     from paijob.cli import build_parser
 
+    _fixed_width()
     parser = build_parser()
     lines = ["# `paijob` command reference", "",
              "Every verb and option, generated from the argparse parsers `paijob` parses its command line with "
@@ -91,6 +98,7 @@ def cli_page() -> str:
 def runtime_cli_page() -> str:
     from paijob.runtime.options import build_parsers
 
+    _fixed_width()
     parser, _ = build_parsers()
     lines = ["# `paijob-runtime` command reference", "",
              "Every sub-command and option of the task entry point, generated from its argparse parser "
@@ -157,13 +165,18 @@ def exit_codes_page() -> str:
     lines += ["", "## paijob-runtime", "",
               "OpenPAI does not report the command's code as is: its runtime matches the code and the task's log "
               "against the exit spec (first match wins) and reports the spec's code, or 255 when nothing matches; "
-              "the retry class comes from that code. The last two columns are that lookup, for the example code "
-              "given (with an empty log).", "",
-              "| paijob-runtime exits | meaning | e.g. | OpenPAI reports | OpenPAI retry |",
-              "| --- | --- | --- | --- | --- |"]
+              "the retry class comes from that code (`ALWAYS_RETRY`: without limit, even with `jobRetryCount: 0`; "
+              "`RETRY_TO_MAX`: up to `jobRetryCount`; `NEVER_RETRY`: never). The last column is that lookup for "
+              "a few codes of each row, with a log that matches no pattern (a log that does, e.g. `ImportError:` "
+              "or CUDA out of memory, gets the pattern's own code: `paijob.openpai.exitspec`).", "",
+              "| paijob-runtime exits | meaning | OpenPAI reports, and retries |",
+              "| --- | --- | --- |"]
     for entry in RUNTIME_EXIT_CODES:
-        reported, reaction = openpai_verdict(entry.example)
-        lines.append(f"| {entry.codes} | {_cell(entry.meaning)} | {entry.example} | {reported} | {reaction} |")
+        verdicts = []
+        for code in entry.examples:
+            reported, reaction = openpai_verdict(code)
+            verdicts.append(f"{code} → {reported}" + (f" `{reaction}`" if code else ""))
+        lines.append(f"| {entry.codes} | {_cell(entry.meaning)} | {'; '.join(verdicts)} |")
     lines.append("")
     return "\n".join(lines)
 

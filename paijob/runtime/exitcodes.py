@@ -8,8 +8,9 @@ by the exit code alone:
 
 * 130 (SIGINT), 131 (SIGQUIT), 137 (SIGKILL), 143 (SIGTERM): ``PLATFORM_FAILURE``,
   ``TRANSIENT`` → ``ALWAYS_RETRY``;
-* 132 (SIGILL), 135 (SIGBUS), 136 (SIGFPE), 139 (SIGSEGV), 141 (SIGPIPE):
-  ``USER_FAILURE``, ``PERMANENT`` → ``NEVER_RETRY``; 134 (SIGABRT): unknown;
+* 132 (SIGILL), 135 (SIGBUS), 136 (SIGFPE), 141 (SIGPIPE):
+  ``USER_FAILURE``, ``PERMANENT`` → ``NEVER_RETRY``; 134 (SIGABRT) and 139 (SIGSEGV):
+  unknown → ``RETRY_TO_MAX``;
 * anything else that no log pattern matches becomes 255
   ``PAIRuntimeUnknownFailed`` → ``RETRY_TO_MAX``: retried only up to the job's
   ``jobRetryCount`` (default 0, i.e. never).
@@ -41,25 +42,25 @@ INTERRUPTED = 130
 
 @dataclass(frozen=True)
 class ExitCodeMeaning:
-    """One row of the exit-code table: the codes, what they mean, and one code to ask OpenPAI's exit spec about."""
+    """One row of the exit-code table: the codes, what they mean, and codes to ask OpenPAI's exit spec about."""
 
     codes: str
     meaning: str
-    example: int
+    examples: tuple[int, ...]
 
 
 RUNTIME_EXIT_CODES = (
-    ExitCodeMeaning("0", "every worker on every node succeeded", OK),
+    ExitCodeMeaning("0", "every worker on every node succeeded", (OK,)),
     ExitCodeMeaning("1–127", "a worker failed: the root-cause worker's own exit code (a Python exception is 1); "
-                    "a node whose peer failed this way exits with the same code", USER_FAILURE),
+                    "a node whose peer failed this way exits with the same code", (USER_FAILURE, 3)),
     ExitCodeMeaning("2", "configuration error: missing or inconsistent `PAI_*` variables, bad options, script or "
                     "module not found, a `per-node` script that sets its own `MASTER_ADDR`/`MASTER_PORT`, "
-                    "`--mode horovod` outside MPI; fix the job YAML", CONFIG_ERROR),
-    ExitCodeMeaning("128+N", "a worker was killed by signal N (134 abort, 137 OOM-kill, 139 segfault)", 139),
+                    "`--mode horovod` outside MPI; fix the job YAML", (CONFIG_ERROR,)),
+    ExitCodeMeaning("128+N", "a worker was killed by signal N", (134, 135, 137, 139)),
     ExitCodeMeaning("143", "infrastructure failure: master unreachable within `--master-timeout`, rendezvous "
                     "failed or port taken, peer node or store lost; also SIGTERM received (job stopped)",
-                    INFRA_FAILURE),
-    ExitCodeMeaning("130", "interrupted (SIGINT)", INTERRUPTED),
+                    (INFRA_FAILURE,)),
+    ExitCodeMeaning("130", "interrupted (SIGINT)", (INTERRUPTED,)),
 )
 
 

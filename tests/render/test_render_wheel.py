@@ -18,7 +18,8 @@ def test_wheel_contains_the_templates(tmp_path: Path) -> None:
     # Build from a copy so that setuptools' build/ folder never lands in the checkout.
     source = tmp_path / "src"
     source.mkdir()
-    for name in ("setup.cfg", "pyproject.toml", "README.md"):
+    for name in ("setup.cfg", "pyproject.toml", "README.md", "docs/pypi.md"):
+        (source / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(ROOT / name, source / name)
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
     shutil.copytree(ROOT / "paijob", source / "paijob", ignore=ignore)
