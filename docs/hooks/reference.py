@@ -96,7 +96,7 @@ def cli_page() -> str:
 
 
 def runtime_cli_page() -> str:
-    from paijob.runtime.options import build_parsers
+    from paijob.runtime.cli import build_parsers
 
     _fixed_width()
     parser, _ = build_parsers()

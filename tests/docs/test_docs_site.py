@@ -1,0 +1,91 @@
+"""The documentation site: its generated reference pages come from the code, and it builds without a warning.
+
+The reference pages are made by docs/hooks/reference.py when MkDocs builds the site (.ci/run runs
+`mkdocs build --strict`). These tests call the same page functions without MkDocs, so a change to a
+parser, a template's values or an exit code that the generator can no longer read fails here, in the
+everyday test run, and they check that what the pages say is what the code defines.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def reference() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("docs_reference", ROOT / "docs" / "hooks" / "reference.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_cli_page_has_every_verb_and_option_of_paijob() -> None:
+    from paijob.cli import COMMANDS, build_parser
+
+    page = reference().cli_page()
+    for verb in COMMANDS:
+        assert f"\n### paijob {verb}\n" in page, verb
+    parser = build_parser()
+    run = next(a for a in parser._actions if a.dest == "command").choices["run"]  # noqa: SLF001
+    for action in run._actions:  # noqa: SLF001
+        for option in action.option_strings:
+            assert option in page, option
+
+
+def test_the_runtime_cli_page_has_train_and_env_with_their_options() -> None:
+    page = reference().runtime_cli_page()
+    assert "\n### paijob-runtime train\n" in page and "\n### paijob-runtime env\n" in page
+    for option in ("--nproc-per-node", "--port-label", "--master-timeout", "--precision", "--recipe", "--json"):
+        assert option in page, option
+
+
+def test_the_values_page_lists_each_built_in_templates_values_with_their_defaults() -> None:
+    from paijob import api
+
+    page = reference().values_page()
+    for name in api.template_names():
+        section = page.split(f"\n## {name}\n", 1)[1].split("\n## ", 1)[0]
+        for doc in api.template_values(name):
+            assert re.search(rf"^\| `{re.escape(doc.name)}` \| ", section, flags=re.MULTILINE), (name, doc.name)
+
+
+def test_the_exit_code_page_is_the_codes_the_code_defines() -> None:
+    from paijob.errors import EXIT_CODES
+    from paijob.runtime.exitcodes import RUNTIME_EXIT_CODES
+
+    page = reference().exit_codes_page()
+    for code in EXIT_CODES:
+        assert re.search(rf"^\| {code} \| ", page, flags=re.MULTILINE), code
+    for entry in RUNTIME_EXIT_CODES:
+        assert f"| {entry.codes} | " in page, entry.codes
+    assert "137 → 137 `ALWAYS_RETRY`" in page  # OpenPAI's exit spec, looked up, not written down
+    assert "1 → 255 `RETRY_TO_MAX`" in page
+
+
+def test_the_pages_do_not_depend_on_the_terminal_width(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "300")
+    wide = reference().cli_page()
+    monkeypatch.setenv("COLUMNS", "40")
+    assert reference().cli_page() == wide
+
+
+@pytest.mark.skipif(importlib.util.find_spec("mkdocs") is None,
+                    reason="needs the docs extra (pip install -e '.[docs]'); .ci/run installs it and builds the site")
+def test_the_site_builds_without_a_warning(tmp_path: Path) -> None:
+    env = dict(os.environ, NO_MKDOCS_2_WARNING="1")
+    done = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
+                          cwd=ROOT, capture_output=True, text=True, timeout=240, env=env)
+    assert done.returncode == 0, done.stderr[-4000:]
+    warnings = [line for line in done.stderr.splitlines() if line.startswith(("WARNING", "ERROR"))]
+    assert not warnings, warnings
+    assert (tmp_path / "site" / "reference" / "cli" / "index.html").exists()
