@@ -117,6 +117,7 @@ def run(args: argparse.Namespace) -> int:
             follower = api.follow_logs(client, job_id, raw=args.raw)
             detail = follower.follow()
         except KeyboardInterrupt:
+            signals.deferred = True  # a SIGTERM now does not cut the stop short
             print(f"\npaijob: interrupted; stopping {job_id}", file=sys.stderr)
             api.stop(client, job_id)
             raise

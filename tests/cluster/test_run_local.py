@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import os
 import signal
 import subprocess
 import sys
@@ -10,6 +11,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from cluster_helpers import job_yaml
@@ -123,3 +125,20 @@ def test_sigterm_or_sighup_to_run_stops_the_job_and_exits_128_plus_the_signal(
             process.wait()
     client = api.connect("local", start_local=False)
     assert client.wait(job_id, poll=0.1, timeout=30)["jobStatus"]["state"] == "STOPPED"
+
+
+def test_a_sigterm_during_the_submit_stops_the_job_once_the_submit_answers(monkeypatch: pytest.MonkeyPatch) -> None:
+    stopped: list[str] = []
+
+    def submit(job: object, client: object) -> str:
+        os.kill(os.getpid(), signal.SIGTERM)  # arrives while the request is in flight
+        return "me~job_1"
+
+    monkeypatch.setattr(api, "prepare", lambda request: SimpleNamespace(warnings=[], notes=[], target=None))
+    monkeypatch.setattr(api, "connect", lambda target, timeout: SimpleNamespace(cluster_name="local"))
+    monkeypatch.setattr(api, "submit", submit)
+    monkeypatch.setattr(api, "stop", lambda client, job_id: stopped.append(job_id))
+    monkeypatch.setattr(api, "follow_logs", lambda *args, **kwargs: pytest.fail("followed after SIGTERM"))
+    previous = signal.getsignal(signal.SIGTERM)
+    assert cli.main(["run", "job.yaml", "--local"]) == 143
+    assert stopped == ["me~job_1"] and signal.getsignal(signal.SIGTERM) is previous
