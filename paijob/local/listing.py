@@ -22,8 +22,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from paijob.openpai import rest
+from paijob.openpai.model import DEFAULT_VIRTUAL_CLUSTER
 
-VIRTUAL_CLUSTER = "default"
+VIRTUAL_CLUSTER = DEFAULT_VIRTUAL_CLUSTER  # the local cluster's one virtual cluster: OpenPAI's default
 # job.js's order fields -> the store's columns (vc and jobPriority are the same for every local job)
 _ORDER_COLUMNS: dict[str, str | None] = {
     "jobName": "name", "submissionTime": "seq", "username": "username", "vc": None, "retries": "retries",

@@ -151,7 +151,7 @@ def _job_status(job: dict[str, Any], attempt: dict[str, Any] | None, latest: boo
         "appExitTriggerTaskRoleName": _rest_role(job.get("trigger_role") if latest else a.get("trigger_role")),
         "appExitTriggerTaskIndex": job.get("trigger_index") if latest else a.get("trigger_index"),
         "appExitType": None if not done or exit_code is None else ("Succeeded" if exit_code == 0 else "Failed"),
-        "virtualCluster": "default",
+        "virtualCluster": listing.VIRTUAL_CLUSTER,
     }
 
 
@@ -267,7 +267,7 @@ def job_summary(job: dict[str, Any], tags: list[str] | None = None) -> dict[str,
         **_retries_and_times(job),
         "completedTime": job["completed_time"],
         "appExitCode": job["app_exit_code"],
-        "virtualCluster": "default",
+        "virtualCluster": listing.VIRTUAL_CLUSTER,
         "totalGpuNumber": job["total_gpu"],
         "totalTaskNumber": job["total_tasks"],
         "totalTaskRoleNumber": job["total_roles"],

@@ -52,6 +52,7 @@ import requests
 from paijob.errors import EXIT_OUTCOME_UNKNOWN, PaijobError
 from paijob.openpai import jsyaml
 from paijob.openpai.jobstate import is_terminal
+from paijob.openpai.model import parse_job
 from paijob.openpai.names import DEFAULT_API_PATH
 from paijob.openpai.rest import format_protocol_errors, rest_role_name
 from paijob.remote.request import AUTHORIZATION, HttpRequest, job_submission
@@ -972,16 +973,5 @@ def _same_job(stored: Any, sent: Any) -> bool:
 
 
 def _fingerprint(job: dict[str, Any]) -> tuple[Any, ...]:
-    roles = job.get("taskRoles") or {}
-    if not isinstance(roles, dict):
-        return (str(job.get("name")), repr(roles))
-    return (
-        str(job.get("name")),
-        tuple(
-            sorted(
-                (str(role), int(spec.get("instances", 1) or 1), tuple(str(c) for c in spec.get("commands") or ()))
-                for role, spec in roles.items()
-                if isinstance(spec, dict)
-            )
-        ),
-    )
+    model = parse_job(job)
+    return model.name, tuple(sorted((role.name, role.instances, role.commands) for role in model.roles))

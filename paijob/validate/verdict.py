@@ -112,14 +112,12 @@ class ValidationReport:
             if n_warn:
                 text += f", {n_warn} warning{'s' if n_warn != 1 else ''}"
             return text
-        roles = self.job.get("taskRoles", {}) if isinstance(self.job, dict) else {}
-        text = f"ok: {self.source} — {len(roles)} role{'s' if len(roles) != 1 else ''}"
+        roles = len(self.model.roles) if self.model is not None else 0
+        text = f"ok: {self.source} — {roles} role{'s' if roles != 1 else ''}"
         if self.plan is not None:
             text += ", " + self.plan.describe()
         else:
-            instances = sum(
-                r.get("instances", 1) for r in roles.values() if isinstance(r, dict)
-            )
+            instances = self.model.total_tasks if self.model is not None else 0
             text += f", {instances} instance{'s' if instances != 1 else ''}"
         if self.warnings:
             n = len(self.warnings)
