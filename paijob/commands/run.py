@@ -25,7 +25,7 @@ from typing import Any
 
 from paijob.commands import _common as common
 from paijob.commands import _jobargs
-from paijob.errors import EXIT_JOB_FAILED, EXIT_OK
+from paijob.errors import EXIT_HANGUP, EXIT_JOB_FAILED, EXIT_OK, EXIT_TERMINATED
 
 
 def register(subparsers: Any) -> None:
@@ -49,6 +49,9 @@ def register(subparsers: Any) -> None:
     common.add_raw_option(parser)
     common.add_cluster_options(parser)
     parser.set_defaults(func=run)
+
+
+ENDING_SIGNALS = {"SIGTERM": EXIT_TERMINATED, "SIGHUP": EXIT_HANGUP}  # each 128 + the signal's number
 
 
 class Terminated(BaseException):  # like KeyboardInterrupt: no `except Exception` on the way swallows it
@@ -84,7 +87,7 @@ class _EndSignals:
 @contextmanager
 def _end_signals() -> Iterator[_EndSignals]:
     handler = _EndSignals()
-    names = [name for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name)]
+    names = [name for name in ENDING_SIGNALS if hasattr(signal, name)]
     if threading.current_thread() is not threading.main_thread():  # signals reach the main thread only
         handler.deferred = False
         yield handler
@@ -124,7 +127,7 @@ def run(args: argparse.Namespace) -> int:
         except Terminated as ended:
             print(f"\npaijob: received {ended}; stopping {job_id}", file=sys.stderr)
             api.stop(client, job_id)
-            return 128 + ended.signum
+            return ENDING_SIGNALS[signal.Signals(ended.signum).name]
     print(f"paijob: {api.terminal_text(sys.stderr, raw=args.raw)(common.outcome_line(job_id, detail))}", file=sys.stderr)
     output = api.output_location(client.cluster_name, job_id)
     if output:
