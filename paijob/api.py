@@ -57,7 +57,7 @@ if getattr(paijob, "__file__", None) is None:  # a namespace package: see Shadow
 __all__ = ["JobRequest", "LoginResult", "PaijobError", "PreparedJob", "add_cluster", "clusters", "connect",
            "copy_output", "dry_run", "dry_run_text", "follow_logs", "human_size", "list_jobs", "local_down", "local_status",
            "local_up", "login", "login_url", "open_in_browser", "output_location", "portal_link", "prepare", "terminal_text", "prune_local", "remove_cluster",
-           "render", "resolve_cluster", "status", "stop", "submit", "template", "template_names",
+           "render", "resolve_cluster", "status", "stop", "StopResult", "submit", "template", "template_names",
            "template_values", "use_cluster", "validate", "wait", "write_text"]
 
 
@@ -251,11 +251,39 @@ def list_jobs(client: PaiClient, *, state: str | None = None, limit: int | None 
     return client.list_jobs(user=None if all_users else client.user, state=state, limit=limit)
 
 
-def stop(client: PaiClient, job: str) -> str:
-    """Ask the cluster to stop ``job``; returns its id ``user~name`` (``wait`` follows it to the end)."""
+@dataclass(frozen=True)
+class StopResult:
+    """What ``stop`` did: ``already_ended`` is the final state of a job that had ended before the stop."""
+
+    job_id: str
+    already_ended: str | None = None
+
+
+def stop(client: PaiClient, job: str) -> StopResult:
+    """Ask the cluster to stop ``job`` (``wait`` follows it to the end).
+
+    Stopping a job that has already ended is done, not an error (as ``kubectl delete`` of a finished
+    pod): OpenPAI's rest-server answers it with an error (an HTTP 500 ``Unexpected end of JSON input``
+    for a finished job), so any 4xx/5xx is followed by one read of the job, and a final state there
+    makes the stop succeed. A job that does not exist stays an error (the read fails too).
+    """
+    from paijob.openpai.jobstate import is_terminal
+    from paijob.remote.client import ClusterError
+
     job_id = client.job_id(job)
-    client.stop(job_id)
-    return job_id
+    try:
+        client.stop(job_id)
+    except ClusterError as error:
+        if error.status is None or not 400 <= error.status < 600:
+            raise
+        try:
+            state = client.get_job(job_id)["jobStatus"]["state"]
+        except ClusterError:
+            raise error from None
+        if not is_terminal(state):
+            raise
+        return StopResult(job_id, state)
+    return StopResult(job_id)
 
 
 def output_location(cluster_name: str, job_id: str) -> str | None:

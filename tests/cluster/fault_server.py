@@ -48,6 +48,7 @@ class FakePai:
         self.fault_methods: set[str] | None = None
         self.fault_path = re.compile("")
         self.redirect_to = ""
+        self.state = "SUCCEEDED"  # every job's state in its detail
         self.url = ""
         self.seen: list[tuple[str, str, str | None]] = []  # method, path, Authorization
         self.closing = threading.Event()
@@ -62,7 +63,7 @@ class FakePai:
 
     def detail(self, job_id: str) -> dict[str, Any]:
         task = {"taskIndex": 0, "taskState": "SUCCEEDED", "attemptId": 0, "containerExitCode": 0, "retries": 0}
-        return {"name": job_id.split("~")[1], "jobStatus": {"state": "SUCCEEDED", "attemptId": 0, "retries": 0},
+        return {"name": job_id.split("~")[1], "jobStatus": {"state": self.state, "attemptId": 0, "retries": 0},
                 "taskRoles": {"worker": {"taskStatuses": [task]}}}
 
 
@@ -112,6 +113,8 @@ def _handler(fake: FakePai) -> type[BaseHTTPRequestHandler]:
             if fault == "same-host-redirect" and "followed=1" not in query:
                 sep = "&" if query else "?"
                 return self.answer(302, b"", "text/plain", headers={"Location": f"{fake.url}{self.path}{sep}followed=1"})
+            if fault == "stop-ended-500" and self.command == "PUT":  # rest-server a95d9420e, job ended
+                return self.error(500, "UnknownError", "Unexpected end of JSON input")
             if fault == "bad-json":
                 return self.answer(200, b'{"jobStatus": {"state": "RUNN')
             if fault == "html-200":

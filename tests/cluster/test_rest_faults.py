@@ -289,3 +289,36 @@ def test_logs_are_streamed_so_memory_does_not_grow_with_the_log(fake: FakePai) -
     fake.log = line * (48 * 1024 * 1024 // len(line))  # 48 MiB
     big = peak_mib()
     assert big - small < 24, f"peak RSS {small} MiB with a tiny log, {big} MiB with a 48 MiB one"
+
+
+# --------------------------------------------------------------------------- stop of a job that ended
+
+
+@pytest.mark.parametrize("state", ["SUCCEEDED", "FAILED", "STOPPED"])
+def test_stop_of_a_job_that_already_ended_is_done(state: str, fake: FakePai, tmp_path: Path,
+                                                  capsys: pytest.CaptureFixture[str],
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """rest-server answers a stop of an ended job with HTTP 500 'Unexpected end of JSON input'."""
+    fake.state = state
+    fake.set_fault("stop-ended-500", methods={"PUT"})
+    code, out, err, _ = run("stop", fake, tmp_path, capsys, monkeypatch)
+    assert code == 0 and err.strip() == f"{USER}~existing already ended ({state}); nothing to stop"
+    assert [method for method, *_ in fake.seen] == ["PUT", "GET"]
+
+
+def test_a_failed_stop_of_a_running_job_stays_an_error(fake: FakePai, tmp_path: Path,
+                                                       capsys: pytest.CaptureFixture[str],
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    fake.state = "RUNNING"
+    fake.set_fault("stop-ended-500", methods={"PUT"})
+    code, out, err, _ = run("stop", fake, tmp_path, capsys, monkeypatch)
+    assert_clean_error(code, out, err)
+    assert "Unexpected end of JSON input" in err
+
+
+def test_stop_of_a_job_that_does_not_exist_stays_an_error(fake: FakePai, tmp_path: Path,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    code = cli.main(["stop", "nosuchjob", "--timeout", str(TIMEOUT)])
+    out, err = capsys.readouterr()
+    assert_clean_error(code, out, err)
+    assert "not found" in err or "no job" in err.lower()
