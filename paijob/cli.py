@@ -110,6 +110,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help(sys.stderr)
         return 2
+    if getattr(args, "openpai_before_1_6", False):
+        # a setting every check reads (validate, render, submit's prepare), as if exported by the user
+        from paijob.openpai.names import BEFORE_V1_6_SETTING
+
+        os.environ[BEFORE_V1_6_SETTING] = "1"
     try:
         code = int(args.func(args) or 0)
         sys.stdout.flush()  # a closed pipe surfaces here, not at interpreter exit

@@ -13,6 +13,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from paijob.commands import _options
+
 __all__ = ["add_render_options", "register", "write_atomic"]
 
 OUTPUT_FORMATS = ("yaml", "json")
@@ -79,6 +81,7 @@ def add_render_options(parser: argparse.ArgumentParser) -> None:
         action=_OrderedSetAction,
         help="like --set, but the value is always a string (e.g. --set-string name=0042)",
     )
+    _options.add_openpai_version_option(parser)
 
 
 def register(subparsers: Any) -> None:

@@ -11,6 +11,8 @@ import argparse
 import sys
 from typing import TYPE_CHECKING, Any
 
+from paijob.commands import _options
+
 if TYPE_CHECKING:
     from paijob.validate.verdict import ValidationReport
 
@@ -47,6 +49,7 @@ def register(subparsers: Any) -> None:
         help="port label paijob-runtime reads (default: its --port-label in the commands, else SynPort)",
     )
     parser.add_argument("-q", "--quiet", action="store_true", help="print problems only, no summary")
+    _options.add_openpai_version_option(parser)
     parser.set_defaults(func=run)
 
 

@@ -29,12 +29,13 @@ from typing import IO, Any
 from paijob.local import capacity, diagnostics, faults
 from paijob.local.jobmodels import JobModels
 from paijob.local.plan import Ports, task_env, task_script
-from paijob.local.settings import stop_grace, unlimited_retry_cap
+from paijob.local.settings import openpai_before_1_6, stop_grace, unlimited_retry_cap
 from paijob.local.store import Store, now_ms
 from paijob.local.tracking import TASK_MARKER, Tracker
 from paijob.openpai import exitspec
 from paijob.openpai.jobstate import is_terminal
 from paijob.openpai.model import Job, TaskRole
+from paijob.openpai.names import init_role_failure, role_name_breaks_init, role_name_fix
 from paijob.outputs import local_output_dir
 from paijob.task import contract
 
@@ -138,6 +139,7 @@ class Task:
     code: int | None = None
     cause: str | None = None  # the script's own error, as paijob-runtime reported it
     sink: _LogSink | None = None
+    init_failed: bool = False  # OpenPAI's init container failed: its exit code is reported as is
 
     @property
     def key(self) -> str:
@@ -409,6 +411,8 @@ class JobRunner(threading.Thread):
     def _report_exit(self, task: Task, raw: int) -> int:
         """The container exit code openpai-runtime reports (exit spec patterns over the task's log);
         the task's diagnostics say the script's own error (paijob-runtime's root cause) and both codes."""
+        if task.init_failed:  # the runtime's own init failed: no user command, no exit-spec mapping
+            return raw
         tail = _log_tail(task.log_dir / "all")
         result = exitspec.container_exit(raw, tail)
         task.cause = diagnostics.root_cause(tail) if raw != 0 else None
@@ -519,6 +523,14 @@ class JobRunner(threading.Thread):
             if self.plan.gang_allocation and any(r.raw.get("taskRetryCount") for r in self.plan.roles):
                 sink.write("stderr", b"[paijob local] taskRetryCount only takes effect with "
                                      b"extras.gangAllocation: false (as on OpenPAI); ignored\n")
+        if role_name_breaks_init(task.role.name) and not openpai_before_1_6():
+            message = init_role_failure(task.role.name)
+            sink.write("stderr", f"[paijob local] {message}; {role_name_fix(task.role.name)}\n".encode())
+            sink.close()
+            task.state, task.code, task.init_failed = "RUNNING", 1, True  # the run loop ends it as exited 1
+            self.store.update_task(self.username, self.name_, attempt, task.role.name, task.index, task.attempt,
+                                   diagnostics=message)
+            return
         script = task_script(self.plan, task.role)
         try:
             proc = subprocess.Popen(

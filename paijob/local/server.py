@@ -102,7 +102,10 @@ def validate(text: str) -> tuple[Job | None, list[str]]:
     """
     from paijob.validate import verdict
 
-    report = verdict.validate_loaded(load_job(text, "job"), "job", len(text.encode("utf-8", "surrogatepass")))
+    # the server's own checks: a role name OpenPAI v1.6+ cannot run is accepted, as rest-server does, and
+    # fails at start (runner.py), unless the cluster runs as an older one
+    report = verdict.validate_loaded(load_job(text, "job"), "job", len(text.encode("utf-8", "surrogatepass")),
+                                     openpai_before_1_6=True)
     return report.model, [p.format("job") for p in report.errors]
 
 

@@ -14,6 +14,7 @@ import os
 import re
 
 from paijob.errors import PaijobError
+from paijob.openpai.names import BEFORE_V1_6_SETTING
 from paijob.task import contract
 
 STOP_GRACE = contract.LOCAL_STOP_GRACE
@@ -60,6 +61,15 @@ def cgroup_wanted() -> bool:
     return raw == "1"
 
 
+def openpai_before_1_6() -> bool:
+    """``PAIJOB_OPENPAI_BEFORE_1_6=1``: run role names that OpenPAI v1.6+'s init container cannot find (default 0)."""
+    raw = os.environ.get(BEFORE_V1_6_SETTING, "0").strip()
+    if raw not in ("0", "1"):
+        raise LocalSettingError(f"{BEFORE_V1_6_SETTING}={raw!r} must be 0 (the local cluster behaves as OpenPAI "
+                                "v1.6+, the default) or 1 (as an older OpenPAI)")
+    return raw == "1"
+
+
 def user_name() -> str:
     """The user the local cluster runs jobs as: the login name (``USER``, ``LOGNAME``, else the account's)."""
     try:
@@ -79,4 +89,5 @@ def check() -> None:
     stop_grace()
     unlimited_retry_cap()
     cgroup_wanted()
+    openpai_before_1_6()
     user_name()

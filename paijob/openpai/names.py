@@ -58,3 +58,31 @@ def framework_object_name(job_id: str) -> str:
     if job_id.startswith("unknown") or "~" not in job_id:
         return runtime_role_name(job_id.removeprefix("unknown"))
     return hashlib.md5(job_id.encode("utf-8"), usedforsecurity=False).hexdigest()
+
+
+# openpai-runtime v0.1.10 (shipped with OpenPAI v1.6.0 and later): its init container looks the task's
+# role up in the job config by the converted name (initializer.py ``jobconfig['taskRoles'][taskrole]``),
+# while the config's keys are the names as written, so a role that the conversion changes fails in init
+# (exit 1, before the user's commands). Older clusters run such roles; this setting says the cluster is one.
+BEFORE_V1_6_SETTING = "PAIJOB_OPENPAI_BEFORE_1_6"
+INIT_ROLE_LOOKUP_SINCE = "OpenPAI v1.6.0 (openpai-runtime v0.1.10)"
+
+
+def role_name_breaks_init(role: str) -> bool:
+    """Whether OpenPAI v1.6+'s init container fails to find ``role`` in the job config."""
+    return runtime_role_name(role) != role
+
+
+def role_name_fix(role: str) -> str:
+    """How to fix a role name that OpenPAI v1.6+'s init container cannot find (one clause)."""
+    converted = runtime_role_name(role)
+    rename = f"rename the role to '{converted}'" if converted else "rename the role (lowercase letters and digits)"
+    return (f"{rename} (lowercase letters and digits only), or, for a cluster older than OpenPAI v1.6, "
+            f"set {BEFORE_V1_6_SETTING}=1 (or pass --openpai-before-1.6)")
+
+
+def init_role_failure(role: str) -> str:
+    """What OpenPAI v1.6+'s init container says about ``role`` when it cannot find it."""
+    return (f"role '{role}' is looked up as '{runtime_role_name(role)}' by the init container of "
+            f"{INIT_ROLE_LOOKUP_SINCE} and later (KeyError in initializer.py: the job config names it "
+            f"'{role}'), so the task exits 1 before its commands run")

@@ -20,7 +20,13 @@ from typing import Any
 
 from paijob.openpai.markers import TemplateError, render_server, role_entrypoint
 from paijob.openpai.model import Job, TaskRole, is_int
-from paijob.openpai.names import PAI_TAG_PATTERN, js_match
+from paijob.openpai.names import (
+    PAI_TAG_PATTERN,
+    init_role_failure,
+    js_match,
+    role_name_breaks_init,
+    role_name_fix,
+)
 from paijob.validate.schema import iter_schema_errors
 
 ERROR = "error"
@@ -202,17 +208,20 @@ def runtime_plugins_shape(job: Job) -> Iterator[Finding]:
             )
 
 
-def runtime_role_names(job: Job) -> Iterator[Finding]:
+def runtime_role_names(job: Job, before_v1_6: bool = False) -> Iterator[Finding]:
     """k8s.js ``convertName`` and openpai-runtime name task roles lowercase a-z0-9.
 
-    The server accepts any role the schema allows, so these are warnings: an
-    empty or shared converted name leaves the framework's task roles and the
-    runtime's PAI_HOST_IP_/PAI_PORT_LIST_ variables ambiguous.
+    On OpenPAI v1.6+ the runtime's init container looks the role up by that converted name, so a
+    role it changes fails before its commands run: an error (the server accepts the job). On an older
+    cluster (``before_v1_6``) such a role runs, and only an empty or shared converted name is worth a
+    warning: the framework's task roles and the PAI_HOST_IP_/PAI_PORT_LIST_ variables are ambiguous.
     """
     taken: dict[str, str] = {}
     for role in job.roles:
         name = role.runtime_name
-        if not name:
+        if not before_v1_6 and role_name_breaks_init(role.name):
+            yield ERROR, _role_path(role), f"{init_role_failure(role.name)}; {role_name_fix(role.name)}"
+        elif not name:
             yield WARNING, _role_path(role), (
                 f"role name '{role.name}' has no letters or digits: OpenPAI names the "
                 "framework's task role and the runtime variables (PAI_HOST_IP__0) with an empty name"
@@ -473,7 +482,6 @@ SERVER_RULES: tuple[Rule, ...] = (
     task_roles_shape,
     ports_shape,
     runtime_plugins_shape,
-    runtime_role_names,
     hived_scheduler,
 )
 

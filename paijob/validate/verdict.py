@@ -17,6 +17,7 @@ submit`` and the local cluster's POST.
 from __future__ import annotations
 
 import difflib
+import os
 from collections.abc import Hashable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,7 +26,16 @@ from typing import Any
 from paijob.errors import PaijobError
 from paijob.openpai.jsyaml import SERVER_BODY_LIMIT, LineMap, Loaded, YamlError, load_job
 from paijob.openpai.model import Job, parse_job
-from paijob.validate.rules import ERROR, PAIJOB_RULES, SERVER_RULES, WARNING, Finding, type_name
+from paijob.openpai.names import BEFORE_V1_6_SETTING
+from paijob.validate.rules import (
+    ERROR,
+    PAIJOB_RULES,
+    SERVER_RULES,
+    WARNING,
+    Finding,
+    runtime_role_names,
+    type_name,
+)
 from paijob.validate.runtime_plan import (
     RUNTIME_PROGRAM,
     DistributedPlan,
@@ -198,23 +208,33 @@ def validate_job(
     lines: LineMap | None = None,
     master_role: str | None = None,
     port_label: str | None = None,
+    openpai_before_1_6: bool | None = None,
 ) -> ValidationReport:
     """Check a loaded job (``jsyaml.load_job``'s value) as the OpenPAI server would.
 
     ``master_role`` / ``port_label`` override what the commands' own
     ``paijob-runtime`` flags say (as ``paijob validate --master-role`` does).
+    ``openpai_before_1_6``: the cluster runs role names that OpenPAI v1.6+ cannot (None: the
+    ``PAIJOB_OPENPAI_BEFORE_1_6`` setting, which ``--openpai-before-1.6`` sets).
     """
     lines = lines or LineMap()
     report = ValidationReport(source, job)
-    found = list(_findings(job, report, master_role, port_label))
+    if openpai_before_1_6 is None:
+        openpai_before_1_6 = before_v1_6_setting()
+    found = list(_findings(job, report, master_role, port_label, openpai_before_1_6))
     problems = [Problem(sev, path, msg, lines.line_of(path)) for sev, path, msg in found]
     problems.extend(Problem(WARNING, note.path, note.message(), note.line) for note in lines.notes)
     report.problems = sorted(problems, key=_problem_order)
     return report
 
 
+def before_v1_6_setting() -> bool:
+    """``PAIJOB_OPENPAI_BEFORE_1_6=1``: the cluster is older than OpenPAI v1.6 (any other value: not)."""
+    return os.environ.get(BEFORE_V1_6_SETTING, "").strip() == "1"
+
+
 def _findings(
-    raw: Any, report: ValidationReport, master_role: str | None, port_label: str | None
+    raw: Any, report: ValidationReport, master_role: str | None, port_label: str | None, before_v1_6: bool
 ) -> Iterator[Finding]:
     if not isinstance(raw, dict):
         got = "an empty file" if raw is None else type_name(raw)
@@ -224,6 +244,7 @@ def _findings(
     job = report.model = parse_job(raw)
     for rule in (*SERVER_RULES, *PAIJOB_RULES):
         yield from rule(job)
+    yield from runtime_role_names(job, before_v1_6)
     yield from runtime_findings(job, master_role, port_label)
     report.plan = distributed_plan(job, master_role, port_label)
 

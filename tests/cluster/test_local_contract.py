@@ -108,6 +108,7 @@ def test_every_task_of_a_golden_job_sees_the_world_validate_reports(
 
 def test_a_task_sees_its_role_as_written_and_the_runtime_accepts_either_name(
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    monkeypatch.setenv("PAIJOB_OPENPAI_BEFORE_1_6", "1")  # an OpenPAI older than v1.6 runs role Worker_A
     text = (GOLDEN / "ddp-cpu-2x2.yaml").read_text(encoding="utf-8").replace("\n  worker:\n", "\n  Worker_A:\n")
     renamed = tmp_path / "renamed.yaml"
     renamed.write_text(text, encoding="utf-8")

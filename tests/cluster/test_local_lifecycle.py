@@ -214,7 +214,9 @@ print("env ok", e["PAI_CURRENT_TASK_ROLE_NAME"], i)
 '''
 
 
-def test_each_task_gets_the_pai_environment_openpai_would_give_it(client: PaiClient, tmp_path: Path) -> None:
+def test_each_task_gets_the_pai_environment_openpai_would_give_it(client: PaiClient, tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PAIJOB_OPENPAI_BEFORE_1_6", "1")  # an OpenPAI older than v1.6 runs role ps_Server
     script = tmp_path / "check_env.py"
     script.write_text(ENV_CHECK)
     command = f"{sys.executable} {script}"

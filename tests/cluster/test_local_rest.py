@@ -26,7 +26,9 @@ def get(server: LocalServer, path: str, **params: Any) -> requests.Response:
                         headers={"Authorization": f"Bearer {TOKEN}"})
 
 
-def test_rest_json_and_paths_use_the_converted_role_name(server: LocalServer, client: PaiClient) -> None:
+def test_rest_json_and_paths_use_the_converted_role_name(server: LocalServer, client: PaiClient,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PAIJOB_OPENPAI_BEFORE_1_6", "1")  # an OpenPAI older than v1.6 runs role Worker_A
     job_id = client.submit(job_yaml("roles", ["echo from $FC_TASKROLE_NAME", "exit 3"], role="Worker_A"))
     detail = wait(client, job_id)
     assert list(detail["taskRoles"]) == ["workera"]
@@ -46,6 +48,7 @@ def test_rest_json_and_paths_use_the_converted_role_name(server: LocalServer, cl
 def test_paijob_logs_role_takes_the_name_as_written_in_the_job(server: LocalServer, client: PaiClient,
                                                                capsys: pytest.CaptureFixture[str],
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PAIJOB_OPENPAI_BEFORE_1_6", "1")  # an OpenPAI older than v1.6 runs role Worker_A
     job_id = client.submit(job_yaml("logrole", ["echo hello"], role="Worker_A"))
     wait(client, job_id)
     monkeypatch.setenv("SRV_TOKEN", TOKEN)
@@ -117,3 +120,17 @@ def test_an_ajv_error_array_is_printed_one_readable_line_per_error() -> None:
     assert _problems(AJV) == lines
     assert format_protocol_errors("Prerequisite x does not exist.") is None
     assert _problems("Prerequisite x does not exist.") == ["Prerequisite x does not exist."]
+
+
+def test_a_role_name_openpai_v1_6_cannot_find_fails_at_start_as_its_init_container_does(
+        server: LocalServer, client: PaiClient, monkeypatch: pytest.MonkeyPatch) -> None:
+    """openpai-runtime v0.1.10+ looks role Worker_A up as 'workera': exit 1 in init, no command runs."""
+    monkeypatch.delenv("PAIJOB_OPENPAI_BEFORE_1_6", raising=False)
+    job_id = client.submit(job_yaml("initfail", ["echo the command ran"], role="Worker_A"))
+    detail = wait(client, job_id)
+    (task,) = detail["taskRoles"]["workera"]["taskStatuses"]
+    assert detail["jobStatus"]["state"] == "FAILED" and task["containerExitCode"] == 1
+    assert detail["jobStatus"]["appExitSpec"]["phrase"] == "PAIRuntimeExitAbnormally"  # "platform error"
+    assert "looked up as 'workera'" in task["containerExitDiagnostics"]
+    log = client.read_log(client.log_locations(job_id, 0, "Worker_A", 0, 0)["all"]).data.decode()
+    assert "the command ran" not in log and "--openpai-before-1.6" in log

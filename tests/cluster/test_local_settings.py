@@ -22,7 +22,7 @@ BAD = [
     ("PAIJOB_LOCAL_STOP_GRACE", "-1"), ("PAIJOB_LOCAL_STOP_GRACE", "1e9"),
     ("PAIJOB_LOCAL_UNLIMITED_RETRY_CAP", "three"), ("PAIJOB_LOCAL_UNLIMITED_RETRY_CAP", "-1"),
     ("PAIJOB_LOCAL_UNLIMITED_RETRY_CAP", "1" + "0" * 23), ("PAIJOB_LOCAL_CGROUP", "yes"),
-    ("USER", "../../evil"), ("USER", "a/b"), ("USER", ".."), ("USER", "-rf"),
+    ("PAIJOB_OPENPAI_BEFORE_1_6", "true"), ("USER", "../../evil"), ("USER", "a/b"), ("USER", ".."), ("USER", "-rf"),
 ]
 
 
@@ -51,12 +51,13 @@ def test_the_server_itself_refuses_to_start_with_a_bad_setting(tmp_path: Path) -
 @pytest.mark.parametrize(("name", "value", "expected"), [
     ("PAIJOB_LOCAL_STOP_GRACE", "0.5", 0.5), ("PAIJOB_LOCAL_STOP_GRACE", " 7 ", 7.0),
     ("PAIJOB_LOCAL_UNLIMITED_RETRY_CAP", "0", 0), ("PAIJOB_LOCAL_CGROUP", "0", False),
-    ("USER", "alice.smith-2", "alice.smith-2"),
+    ("USER", "alice.smith-2", "alice.smith-2"), ("PAIJOB_OPENPAI_BEFORE_1_6", "1", True),
 ])
 def test_good_settings_are_read(name: str, value: str, expected: object, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(name, value)
     if name == "USER":
         monkeypatch.setenv("LOGNAME", value)
     readers = {"PAIJOB_LOCAL_STOP_GRACE": settings.stop_grace, "PAIJOB_LOCAL_UNLIMITED_RETRY_CAP":
-               settings.unlimited_retry_cap, "PAIJOB_LOCAL_CGROUP": settings.cgroup_wanted, "USER": settings.user_name}
+               settings.unlimited_retry_cap, "PAIJOB_LOCAL_CGROUP": settings.cgroup_wanted, "USER": settings.user_name,
+               "PAIJOB_OPENPAI_BEFORE_1_6": settings.openpai_before_1_6}
     assert readers[name]() == expected

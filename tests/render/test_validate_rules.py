@@ -150,19 +150,30 @@ def test_task_retries_without_gang_allocation_off_are_a_warning() -> None:
     assert [p.dotted_path for p in gang_off.problems] == ["extras.gangAllocation"]
 
 
-def test_role_names_the_runtime_rewrites_are_a_warning() -> None:
+def test_a_role_name_openpai_v1_6_cannot_find_is_an_error_naming_cause_and_fix() -> None:
     text = BASE.replace("  worker:", "  ps_server:")
-    report = check(text)
-    assert report.ok
-    problem = only(report, WARNING)
+    problem = only(check(text), ERROR)
     assert problem.dotted_path == "taskRoles.ps_server" and problem.line == 9
-    assert "rewrites role 'ps_server' as 'psserver'" in problem.message
+    assert "looked up as 'psserver'" in problem.message and "OpenPAI v1.6" in problem.message
+    assert "rename the role to 'psserver'" in problem.message and "--openpai-before-1.6" in problem.message
+
+
+def test_before_openpai_1_6_such_a_role_name_is_only_a_warning(monkeypatch: pytest.MonkeyPatch) -> None:
+    text = BASE.replace("  worker:", "  ps_server:")
+    flagged = check(text, openpai_before_1_6=True)
+    monkeypatch.setenv("PAIJOB_OPENPAI_BEFORE_1_6", "1")
+    for report in (flagged, check(text)):
+        assert report.ok
+        problem = only(report, WARNING)
+        assert problem.dotted_path == "taskRoles.ps_server" and problem.line == 9
+        assert "rewrites role 'ps_server' as 'psserver'" in problem.message
 
 
 def test_roles_that_collide_after_the_rewrite_are_a_warning_the_server_accepts_them() -> None:
     second = BASE[BASE.index("  worker:") :].replace("  worker:", "  Worker:")
-    report = check(BASE + second)
+    report = check(BASE + second, openpai_before_1_6=True)
     assert any("both become 'worker'" in p.message for p in report.warnings)
+    assert not check(BASE + second).ok  # 'Worker' itself cannot be found on OpenPAI v1.6+
 
 
 @pytest.mark.parametrize(
@@ -295,7 +306,9 @@ def test_validate_cli_exit_codes_and_output(capsys: pytest.CaptureFixture[str], 
     bad = tmp_path / "bad.yaml"
     bad.write_text(edit("      gpu: 8", "      gpu: eight"))
 
-    code, out, err = run_cli(capsys, "validate", str(good), str(warned))
+    code, _, _ = run_cli(capsys, "validate", str(warned))
+    assert code == 2  # OpenPAI v1.6+ cannot run role ps_server
+    code, out, err = run_cli(capsys, "validate", "--openpai-before-1.6", str(good), str(warned))
     assert code == 0 and err == ""
     assert f"ok: {good} — 1 role, world size 32 (4 nodes × 8 processes), port label SynPort" in out
     assert f"{warned}:9: warning: taskRoles.ps_server: the runtime rewrites" in out
