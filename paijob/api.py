@@ -135,7 +135,7 @@ def prepare(request: JobRequest, project: project_config.Project | None = None) 
     warnings = [problem.format(source) for problem in result.report.warnings]
     cluster = request.cluster or project.cluster
     target = resolve_cluster(cluster, start_local=False)
-    text, name = rename(result.text, request.name, request.unique_suffix)
+    text, name = rename(result.text, request.name, request.unique_suffix, result.job or None)
     notes: list[str] = []
     workdir = request.workdir or _value_workdir(result.values) or project.workdir
     if workdir:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 import uuid
+from typing import Any
 
 import yaml
 
@@ -26,9 +27,13 @@ def unique_name(name: str) -> str:
 _NAME_LINE = re.compile(r"^name:[ \t]*(\S.*?)?[ \t]*$", re.MULTILINE)
 
 
-def rename(text: str, name: str | None, unique: bool) -> tuple[str, str]:
-    """Apply --name / --unique-suffix; returns (text, final name). The rest of the text is kept."""
-    job = jsyaml.load_job(text, "the job").value
+def rename(text: str, name: str | None, unique: bool, loaded: Any = None) -> tuple[str, str]:
+    """Apply --name / --unique-suffix; returns (text, final name). The rest of the text is kept.
+
+    ``loaded``: ``text`` as ``jsyaml.load_job`` read it already (the render's
+    validation did), so that it is not read again; None reads it here.
+    """
+    job = loaded if loaded is not None else jsyaml.load_job(text, "the job").value
     if not isinstance(job, dict):
         return text, ""
     current = str(job.get("name", ""))
@@ -40,8 +45,7 @@ def rename(text: str, name: str | None, unique: bool) -> tuple[str, str]:
     check_job_name(new, "--name" if name else "the job's name")
     renamed, count = _NAME_LINE.subn(f"name: {new}", text, count=1)
     if count != 1 or (jsyaml.load_job(renamed, "the job").value or {}).get("name") != new:
-        job["name"] = new
-        renamed = yaml.safe_dump(job, sort_keys=False)
+        renamed = yaml.safe_dump({**job, "name": new}, sort_keys=False)
     return renamed, new
 
 
