@@ -39,8 +39,8 @@ def _read_everything(server: LocalServer, client: PaiClient, job_id: str) -> Non
     """What `paijob status`, `paijob logs` and the portal ask about one job, and the cluster's usage."""
     client.get_job(job_id)
     client.get_job(job_id, attempt=0)
-    client.task_status(job_id, 0, "Main_Worker", 1)
-    uris = client.log_locations(job_id, 0, "Main_Worker", 0, 0)
+    client.task_status(job_id, 0, "worker", 1)
+    uris = client.log_locations(job_id, 0, "worker", 0, 0)
     client.read_log(uris["all"])
     answer = requests.get(f"{server.url}/rest-server/api/v2/virtual-clusters",
                           headers={"Authorization": f"Bearer {TOKEN}"}, timeout=30)
@@ -50,7 +50,7 @@ def _read_everything(server: LocalServer, client: PaiClient, job_id: str) -> Non
 
 def test_a_submitted_job_is_parsed_once_and_no_view_reads_its_text(
         server: LocalServer, client: PaiClient, reads: list[str]) -> None:
-    job_id = client.submit(job_yaml("once", ["echo started", "sleep 60"], instances=2, role="Main_Worker"))
+    job_id = client.submit(job_yaml("once", ["echo started", "sleep 60"], instances=2, role="worker"))
     assert reads.count("job") == 1  # the server's one read, to validate (the client names its own "the job")
     reads.clear()
     deadline = time.monotonic() + 60
@@ -68,14 +68,14 @@ def test_a_job_stored_by_an_earlier_server_is_parsed_once_by_the_next(
     state = tmp_path / "restart"
     with LocalServer(state, TOKEN).start() as first:
         client = PaiClient(first.url, TOKEN, user=local_user(), cluster_name="local", retries=1, backoff=0.05)
-        job_id = client.submit(job_yaml("stored", ["true"], instances=2, role="Main_Worker"))
+        job_id = client.submit(job_yaml("stored", ["true"], instances=2, role="worker"))
         client.wait(job_id, poll=0.05, timeout=60)
     reads.clear()
     with LocalServer(state, TOKEN).start() as second:
         client = PaiClient(second.url, TOKEN, user=local_user(), cluster_name="local", retries=1, backoff=0.05)
         for _ in range(3):
             assert client.get_job(job_id)["jobStatus"]["state"] == "SUCCEEDED"
-        client.task_status(job_id, 0, "Main_Worker", 1)
+        client.task_status(job_id, 0, "worker", 1)
     assert len(reads) == 1
 
 
