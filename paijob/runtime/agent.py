@@ -35,6 +35,7 @@ import logging
 import os
 import shutil
 import signal
+import socket
 import sys
 import tempfile
 import time
@@ -66,8 +67,10 @@ from paijob.runtime.failures import (  # noqa: E402
     stopped_by_signal,
     strip_rank_prefix,
 )
+from paijob.runtime.hangwatch import Channel, HangWatch, StoreChannel, stacks_folder  # noqa: E402
+from paijob.runtime.netif import task_address  # noqa: E402
 from paijob.runtime.nodewatch import NodeWatch, first_line  # noqa: E402
-from paijob.task import procfs  # noqa: E402
+from paijob.task import contract, procfs  # noqa: E402
 
 if _user_cpp_log_level is None:
     os.environ.pop(_CPP_LOG_LEVEL, None)
@@ -115,6 +118,7 @@ class PaijobAgent(LocalElasticAgent):
         self.log_root: str | None = None  # a folder of our own, removed when the node ends
         # What the workers get beyond this process's environment (paijob.task.contract.worker_env)
         self.worker_env = {k: v for k, v in (worker_env or {}).items() if os.environ.get(k) != v}
+        self.hang: HangWatch | None = None  # the hang watch (None: --hang-timeout 0)
 
     # -- worker lifecycle -------------------------------------------------
     def _start_workers(self, worker_group: Any) -> dict[int, Any]:
@@ -400,10 +404,48 @@ def run_per_gpu(config: LaunchConfig, worker_env: Mapping[str, str] | None = Non
     )
     os.environ.setdefault("TORCHELASTIC_SIGNALS_TO_HANDLE", "SIGTERM,SIGINT,SIGHUP,SIGQUIT")
     _quiet_torch_elastic(config.verbose)
+    hang = _start_hang_watch(config, agent.watch, agent.worker_env)
+    agent.hang = hang
     try:
         return _run_agent(agent, config)
     finally:
+        if hang is not None:
+            hang.stop()
+            shutil.rmtree(hang.folder, ignore_errors=True)
         agent.remove_logs()
+
+
+def _start_hang_watch(config: LaunchConfig, watch: NodeWatch,
+                      worker_env: dict[str, str]) -> HangWatch | None:
+    """The workers' samplers report into a folder of this node's; one thread judges (node 0).
+
+    SIGUSR1 asks it for every rank's stack on every node (the job goes on).
+    """
+    settings = config.hang
+    if not settings.enabled:
+        signal.signal(signal.SIGUSR1, lambda *_: say(
+            "stacks on request: the hang watch is off (--hang-timeout 0), no stacks to print"))
+        return None
+    folder = tempfile.mkdtemp(prefix="paijob-hang-")
+    worker_env[contract.HANG_DIR] = folder  # the workers' samplers write there
+    worker_env[contract.HANG_INTERVAL] = f"{settings.interval:g}"
+    dist = config.dist
+
+    def declare(failure: Failure) -> None:
+        watch.publish(failure)
+        watch.declare(failure)
+
+    found = task_address(os.environ)
+    hang = HangWatch(
+        settings, folder=folder, node_rank=dist.node_rank, nnodes=dist.nnodes,
+        world_size=dist.world_size, host=found[0] if found else socket.gethostname(),
+        stacks_dir=stacks_folder(config.log_dir, os.environ),
+        channel=StoreChannel(watch.call) if dist.nnodes > 1 else Channel(),
+        declare=declare, say=say,
+    )
+    signal.signal(signal.SIGUSR1, lambda *_: hang.request_stacks())
+    hang.start()
+    return hang
 
 
 def _run_agent(agent: PaijobAgent, config: LaunchConfig) -> tuple[int, Failure | None]:

@@ -18,12 +18,12 @@ import logging
 import os
 import shlex
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from paijob import __version__
 from paijob.errors import PaijobError
 from paijob.runtime import exitcodes
-from paijob.runtime.config import LaunchConfig, LaunchError, WorkerCommand
+from paijob.runtime.config import HangSettings, LaunchConfig, LaunchError, WorkerCommand
 from paijob.runtime.env import (
     DistEnv,
     LaunchOptions,
@@ -33,6 +33,7 @@ from paijob.runtime.env import (
     parse_nproc_option,
     parse_roles_option,
 )
+from paijob.task import contract, options
 from paijob.task.jobversion import mismatch_warning, rendered_version
 from paijob.task.options import build_parsers, split_train_argv
 
@@ -146,8 +147,36 @@ def cmd_train(args: argparse.Namespace) -> int:
         log_dir=args.log_dir,
         verbose=args.verbose,
         precision=args.precision or None,
+        hang=hang_settings(args, os.environ),
     )
     return launch(config)
+
+
+def hang_settings(args: argparse.Namespace, environ: Mapping[str, str]) -> HangSettings:
+    """The hang watch's limits: each option, else its ``PAIJOB_HANG_*`` variable, else the default."""
+
+    def pick(value: float | None, variable: str, default: float, option: str) -> float:
+        if value is not None:
+            return float(value)
+        text = environ.get(variable, "").strip()
+        if not text:
+            return default
+        try:
+            return float(text)
+        except ValueError:
+            raise LaunchError(
+                f"{variable}={text!r} (the default of {option}) is not a number of seconds; "
+                f"set it to e.g. 600, or 0 to turn the hang watch off"
+            ) from None
+
+    return HangSettings(
+        timeout=pick(args.hang_timeout, contract.HANG_TIMEOUT, options.DEFAULT_HANG_TIMEOUT,
+                     "--hang-timeout"),
+        first_timeout=pick(args.hang_first_timeout, contract.HANG_FIRST_TIMEOUT,
+                           options.DEFAULT_HANG_FIRST_TIMEOUT, "--hang-first-timeout"),
+        hard_limit=pick(args.hang_hard_limit, contract.HANG_HARD_LIMIT,
+                        options.DEFAULT_HANG_HARD_LIMIT, "--hang-hard-limit"),
+    )
 
 
 def _train_horovod(args: argparse.Namespace, command: WorkerCommand) -> int:

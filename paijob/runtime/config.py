@@ -161,6 +161,33 @@ def local_rank_style(requested: str, source: str | None) -> str:
 
 
 @dataclass(frozen=True)
+class HangSettings:
+    """The hang watch's limits in seconds (:mod:`paijob.runtime.hangwatch`); ``timeout`` 0: off.
+
+    ``first_timeout`` applies until every rank has completed a collective (data loading,
+    ``torch.compile``); a busy straggler is ended at ``hard_limit`` times the timeout.
+    """
+
+    timeout: float = 600.0
+    first_timeout: float = 1800.0
+    hard_limit: float = 3.0
+    interval: float = 1.0
+
+    @property
+    def enabled(self) -> bool:
+        return self.timeout > 0
+
+    def check(self) -> None:
+        if not math.isfinite(self.timeout) or self.timeout < 0:
+            raise LaunchError(f"--hang-timeout must be 0 (off) or a positive number of seconds, "
+                              f"got {self.timeout}")
+        _positive_seconds(self.first_timeout, "--hang-first-timeout")
+        if not math.isfinite(self.hard_limit) or self.hard_limit < 1:
+            raise LaunchError(f"--hang-hard-limit must be a multiple of --hang-timeout of at "
+                              f"least 1, got {self.hard_limit}")
+
+
+@dataclass(frozen=True)
 class LaunchConfig:
     """One node's launch: where it sits, what it runs, how long it waits (checked on creation).
 
@@ -168,7 +195,7 @@ class LaunchConfig:
     rendezvous); ``grace_period`` is what workers get between SIGTERM and SIGKILL;
     ``heartbeat_timeout`` is how long a silent peer counts as alive; ``log_dir`` keeps
     each worker's output (None: the runtime's own copies are removed at exit);
-    ``verbose`` lets torch's elastic agent log as it likes.
+    ``verbose`` lets torch's elastic agent log as it likes; ``hang`` are the hang watch's limits.
     """
 
     dist: DistEnv
@@ -180,8 +207,10 @@ class LaunchConfig:
     log_dir: str | None = None
     verbose: bool = False
     precision: str | None = None  # --precision, passed to every worker (paijob.task.contract)
+    hang: HangSettings = HangSettings()
 
     def __post_init__(self) -> None:
+        self.hang.check()
         launchable = [mode for mode in MODES if mode != "horovod"]
         if self.mode not in launchable:
             raise LaunchError(f"--mode must be one of {', '.join(launchable)}, got {self.mode!r}")

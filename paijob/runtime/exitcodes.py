@@ -38,6 +38,7 @@ USER_FAILURE = 1  # fallback when a worker's own code is unknown
 CONFIG_ERROR = 2
 INFRA_FAILURE = 143  # = 128 + SIGTERM: OpenPAI's transient, always-retried class
 INTERRUPTED = 130
+HANG = 124  # the hang watch ended the job (coreutils' timeout uses 124 for "timed out")
 
 
 @dataclass(frozen=True)
@@ -61,6 +62,9 @@ RUNTIME_EXIT_CODES = (
                     "failed or port taken, peer node or store lost; also SIGTERM received (job stopped)",
                     (INFRA_FAILURE,)),
     ExitCodeMeaning("130", "interrupted (SIGINT)", (INTERRUPTED,)),
+    ExitCodeMeaning("124", "hang: no rank made progress for `--hang-timeout`, or a busy straggler kept the "
+                    "others waiting past `--hang-hard-limit` times it (coreutils' `timeout` code); a hang can "
+                    "be the script's own bug, which a retry repeats", (HANG,)),
 )
 
 

@@ -47,9 +47,13 @@ class Failure:
     time: float
     tail: str = ""
     reason: str = ""
+    detail: str = ""  # lines that explain ``reason`` (the hang watch's culprit frames)
+    exit_status: int | None = None  # this node's exit code, where not the worker's (a hang: 124)
 
     @property
     def exit_code(self) -> int:
+        if self.exit_status is not None:
+            return self.exit_status
         if self.returncode is None:
             return exitcodes.INFRA_FAILURE
         return exitcodes.from_worker_status(self.returncode) or exitcodes.USER_FAILURE
@@ -81,8 +85,11 @@ def choose_root_cause(failures: list[Failure]) -> Failure | None:
 
 def report_root_cause(root: Failure, node_rank: int) -> None:
     """Say why the job failed, once, after every worker's own output: headline, then its tail."""
-    where = "" if root.node_rank == node_rank else " (on another node)"
+    job_wide = root.exit_status == exitcodes.HANG  # the hang watch judges the whole job
+    where = "" if root.node_rank == node_rank or job_wide else " (on another node)"
     say(f"error: {root.headline()}{where}")
+    for line in root.detail.splitlines():
+        print(f"  {line}", file=sys.stderr)
     if root.tail:
         say("root cause, last lines of that worker's stderr:")
         for line in root.tail.splitlines():

@@ -32,6 +32,9 @@ that plain ``python SCRIPT`` does not:
   the root cause within about a second, stops this worker meanwhile and
   reports that cause; the knock-on traceback then never buries it. If nobody
   stops the worker, it prints the traceback and exits 1 as before.
+* **Its progress is watched.** Where the launcher asks (``PAIJOB_HANG_DIR``), a
+  sampler thread reports where the main thread is and whether it moves
+  (:mod:`paijob.runtime.progress`), for the hang watch.
 """
 
 from __future__ import annotations
@@ -258,6 +261,9 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
     if not args or (args[0] == "-m" and len(args) < 2):
         print(USAGE, file=sys.stderr)
         finish(2)
+    from paijob.runtime.progress import start_from_env
+
+    start_from_env(skip_files=(__file__, runpy.__file__ or ""))  # the hang watch's sampler, if asked
     if args[0] == "-m":
         finish(run_as_main(args[1], args[2:], module=True))
     finish(run_as_main(args[0], args[1:]))

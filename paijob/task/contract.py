@@ -40,6 +40,23 @@ DDP_FIND_UNUSED = "PAIJOB_DDP_FIND_UNUSED"
 FAULT_AT = "PAIJOB_FAULT_AT"
 """``EPOCH:STEP[:term|kill]``: the recipes inject a fault there (resume tests)."""
 
+HANG_DIR = "PAIJOB_HANG_DIR"
+"""The folder where each worker's progress sampler writes ``rank<N>.json`` (the hang watch); unset: none."""
+
+HANG_INTERVAL = "PAIJOB_HANG_INTERVAL"
+"""Seconds between two looks of a worker's progress sampler at its main thread."""
+
+# -- the job (its env: values) -> paijob-runtime ---------------------------------------------------
+
+HANG_TIMEOUT = "PAIJOB_HANG_TIMEOUT"
+"""The default of ``paijob-runtime train --hang-timeout`` (seconds; 0 turns the hang watch off)."""
+
+HANG_FIRST_TIMEOUT = "PAIJOB_HANG_FIRST_TIMEOUT"
+"""The default of ``--hang-first-timeout``: the allowance until every rank completed a collective."""
+
+HANG_HARD_LIMIT = "PAIJOB_HANG_HARD_LIMIT"
+"""The default of ``--hang-hard-limit``: a busy straggler is ended at this multiple of the timeout."""
+
 # -- the cluster -> every task of a job ----------------------------------------------------------
 
 RENDERED_VERSION = "PAIJOB_RENDERED_VERSION"

@@ -20,6 +20,9 @@ from paijob.task.jobversion import version_line
 MODES = ("per-gpu", "per-node", "dataparallel", "horovod")
 LOCAL_RANK_STYLES = ("auto", "dash", "underscore")
 BACKENDS = ("auto", "nccl", "gloo")
+DEFAULT_HANG_TIMEOUT = 600.0
+DEFAULT_HANG_FIRST_TIMEOUT = 1800.0
+DEFAULT_HANG_HARD_LIMIT = 3.0
 # More workers than this per usable CPU core is a typo (--nproc-per-node 100000), not a plan:
 # each worker is a whole python process with torch loaded.
 MAX_WORKERS_PER_CORE = 4
@@ -38,9 +41,10 @@ examples:
 """
 
 EXIT_CODES_HELP = """\
-exit codes: 0 success; 1-127 the failing worker's own exit code; 128+N a worker
-killed by signal N; 2 configuration error; 143 infrastructure failure (master
-unreachable, peer or store lost) or SIGTERM, which OpenPAI retries.
+exit codes: 0 success; 1-127 the failing worker's own exit code; 124 hang (see
+--hang-timeout); 128+N a worker killed by signal N; 2 configuration error; 143
+infrastructure failure (master unreachable, peer or store lost) or SIGTERM, which
+OpenPAI retries. SIGUSR1 prints every rank's stack on every node and goes on.
 """
 
 
@@ -136,6 +140,25 @@ def _add_train_options(train: argparse.ArgumentParser) -> None:
     train.add_argument(
         "--heartbeat-timeout", type=float, default=60.0, metavar="SECONDS",
         help="node 0 declares a silent peer lost after this long (default: %(default)s)",
+    )
+    hang = train.add_argument_group(
+        "hang watch", "a sampler in every worker sees whether it makes progress and where it is; "
+        "node 0 names the stuck rank(s) with their stacks and ends the job (exit 124). Each "
+        "default also comes from the environment variable named (e.g. the job's env: values)")
+    hang.add_argument(
+        "--hang-timeout", type=float, metavar="SECONDS",
+        help=f"no rank made progress for this long: a hang; 0 turns the watch off "
+        f"(default: ${contract.HANG_TIMEOUT} or {DEFAULT_HANG_TIMEOUT:g})",
+    )
+    hang.add_argument(
+        "--hang-first-timeout", type=float, metavar="SECONDS",
+        help=f"the timeout until every rank has completed a collective (data loading, "
+        f"torch.compile; default: ${contract.HANG_FIRST_TIMEOUT} or {DEFAULT_HANG_FIRST_TIMEOUT:g})",
+    )
+    hang.add_argument(
+        "--hang-hard-limit", type=float, metavar="N",
+        help=f"a straggler (busy while the others wait) is reported at the timeout and ended at "
+        f"N times it (default: ${contract.HANG_HARD_LIMIT} or {DEFAULT_HANG_HARD_LIMIT:g})",
     )
     train.add_argument("--log-dir", "--log_dir",
                        help="keep each worker's stdout/stderr under this folder (default: "

@@ -1,0 +1,309 @@
+"""Where a worker is and whether it moves: the sampler inside every worker (the hang watch's eyes).
+
+Why here: paijob already runs its own wrapper around every worker
+(:mod:`paijob.runtime.worker`), so progress can be seen without a line of the
+user's code. A daemon thread wakes once per interval (1 s) and looks at the
+main thread from the outside:
+
+* its Python stack (``sys._current_frames()``): which line it is on, whether
+  that is inside a ``torch.distributed`` collective, a DataLoader wait (and for
+  which loader worker), or the user's own code;
+* its CPU time (``/proc/self/task/<tid>/stat``), and the process's storage I/O
+  (``/proc/self/io``): a rank that computes or writes a checkpoint is busy even
+  when its stack stands still.
+
+It writes what it saw, atomically, to one small JSON file per worker
+(``rank<N>.json`` in the folder the launcher names) that the node's agent reads
+(:mod:`paijob.runtime.hangwatch`). A rank is *active* in a sample when its
+stack moved, its main thread used CPU or it did storage I/O; the file carries
+when it was last active, so the agent needs no history.
+
+A worker whose sampler cannot run (a C call that holds the GIL) stops updating
+its file; for it, ``faulthandler`` is registered on :data:`STACK_SIGNAL`, and
+the agent sends that signal to get its stack written to ``rank<N>.stack``.
+
+Cost: one sample is a stack walk of the main thread and three small /proc
+reads, about 0.1 ms once a second (see ``benchmarks/bench_hangwatch.py``).
+No torch import: the sampler only reads ``sys.modules`` for what is loaded.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import json
+import os
+import signal
+import sys
+import threading
+import time
+from types import FrameType
+from typing import Any, TextIO
+
+from paijob.task import contract
+
+DEFAULT_INTERVAL = 1.0
+STACK_SIGNAL = signal.SIGUSR2  # faulthandler dumps every thread's stack to rank<N>.stack
+BUSY_CPU_SHARE = 0.05  # main-thread CPU over a sample interval that counts as busy (a wait uses ~0)
+MAX_FRAMES = 60  # deepest stack kept (innermost frames); recursion would make it endless
+
+# Library code a stack passes through; the first frame outside it is "the user's line".
+_LIBRARY_PARTS = (
+    f"{os.sep}site-packages{os.sep}", f"{os.sep}dist-packages{os.sep}", "<frozen ",
+    f"{os.sep}paijob{os.sep}runtime{os.sep}",
+)
+_STDLIB = os.path.dirname(os.__file__)
+_C10D = f"torch{os.sep}distributed{os.sep}distributed_c10d.py"
+_DATALOADER = f"torch{os.sep}utils{os.sep}data{os.sep}dataloader.py"
+_AUTOGRAD = (f"torch{os.sep}autograd{os.sep}", f"torch{os.sep}_tensor.py")
+_DDP = f"torch{os.sep}nn{os.sep}parallel{os.sep}distributed.py"
+_DIST_UTILS = f"torch{os.sep}distributed{os.sep}utils.py"
+_RENDEZVOUS = (f"torch{os.sep}distributed{os.sep}rendezvous.py",
+               f"torch{os.sep}distributed{os.sep}elastic{os.sep}")
+
+Frame = tuple[str, int, str]  # file, line, function
+
+
+def is_library(filename: str) -> bool:
+    """Whether a frame's file is installed code (torch, the standard library, paijob's runtime)."""
+    return filename.startswith(_STDLIB) or any(part in filename for part in _LIBRARY_PARTS)
+
+
+def main_stack(frame: FrameType | None, *, skip_files: tuple[str, ...] = ()) -> list[Frame]:
+    """The stack from ``frame`` outwards, returned outermost first, from the target's first frame
+    on: the wrapper's own frames (``skip_files``, the last of them and all before it) and runpy's
+    go."""
+    frames: list[Frame] = []
+    while frame is not None and len(frames) < MAX_FRAMES:
+        code = frame.f_code
+        frames.append((code.co_filename, frame.f_lineno or 0, code.co_name))
+        frame = frame.f_back
+    frames.reverse()
+    ours = [i for i, f in enumerate(frames) if f[0] in skip_files]
+    if ours:
+        frames = frames[ours[-1] + 1:]
+    while frames and (frames[0][0] in skip_files or "runpy" in frames[0][0]):
+        frames.pop(0)
+    return frames
+
+
+def classify_wait(frames: list[Frame]) -> tuple[str | None, bool]:
+    """What a stack waits in (``all_reduce``, ``backward``, ``DataLoader``...), and whether
+    that is a collective (a wait on the other ranks). ``(None, False)``: user code or other."""
+    for filename, _line, function in frames:  # outermost first: the API the user called
+        if filename.endswith(_C10D):
+            return function, True
+    for filename, _line, function in frames:
+        if filename.endswith(_DIST_UTILS) and "broadcast" in function:
+            return "broadcast (DDP's parameter sync)", True
+        if filename.endswith(_DDP):
+            return "DistributedDataParallel " + function.strip("_"), True
+        if any(part in filename for part in _AUTOGRAD) and function == "backward":
+            return "backward", True
+        if filename.endswith(_DATALOADER):
+            return "DataLoader", False
+        if any(part in filename for part in _RENDEZVOUS):
+            return "rendezvous", True
+    return None, False
+
+
+def loader_worker(frame: FrameType | None) -> tuple[int, int | None] | None:
+    """(worker id, pid) of the DataLoader worker the main thread waits for, when it waits for one.
+
+    torch's multiprocessing iterator keeps ``_task_info[_rcvd_idx] = (worker_id,)`` while the
+    batch it needs next has not arrived; its frames hold the iterator as ``self``.
+    """
+    while frame is not None:
+        if frame.f_code.co_filename.endswith(_DATALOADER) and frame.f_code.co_name == "_next_data":
+            it = frame.f_locals.get("self")
+            try:
+                info = it._task_info.get(it._rcvd_idx)  # type: ignore[union-attr]
+                if info is not None and len(info) == 1:
+                    worker_id = int(info[0])
+                    process = it._workers[worker_id]  # type: ignore[union-attr]
+                    return worker_id, getattr(process, "pid", None)
+            except Exception:  # noqa: BLE001 - another torch release: say less, never fail
+                return None
+            return None
+        frame = frame.f_back
+    return None
+
+
+def _thread_cpu(tid: int) -> tuple[float | None, int]:
+    """(CPU seconds (user + system) of thread ``tid`` of this process, bytes read); None
+    without /proc."""
+    try:
+        with open(f"/proc/self/task/{tid}/stat", "rb") as handle:
+            text = handle.read()
+        fields = text.rpartition(b")")[2].split()
+        return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS, len(text)
+    except (OSError, IndexError, ValueError):
+        return None, 0
+
+
+def _io_bytes() -> tuple[int, int]:
+    """(bytes this process read and wrote through system calls (``/proc/self/io`` rchar + wchar),
+    bytes of that file itself); (0, 0) without it."""
+    try:
+        with open("/proc/self/io", "rb") as handle:
+            text = handle.read()
+    except OSError:
+        return 0, 0
+    total = 0
+    for line in text.splitlines():
+        if line.startswith((b"rchar:", b"wchar:")):
+            total += int(line.split()[1])
+    return total, len(text)
+
+
+try:
+    _CLOCK_TICKS = float(os.sysconf("SC_CLK_TCK"))
+except (AttributeError, ValueError, OSError):
+    _CLOCK_TICKS = 100.0
+
+
+class Sampler:
+    """The daemon thread that samples the main thread and writes ``rank<N>.json``."""
+
+    def __init__(self, folder: str, rank: int, *, interval: float = DEFAULT_INTERVAL,
+                 skip_files: tuple[str, ...] = ()) -> None:
+        self.path = os.path.join(folder, f"rank{rank}.json")
+        self.stack_path = os.path.join(folder, f"rank{rank}.stack")
+        self.rank = rank
+        self.interval = interval
+        self.skip_files = skip_files
+        self.main = threading.main_thread()
+        self.tid = os.getpid()  # the main thread's id in /proc is the process id
+        self._signature: tuple[tuple[Any, int], ...] | None = None
+        self._cpu: float | None = None
+        self._io = 0
+        self._own_io = 0  # bytes of /proc read and the report written since the last sample
+        self._wall = time.monotonic()
+        self.moved_at = time.time()
+        self.active_at = self.moved_at
+        self.entered_collective: tuple[str, Any] | None = None
+        self.collectives_done = 0
+        self.seq = 0
+        self._stack_file: TextIO | None = None
+        self._thread = threading.Thread(target=self._run, name="paijob-progress", daemon=True)
+
+    def start(self) -> None:
+        self._register_faulthandler()
+        self._thread.start()
+
+    def _register_faulthandler(self) -> None:
+        """For a worker whose sampler cannot run: its stack on STACK_SIGNAL, into rank<N>.stack."""
+        if not hasattr(faulthandler, "register"):
+            return
+        try:
+            self._stack_file = open(self.stack_path, "w", encoding="utf-8")  # noqa: SIM115 - kept open for the signal
+            faulthandler.register(STACK_SIGNAL, file=self._stack_file, all_threads=True, chain=False)
+        except (OSError, ValueError, RuntimeError):
+            self._stack_file = None
+
+    def _run(self) -> None:
+        while self.main.is_alive():
+            try:
+                self.write(self.sample())
+            except Exception:  # noqa: BLE001 - the watch must never break training
+                pass
+            time.sleep(self.interval)
+
+    def sample(self) -> dict[str, Any]:
+        """One look at the main thread: where it is, whether it moved or worked since the last look."""
+        now, wall = time.time(), time.monotonic()
+        frame = sys._current_frames().get(self.main.ident or -1)  # noqa: SLF001 - the sampler's whole point
+        frames = main_stack(frame, skip_files=self.skip_files)
+        signature = tuple((id(f.f_code), line) for f, line in _walk(frame))
+        moved = signature != self._signature
+        self._signature = signature
+        cpu, stat_bytes = _thread_cpu(self.tid)
+        io_bytes, io_file_bytes = _io_bytes()
+        elapsed = max(1e-3, wall - self._wall)
+        cpu_share = 0.0 if cpu is None or self._cpu is None else (cpu - self._cpu) / elapsed
+        busy = cpu_share >= BUSY_CPU_SHARE
+        # the sampler's own reads and its last report's write are not the rank's I/O
+        own = stat_bytes + io_file_bytes + self._own_io
+        did_io = self._io > 0 and io_bytes - self._io > own
+        self._cpu, self._io, self._wall = cpu, io_bytes, wall
+        if moved:
+            self.moved_at = now
+        if moved or busy or did_io:
+            self.active_at = now
+        wait, collective = classify_wait(frames)
+        self._count_collectives(wait, collective, frame)
+        waiting_for = loader_worker(frame) if wait == "DataLoader" else None
+        self.seq += 1
+        return {
+            "rank": self.rank,
+            "local_rank": _int_env("LOCAL_RANK"),
+            "pid": os.getpid(),
+            "seq": self.seq,
+            "time": now,
+            "active_at": self.active_at,
+            "moved_at": self.moved_at,
+            "busy": busy,
+            "cpu_share": round(cpu_share, 3),
+            "wait": wait,
+            "collective": collective,
+            "loader_worker": list(waiting_for) if waiting_for else None,
+            "collectives_done": self.collectives_done,
+            "frames": frames,
+        }
+
+    def _count_collectives(self, wait: str | None, collective: bool, frame: FrameType | None) -> None:
+        """A collective was *completed* once the stack that waited in it is gone (first progress)."""
+        key = (wait or "", id(_outermost_library_frame(frame))) if collective else None
+        if self.entered_collective is not None and key != self.entered_collective:
+            self.collectives_done += 1
+        self.entered_collective = key
+
+    def write(self, report: dict[str, Any]) -> None:
+        text = json.dumps(report, separators=(",", ":"))
+        temp = f"{self.path}.tmp"
+        with open(temp, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.replace(temp, self.path)
+        self._own_io = len(text.encode("utf-8")) + 64  # + the io file read between (its length varies)
+
+
+def _walk(frame: FrameType | None) -> list[tuple[FrameType, int]]:
+    found: list[tuple[FrameType, int]] = []
+    while frame is not None and len(found) < MAX_FRAMES:
+        found.append((frame, frame.f_lineno or 0))
+        frame = frame.f_back
+    return found
+
+
+def _outermost_library_frame(frame: FrameType | None) -> FrameType | None:
+    """The library call the user's code made (e.g. ``all_reduce``): the outermost library frame
+    below the innermost user frame."""
+    found = None
+    while frame is not None:
+        if is_library(frame.f_code.co_filename):
+            found = frame
+        elif found is not None:
+            return found
+        frame = frame.f_back
+    return found
+
+
+def _int_env(name: str) -> int | None:
+    value = os.environ.get(name, "")
+    return int(value) if value.isdigit() else None
+
+
+def start_from_env(skip_files: tuple[str, ...] = (),
+                   environ: dict[str, str] | None = None) -> Sampler | None:
+    """Start the sampler when the launcher asked for it (named a folder); None otherwise."""
+    env = os.environ if environ is None else environ
+    folder = env.get(contract.HANG_DIR, "")
+    rank = env.get("RANK", "")
+    if not folder or not rank.isdigit() or not os.path.isdir(folder):
+        return None
+    try:
+        interval = float(env.get(contract.HANG_INTERVAL, DEFAULT_INTERVAL))
+    except ValueError:
+        interval = DEFAULT_INTERVAL
+    sampler = Sampler(folder, int(rank), interval=max(0.05, interval), skip_files=skip_files)
+    sampler.start()
+    return sampler

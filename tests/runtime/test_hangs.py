@@ -1,0 +1,340 @@
+"""The hang watch: a stuck rank is found, named with its file:line, and the job ends with exit 124.
+
+The verdict rules are pinned on plain data (fast); the five hangs of issue 26 run as real
+2-node gloo jobs on loopback (slow stage), one of them also in the everyday suite on one node.
+"""
+
+from __future__ import annotations
+
+import random
+import socket
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from conftest import base_env, task_env, wait_all
+from paijob.runtime.options import build_parsers
+
+from paijob.local.diagnostics import root_cause
+from paijob.runtime import exitcodes
+from paijob.runtime.cli import hang_settings
+from paijob.runtime.config import HangSettings, LaunchError
+from paijob.runtime.hangwatch import RankState, judge, rank_ranges, report_frames, waiting_phrase
+from paijob.runtime.progress import classify_wait
+
+
+def quiet_port() -> int:
+    """A free port below the kernel's ephemeral range (32768-60999), which the client sockets of a
+    busy machine never take between this check and the master's bind (until h24's helper lands)."""
+    for _ in range(200):
+        port = random.randint(20000, 32000)
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise AssertionError("no free port in 20000-32000")
+
+
+C10D = "/venv/site-packages/torch/distributed/distributed_c10d.py"
+SETTINGS = HangSettings(timeout=20, first_timeout=60, hard_limit=3)
+
+
+def state(rank: int, idle: float, *, wait: str | None = "all_reduce", line: int = 42,
+          busy: bool = False, started: bool = True, stale: float = 0.0) -> RankState:
+    frames = [["/job/train.py", line, "main"]]
+    if wait:
+        frames.append([C10D, 3252, wait])
+    return RankState(
+        rank=rank, node_rank=rank // 2, host=f"10.0.0.{rank // 2}", local_rank=rank % 2,
+        idle_for=idle, busy=busy, cpu_share=1.0 if busy else 0.0, wait=wait,
+        collective=wait is not None, first_progress=started, stale_for=stale,
+        where=report_frames(frames),
+    )
+
+
+def test_a_rank_outside_any_collective_is_named_when_no_rank_moves_for_the_timeout():
+    states = [state(0, 25), state(1, 25, wait=None, line=7), state(2, 24), state(3, 26)]
+    verdict = judge(states, SETTINGS)
+    assert verdict is not None and verdict.kind == "hang" and verdict.final
+    assert [s.rank for s in verdict.culprits] == [1]
+    line = verdict.headline(SETTINGS)
+    assert line.startswith("hang: no rank made progress for 24s (--hang-timeout 20s); ")
+    assert "rank 1 (node rank 0, host 10.0.0.0, local rank 1) is stuck at train.py:7 in main" in line
+    assert "ranks 0, 2-3 wait in all_reduce at train.py:42 for 24s" in line
+    assert line.endswith(f"; exit {exitcodes.HANG}")
+
+
+def test_nothing_is_judged_before_the_timeout_or_while_a_rank_is_between_busy_and_idle():
+    assert judge([state(0, 19), state(1, 19, wait=None)], SETTINGS) is None
+    assert judge([state(0, 25), state(1, 10, wait=None)], SETTINGS) is None  # 10 s: neither
+    assert judge([state(0, 25)], SETTINGS, expected_ranks=2) is None  # rank 1 still starting
+    assert judge([state(0, 99), state(1, 99)], HangSettings(timeout=0)) is None  # off
+
+
+def test_before_the_first_collective_completes_the_longer_allowance_holds():
+    states = [state(0, 30, started=False), state(1, 30, wait=None, started=False)]
+    assert judge(states, SETTINGS) is None
+    verdict = judge([state(0, 61, started=False), state(1, 61, wait=None)], SETTINGS)
+    assert verdict is not None and "(--hang-first-timeout 60s)" in verdict.headline(SETTINGS)
+
+
+def test_the_rank_in_a_different_collective_than_most_is_the_culprit():
+    states = [state(0, 25), state(1, 25, wait="barrier", line=50), state(2, 25), state(3, 25)]
+    verdict = judge(states, SETTINGS)
+    assert verdict is not None and [s.rank for s in verdict.culprits] == [1]
+    assert "rank 1 (node rank 0, host 10.0.0.0, local rank 1) waits in barrier at train.py:50 " \
+        "(a different collective than the other ranks: mismatched collectives)" in (
+            verdict.headline(SETTINGS))
+
+
+def test_every_rank_in_the_same_collective_names_no_culprit_but_says_so():
+    verdict = judge([state(0, 25), state(1, 25)], SETTINGS)
+    assert verdict is not None and verdict.culprits == []
+    assert "every rank waits in all_reduce at train.py:42: the collective itself does not " \
+        "complete" in verdict.headline(SETTINGS)
+
+
+def test_a_silent_sampler_is_a_culprit_even_inside_a_collective():
+    verdict = judge([state(0, 25), state(1, 25, stale=15)], SETTINGS)
+    assert verdict is not None and [s.rank for s in verdict.culprits] == [1]
+    assert "does not answer (its sampler has been silent for 15s" in verdict.headline(SETTINGS)
+
+
+def test_a_busy_straggler_is_reported_at_the_timeout_and_ended_only_at_the_hard_limit():
+    reported = judge([state(0, 25), state(1, 0.5, wait=None, busy=True)], SETTINGS)
+    assert reported is not None and reported.kind == "straggler" and not reported.final
+    assert "ended at 3 x --hang-timeout (60s) unless it finishes" in reported.headline(SETTINGS)
+    ended = judge([state(0, 61), state(1, 0.5, wait=None, busy=True)], SETTINGS)
+    assert ended is not None and ended.final
+    assert ended.headline(SETTINGS).startswith(
+        "hang: straggler: rank 1 (node rank 0, host 10.0.0.0, local rank 1) is busy at train.py:42")
+
+
+def test_waiting_ranks_are_grouped_by_place_and_ranges_folded():
+    assert rank_ranges([7, 0, 2, 3, 4, 5, 6]) == "0, 2-7"
+    phrase = waiting_phrase([state(0, 30), state(2, 31), state(3, 32), state(5, 40, line=9)])
+    assert phrase == ("ranks 0, 2-3 wait in all_reduce at train.py:42 for 30s, "
+                      "rank 5 waits in all_reduce at train.py:9 for 40s")
+
+
+def test_user_code_comes_first_in_the_reported_frames():
+    frames = [["/job/train.py", 10, "<module>"], ["/job/train.py", 30, "step"],
+              [threading.__file__, 320, "wait"]]
+    assert report_frames(frames)[0] == ["/job/train.py", 30, "step"]
+    assert classify_wait([["/job/train.py", 3, "m"], [C10D, 1, "barrier"]]) == ("barrier", True)
+    loader = "/venv/site-packages/torch/utils/data/dataloader.py"
+    assert classify_wait([["/job/train.py", 3, "m"], [loader, 1, "_next_data"]]) == (
+        "DataLoader", False)
+
+
+def test_hang_limits_come_from_the_option_else_the_environment_else_the_default():
+    _, train = build_parsers()
+    args = train.parse_args(["--hang-timeout", "30"])
+    settings = hang_settings(args, {"PAIJOB_HANG_TIMEOUT": "99", "PAIJOB_HANG_HARD_LIMIT": "5"})
+    assert (settings.timeout, settings.first_timeout, settings.hard_limit) == (30, 1800, 5)
+    defaults = hang_settings(train.parse_args([]), {})
+    assert defaults.timeout == 600 and defaults.timeout <= 600
+    with pytest.raises(LaunchError, match="PAIJOB_HANG_TIMEOUT='soon'"):
+        hang_settings(train.parse_args([]), {"PAIJOB_HANG_TIMEOUT": "soon"})
+    with pytest.raises(LaunchError, match="--hang-hard-limit"):
+        HangSettings(hard_limit=0.5).check()
+
+
+SLEEPS_BEFORE_ALL_REDUCE = textwrap.dedent(
+    """
+    import os, time
+    import torch
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo")
+    if os.environ["RANK"] == "1":
+        time.sleep(600)  # the culprit
+    dist.all_reduce(torch.ones(1))
+    """
+)
+
+
+def test_one_node_a_rank_asleep_before_its_all_reduce_is_named_and_the_job_ends_124(
+    tmp_path: Path, start_task
+):
+    script = tmp_path / "sleeps.py"
+    script.write_text(SLEEPS_BEFORE_ALL_REDUCE)
+    timeout = 6
+    task = start_task(["train", "--nproc-per-node", "2", "--grace-period", "3", "--hang-timeout",
+                       str(timeout), "--hang-first-timeout", str(timeout), str(script)], base_env())
+    started = time.time()
+    code = task.wait(timeout=120)
+    out = task.output
+    assert code == exitcodes.HANG == 124, out
+    assert task.ended_at is not None and task.ended_at - started < 20 + timeout + 30
+    cause = root_cause(out)
+    assert cause is not None and cause.startswith("hang: no rank made progress for"), out
+    assert "rank 1 (node rank 0, host " in cause and "local rank 1) is stuck at sleeps.py:8" in cause
+    assert "rank 0 waits in all_reduce at sleeps.py:9" in cause
+    stacks = (tmp_path / "paijob-stacks.txt").read_text()
+    assert "--- rank 0 " in stacks and "--- rank 1 " in stacks and "time.sleep(600)" in stacks
+
+
+# -- the five hangs of issue 26, 2 nodes on loopback (slow stage) ---------------------------
+
+HANGS = {
+    "sleep-before-first-all-reduce": (SLEEPS_BEFORE_ALL_REDUCE, 1, "is stuck at hang.py:8"),
+    "spin-loop-mid-training": (textwrap.dedent(
+        """
+        import time
+        import torch
+        import torch.distributed as dist
+
+        dist.init_process_group("gloo")
+        t = torch.ones(1)
+        for step in range(100000):
+            if dist.get_rank() == 1 and step == 20:
+                x = 0
+                while True:  # a Python loop that never ends
+                    x += 1
+            dist.all_reduce(t)
+            time.sleep(0.01)
+        """), 1, "is busy at hang.py:11"),
+    "skipped-collective": (textwrap.dedent(
+        """
+        import time
+        import torch
+        import torch.distributed as dist
+
+        dist.init_process_group("gloo")
+        t = torch.ones(4)
+        for step in range(1000):
+            if not (dist.get_rank() == 1 and step == 5):  # rank 1 skips one all_reduce
+                dist.all_reduce(t)
+            dist.barrier()
+            time.sleep(0.02)
+        """), 1, "waits in barrier at hang.py:11"),  # 2 workers a node: 3 ranks agree, 1 not
+    "blocking-fifo-read": (textwrap.dedent(
+        """
+        import os
+        import torch
+        import torch.distributed as dist
+
+        dist.init_process_group("gloo")
+        t = torch.ones(1)
+        for step in range(5):
+            dist.all_reduce(t)
+        if dist.get_rank() == 1:
+            fifo = os.path.join(os.environ["TMPDIR"], f"fifo-{os.getpid()}")
+            os.mkfifo(fifo)
+            with open(fifo) as fh:  # no writer ever comes
+                fh.read()
+        dist.all_reduce(t)
+        """), 1, "is stuck at hang.py:13"),
+    "dataloader-worker-hang": (textwrap.dedent(
+        """
+        import os, time
+        import torch
+        import torch.distributed as dist
+        from torch.utils.data import DataLoader, Dataset
+
+        class Items(Dataset):
+            def __len__(self):
+                return 10000
+
+            def __getitem__(self, index):
+                if os.environ["RANK"] == "0" and index == 40:
+                    time.sleep(600)  # this DataLoader worker hangs
+                return torch.ones(2)
+
+        dist.init_process_group("gloo")
+        for batch in DataLoader(Items(), batch_size=4, num_workers=2):
+            dist.all_reduce(batch)
+        """), 0, "waits for its DataLoader worker 0 (pid "),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(HANGS))
+def test_each_hang_of_the_issue_names_its_rank_and_ends_both_nodes_124(
+    name: str, tmp_path: Path, start_task
+):
+    source, culprit, phrase = HANGS[name]
+    script = tmp_path / "hang.py"
+    script.write_text(source)
+    timeout, hard_limit = 10, 2
+    busy = name == "spin-loop-mid-training"
+    nproc = 2 if name == "skipped-collective" else 1
+    port = quiet_port()
+    args = ["train", "--nproc-per-node", str(nproc), "--grace-period", "3", "--hang-timeout",
+            str(timeout), "--hang-first-timeout", str(timeout), "--hang-hard-limit",
+            str(hard_limit), str(script)]
+    tasks = [start_task(args, task_env(port, i), name=f"node{i}") for i in (0, 1)]
+    started = time.time()
+    codes = wait_all(tasks, timeout=150)
+    outputs = "\n".join(t.output for t in tasks)
+    assert codes == [exitcodes.HANG] * 2, outputs
+    limit = hard_limit * timeout if busy else timeout
+    took = max(t.ended_at or time.time() for t in tasks) - started
+    assert took < 25 + limit + 30, f"took {took:.0f}s"  # start-up on a busy machine, then the limit
+    for task in tasks:
+        cause = root_cause(task.output)
+        assert cause is not None and cause.startswith("hang: "), task.output
+        node, local = divmod(culprit, nproc)
+        assert f"rank {culprit} (node rank {node}, host 127.0.0.1, local rank {local}) {phrase}" in (
+            cause)
+        assert f"exit {exitcodes.HANG}" in cause
+        assert "(on another node)" not in task.output
+    if busy:
+        assert "warning: straggler: rank 1" in tasks[0].output
+    stacks = (tmp_path / "paijob-stacks.txt").read_text()
+    assert "--- rank 0 " in stacks and "--- rank 1 " in stacks
+
+
+CHECKPOINT_PAUSE = textwrap.dedent(
+    """
+    import os, sys, time
+    import torch
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo")
+    t = torch.ones(1)
+    for step in range(40):
+        dist.all_reduce(t)
+        if step == 10 and dist.get_rank() == 0:
+            pause = float(sys.argv[1])
+            end = time.time() + pause
+            if sys.argv[2] == "busy":  # a save that keeps writing
+                with open(os.path.join(os.environ["TMPDIR"], "ckpt.bin"), "wb") as fh:
+                    while time.time() < end:
+                        fh.write(os.urandom(1 << 16))
+            else:
+                time.sleep(pause)  # a save blocked on storage: no CPU, no I/O we can see
+        time.sleep(0.02)
+    print("finished", dist.get_rank())
+    """
+)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["idle", "busy"])
+def test_a_rank_0_checkpoint_pause_is_not_a_hang(kind: str, tmp_path: Path, start_task):
+    """An idle pause shorter than the timeout is untouched; a busy one longer than the timeout is
+    reported as a straggler but not ended before the hard limit."""
+    script = tmp_path / "ckpt.py"
+    script.write_text(CHECKPOINT_PAUSE)
+    timeout = 8
+    pause = 5 if kind == "idle" else 14  # busy: past the timeout, short of 3 x the timeout
+    port = quiet_port()
+    args = ["train", "--nproc-per-node", "1", "--grace-period", "3", "--hang-timeout",
+            str(timeout), "--hang-first-timeout", str(timeout), str(script), str(pause), kind]
+    tasks = [start_task(args, task_env(port, i), name=f"node{i}") for i in (0, 1)]
+    codes = wait_all(tasks, timeout=150)
+    outputs = "\n".join(t.output for t in tasks)
+    assert codes == [0, 0], outputs
+    assert "finished 0" in outputs and "finished 1" in outputs
+    assert "hang watch:" not in outputs and "error:" not in outputs
+    if kind == "busy":
+        assert "warning: straggler: rank 0 (node rank 0, host 127.0.0.1, local rank 0) is busy " \
+            "at ckpt.py:" in tasks[0].output, outputs
+    else:
+        assert "straggler" not in outputs
