@@ -40,6 +40,7 @@ from paijob.runtime import exitcodes
 from paijob.runtime.config import HangSettings
 from paijob.runtime.failures import Failure
 from paijob.runtime.progress import STACK_SIGNAL, is_library
+from paijob.task import contract
 
 HANG_EXIT = exitcodes.HANG
 STALE_AFTER = 10.0  # a sampler silent this long (seconds, at least 5 intervals) cannot run
@@ -571,7 +572,7 @@ def write_stacks_file(folder: str, name: str, text: str) -> str | None:
 
 def stacks_folder(log_dir: str | None, environ: dict[str, str] | os._Environ[str]) -> str:
     """Where the stacks file goes: ``--log-dir``, else the job's output folder, else the working directory."""
-    return log_dir or environ.get("PAIJOB_OUTPUT_DIR") or os.getcwd()
+    return log_dir or environ.get(contract.OUTPUT_DIR) or os.getcwd()
 
 
 def stack_signal_name() -> str:

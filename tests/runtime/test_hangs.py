@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pytest
 from conftest import base_env, task_env, wait_all
-from paijob.runtime.options import build_parsers
 
 from paijob.local.diagnostics import root_cause
 from paijob.runtime import exitcodes
@@ -23,6 +22,7 @@ from paijob.runtime.cli import hang_settings
 from paijob.runtime.config import HangSettings, LaunchError
 from paijob.runtime.hangwatch import RankState, judge, rank_ranges, report_frames, waiting_phrase
 from paijob.runtime.progress import classify_wait
+from paijob.task.options import build_parsers
 
 
 def quiet_port() -> int:
