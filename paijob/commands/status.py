@@ -51,6 +51,8 @@ def print_status(detail: dict[str, Any], job_id: str, wide: bool = False, raw: b
         spec = status.get("appExitSpec")
         phrase = spec.get("phrase") if isinstance(spec, dict) else None
         print(f"exit code  {status['appExitCode']}" + (f" ({phrase}, OpenPAI's code)" if phrase else ""))
+    if status.get("paijobStall"):  # the local cluster: paijob-runtime's hang watch, while it runs
+        print(f"stalled    {shown(status['paijobStall'])}")
     message = status.get("appExitTriggerMessage") or status.get("appExitDiagnostics")
     if message:
         print(f"reason     {shown(message)}")

@@ -13,6 +13,7 @@ its main process ends.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import shutil
@@ -43,6 +44,7 @@ log = logging.getLogger(__name__)
 
 MARKER = TASK_MARKER
 JOB_MARKER = contract.LOCAL_JOB
+PROGRESS_NAME = ".paijob-progress.json"  # in a task's work folder (contract.PROGRESS_FILE)
 POLL = 0.05
 # What OpenPAI reports when a node runs out of disk (kubelet evicts the pod); the local cluster does not retry it.
 DISK_FULL_CODE = -1000
@@ -508,6 +510,7 @@ class JobRunner(threading.Thread):
         output = local_output_dir(self.cluster.state_dir, self.job_id)  # shared, kept across attempts
         output.mkdir(parents=True, exist_ok=True)
         env[contract.OUTPUT_DIR] = str(output)
+        env[contract.PROGRESS_FILE] = str(workdir / PROGRESS_NAME)  # node 0's hang watch: a stall
         sink = task.sink = _LogSink(task.log_dir)
         for note in self._notes:  # why this task is a retry, where the local cluster differs from OpenPAI
             sink.write("stderr", f"[paijob local] {note}\n".encode())
@@ -630,6 +633,19 @@ class LocalCluster:
 
     def work_dir(self, job_id: str, attempt: int, role: str, index: int) -> Path:
         return self.state_dir / "work" / job_id / str(attempt) / f"{role}-{index}"
+
+    def stall(self, job_id: str, attempt: int) -> str | None:
+        """paijob-runtime's line about a running job's stalled ranks (no progress for N s on
+        rank R), when one of its tasks wrote one in the last 15 s; None otherwise."""
+        lines = []
+        for path in (self.state_dir / "work" / job_id / str(attempt)).glob(f"*/{PROGRESS_NAME}"):
+            try:
+                report = json.loads(path.read_text(encoding="utf-8"))
+                if time.time() - float(report["time"]) < 15 and report.get("line"):
+                    lines.append(str(report["line"]))
+            except (OSError, ValueError, KeyError, TypeError):
+                continue
+        return lines[0] if lines else None
 
     def allocate_gpus(self, plan: Job) -> dict[tuple[str, int], str | None]:
         """role/index -> CUDA_VISIBLE_DEVICES (None: leave the variable alone; no GPUs here)."""

@@ -471,6 +471,10 @@ def _run_agent(agent: PaijobAgent, config: LaunchConfig) -> tuple[int, Failure |
         return exitcodes.OK, None
     local = [agent.local_failure] if agent.local_failure is not None else []
     records = watch.records()
+    explained = agent.hang.explain_timeout([*local, *records]) if agent.hang else None
+    if explained is not None:  # torch's timeout fired in a rank that waited: name the absent one
+        watch.publish(explained)
+        records.append(explained)
     if config.multi_node and not any(not f.secondary for f in [*local, *records]):
         # A peer's connection broke under our workers: wait for the cause (its record,
         # or node 0's verdict that it was lost, which takes --heartbeat-timeout).

@@ -49,6 +49,7 @@ class Failure:
     reason: str = ""
     detail: str = ""  # lines that explain ``reason`` (the hang watch's culprit frames)
     exit_status: int | None = None  # this node's exit code, where not the worker's (a hang: 124)
+    overrides: bool = False  # the hang watch's account of a timeout: beats the timed-out worker's own
 
     @property
     def exit_code(self) -> int:
@@ -76,11 +77,12 @@ class Failure:
 
 
 def choose_root_cause(failures: list[Failure]) -> Failure | None:
-    """Primary failures beat consequences (peer-connection errors, workers we stopped),
+    """The hang watch's account of a process-group timeout beats the failure it explains;
+    primary failures beat consequences (peer-connection errors, workers we stopped),
     a worker beats an infrastructure reason, then the earliest wins."""
     if not failures:
         return None
-    return min(failures, key=lambda f: (f.secondary, f.rank is None, f.time))
+    return min(failures, key=lambda f: (not f.overrides, f.secondary, f.rank is None, f.time))
 
 
 def report_root_cause(root: Failure, node_rank: int) -> None:

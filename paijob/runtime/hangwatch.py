@@ -29,11 +29,12 @@ from __future__ import annotations
 import json
 import linecache
 import os
+import re
 import signal
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from paijob.runtime import exitcodes
@@ -45,6 +46,7 @@ from paijob.task import contract
 HANG_EXIT = exitcodes.HANG
 STALE_AFTER = 10.0  # a sampler silent this long (seconds, at least 5 intervals) cannot run
 STACKS_FILE = "paijob-stacks.txt"
+_TIMED_OUT = re.compile(r"timed out|timeout|Timeout|Watchdog caught collective operation")
 STACKS_WAIT = 5.0  # how long node 0 waits for the other nodes' full stacks
 
 PROGRESS_KEY = "paijob/progress/{node}"
@@ -266,6 +268,20 @@ def pick_culprits(states: Sequence[RankState]) -> tuple[list[RankState], str]:
     return [], "the ranks wait in different collectives: mismatched collectives"
 
 
+def stall_line(states: Sequence[RankState], settings: HangSettings) -> str | None:
+    """``no progress for 95s on rank 1``: ranks inactive for half the timeout (at most 30 s),
+    while the job runs; when every rank is, the ones not where the others wait. None: none."""
+    shown_after = min(30.0, settings.timeout / 2) if settings.enabled else 30.0
+    idle = [s for s in states if s.idle_for >= shown_after]
+    if not idle:
+        return None
+    if len(idle) == len(states):
+        culprits, _why = pick_culprits(idle)
+        idle = culprits or idle
+    noun = "ranks" if len(idle) > 1 else "rank"
+    return f"no progress for {min(s.idle_for for s in idle):.0f}s on {noun} {rank_ranges(s.rank for s in idle)}"
+
+
 def judge(states: Sequence[RankState], settings: HangSettings,
           expected_ranks: int | None = None) -> Verdict | None:
     """Node 0's verdict on every rank's state; None while the job makes progress.
@@ -423,6 +439,9 @@ class HangWatch:
         self._straggler_reported = False
         self.verdict: Verdict | None = None
         self.last_states: list[RankState] = []
+        self.progress_file = os.environ.get(contract.PROGRESS_FILE) or None
+        self._progress_line: str | None = None
+        self._progress_written = 0.0
         self._thread = threading.Thread(target=self._run, name="paijob-hangwatch", daemon=True)
 
     def start(self) -> None:
@@ -467,6 +486,7 @@ class HangWatch:
         states = local + (self.channel.gather(self.nnodes, self.node_rank) if self.nnodes > 1 else [])
         states.sort(key=lambda s: s.rank)
         self.last_states = states
+        self._keep_progress_file(states)
         verdict = judge(states, self.settings, expected_ranks=self.world_size)
         if verdict is None:
             self._straggler_reported = False
@@ -493,6 +513,48 @@ class HangWatch:
             rank=None, local_rank=None, returncode=None, secondary=False, time=time.time(),
             reason=headline, detail="\n".join(detail), exit_status=HANG_EXIT,
         ))
+
+    def _keep_progress_file(self, states: Sequence[RankState]) -> None:
+        """Where the cluster asks (the local cluster): the current stall line, or none."""
+        if not self.progress_file:
+            return
+        line = stall_line(states, self.settings)
+        now = time.monotonic()
+        if line == self._progress_line and now - self._progress_written < 5.0:
+            return
+        self._progress_line, self._progress_written = line, now
+        text = json.dumps({"line": line, "time": time.time()})
+        try:
+            temp = f"{self.progress_file}.tmp"
+            with open(temp, "w", encoding="utf-8") as handle:
+                handle.write(text)
+            os.replace(temp, self.progress_file)
+        except OSError:
+            self.progress_file = None
+
+    def explain_timeout(self, failures: Sequence[Failure]) -> Failure | None:
+        """torch's own process-group timeout fired first (in a rank that waited): name the rank
+        that never arrived, from node 0's last look before the failure. None: nothing to add."""
+        timed_out = [f for f in failures if f.rank is not None and _TIMED_OUT.search(f.tail or "")]
+        if self.node_rank != 0 or not timed_out or not self.last_states:
+            return None
+        failed = min(timed_out, key=lambda f: f.time)
+        # the dead ranks' samplers fall silent as they exit: judge by where each one was
+        states = [replace(s, stale_for=0.0) for s in self.last_states]
+        waiter = next((s for s in states if s.rank == failed.rank), None)
+        culprits, why = pick_culprits(states)
+        culprits = [s for s in culprits if s.rank != failed.rank]
+        if waiter is None or not waiter.collective or not culprits:
+            return None
+        reason = (
+            f"torch's process-group timeout fired in rank {failed.rank}'s {waiter.wait} at "
+            f"{waiter.location}; the rank that never arrived: "
+            + _join(stuck_phrase(s, why) for s in culprits)
+        )
+        detail = Verdict("hang", True, 0.0, 0.0, culprits, [], why).detail()
+        return Failure(node_rank=culprits[0].node_rank, rank=None, local_rank=None,
+                       returncode=failed.returncode, secondary=False, time=failed.time - 1e-3,
+                       reason=reason, detail="\n".join(detail), overrides=True)
 
     def _dump_silent(self, local: list[RankState], reports: dict[int, dict[str, Any]]) -> None:
         """A rank whose sampler cannot run: faulthandler writes its stack (once per silence)."""

@@ -338,3 +338,41 @@ def test_a_rank_0_checkpoint_pause_is_not_a_hang(kind: str, tmp_path: Path, star
             "at ckpt.py:" in tasks[0].output, outputs
     else:
         assert "straggler" not in outputs
+
+
+PG_TIMEOUT_FIRST = textwrap.dedent(
+    """
+    import time
+    from datetime import timedelta
+    import torch
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", timeout=timedelta(seconds=8))
+    t = torch.ones(1)
+    for step in range(5):
+        dist.all_reduce(t)
+    if dist.get_rank() == 1:
+        time.sleep(600)  # never arrives
+    dist.all_reduce(t)
+    """
+)
+
+
+@pytest.mark.slow
+def test_when_torchs_own_timeout_fires_first_the_rank_that_never_arrived_is_named(
+    tmp_path: Path, start_task
+):
+    script = tmp_path / "pg.py"
+    script.write_text(PG_TIMEOUT_FIRST)
+    port = quiet_port()
+    args = ["train", "--nproc-per-node", "1", "--grace-period", "3", str(script)]
+    tasks = [start_task(args, task_env(port, i), name=f"node{i}") for i in (0, 1)]
+    codes = wait_all(tasks, timeout=150)
+    outputs = "\n".join(t.output for t in tasks)
+    assert codes == [1, 1], outputs  # the timed-out worker's own exit code
+    for task in tasks:
+        cause = root_cause(task.output)
+        assert cause is not None and cause.startswith(
+            "torch's process-group timeout fired in rank 0's all_reduce at pg.py:14; the rank "
+            "that never arrived: rank 1 (node rank 1, host 127.0.0.1, local rank 0) is stuck at "
+            "pg.py:13"), task.output

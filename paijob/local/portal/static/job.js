@@ -133,11 +133,13 @@ function renderCause(detail) {
   if (status.appExitCode !== null && status.appExitCode !== undefined && status.appExitSpec) {
     add("Exit code", `${status.appExitCode}: ${exitMeaning(status.appExitSpec)} (${status.appExitSpec.type})`);
   }
+  add("Stalled", status.paijobStall);  // paijob-runtime's hang watch, while the job runs
   add("Root cause", diagnosticsLines(detail.exitDiagnostics || status.exitDiagnostics).join("\n"));
   if (status.appExitDiagnostics !== status.appExitTriggerMessage) add("Diagnostics", status.appExitDiagnostics);
   document.getElementById("cause-list").replaceChildren(...items);
   const cause = document.getElementById("cause");
   cause.hidden = items.length === 0;
+  cause.querySelector("h2").textContent = status.paijobStall ? "Progress" : "Why it ended";
   cause.classList.toggle("bad", status.state !== "SUCCEEDED");
 }
 

@@ -1,0 +1,134 @@
+"""What the hang watch costs a training step: one sample's time, and a DDP run with and without it.
+
+Two measures, printed with the machine they ran on:
+
+* **sample**: the time one look of the worker's sampler takes (stack walk of a main thread
+  30 frames deep, /proc reads, the report written), median of 2000. The sampler holds the
+  GIL for about that long once per interval, so ``sample / interval`` bounds what it takes
+  from a Python-bound step.
+* **ddp**: steady-state step time of a small DDP model (2 workers, gloo on CPU) under
+  ``paijob-runtime train`` with the watch on (the default) and off (``--hang-timeout 0``),
+  runs alternated, the median of each side. On a busy 2-core machine run-to-run noise is
+  larger than the effect; the ratio is reported with the spread of each side.
+
+    python benchmarks/bench_hangwatch.py [--runs 3] [--steps 300]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+STEPS_SCRIPT = """
+import os, sys, time
+import torch
+import torch.distributed as dist
+from torch import nn
+
+dist.init_process_group("gloo")
+torch.manual_seed(0)
+model = nn.parallel.DistributedDataParallel(nn.Sequential(nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, 10)))
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+batch = torch.randn(64, 256)
+steps = int(sys.argv[2])
+times = []
+for step in range(steps + 20):
+    start = time.perf_counter()
+    opt.zero_grad()
+    model(batch).square().mean().backward()
+    opt.step()
+    times.append(time.perf_counter() - start)
+if dist.get_rank() == 0:
+    with open(sys.argv[1], "w") as fh:
+        fh.write(repr(sum(times[20:]) / steps))
+"""
+
+
+def measure_sample(samples: int = 2000) -> float:
+    """Median seconds of one Sampler.sample() + write, with a main-like thread 30 frames deep."""
+    from paijob.runtime.progress import Sampler
+
+    ready, done = threading.Event(), threading.Event()
+
+    def deep(n: int) -> None:
+        if n:
+            deep(n - 1)
+        else:
+            ready.set()
+            done.wait()
+
+    thread = threading.Thread(target=deep, args=(30,), daemon=True)
+    thread.start()
+    ready.wait()
+    with tempfile.TemporaryDirectory() as folder:
+        sampler = Sampler(folder, 0)
+        sampler.main = thread  # look at the deep thread as the sampler looks at a worker's main thread
+        timings = []
+        for _ in range(samples):
+            start = time.perf_counter()
+            sampler.write(sampler.sample())
+            timings.append(time.perf_counter() - start)
+    done.set()
+    return statistics.median(timings)
+
+
+def run_ddp(steps: int, watch: bool) -> float:
+    """Mean seconds per step (rank 0, after 20 warm-up steps) under paijob-runtime train."""
+    with tempfile.TemporaryDirectory() as folder:
+        script = Path(folder) / "steps.py"
+        script.write_text(STEPS_SCRIPT)
+        out = Path(folder) / "step_time"
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("PAI_", "PAIJOB_"))}
+        env.update({"CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1",
+                    "PYTHONPATH": str(ROOT)})
+        args = [sys.executable, "-m", "paijob.runtime.cli", "train", "--nproc-per-node", "2"]
+        if not watch:
+            args += ["--hang-timeout", "0"]
+        subprocess.run([*args, str(script), str(out), str(steps)], env=env, cwd=folder,
+                       check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=600)
+        return float(out.read_text())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=300)
+    parser.add_argument("--json", help="also write the results here")
+    args = parser.parse_args()
+    machine = f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, " \
+              f"Python {platform.python_version()}"
+    sample = measure_sample()
+    interval = 1.0
+    print(f"machine: {machine}")
+    print(f"one sample: {sample * 1e6:.0f} us; at one sample per {interval:g}s: "
+          f"{sample / interval:.4%} of a Python-bound step")
+    on: list[float] = []
+    off: list[float] = []
+    for _ in range(args.runs):
+        off.append(run_ddp(args.steps, watch=False))
+        on.append(run_ddp(args.steps, watch=True))
+        print(f"  step time off {off[-1] * 1e3:.2f} ms, on {on[-1] * 1e3:.2f} ms", flush=True)
+    ratio = statistics.median(on) / statistics.median(off)
+    print(f"ddp step time, watch on / off: {ratio:.4f} (median {statistics.median(on) * 1e3:.2f} "
+          f"/ {statistics.median(off) * 1e3:.2f} ms; on {min(on) * 1e3:.2f}-{max(on) * 1e3:.2f}, "
+          f"off {min(off) * 1e3:.2f}-{max(off) * 1e3:.2f})")
+    if args.json:
+        Path(args.json).write_text(json.dumps({
+            "machine": machine, "sample_seconds": sample, "interval": interval,
+            "ddp_step_on": on, "ddp_step_off": off, "ratio": ratio}, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,57 @@
+"""A stalled job on the local cluster: `paijob status` says which rank stopped moving while the job
+runs, then the hang watch's line is the job's exit diagnostics (issue 26)."""
+
+from __future__ import annotations
+
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+from cluster_helpers import job_yaml
+
+from paijob.commands.status import print_status
+from paijob.local.server import LocalServer
+from paijob.remote.client import PaiClient
+
+SLEEPS = textwrap.dedent('''
+    import os, time
+    import torch
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo")
+    if os.environ["RANK"] == "1":
+        time.sleep(600)  # the culprit
+    dist.all_reduce(torch.ones(1))
+''')
+
+
+def test_a_stalled_job_shows_its_stalled_rank_then_ends_with_the_hang_line(
+        server: LocalServer, client: PaiClient, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    script = tmp_path / "sleeps.py"
+    script.write_text(SLEEPS)
+    command = (f"paijob-runtime train --nproc-per-node 2 --grace-period 3 --hang-timeout 12 "
+               f"--hang-first-timeout 12 {script}")
+    job_id = client.submit(job_yaml("stalls", [f"CUDA_VISIBLE_DEVICES= {command}"]))
+    deadline = time.monotonic() + 120
+    stalled = None
+    while time.monotonic() < deadline:
+        detail = client.get_job(job_id)
+        status = detail["jobStatus"]
+        if status.get("paijobStall") and status["state"] == "RUNNING":
+            stalled = detail
+            break
+        assert status["state"] in ("WAITING", "RUNNING"), status
+        time.sleep(0.2)
+    assert stalled is not None, "no stall shown while the job ran"
+    assert stalled["jobStatus"]["paijobStall"].startswith("no progress for ")
+    assert stalled["jobStatus"]["paijobStall"].endswith("s on rank 1")
+    print_status(stalled, job_id)
+    assert "stalled    no progress for " in capsys.readouterr().out
+    detail = client.wait(job_id, poll=0.2, timeout=90)
+    status = detail["jobStatus"]
+    assert status["state"] == "FAILED" and "paijobStall" not in status, status
+    diagnostics = detail["taskRoles"]["worker"]["taskStatuses"][0]["containerExitDiagnostics"]
+    assert diagnostics.startswith("hang: no rank made progress for "), diagnostics
+    assert "rank 1 (node rank 0, host " in diagnostics and "is stuck at sleeps.py:8" in diagnostics
+    assert diagnostics.endswith("; exit 124; user command exited with 124; OpenPAI reports 255 (PAIRuntimeUnknownFailed)")
