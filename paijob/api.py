@@ -286,6 +286,34 @@ def stop(client: PaiClient, job: str) -> StopResult:
     return StopResult(job_id)
 
 
+def stacks(client: PaiClient, job: str) -> tuple[str, int]:
+    """Ask a local job's ``paijob-runtime`` for every rank's stack (SIGUSR1; the job goes on).
+
+    Returns (job id, launchers signalled); the stacks appear in the job's logs. A real OpenPAI
+    cluster's tasks are out of reach: the ssh plugin is the way there (the error says how).
+    """
+    job_id = client.job_id(job)
+    if client.cluster_name != "local":
+        raise PaijobError(
+            f"paijob stacks reaches local jobs only; on OpenPAI enable the ssh plugin (ssh: true), "
+            f"ssh into a task of {job_id}, find paijob-runtime's pid (ps -eo pid,args | grep "
+            f"'[p]aijob-runtime train') and kill -USR1 it: every node prints its ranks' stacks "
+            f"into its log (paijob logs {job_id})"
+        )
+    import signal
+
+    from paijob.local import service, tracking
+
+    marker = f"{tracking.cluster_id(service.state_dir())}:{job_id}"
+    pids = tracking.runtime_launchers(marker)
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGUSR1)
+        except OSError:
+            pass
+    return job_id, len(pids)
+
+
 def output_location(cluster_name: str, job_id: str) -> str | None:
     """Where the job's output folder (``PAIJOB_OUTPUT_DIR``) is, when paijob knows it (local cluster)."""
     if cluster_name != "local":

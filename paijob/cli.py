@@ -29,6 +29,7 @@ COMMANDS: dict[str, str] = {
     "cp": "paijob.commands.cp",
     "list": "paijob.commands.listing",
     "stop": "paijob.commands.stop",
+    "stacks": "paijob.commands.stacks",
     "local": "paijob.commands.local",
     "cluster": "paijob.commands.cluster",
     "login": "paijob.commands.login",

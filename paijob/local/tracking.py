@@ -133,6 +133,26 @@ def marked(uids: Iterable[str]) -> set[int]:
     return found
 
 
+def runtime_launchers(job_marker: str) -> list[int]:
+    """Pids of the ``paijob-runtime train`` launchers of one job (``PAIJOB_LOCAL_JOB=<marker>``),
+    not its workers nor the shells that started them: the processes ``paijob stacks`` signals."""
+    needle = f"{contract.LOCAL_JOB}={job_marker}".encode()
+    found = []
+    for pid in procfs.pids():
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as handle:
+                environ = handle.read()
+            with open(f"/proc/{pid}/cmdline", "rb") as handle:
+                argv = handle.read().split(b"\0")
+        except OSError:
+            continue
+        if needle not in environ.split(b"\0") or b"train" not in argv:
+            continue
+        if any(arg.endswith(b"paijob-runtime") or arg == b"paijob.runtime.cli" for arg in argv[:3]):
+            found.append(pid)
+    return found
+
+
 # --------------------------------------------------------------------------- cgroups
 
 

@@ -10,7 +10,9 @@ from pathlib import Path
 import pytest
 from cluster_helpers import job_yaml
 
+from paijob import api
 from paijob.commands.status import print_status
+from paijob.errors import PaijobError
 from paijob.local.server import LocalServer
 from paijob.remote.client import PaiClient
 
@@ -48,10 +50,21 @@ def test_a_stalled_job_shows_its_stalled_rank_then_ends_with_the_hang_line(
     assert stalled["jobStatus"]["paijobStall"].endswith("s on rank 1")
     print_status(stalled, job_id)
     assert "stalled    no progress for " in capsys.readouterr().out
+    assert api.stacks(client, "stalls") == (job_id, 1)  # SIGUSR1 to the task's paijob-runtime
     detail = client.wait(job_id, poll=0.2, timeout=90)
     status = detail["jobStatus"]
     assert status["state"] == "FAILED" and "paijobStall" not in status, status
     diagnostics = detail["taskRoles"]["worker"]["taskStatuses"][0]["containerExitDiagnostics"]
     assert diagnostics.startswith("hang: no rank made progress for "), diagnostics
+    attempt = detail["jobStatus"].get("attemptId", 0)
+    log = client.read_log(client.log_locations(job_id, attempt, "worker", 0, 0)["all"]).data.decode()
+    assert "paijob-runtime: stacks on request (SIGUSR1): node rank 0" in log
+    assert 'File "' + str(script) + '", line 8, in <module>' in log
     assert "rank 1 (node rank 0, host " in diagnostics and "is stuck at sleeps.py:8" in diagnostics
     assert diagnostics.endswith("; exit 124; user command exited with 124; OpenPAI reports 255 (PAIRuntimeUnknownFailed)")
+
+
+def test_stacks_of_a_job_on_openpai_say_the_ssh_way() -> None:
+    client = PaiClient("https://pai.invalid", "token", user="me", cluster_name="prod")
+    with pytest.raises(PaijobError, match=r"ssh into a task of me~train, find paijob-runtime's pid"):
+        api.stacks(client, "train")
