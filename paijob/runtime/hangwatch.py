@@ -41,7 +41,7 @@ from paijob.runtime import exitcodes
 from paijob.runtime.config import HangSettings
 from paijob.runtime.failures import Failure
 from paijob.runtime.progress import STACK_SIGNAL, is_library
-from paijob.task import contract
+from paijob.task import contract, procfs
 
 HANG_EXIT = exitcodes.HANG
 STALE_AFTER = 10.0  # a sampler silent this long (seconds, at least 5 intervals) cannot run
@@ -71,6 +71,7 @@ class RankState:
     stale_for: float  # seconds its sampler has been silent beyond the interval
     where: list[list[Any]] = field(default_factory=list)  # innermost frames, user code first
     loader_worker: list[int | None] | None = None  # (id, pid) of the DataLoader worker it waits for
+    exited: bool = False  # its process has ended: it waits for nothing (judged no more)
 
     @property
     def silent(self) -> bool:
@@ -102,7 +103,7 @@ def report_frames(frames: Sequence[Sequence[Any]], *, limit: int = 5) -> list[li
 
 
 def summarise(report: dict[str, Any], *, node_rank: int, host: str, now: float,
-              interval: float) -> RankState:
+              interval: float, exited: bool = False) -> RankState:
     """A worker's sampler file as the rank state node 0 judges (durations, not clock times)."""
     age = max(0.0, now - float(report.get("time", now)))
     return RankState(
@@ -119,7 +120,16 @@ def summarise(report: dict[str, Any], *, node_rank: int, host: str, now: float,
         stale_for=max(0.0, age - interval),
         where=report_frames(report.get("frames") or []),
         loader_worker=report.get("loader_worker"),
+        exited=exited,
     )
+
+
+def process_ended(pid: object) -> bool:
+    """Whether a worker's process is gone (or a zombie): a rank that finished early is no straggler."""
+    if not isinstance(pid, int):
+        return False
+    stat = procfs.read_stat(pid)
+    return stat is None or stat.zombie
 
 
 def read_reports(folder: str) -> dict[int, dict[str, Any]]:
@@ -272,10 +282,11 @@ def stall_line(states: Sequence[RankState], settings: HangSettings) -> str | Non
     """``no progress for 95s on rank 1``: ranks inactive for half the timeout (at most 30 s),
     while the job runs; when every rank is, the ones not where the others wait. None: none."""
     shown_after = min(30.0, settings.timeout / 2) if settings.enabled else 30.0
-    idle = [s for s in states if s.idle_for >= shown_after]
+    running = [s for s in states if not s.exited]
+    idle = [s for s in running if s.idle_for >= shown_after]
     if not idle:
         return None
-    if len(idle) == len(states):
+    if len(idle) == len(running):
         culprits, _why = pick_culprits(idle)
         idle = culprits or idle
     noun = "ranks" if len(idle) > 1 else "rank"
@@ -291,6 +302,9 @@ def judge(states: Sequence[RankState], settings: HangSettings,
     if not settings.enabled or not states:
         return None
     if expected_ranks is not None and len(states) < expected_ranks:
+        return None
+    states = [s for s in states if not s.exited]
+    if not states:
         return None
     recent = max(3.0, 3 * settings.interval)  # a straggler was active this recently
     started = all(s.first_progress for s in states)
@@ -466,7 +480,8 @@ class HangWatch:
         now = time.time()
         reports = read_reports(self.folder)
         local = [summarise(r, node_rank=self.node_rank, host=self.host, now=now,
-                           interval=self.settings.interval) for r in reports.values()]
+                           interval=self.settings.interval, exited=process_ended(r.get("pid")))
+                 for r in reports.values()]
         self._dump_silent(local, reports)
         if self.nnodes > 1:
             self.channel.publish(self.node_rank, local)
@@ -560,7 +575,7 @@ class HangWatch:
         """A rank whose sampler cannot run: faulthandler writes its stack (once per silence)."""
         for state in local:
             pid = reports[state.rank].get("pid")
-            if not isinstance(pid, int):
+            if not isinstance(pid, int) or state.exited:
                 continue
             if state.silent and pid not in self._signalled:
                 self._signalled.add(pid)

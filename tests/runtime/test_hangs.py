@@ -20,7 +20,14 @@ from paijob.local.diagnostics import root_cause
 from paijob.runtime import exitcodes
 from paijob.runtime.cli import hang_settings
 from paijob.runtime.config import HangSettings, LaunchError
-from paijob.runtime.hangwatch import RankState, judge, rank_ranges, report_frames, waiting_phrase
+from paijob.runtime.hangwatch import (
+    RankState,
+    judge,
+    rank_ranges,
+    report_frames,
+    stall_line,
+    waiting_phrase,
+)
 from paijob.runtime.progress import classify_wait
 from paijob.task.options import build_parsers
 
@@ -112,6 +119,15 @@ def test_a_busy_straggler_is_reported_at_the_timeout_and_ended_only_at_the_hard_
     assert ended is not None and ended.final
     assert ended.headline(SETTINGS).startswith(
         "hang: straggler: rank 1 (node rank 0, host 10.0.0.0, local rank 1) is busy at train.py:42")
+
+
+def test_a_rank_that_finished_early_is_no_straggler_and_the_stall_line_names_the_culprit():
+    finished = state(1, 500, wait=None)
+    finished.exited = True
+    assert judge([state(0, 0.5, wait=None, busy=True), finished], SETTINGS) is None
+    assert stall_line([state(0, 0.5, busy=True), finished], SETTINGS) is None
+    assert stall_line([state(0, 95), state(1, 96, wait=None)], SETTINGS) == "no progress for 96s on rank 1"
+    assert stall_line([state(0, 12), state(1, 1, busy=True)], SETTINGS) == "no progress for 12s on rank 0"
 
 
 def test_waiting_ranks_are_grouped_by_place_and_ranges_folded():
