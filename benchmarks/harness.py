@@ -11,7 +11,6 @@ import json
 import os
 import platform
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -19,6 +18,8 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from paijob.task.ports import draw
 
 ROOT = Path(__file__).resolve().parents[1]
 PYTHON = sys.executable
@@ -84,9 +85,8 @@ def _git_commit() -> str | None:
 
 
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    """A free port outside the kernel's ephemeral range, which gloo's many connections draw from."""
+    return draw()[0]
 
 
 def simulated_pai_env(instances: int = 1, index: int = 0, port: int | None = None,

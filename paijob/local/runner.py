@@ -17,7 +17,6 @@ import json
 import logging
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import threading
@@ -39,6 +38,7 @@ from paijob.openpai.model import Job, TaskRole
 from paijob.openpai.names import init_role_failure, role_name_breaks_init, role_name_fix
 from paijob.outputs import local_output_dir
 from paijob.task import contract
+from paijob.task.ports import Reservation, reserve
 
 log = logging.getLogger(__name__)
 
@@ -66,25 +66,6 @@ def detect_gpus() -> list[str]:
     except (OSError, subprocess.SubprocessError):
         return []
     return [str(i) for i, line in enumerate(out.splitlines()) if line.startswith("GPU ")]
-
-
-def free_ports(count: int, taken: set[int]) -> list[int]:
-    """``count`` distinct free TCP ports on the loopback, none in ``taken``."""
-    found: list[int] = []
-    holders = []
-    try:
-        while len(found) < count:
-            sock = socket.socket()
-            sock.bind(("127.0.0.1", 0))
-            holders.append(sock)
-            port = sock.getsockname()[1]
-            if port not in taken and port not in found:
-                found.append(port)
-    finally:
-        for sock in holders:
-            sock.close()
-    taken.update(found)
-    return found
 
 
 # --------------------------------------------------------------------------- processes
@@ -229,6 +210,7 @@ class JobRunner(threading.Thread):
         self._task_retries: dict[tuple[str, int], tuple[int, int]] = {}  # (counted, unlimited) per task
         self._notes: list[str] = []  # written at the top of the next task's log
         self.attempt_id = 0  # the job attempt being run
+        self._held_ports: list[Reservation] = []  # drawn for tasks not started yet (paijob.task.ports)
 
     def request_stop(self, reason: str = "stopped by the user") -> None:
         self.stop_reason = reason
@@ -272,7 +254,10 @@ class JobRunner(threading.Thread):
     def _run(self) -> None:
         attempt = 0
         while True:
-            state = self._run_attempt(attempt)
+            try:
+                state = self._run_attempt(attempt)
+            finally:
+                self._release_ports()
             last = self.store.attempt(self.username, self.name_, attempt) or {}
             notice = self._job_retry(state, last.get("exit_code"))
             if notice is None:
@@ -334,6 +319,8 @@ class JobRunner(threading.Thread):
                     self._no_full_disk(task, raw)
                 code = self._report_exit(task, raw)
                 if self._task_retry(task, code):
+                    # fresh ports: the task may have failed because one of its own was taken (exit 253, 143)
+                    self._draw_ports([(task.role, task.index)], ports)
                     retry = self._new_task(attempt, task.role, task.index, task.attempt + 1, ports, gpus)
                     self.tasks[i] = retry
                     self._start(retry, attempt, ports, gpus)
@@ -347,13 +334,13 @@ class JobRunner(threading.Thread):
             time.sleep(POLL)
 
     def _launch(self, attempt: int) -> tuple[Ports, dict[tuple[str, int], str | None]]:
-        """Ports and GPUs for every task of the attempt, then every task started; the attempt is RUNNING."""
-        taken: set[int] = set()
-        ports: Ports = {
-            role.name: {i: {label: free_ports(count, taken) for label, count in role.resources.all_ports.items()}
-                        for i in range(role.instances)}
-            for role in self.plan.roles
-        }
+        """Ports and GPUs for every task of the attempt, then every task started; the attempt is RUNNING.
+
+        Every task sees every task's ports (OpenPAI's runtime env), so the attempt's ports are
+        drawn together, held until their own task starts. A new attempt draws new ones.
+        """
+        ports: Ports = {}
+        self._draw_ports([(role, index) for role in self.plan.roles for index in range(role.instances)], ports)
         gpus = self.cluster.allocate_gpus(self.plan)
         self._placed = set()
         self._task_retries = {}
@@ -376,6 +363,25 @@ class JobRunner(threading.Thread):
             if faults.full_disk_at(where):
                 raise faults.MachineFault(f"task {task.key} exited with code {raw}; no space is left for {where}",
                                           disk_full=True)
+
+    def _draw_ports(self, tasks: list[tuple[TaskRole, int]], ports: Ports) -> None:
+        """New ports for ``tasks`` into ``ports``, from outside the kernel's ephemeral range and none
+        of the attempt's others (``paijob.task.ports``), held until ``_start`` hands them to their task."""
+        taken = {number for by_index in ports.values() for labels in by_index.values()
+                 for numbers in labels.values() for number in numbers}
+        reservation = reserve(sum(sum(role.resources.all_ports.values()) for role, _ in tasks), taken=taken)
+        self._held_ports.append(reservation)
+        numbers = iter(reservation.ports)
+        for role, index in tasks:
+            ports.setdefault(role.name, {})[index] = {label: [next(numbers) for _ in range(count)]
+                                                      for label, count in role.resources.all_ports.items()}
+
+    def _release_ports(self, numbers: list[int] | None = None) -> None:
+        """Stop holding ``numbers`` (every held port when None)."""
+        for reservation in self._held_ports:
+            reservation.release(numbers)
+        if numbers is None:
+            self._held_ports = []
 
     @staticmethod
     def _exited(task: Task) -> int | None:
@@ -535,6 +541,7 @@ class JobRunner(threading.Thread):
                                    diagnostics=message)
             return
         script = task_script(self.plan, task.role)
+        self._release_ports([n for numbers in ports[task.role.name][task.index].values() for n in numbers])
         try:
             proc = subprocess.Popen(
                 self.cluster.tracker.wrap(task.uid, ["bash", "-o", "errexit", "-o", "nounset", "-o", "pipefail",

@@ -15,7 +15,7 @@ import re
 
 from paijob.errors import PaijobError
 from paijob.openpai.names import BEFORE_V1_6_SETTING
-from paijob.task import contract
+from paijob.task import contract, ports
 
 STOP_GRACE = contract.LOCAL_STOP_GRACE
 RETRY_CAP = contract.LOCAL_UNLIMITED_RETRY_CAP
@@ -91,3 +91,7 @@ def check() -> None:
     cgroup_wanted()
     openpai_before_1_6()
     user_name()
+    try:
+        ports.candidates()  # PAIJOB_PORT_RANGE: where task ports come from, outside the kernel's ephemeral range
+    except ports.PortRangeError as problem:
+        raise LocalSettingError(str(problem)) from None

@@ -41,7 +41,8 @@ __all__ = ["main", "build_parsers", "split_train_argv"]
 
 
 def _layout(args: argparse.Namespace) -> tuple[DistEnv, int]:
-    from paijob.runtime.probe import count_visible_gpus, find_free_port
+    from paijob.runtime.probe import count_visible_gpus
+    from paijob.task.ports import draw
 
     environ = dict(os.environ)
     options = LaunchOptions(
@@ -57,7 +58,7 @@ def _layout(args: argparse.Namespace) -> tuple[DistEnv, int]:
         master_port=args.master_port,
     )
     gpus = count_visible_gpus(environ)
-    free_port = find_free_port()
+    free_port = draw()[0]  # a standalone run's rendezvous port, outside the kernel's ephemeral range
     dist = compute_dist_env(environ, options, visible_gpus=gpus, free_port=free_port)
     check_nproc_fits(dist.nproc_per_node, len(os.sched_getaffinity(0)))
     return dist, gpus

@@ -1,4 +1,4 @@
-"""Machine probes the pure layout code takes as data: GPUs, a free port, the master's port.
+"""Machine probes the pure layout code takes as data: GPUs, the master's port.
 
 No torch import here: ``paijob-runtime env`` must stay fast on any machine.
 """
@@ -58,13 +58,6 @@ def _nvidia_smi_count() -> int | None:
     if out.returncode != 0:
         return None
     return sum(1 for line in out.stdout.splitlines() if line.startswith("GPU "))
-
-
-def find_free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port nothing listens on right now (for standalone runs)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
 
 
 def wait_for_master(

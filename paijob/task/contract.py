@@ -98,6 +98,10 @@ LOCAL_UNLIMITED_RETRY_CAP = "PAIJOB_LOCAL_UNLIMITED_RETRY_CAP"
 LOCAL_CGROUP = "PAIJOB_LOCAL_CGROUP"
 """``0``: the local cluster tracks tasks without a cgroup of their own (default 1)."""
 
+PORT_RANGE = "PAIJOB_PORT_RANGE"
+"""``LOW-HIGH``: where the local cluster's task ports and a standalone run's rendezvous port
+are drawn from (default 20000-28999), less the kernel's ephemeral range (:mod:`paijob.task.ports`)."""
+
 KNOCK_ON_HOLD_SECONDS = 5.0  # per-gpu: the agent learns a root cause within about a second
 
 

@@ -23,6 +23,7 @@ from paijob.remote.client import (
     PaiClient,
     ServerError,
 )
+from paijob.task.ports import draw
 
 Handler = Callable[["Fake", BaseHTTPRequestHandler, bytes], None]
 
@@ -201,10 +202,7 @@ def test_slow_response_is_a_timeout_error_not_a_hang(fake: tuple[Fake, str]) -> 
 
 
 def test_unreachable_cluster_says_so(fake: tuple[Fake, str]) -> None:
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    sock.close()
+    port = draw()[0]  # free when drawn, outside the ephemeral range: nothing listens there
     with pytest.raises(ClusterUnreachableError) as error:
         client(f"http://127.0.0.1:{port}", retries=1).list_jobs()
     assert "connection failed" in str(error.value)

@@ -5,6 +5,8 @@ Tasks are tiny shell commands, so each job ends in well under a second.
 
 from __future__ import annotations
 
+import socket
+import time
 from pathlib import Path
 
 import pytest
@@ -15,6 +17,7 @@ from paijob.local.server import LocalServer
 from paijob.local.service import local_user
 from paijob.openpai.model import parse_job
 from paijob.remote.client import PaiClient
+from paijob.task.ports import candidates
 
 
 def wait(client: PaiClient, job_id: str, timeout: float = 60) -> dict:
@@ -129,3 +132,53 @@ def test_the_local_clusters_own_notes_are_not_matched_as_user_output(client: Pai
     job["prerequisites"][0]["uri"] = "importerror:-core-dumped"
     job_id = client.submit(yaml.safe_dump(job, sort_keys=False))
     assert wait(client, job_id)["jobStatus"]["appExitCode"] == 255
+
+
+# A task that records its SynPort and, on its first try, waits until the test has taken that port
+# (as any program on the machine might, between the draw and the task's own bind), then binds it:
+# EADDRINUSE is exit 143, as paijob-runtime exits when node rank 0 cannot host the rendezvous store
+# ("the retry of this task normally gets a free port"); OpenPAI retries it.
+_BIND_OWN_PORT = """
+import errno, os, socket, sys, time
+from pathlib import Path
+folder = Path(sys.argv[1])
+port = int(os.environ["PAI_PORT_LIST_worker_0_SynPort"])
+tries = len(list(folder.glob("port-*")))
+(folder / "tmp").write_text(str(port))
+(folder / "tmp").rename(folder / f"port-{tries}")
+deadline = time.monotonic() + 30
+while tries == 0 and not (folder / "squatted").exists() and time.monotonic() < deadline:
+    time.sleep(0.02)
+with socket.socket() as server:
+    try:
+        server.bind(("127.0.0.1", port))
+    except OSError as error:
+        sys.exit(143 if error.errno == errno.EADDRINUSE else 1)
+"""
+
+
+@pytest.mark.parametrize("gang", [True, False], ids=["job-retry", "task-retry"])
+def test_a_task_whose_port_was_taken_gets_a_fresh_one_on_its_retry(
+        client: PaiClient, tmp_path: Path, gang: bool) -> None:
+    script = tmp_path / "bind_own_port.py"
+    script.write_text(_BIND_OWN_PORT)
+    extra = {} if gang else {"extras": {"gangAllocation": False}, "role_extra": {"taskRetryCount": 1}}
+    job_id = client.submit(job_yaml("lostport", [f"python {script} {tmp_path}"], **extra))
+    deadline = time.monotonic() + 60
+    while not (tmp_path / "port-0").exists():
+        assert time.monotonic() < deadline, "the task never started"
+        time.sleep(0.02)
+    lost = int((tmp_path / "port-0").read_text())
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", lost))
+        squatter.listen()
+        (tmp_path / "squatted").touch()
+        status = wait(client, job_id)["jobStatus"]
+    assert status["state"] == "SUCCEEDED", status
+    fresh = int((tmp_path / "port-1").read_text())
+    assert fresh != lost and {lost, fresh} <= set(candidates())  # never from the kernel's ephemeral range
+    if gang:
+        first = client.get_job(job_id, attempt=0)["taskRoles"]["worker"]["taskStatuses"][0]
+    else:
+        first = client.task_status(job_id, 0, "worker", 0)["attempts"][-1]
+    assert (first["containerExitCode"], first["containerPorts"]["SynPort"]) == (143, str(lost))

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -12,14 +11,21 @@ from pathlib import Path
 
 import pytest
 
+from paijob.task.ports import draw
+
 RUNTIME = [sys.executable, "-m", "paijob.runtime.cli"]
 ROOT = Path(__file__).resolve().parents[2]
+# A node waits this long for the others (the master's port, the rendezvous); paijob-runtime's
+# default, 600 s, would outlast any test whose other node already died. start_task passes it.
+MASTER_TIMEOUT = 30
+# Once one node of a test has ended, the others get this long to end too (paijob-runtime's own
+# peer watch ends them within seconds); then they are killed and the test fails saying so.
+PEER_GRACE = 20
 
 
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    """A free port outside the kernel's ephemeral range, which gloo's many connections draw from."""
+    return draw()[0]
 
 
 def base_env() -> dict[str, str]:
@@ -93,13 +99,26 @@ class Task:
         return self.log.read_text(errors="replace")
 
 
-def wait_all(tasks: list[Task], timeout: float) -> list[int]:
+def wait_all(tasks: list[Task], timeout: float, peer_grace: float = PEER_GRACE) -> list[int]:
+    """Every task's exit code. Once one task ended, the others get ``peer_grace`` seconds to end
+    (never a dead peer's --master-timeout); after that, or ``timeout``, the survivors are killed
+    and the test fails with every task's output."""
     deadline = time.time() + timeout
     while any(t.poll() is None for t in tasks):
-        if time.time() > deadline:
+        ended = [t.ended_at for t in tasks if t.ended_at is not None]
+        if time.time() > deadline or (ended and time.time() > min(ended) + peer_grace):
             break
         time.sleep(0.05)
-    return [t.wait(max(0.1, deadline - time.time())) for t in tasks]
+    survivors = [t for t in tasks if t.poll() is None]
+    if survivors:
+        for task in survivors:
+            task.proc.kill()
+        codes = [t.wait(30) for t in tasks]
+        raise AssertionError(
+            f"exit codes {codes}: {len(survivors)} task(s) still ran {peer_grace:.0f}s after another "
+            f"ended (or {timeout:.0f}s after the start), killed\n"
+            + "\n".join(f"----- {t.log.name}:\n{t.output}" for t in tasks))
+    return [t.wait(1) for t in tasks]
 
 
 @pytest.fixture
@@ -107,6 +126,8 @@ def start_task(tmp_path: Path) -> Callable[..., Task]:
     started: list[Task] = []
 
     def start(args: list[str], env: dict[str, str], name: str = "task") -> Task:
+        if args[:1] == ["train"] and "--master-timeout" not in args:
+            args = ["train", "--master-timeout", str(MASTER_TIMEOUT), *args[1:]]
         task = Task(args, env, tmp_path / f"{name}.log", tmp_path)
         started.append(task)
         return task

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from conftest import RUNTIME, base_env
+from conftest import MASTER_TIMEOUT, RUNTIME, base_env
 from netns import Host, Network, netns_unavailable
 
 from paijob.openpai import taskenv
@@ -161,7 +161,7 @@ def run_ddp_job(
     results.mkdir()
     nodes = start_job(
         net, tmp_path, roles,
-        ["--nproc-per-node", str(nproc), "--master-timeout", "60", str(script), str(results)],
+        ["--nproc-per-node", str(nproc), "--master-timeout", str(MASTER_TIMEOUT), str(script), str(results)],
     )
     codes = wait_nodes(nodes, timeout=150)
     assert codes == [0] * len(nodes), outputs(nodes)
@@ -222,7 +222,7 @@ def start_training(
     nodes = start_job(
         net, tmp_path, roles,
         ["--nproc-per-node", "1", "--heartbeat-timeout", str(HEARTBEAT_TIMEOUT),
-         "--grace-period", "3", "--master-timeout", "60", str(script), str(ready)],
+         "--grace-period", "3", "--master-timeout", str(MASTER_TIMEOUT), str(script), str(ready)],
     )
     world = sum(count for _, count in roles)
     wait_for(lambda: len(list(ready.iterdir())) == world, nodes, 120, "every worker training")

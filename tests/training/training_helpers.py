@@ -4,20 +4,22 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
+import tempfile
+import time
 from pathlib import Path
 from typing import Any
+
+from paijob.task.ports import draw
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = ["--synthetic-size", "256", "--batch-size", "32", "--log-interval", "1000"]
 
 
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    """A free port outside the kernel's ephemeral range, which gloo's many connections draw from."""
+    return draw()[0]
 
 
 def base_env(**extra: str) -> dict[str, str]:
@@ -31,27 +33,50 @@ def base_env(**extra: str) -> dict[str, str]:
     return env
 
 
+PEER_GRACE = 20  # seconds the other ranks get to end once one has failed (never torch's store timeout)
+
+
 def run_ranks(argv: list[str], world_size: int, cwd: Path, timeout: float = 120,
               **extra: str) -> list[subprocess.CompletedProcess[str]]:
-    """Start ``python ARGV`` once per rank with the env paijob-runtime would set (gloo)."""
+    """Start ``python ARGV`` once per rank with the env paijob-runtime would set (gloo).
+
+    Once a rank fails, the others get ``PEER_GRACE`` seconds to end before they are killed
+    (their result shows the kill, -9): a test never waits out a dead peer.
+    """
     port = str(free_port())
     procs = []
+    outputs = []
     for rank in range(world_size):
         env = base_env(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world_size),
                        LOCAL_WORLD_SIZE=str(world_size), MASTER_ADDR="127.0.0.1",
                        MASTER_PORT=port, PAIJOB_BACKEND="gloo")
         env.update(extra)
-        procs.append(subprocess.Popen([sys.executable, *argv], cwd=cwd, env=env, text=True,
-                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE))
-    results = []
+        out, err = tempfile.TemporaryFile(), tempfile.TemporaryFile()  # noqa: SIM115 - closed below
+        outputs.append((out, err))
+        procs.append(subprocess.Popen([sys.executable, *argv], cwd=cwd, env=env, stdout=out, stderr=err))
+    deadline = time.monotonic() + timeout
+    failed_at: float | None = None
+    while any(proc.poll() is None for proc in procs):
+        if failed_at is None and any(proc.poll() not in (None, 0) for proc in procs):
+            failed_at = time.monotonic()
+        if time.monotonic() > min(deadline, (failed_at or deadline) + PEER_GRACE):
+            break
+        time.sleep(0.05)
+    timed_out = time.monotonic() > deadline
     for proc in procs:
-        try:
-            out, err = proc.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            for other in procs:
-                other.kill()
-            raise
-        results.append(subprocess.CompletedProcess(proc.args, proc.returncode, out, err))
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+    results = []
+    for proc, (out, err) in zip(procs, outputs, strict=True):
+        texts = []
+        for handle in (out, err):
+            handle.seek(0)
+            texts.append(handle.read().decode(errors="replace"))
+            handle.close()
+        results.append(subprocess.CompletedProcess(proc.args, proc.returncode, *texts))
+    if timed_out:
+        raise subprocess.TimeoutExpired(procs[0].args, timeout, results[0].stdout, results[0].stderr)
     return results
 
 
