@@ -9,6 +9,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def _setup_cfg() -> configparser.ConfigParser:
+    config = configparser.ConfigParser()
+    config.read(ROOT / "setup.cfg")
+    return config
+
+
 def listed_packages() -> set[str]:
     config = configparser.ConfigParser()
     config.read(ROOT / "setup.cfg")
@@ -66,3 +72,20 @@ def test_the_pypi_description_has_no_relative_links() -> None:
     targets = re.findall(r"\]\(([^)\s]+)", text) + re.findall(r"""(?:src|href)=["']([^"']+)""", text)
     relative = [target for target in targets if not re.match(r"[a-z][a-z0-9+.-]*://", target)]
     assert not relative, f"{source}: links PyPI cannot follow: {relative}"
+
+
+def test_the_version_lives_in_one_place_and_the_changelog_has_it() -> None:
+    import paijob
+
+    metadata = _setup_cfg()["metadata"]
+    assert metadata["version"].strip() == "attr: paijob.__version__"
+    changelog = (ROOT / "CHANGELOG.md").read_text(encoding="utf-8")
+    assert "## [Unreleased]" in changelog and f"## [{paijob.__version__}] - " in changelog
+
+
+def test_the_license_file_is_the_license_setup_cfg_names() -> None:
+    metadata = _setup_cfg()["metadata"]
+    assert metadata["license"].strip() == "MIT" and metadata["license_files"].strip() == "LICENSE"
+    assert (ROOT / "LICENSE").read_text(encoding="utf-8").startswith("MIT License\n")
+    assert {"Source", "Documentation", "Changelog", "Issues"} <= {
+        line.split("=")[0].strip() for line in metadata["project_urls"].strip().splitlines()}
