@@ -46,6 +46,7 @@ if TYPE_CHECKING:
     from paijob.render.templating import RenderResult, SetArg, TemplateRef
     from paijob.render.values_doc import ValueDoc
     from paijob.validate.verdict import ValidationReport
+    from paijob.workdir import Snapshot
 
 if getattr(paijob, "__file__", None) is None:  # a namespace package: see ShadowedPackageError
     raise ShadowedPackageError(
@@ -57,7 +58,7 @@ if getattr(paijob, "__file__", None) is None:  # a namespace package: see Shadow
 __all__ = ["JobRequest", "LoginResult", "PaijobError", "PreparedJob", "add_cluster", "clusters", "connect",
            "copy_output", "dry_run", "dry_run_text", "follow_logs", "human_size", "list_jobs", "local_down", "local_status",
            "local_up", "login", "login_url", "open_in_browser", "output_location", "portal_link", "prepare", "terminal_text", "prune_local", "remove_cluster",
-           "render", "resolve_cluster", "status", "stop", "StopResult", "submit", "template", "template_names",
+           "render", "resolve_cluster", "ship", "status", "stop", "StopResult", "submit", "template", "template_names",
            "template_values", "use_cluster", "validate", "wait", "write_text"]
 
 
@@ -92,10 +93,16 @@ class PreparedJob:
     warnings: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     target: Cluster | None = None  # the cluster profile, resolved once (a local cluster's address, unstarted)
+    snapshot: Snapshot | None = None  # the workdir in memory, when a local cluster must store it (``ship``)
+    snapshot_home: Path | None = None  # the local cluster's state dir that ``ship`` stores it in
 
 
-def resolve_cluster(name: str | None = None, *, start_local: bool = True) -> Cluster:
-    """The cluster profile ``name`` (None: the project's, else the configured default)."""
+def resolve_cluster(name: str | None = None, *, start_local: bool = True,
+                    on_note: Callable[[str], None] | None = None) -> Cluster:
+    """The cluster profile ``name`` (None: the project's, else the configured default).
+
+    ``on_note`` hears what the user should be told (a local cluster started on the way).
+    """
     from paijob import project as project_config
     from paijob.local import service
     from paijob.remote import profiles
@@ -109,15 +116,17 @@ def resolve_cluster(name: str | None = None, *, start_local: bool = True) -> Clu
         name = profiles.current_name()
     if name != profiles.LOCAL:
         return profiles.named(name)
-    return service.local_cluster() if start_local else service.local_cluster_address()
+    return service.local_cluster(on_note=on_note) if start_local else service.local_cluster_address()
 
 
 def prepare(request: JobRequest, project: project_config.Project | None = None) -> PreparedJob:
-    """Render (or read) the job, rename it, ship the workdir, and check the result.
+    """Render (or read) the job, rename it, snapshot the workdir, and check the result. Writes nothing.
 
     The cluster (``request.cluster``, else the project's, else the default) is
     resolved here, once, without starting a local cluster: ``job.target`` is
-    what ``dry_run`` and ``connect`` use.
+    what ``dry_run`` and ``connect`` use. The workdir snapshot stays in memory
+    (``job.snapshot``): a local cluster's copy is stored by :func:`ship`, which
+    :func:`submit` calls, so ``--dry-run`` leaves every file as it was.
     """
     from paijob import project as project_config
     from paijob.render import templating
@@ -136,15 +145,13 @@ def prepare(request: JobRequest, project: project_config.Project | None = None) 
     cluster = request.cluster or project.cluster
     target = resolve_cluster(cluster, start_local=False)
     text, name = rename(result.text, request.name, request.unique_suffix, result.job or None)
-    notes: list[str] = []
+    job = PreparedJob(text, name, source, cluster, warnings, [], target)
     workdir = request.workdir or _value_workdir(result.values) or project.workdir
     if workdir:
-        text, shipped = ship_workdir(text, workdir, target, force=request.force,
-                                     skip_unreadable=request.skip_unreadable)
-        notes.extend(shipped)
+        _carry_workdir(job, workdir, force=request.force, skip_unreadable=request.skip_unreadable)
     if request.name or workdir:
-        require_valid(text, source)  # what changed must still be a valid job
-    return PreparedJob(text, name, source, cluster, warnings, notes, target)
+        require_valid(job.text, source)  # what changed must still be a valid job
+    return job
 
 
 def _value_workdir(values: Any) -> str | None:
@@ -152,19 +159,32 @@ def _value_workdir(values: Any) -> str | None:
     return str(found) if found else None
 
 
-def ship_workdir(text: str, folder: str, cluster: str | Cluster | None, *, force: bool = False,
-                 skip_unreadable: bool = False) -> tuple[str, list[str]]:
-    """The job text that starts every task in a snapshot of ``folder``, and lines saying what was (not) shipped."""
+def _carry_workdir(job: PreparedJob, folder: str, *, force: bool, skip_unreadable: bool) -> None:
+    """Snapshot ``folder`` into ``job``: its text starts every task in it, its notes say what travels."""
     from paijob import workdir
     from paijob.remote import profiles
 
-    target = _target(cluster)
     snap = workdir.snapshot(folder, force=force, skip_unreadable=skip_unreadable, guarded=[profiles.config_path()])
-    if target.is_local:
+    home = None
+    if job.target is None or job.target.is_local:
         from paijob.local import service
 
-        return workdir.ship(text, snap, service.state_dir())
-    return workdir.ship(text, snap, None)
+        home = service.state_dir()
+        job.snapshot, job.snapshot_home = snap, home
+    job.text, notes = workdir.carried(job.text, snap, home)
+    job.notes.extend(notes)
+
+
+def ship(job: PreparedJob) -> None:
+    """What must exist before ``job`` is sent: a local cluster's copy of the workdir snapshot.
+
+    :func:`submit` calls it; a caller that submits ``dry_run(job)``'s request itself calls it first.
+    A real cluster needs nothing: the snapshot travels in the job text.
+    """
+    if job.snapshot is not None and job.snapshot_home is not None:
+        from paijob import workdir
+
+        workdir.store_local(job.snapshot, job.snapshot_home)
 
 
 def _target(cluster: str | Cluster | None) -> Cluster:
@@ -174,12 +194,13 @@ def _target(cluster: str | Cluster | None) -> Cluster:
     return cluster
 
 
-def connect(cluster: str | Cluster | None = None, *, timeout: float = 30.0, start_local: bool = True) -> PaiClient:
+def connect(cluster: str | Cluster | None = None, *, timeout: float = 30.0, start_local: bool = True,
+            on_note: Callable[[str], None] | None = None) -> PaiClient:
     """A REST client for ``cluster`` (a profile name, or the ``Cluster`` that ``prepare`` resolved).
 
     The local cluster is started when it is down, unless ``start_local`` is
     false: then a local cluster that is down is an error saying so (read-only
-    verbs: a cluster that is down runs no job).
+    verbs: a cluster that is down runs no job). ``on_note`` hears that it was started.
     """
     from paijob.remote.client import PaiClient
 
@@ -187,7 +208,7 @@ def connect(cluster: str | Cluster | None = None, *, timeout: float = 30.0, star
     if target.is_local:
         from paijob.local import service
 
-        target = service.local_cluster(start=start_local)
+        target = service.local_cluster(start=start_local, on_note=on_note)
     return PaiClient(target.url, target.token, user=target.user, api_path=target.api_path,
                      timeout=timeout, cluster_name=target.name)
 
@@ -210,13 +231,18 @@ def dry_run_text(job: PreparedJob) -> str:
 
 
 def submit(job: PreparedJob | HttpRequest, client: PaiClient) -> str:
-    """Send the job, as the request ``dry_run`` shows, through ``client``; returns its id ``user~name``."""
+    """Ship and send the job, as the request ``dry_run`` shows, through ``client``; returns its id ``user~name``.
+
+    A request from ``dry_run`` is sent as it is: :func:`ship` its job first.
+    """
     from paijob.remote.request import HttpRequest
 
-    if not isinstance(job, HttpRequest) and client.cluster_name != "local":
+    if isinstance(job, HttpRequest):
+        return client.submit(job)
+    if client.cluster_name != "local":
         refuse_placeholder_images(job.text, job.source, client.cluster_name)
-    request = job if isinstance(job, HttpRequest) else client.submission(job.text)
-    return client.submit(request)
+    ship(job)
+    return client.submit(client.submission(job.text))
 
 
 def refuse_placeholder_images(text: str, source: str, cluster_name: str) -> None:
@@ -358,7 +384,8 @@ def copy_output(source: str, dest: str | Path, cluster: str | None = None, *, fo
 
 def follow_logs(client: PaiClient, job_id: str, *, role: str | None = None, index: int | None = None,
                 stream: str = "all", out: Any = None, prefix: bool = True, rank: int | None = None,
-                timestamps: bool = False, tail: int | None = None, raw: bool = False) -> LogFollower:
+                timestamps: bool = False, tail: int | None = None, raw: bool = False,
+                on_note: Callable[[str], None] | None = None) -> LogFollower:
     """A ``LogFollower`` printing the task logs of ``job_id`` to ``out`` (default stdout).
 
     On a terminal the job's control sequences are shown escaped (colours
@@ -381,7 +408,7 @@ def follow_logs(client: PaiClient, job_id: str, *, role: str | None = None, inde
     out = out or sys.stdout
     return LogFollower(client, job_id, role=None if role is None else rest_role_name(role), index=index,
                        stream=stream, out=out, prefix=prefix, rank=rank, timestamps=timestamps,
-                       tail=tail, escape=not raw and termsafe.is_terminal(out))
+                       tail=tail, escape=not raw and termsafe.is_terminal(out), on_note=on_note)
 
 
 # --------------------------------------------------------------------------- templates and job files
@@ -545,11 +572,11 @@ def local_status() -> dict[str, Any]:
     return data
 
 
-def portal_link() -> str:
+def portal_link(on_note: Callable[[str], None] | None = None) -> str:
     """A one-time login link to the local cluster's web portal (the cluster is started when down)."""
     from paijob.local import service
 
-    return service.portal_link()
+    return service.portal_link(on_note=on_note)
 
 
 def open_in_browser(url: str) -> bool:

@@ -13,7 +13,6 @@ import sys
 from collections.abc import Sequence
 
 from paijob import __version__
-from paijob.errors import EXIT_INTERRUPTED, PaijobError
 from paijob.task import contract
 
 # verb -> module that registers it; `paijob --help` lists them in this order.
@@ -116,25 +115,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         from paijob.openpai.names import BEFORE_V1_6_SETTING
 
         os.environ[BEFORE_V1_6_SETTING] = "1"
-    try:
-        code = int(args.func(args) or 0)
-        sys.stdout.flush()  # a closed pipe surfaces here, not at interpreter exit
-        return code
-    except PaijobError as error:
-        from paijob import termsafe
+    from paijob.task.guard import run_guarded
 
-        text = termsafe.message(str(error)) if termsafe.is_terminal(sys.stderr) else str(error)
-        print(f"paijob: error: {text}", file=sys.stderr)
-        return error.exit_code
-    except KeyboardInterrupt:
-        print("paijob: interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
-    except BrokenPipeError:
-        # `paijob list | head`: the reader left, which is not an error. Point
-        # stdout at /dev/null so the interpreter's final flush stays quiet.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 0
+    return run_guarded("paijob", lambda: args.func(args), shown=_shown)
 
+
+def _shown(message: str) -> str:
+    """An error message as the terminal shows it: a job's control sequences escaped (``termsafe``)."""
+    from paijob import termsafe
+
+    return termsafe.message(message) if termsafe.is_terminal(sys.stderr) else message
 
 if __name__ == "__main__":
     sys.exit(main())

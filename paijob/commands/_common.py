@@ -76,7 +76,12 @@ def client_for(args: argparse.Namespace, *, start_local: bool = True) -> PaiClie
     from paijob import api
 
     return api.connect(getattr(args, "cluster", None), timeout=getattr(args, "timeout", 30.0) or 30.0,
-                       start_local=start_local)
+                       start_local=start_local, on_note=note)
+
+
+def note(line: str) -> None:
+    """Where the library's notes to the user go: one line on stderr."""
+    print(line, file=sys.stderr)
 
 
 def print_json(data: Any, out: TextIO | None = None) -> None:

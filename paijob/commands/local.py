@@ -63,7 +63,7 @@ def run_prune(args: argparse.Namespace) -> int:
 def run_open(args: argparse.Namespace) -> int:
     from paijob import api
 
-    url = api.portal_link()
+    url = api.portal_link(on_note=common.note)
     print(url)
     if args.no_browser:
         return 0

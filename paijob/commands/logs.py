@@ -41,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
     job_id = client.job_id(args.job_id)
     follower = api.follow_logs(client, job_id, role=args.role, index=args.index, stream=args.stream,
                                prefix=not args.no_prefix, rank=args.rank, timestamps=args.timestamps,
-                               tail=args.tail, raw=args.raw)
+                               tail=args.tail, raw=args.raw, on_note=common.note)
     detail = client.get_job(job_id)
     follower.check(detail)  # a role or index the job lacks is an error, not silence
     if args.follow:

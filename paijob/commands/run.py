@@ -109,7 +109,7 @@ def run(args: argparse.Namespace) -> int:
         args.unique_suffix = True
     job = api.prepare(_jobargs.request_from_args(args))
     _jobargs.report(job)
-    client = api.connect(job.target, timeout=args.timeout)
+    client = api.connect(job.target, timeout=args.timeout, on_note=common.note)
     with _end_signals() as signals:
         job_id = api.submit(job, client)
         print(f"paijob: submitted {job_id}", file=sys.stderr)
@@ -117,7 +117,7 @@ def run(args: argparse.Namespace) -> int:
             signals.release()
             if client.cluster_name != "local":
                 print(f"paijob: web portal {client.web_link(job_id)}", file=sys.stderr)
-            follower = api.follow_logs(client, job_id, raw=args.raw)
+            follower = api.follow_logs(client, job_id, raw=args.raw, on_note=common.note)
             detail = follower.follow()
         except KeyboardInterrupt:
             signals.deferred = True  # a SIGTERM now does not cut the stop short

@@ -57,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
     _jobargs.report(job)
     if args.dry_run:
         return dry_run(job)
-    client = api.connect(job.target, timeout=args.timeout)
+    client = api.connect(job.target, timeout=args.timeout, on_note=common.note)
     job_id = api.submit(job, client)
     report_submitted(client, job_id)
     if not args.wait:

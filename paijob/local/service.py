@@ -23,6 +23,7 @@ import stat
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -265,14 +266,19 @@ def local_user() -> str:
     return settings.user_name()
 
 
-def local_cluster(directory: Path | None = None, start: bool = True) -> Cluster:
-    """The ``Cluster`` profile of the local cluster, started first when it is down and ``start``."""
+def local_cluster(directory: Path | None = None, start: bool = True,
+                  on_note: Callable[[str], None] | None = None) -> Cluster:
+    """The ``Cluster`` profile of the local cluster, started first when it is down and ``start``.
+
+    ``on_note`` hears the line saying that it was started (the CLI prints it).
+    """
     directory = directory or state_dir()
     info = running(directory)
     token = read_token(directory)
     if (not info or not token) and start:
         info, _ = ensure_up(directory)
-        print(f"paijob: started the local cluster at {info['url']} (state {directory})", file=sys.stderr)
+        if on_note is not None:
+            on_note(f"paijob: started the local cluster at {info['url']} (state {directory})")
         token = read_token(directory)
     if not info or not token:
         raise LocalClusterError(
@@ -291,12 +297,12 @@ def local_cluster_address(directory: Path | None = None) -> Cluster:
                    token_source=str(directory / "token"))
 
 
-def portal_link(directory: Path | None = None) -> str:
+def portal_link(directory: Path | None = None, on_note: Callable[[str], None] | None = None) -> str:
     """A link to the local cluster's web portal that logs one browser in (starting the cluster if
     it is down). It holds a one-time code the server gives for the cluster's token, never the token."""
     from paijob.local.portal.sessions import CODE_PATH, login_url
 
-    cluster = local_cluster(directory)
+    cluster = local_cluster(directory, on_note=on_note)
     session = requests.Session()
     session.trust_env = False  # loopback: no proxy
     try:

@@ -58,6 +58,7 @@ class LogFollower:
     announced: set[tuple[int, str, int, int]] = field(default_factory=set)
     done: set[tuple[int, str, int, int]] = field(default_factory=set)
     warned: bool = False
+    on_note: Callable[[str], None] | None = None  # hears what the user should be told beside the logs
 
     def check(self, detail: dict[str, Any]) -> None:
         """Refuse a ``role`` or ``index`` that no task of the job has (else nothing would print, silently)."""
@@ -73,6 +74,10 @@ class LogFollower:
             known = f"{indexes[0]} to {indexes[-1]}" if indexes else "none"
             raise PaijobError(f"job {self.job_id} has no task with index {self.index} in {which} "
                               f"(task indexes: {known}); pick one with --index")
+
+    def _note(self, line: str) -> None:
+        if self.on_note is not None:
+            self.on_note(line)
 
     def wanted(self, role: str, index: int) -> bool:
         return (self.role is None or role == self.role) and (self.index is None or index == self.index)
@@ -101,8 +106,8 @@ class LogFollower:
             except NoJobError:
                 if not self.warned:
                     self.warned = True
-                    print(f"paijob: no logs for {key[1]}/{key[2]} through the REST API (yet); older "
-                          "OpenPAI versions only show them in the web portal", file=sys.stderr)
+                    self._note(f"paijob: no logs for {key[1]}/{key[2]} through the REST API (yet); older "
+                               "OpenPAI versions only show them in the web portal")
                 return
             if self.stream not in uris:
                 return

@@ -56,7 +56,6 @@ from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, SignalEx
 from torch.distributed.elastic.rendezvous import RendezvousParameters  # noqa: E402
 from torch.distributed.elastic.rendezvous import registry as rdzv_registry  # noqa: E402
 
-from paijob.runtime import exitcodes  # noqa: E402
 from paijob.runtime.config import LaunchConfig  # noqa: E402
 from paijob.runtime.console import say  # noqa: E402
 from paijob.runtime.failures import (  # noqa: E402
@@ -70,7 +69,7 @@ from paijob.runtime.failures import (  # noqa: E402
 from paijob.runtime.hangwatch import Channel, HangWatch, StoreChannel, stacks_folder  # noqa: E402
 from paijob.runtime.netif import task_address  # noqa: E402
 from paijob.runtime.nodewatch import NodeWatch, first_line  # noqa: E402
-from paijob.task import contract, procfs  # noqa: E402
+from paijob.task import contract, exitcodes, procfs  # noqa: E402
 
 if _user_cpp_log_level is None:
     os.environ.pop(_CPP_LOG_LEVEL, None)

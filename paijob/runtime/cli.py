@@ -21,8 +21,6 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 
 from paijob import __version__
-from paijob.errors import PaijobError
-from paijob.runtime import exitcodes
 from paijob.runtime.config import HangSettings, LaunchConfig, LaunchError, WorkerCommand
 from paijob.runtime.env import (
     DistEnv,
@@ -33,7 +31,8 @@ from paijob.runtime.env import (
     parse_nproc_option,
     parse_roles_option,
 )
-from paijob.task import contract, options
+from paijob.task import contract, exitcodes, options
+from paijob.task.guard import run_guarded
 from paijob.task.jobversion import mismatch_warning, rendered_version
 from paijob.task.options import build_parsers, split_train_argv
 
@@ -224,22 +223,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     warning = mismatch_warning(os.environ)
     if warning:
         print(f"paijob-runtime: {warning}", file=sys.stderr)
-    try:
-        code = int(command(args) or 0)
-        sys.stdout.flush()  # a closed pipe surfaces here, not at interpreter exit
-        return code
-    except PaijobError as error:
-        print(f"paijob-runtime: error: {error}", file=sys.stderr)
-        return error.exit_code
-    except KeyboardInterrupt:
-        print("paijob-runtime: interrupted", file=sys.stderr)
-        return exitcodes.INTERRUPTED
-    except BrokenPipeError:
-        # `paijob-runtime env | head`: the reader left, which is not an error; stdout goes to
-        # /dev/null so the interpreter's final flush stays quiet.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 0
-
+    return run_guarded("paijob-runtime", lambda: command(args))
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -37,11 +37,10 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from paijob.runtime import exitcodes
 from paijob.runtime.config import HangSettings
 from paijob.runtime.failures import Failure
 from paijob.runtime.progress import STACK_SIGNAL, is_library
-from paijob.task import contract, procfs
+from paijob.task import contract, exitcodes, procfs
 
 HANG_EXIT = exitcodes.HANG
 STALE_AFTER = 10.0  # a sampler silent this long (seconds, at least 5 intervals) cannot run

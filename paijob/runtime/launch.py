@@ -31,7 +31,7 @@ output reaches this process's stdout/stderr line by line.
 
 Before anything joins the rendezvous, non-zero nodes wait (``--master-timeout``)
 for the master's port to accept connections. Exit codes: see
-:mod:`paijob.runtime.exitcodes`. SIGTERM/SIGINT are passed on to the workers,
+:mod:`paijob.task.exitcodes`. SIGTERM/SIGINT are passed on to the workers,
 which get ``--grace-period`` seconds before SIGKILL; workers run in their own
 process groups, which are killed whole.
 
@@ -49,7 +49,6 @@ import time
 from collections.abc import Mapping, Sequence
 
 from paijob.errors import PaijobError
-from paijob.runtime import exitcodes
 from paijob.runtime.config import LaunchConfig, LaunchError, WorkerCommand
 from paijob.runtime.console import line_buffered_stdio, say
 from paijob.runtime.env import MpiSlot
@@ -58,6 +57,7 @@ from paijob.runtime.netif import socket_ifname_env
 from paijob.runtime.portwatch import MasterPortWatch, read_abort_notice, serve_abort_notice
 from paijob.runtime.probe import wait_for_master
 from paijob.runtime.worker import finish, run_as_main
+from paijob.task import exitcodes
 from paijob.task.contract import worker_env
 
 log = logging.getLogger("paijob.runtime")

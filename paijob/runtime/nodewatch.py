@@ -34,8 +34,8 @@ from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from paijob.runtime import exitcodes
 from paijob.runtime.failures import Failure, choose_root_cause
+from paijob.task import exitcodes
 
 if TYPE_CHECKING:
     from paijob.runtime.config import LaunchConfig

@@ -10,7 +10,8 @@ relative paths in a user's script and data resolve as they do on the laptop.
 * ``carry``: how the archive travels (local state dir, or once in the job's
   ``parameters`` on a real cluster) under the server's body limit.
 
-Everything except ``carry.store_local`` is pure: no cluster, no network.
+Everything except ``carry.store_local`` (which only a real submit calls) is pure: no cluster, no
+network, no file written.
 """
 
 from __future__ import annotations
@@ -18,12 +19,13 @@ from __future__ import annotations
 from paijob.workdir.carry import (
     INLINE_DIR,
     PARAMETER,
+    carried,
     embed,
     inline_command,
     local_command,
     prepend_command,
-    ship,
     store_local,
+    stored_path,
 )
 from paijob.workdir.pack import (
     MAX_SNAPSHOT_BYTES,
@@ -36,8 +38,8 @@ from paijob.workdir.rules import WorkdirError
 from paijob.workdir.scan import walk
 
 __all__ = ["INLINE_DIR", "MAX_SNAPSHOT_BYTES", "MAX_SNAPSHOT_FILES", "PARAMETER", "Snapshot", "WorkdirError",
-           "embed", "human_size", "inline_command", "list_files", "local_command", "prepend_command", "ship",
-           "snapshot", "store_local", "walk"]
+           "carried", "embed", "human_size", "inline_command", "list_files", "local_command", "prepend_command",
+           "snapshot", "store_local", "stored_path", "walk"]
 
 
 def list_files(root: str) -> list[tuple[str, int]]:

@@ -55,11 +55,18 @@ def inline_command() -> str:
             f"echo <% $parameters.{PARAMETER} %> | base64 -d | tar -xz")
 
 
+def stored_path(snap: Snapshot, state_dir: Path) -> Path:
+    """Where the local cluster keeps ``snap`` (content-addressed: the same tree, the same file)."""
+    return state_dir / "snapshots" / f"{snap.digest}.tar.gz"
+
+
 def store_local(snap: Snapshot, state_dir: Path) -> Path:
-    """Keep the archive in the local cluster's state dir (touched when reused); returns its path."""
-    folder = state_dir / "snapshots"
-    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
-    path = folder / f"{snap.digest}.tar.gz"
+    """Keep the archive in the local cluster's state dir (touched when reused); returns its path.
+
+    The one effect of this package: only a real submit takes it (``paijob.api.ship``).
+    """
+    path = stored_path(snap, state_dir)
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     if path.exists():
         os.utime(path)  # recently stored: local prune leaves it for the job about to be submitted
     else:
@@ -115,14 +122,15 @@ def embed(text: str, snap: Snapshot, limit: int = SERVER_BODY_LIMIT) -> str:
     return result
 
 
-def ship(text: str, snap: Snapshot, state_dir: Path | None) -> tuple[str, list[str]]:
-    """The job text that starts every task in ``snap``, and lines saying what was shipped.
+def carried(text: str, snap: Snapshot, state_dir: Path | None) -> tuple[str, list[str]]:
+    """The job text that starts every task in ``snap``, and lines saying how it travels. Pure.
 
-    ``state_dir``: the local cluster's state dir (the snapshot is stored
-    there), or None for a real cluster (the snapshot is carried in the job).
+    ``state_dir``: the local cluster's state dir (the text names the archive at
+    :func:`stored_path`, which :func:`store_local` writes when the job is really
+    submitted), or None for a real cluster (the snapshot is carried in the job).
     """
     if state_dir is not None:
-        path = store_local(snap, state_dir)
+        path = stored_path(snap, state_dir)
         lines = [f"{snap.describe()}, stored in {path}"]
         return prepend_command(text, local_command(path)), lines + list(snap.left_out)
     shipped = embed(text, snap)

@@ -31,9 +31,12 @@ def project(tmp_path: Path) -> Path:
 def test_prepare_ships_the_workdir_through_the_state_dir_on_the_local_cluster(tmp_path: Path) -> None:
     job = api.prepare(api.JobRequest("ddp", sets=[("set", "script=train.py")], workdir=str(project(tmp_path)),
                                      cluster="local"))
+    assert not (tmp_path / "state").exists()  # prepare writes nothing: the snapshot is in memory
+    api.ship(job)  # what submit does first
     commands = yaml.safe_load(job.text)["taskRoles"]["worker"]["commands"]
     stored = list((tmp_path / "state" / "snapshots").glob("*.tar.gz"))
     assert len(stored) == 1 and commands[0] == workdir.local_command(stored[0])
+    assert stored[0].read_bytes() == job.snapshot.archive
     assert commands[-1].endswith("train.py") and "1 files" in job.notes[0]
 
 
@@ -109,3 +112,23 @@ def test_init_into_a_folder_it_cannot_create_is_one_line_and_exit_2(tmp_path: Pa
     err = capsys.readouterr().err
     assert "cannot write the project into" in err and "Traceback" not in err
     assert len(err.strip().splitlines()) == 1
+
+
+def _tree(folder: Path) -> dict[str, tuple[int, int]]:
+    return {str(p.relative_to(folder)): (p.stat().st_size, p.stat().st_mtime_ns) for p in sorted(folder.rglob("*"))}
+
+
+def test_submit_dry_run_leaves_the_local_state_dir_untouched(tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    from paijob import cli
+
+    argv = ["submit", "ddp", "--set", "script=train.py", "--workdir", str(project(tmp_path)), "-c", "local",
+            "--dry-run"]
+    assert cli.main(argv) == 0
+    assert not (tmp_path / "state").exists()  # not created, no snapshot stored
+    assert "stored in" in capsys.readouterr().err  # where a real submit will store it
+    (tmp_path / "state" / "snapshots").mkdir(parents=True)
+    (tmp_path / "state" / "snapshots" / "old.tar.gz").write_bytes(b"x")
+    before = _tree(tmp_path / "state")
+    assert cli.main(argv) == 0
+    assert _tree(tmp_path / "state") == before

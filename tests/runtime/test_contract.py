@@ -90,3 +90,19 @@ def test_one_process_modes_get_no_rank_prefix_and_dataparallel_is_rank_zero_of_o
 def test_a_horovod_slot_is_its_own_launcher():
     env = worker_env({}, {"RANK": "1"}, mode="horovod", precision="O1")
     assert env == {"RANK": "1", "PYTHONUNBUFFERED": "1", contract.PRECISION: "O1"}
+
+
+def test_both_commands_end_an_interrupt_with_the_same_code(monkeypatch, capsys):
+    from paijob import cli
+    from paijob.commands import templates
+    from paijob.runtime import cli as runtime_cli
+    from paijob.task import exitcodes
+
+    def interrupted(*_args: object) -> int:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(templates, "list_templates", interrupted)
+    monkeypatch.setattr(runtime_cli, "cmd_env", interrupted)
+    assert cli.main(["templates"]) == exitcodes.INTERRUPTED == 130
+    assert runtime_cli.main(["env"]) == exitcodes.INTERRUPTED
+    assert capsys.readouterr().err == "paijob: interrupted\npaijob-runtime: interrupted\n"

@@ -17,7 +17,6 @@ import pytest
 from conftest import base_env, task_env, wait_all
 
 from paijob.local.diagnostics import root_cause
-from paijob.runtime import exitcodes
 from paijob.runtime.cli import hang_settings
 from paijob.runtime.config import HangSettings, LaunchError
 from paijob.runtime.hangwatch import (
@@ -29,6 +28,7 @@ from paijob.runtime.hangwatch import (
     waiting_phrase,
 )
 from paijob.runtime.progress import classify_wait
+from paijob.task import exitcodes
 from paijob.task.options import build_parsers
 
 

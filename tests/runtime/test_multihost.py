@@ -20,7 +20,7 @@ from netns import Host, Network, netns_unavailable
 
 from paijob.openpai import taskenv
 from paijob.openpai.model import parse_job
-from paijob.runtime import exitcodes
+from paijob.task import exitcodes
 
 _UNAVAILABLE = netns_unavailable()
 pytestmark = pytest.mark.skipif(_UNAVAILABLE is not None, reason=str(_UNAVAILABLE))

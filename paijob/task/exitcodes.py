@@ -30,14 +30,14 @@ from __future__ import annotations
 import signal
 from dataclasses import dataclass
 
-from paijob.errors import PaijobError
+from paijob.errors import EXIT_INTERRUPTED, PaijobError
 from paijob.openpai import exitspec
 
 OK = 0
 USER_FAILURE = 1  # fallback when a worker's own code is unknown
 CONFIG_ERROR = 2
 INFRA_FAILURE = 143  # = 128 + SIGTERM: OpenPAI's transient, always-retried class
-INTERRUPTED = 130
+INTERRUPTED = EXIT_INTERRUPTED  # 130, as the paijob command
 HANG = 124  # the hang watch ended the job (coreutils' timeout uses 124 for "timed out")
 
 
