@@ -43,7 +43,9 @@ if TYPE_CHECKING:
     from paijob.remote.logs import LogFollower
     from paijob.remote.profiles import Cluster
     from paijob.remote.request import HttpRequest
-    from paijob.render.templating import RenderResult, SetArg, TemplateRef
+    from paijob.render.templates import TemplateRef
+    from paijob.render.templating import RenderResult
+    from paijob.render.values import SetArg
     from paijob.render.values_doc import ValueDoc
     from paijob.validate.verdict import ValidationReport
     from paijob.workdir import Snapshot
@@ -432,14 +434,14 @@ def write_text(path: str | Path, text: str) -> None:
 
 def template_names() -> list[str]:
     """The built-in templates' names."""
-    from paijob.render.templating import builtin_names
+    from paijob.render.templates import builtin_names
 
     return builtin_names()
 
 
 def template(name: str) -> TemplateRef:
     """A template by built-in name or path: its source, default values and schema."""
-    from paijob.render.templating import find_template
+    from paijob.render.templates import find_template
 
     return find_template(name)
 

@@ -11,13 +11,8 @@ import yaml
 from render_helpers import EXAMPLES, run_cli
 
 from paijob.errors import PaijobError
-from paijob.render.templating import (
-    ValuesError,
-    apply_set,
-    merge_values,
-    parse_set,
-    render_template,
-)
+from paijob.render.templating import render_template
+from paijob.render.values import ValuesError, apply_set, merge_values, parse_set
 
 
 def job_of(text: str) -> dict:  # type: ignore[type-arg]
@@ -340,7 +335,7 @@ def test_a_values_file_given_as_the_template_gets_a_hint(capsys: pytest.CaptureF
     ["a: b", "- item", "#hash", "it's \"quoted\"", "line one\nline two", "true", "010", "<% $secrets.x %>", ""],
 )
 def test_any_command_text_survives_as_one_list_item(command: str) -> None:
-    from paijob.render.templating import shell_quote, yaml_scalar
+    from paijob.render.filters import shell_quote, yaml_scalar
 
     assert yaml.safe_load(f"- {yaml_scalar(command)}") == [command]
     rendered = render_template("ddp", ordered_sets=[("set-string", f"env.X={command}")])

@@ -15,13 +15,9 @@ import yaml
 from render_helpers import ROOT, run_cli
 
 from paijob.errors import PaijobError
-from paijob.render.templating import (
-    builtin_names,
-    find_template,
-    render_template,
-    shell_quote,
-    yaml_scalar,
-)
+from paijob.render.filters import shell_quote, yaml_scalar
+from paijob.render.templates import builtin_names, find_template
+from paijob.render.templating import render_template
 from paijob.validate.verdict import validate_text
 
 TEMPLATES = ROOT / "templates"
@@ -336,7 +332,7 @@ def test_a_scalar_secret_or_parameter_is_an_error_not_a_document_end(
 
 
 def test_yaml_block_never_ends_a_document() -> None:
-    from paijob.render.templating import yaml_block
+    from paijob.render.filters import yaml_block
 
     assert yaml_block("x") == "x"
     assert yaml.safe_load(yaml_block(["a", "..."])) == ["a", "..."]

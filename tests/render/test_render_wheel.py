@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from render_helpers import ROOT
 
-from paijob.render.templating import builtin_names
+from paijob.render.templates import builtin_names
 
 
 def test_wheel_contains_the_templates(tmp_path: Path) -> None:

@@ -6,7 +6,7 @@ import pytest
 import yaml
 from render_helpers import ROOT, run_cli
 
-from paijob.render.templating import builtin_names, find_template
+from paijob.render.templates import builtin_names, find_template
 
 
 def test_builtins_are_the_five_documented_templates() -> None:
