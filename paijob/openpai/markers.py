@@ -29,12 +29,10 @@ Pure functions; the only error is a template mustache.js itself rejects.
 from __future__ import annotations
 
 import datetime
-import html
 import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from decimal import Decimal
 from typing import Any
 
 from paijob.errors import PaijobError
@@ -64,6 +62,8 @@ def js_number(value: float | int) -> str:
         return "Infinity" if number > 0 else "-Infinity"
     if number == 0:
         return "0"
+    from decimal import Decimal  # only for a number with digits to place: not on every import
+
     sign, digit_tuple, exponent = Decimal(repr(abs(number))).as_tuple()
     digits = "".join(str(d) for d in digit_tuple).rstrip("0") or "0"
     assert isinstance(exponent, int)
@@ -307,6 +307,8 @@ def render_runtime(command: str, secrets: Any) -> str:
                 found = found[part]
             else:
                 return ""
+        import html  # only where a tag is filled in: not on every import
+
         return html.escape(found if isinstance(found, str) else str(found), quote=True)
 
     return _PYSTACHE_TAG.sub(value, command)

@@ -7,7 +7,6 @@ Values files are read with paijob's bounded YAML reader (``openpai.jsyaml``).
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -179,6 +178,8 @@ def build_values(
         known |= used_names(template) if used_names else set()  # parses the templates: only when needed
         for key, where in given:
             if key not in known:
+                import difflib  # only for an unknown value: not on every render
+
                 close = difflib.get_close_matches(key, sorted(known), n=1)
                 hint = f"; did you mean '{close[0]}'?" if close else ""
                 unknown.append(

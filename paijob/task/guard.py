@@ -13,7 +13,6 @@ import sys
 from collections.abc import Callable
 
 from paijob.errors import PaijobError
-from paijob.task import exitcodes
 
 
 def run_guarded(program: str, command: Callable[[], int | None], *,
@@ -27,6 +26,8 @@ def run_guarded(program: str, command: Callable[[], int | None], *,
         print(f"{program}: error: {shown(str(error))}", file=sys.stderr)
         return error.exit_code
     except KeyboardInterrupt:
+        from paijob.task import exitcodes  # (and signal): only when it is needed
+
         print(f"{program}: interrupted", file=sys.stderr)
         return exitcodes.INTERRUPTED
     except BrokenPipeError:

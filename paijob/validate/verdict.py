@@ -16,7 +16,6 @@ submit`` and the local cluster's POST.
 
 from __future__ import annotations
 
-import difflib
 import os
 from collections.abc import Hashable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -316,6 +315,8 @@ def _additional(error: SchemaError, path: YamlPath) -> Iterator[Finding]:
                 "(letters, digits and _, not starting with a digit)"
             )
             continue
+        import difflib  # only for an unknown key: not on every render
+
         close = difflib.get_close_matches(str(key), allowed, n=1)
         hint = f"did you mean '{close[0]}'?" if close else "allowed: " + ", ".join(allowed)
         yield ERROR, (*path, key), f"unknown key '{key}' ({hint})"
