@@ -99,7 +99,7 @@ class LogFollower:
     def _read(self, key: tuple[int, str, int, int], final: bool = False) -> None:
         stream = self.streams.get(key)
         if stream is None:
-            from paijob.remote.client import NoJobError
+            from paijob.remote.errors import NoJobError
 
             try:
                 uris = self.client.log_locations(self.job_id, *key)

@@ -14,7 +14,8 @@ from paijob.local.server import LocalServer
 from paijob.local.service import local_user
 from paijob.openpai.rest import format_protocol_errors, mask_secrets
 from paijob.remote import profiles
-from paijob.remote.client import PaiClient, _problems
+from paijob.remote.client import PaiClient
+from paijob.remote.errors import problems as _problems
 
 
 def wait(client: PaiClient, job_id: str, timeout: float = 60) -> dict:
