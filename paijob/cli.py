@@ -112,9 +112,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     if getattr(args, "openpai_before_1_6", False):
         # a setting every check reads (validate, render, submit's prepare), as if exported by the user
-        from paijob.openpai.names import BEFORE_V1_6_SETTING
-
-        os.environ[BEFORE_V1_6_SETTING] = "1"
+        os.environ[contract.OPENPAI_BEFORE_1_6] = "1"
     from paijob.task.guard import run_guarded
 
     return run_guarded("paijob", lambda: args.func(args), shown=_shown)

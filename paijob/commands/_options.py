@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from paijob.task import contract
+
 
 def add_openpai_version_option(parser: argparse.ArgumentParser) -> None:
     """``--openpai-before-1.6``: the cluster is older than OpenPAI v1.6 (``cli.main`` sets the setting)."""
@@ -12,5 +14,5 @@ def add_openpai_version_option(parser: argparse.ArgumentParser) -> None:
         dest="openpai_before_1_6",
         action="store_true",
         help="the cluster runs OpenPAI older than v1.6: allow role names its runtime rewrites (Worker_A); "
-        "same as PAIJOB_OPENPAI_BEFORE_1_6=1",
+        f"same as {contract.OPENPAI_BEFORE_1_6}=1",
     )

@@ -534,7 +534,7 @@ class JobRunner(threading.Thread):
                                      b"extras.gangAllocation: false (as on OpenPAI); ignored\n")
         if role_name_breaks_init(task.role.name) and not openpai_before_1_6():
             message = init_role_failure(task.role.name)
-            sink.write("stderr", f"[paijob local] {message}; {role_name_fix(task.role.name)}\n".encode())
+            sink.write("stderr", f"[paijob local] {message}; {role_name_fix(task.role.name, contract.OPENPAI_BEFORE_1_6)}\n".encode())
             sink.close()
             task.state, task.code, task.init_failed = "RUNNING", 1, True  # the run loop ends it as exited 1
             self.store.update_task(self.username, self.name_, attempt, task.role.name, task.index, task.attempt,

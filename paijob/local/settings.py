@@ -14,7 +14,6 @@ import os
 import re
 
 from paijob.errors import PaijobError
-from paijob.openpai.names import BEFORE_V1_6_SETTING
 from paijob.task import contract, ports
 
 STOP_GRACE = contract.LOCAL_STOP_GRACE
@@ -63,9 +62,9 @@ def cgroup_wanted() -> bool:
 
 def openpai_before_1_6() -> bool:
     """``PAIJOB_OPENPAI_BEFORE_1_6=1``: run role names that OpenPAI v1.6+'s init container cannot find (default 0)."""
-    raw = os.environ.get(BEFORE_V1_6_SETTING, "0").strip()
+    raw = os.environ.get(contract.OPENPAI_BEFORE_1_6, "0").strip()
     if raw not in ("0", "1"):
-        raise LocalSettingError(f"{BEFORE_V1_6_SETTING}={raw!r} must be 0 (the local cluster behaves as OpenPAI "
+        raise LocalSettingError(f"{contract.OPENPAI_BEFORE_1_6}={raw!r} must be 0 (the local cluster behaves as OpenPAI "
                                 "v1.6+, the default) or 1 (as an older OpenPAI)")
     return raw == "1"
 

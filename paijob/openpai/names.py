@@ -63,8 +63,8 @@ def framework_object_name(job_id: str) -> str:
 # openpai-runtime v0.1.10 (shipped with OpenPAI v1.6.0 and later): its init container looks the task's
 # role up in the job config by the converted name (initializer.py ``jobconfig['taskRoles'][taskrole]``),
 # while the config's keys are the names as written, so a role that the conversion changes fails in init
-# (exit 1, before the user's commands). Older clusters run such roles; this setting says the cluster is one.
-BEFORE_V1_6_SETTING = "PAIJOB_OPENPAI_BEFORE_1_6"
+# (exit 1, before the user's commands). Older clusters run such roles; a setting says the cluster is one
+# (paijob.task.contract.OPENPAI_BEFORE_1_6, which the caller names in the fix).
 INIT_ROLE_LOOKUP_SINCE = "OpenPAI v1.6.0 (openpai-runtime v0.1.10)"
 
 
@@ -73,12 +73,12 @@ def role_name_breaks_init(role: str) -> bool:
     return runtime_role_name(role) != role
 
 
-def role_name_fix(role: str) -> str:
+def role_name_fix(role: str, setting: str) -> str:
     """How to fix a role name that OpenPAI v1.6+'s init container cannot find (one clause)."""
     converted = runtime_role_name(role)
     rename = f"rename the role to '{converted}'" if converted else "rename the role (lowercase letters and digits)"
     return (f"{rename} (lowercase letters and digits only), or, for a cluster older than OpenPAI v1.6, "
-            f"set {BEFORE_V1_6_SETTING}=1 (or pass --openpai-before-1.6)")
+            f"set {setting}=1 (or pass --openpai-before-1.6)")
 
 
 def init_role_failure(role: str) -> str:

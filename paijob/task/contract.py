@@ -102,6 +102,9 @@ PORT_RANGE = "PAIJOB_PORT_RANGE"
 """``LOW-HIGH``: where the local cluster's task ports and a standalone run's rendezvous port
 are drawn from (default 20000-28999), less the kernel's ephemeral range (:mod:`paijob.task.ports`)."""
 
+OPENPAI_BEFORE_1_6 = "PAIJOB_OPENPAI_BEFORE_1_6"
+"""``1``: the cluster runs OpenPAI older than v1.6, whose runtime runs role names it rewrites (``--openpai-before-1.6``)."""
+
 KNOCK_ON_HOLD_SECONDS = 5.0  # per-gpu: the agent learns a root cause within about a second
 
 

@@ -27,6 +27,7 @@ from paijob.openpai.names import (
     role_name_breaks_init,
     role_name_fix,
 )
+from paijob.task import contract
 from paijob.validate.schema import iter_schema_errors
 
 ERROR = "error"
@@ -220,7 +221,7 @@ def runtime_role_names(job: Job, before_v1_6: bool = False) -> Iterator[Finding]
     for role in job.roles:
         name = role.runtime_name
         if not before_v1_6 and role_name_breaks_init(role.name):
-            yield ERROR, _role_path(role), f"{init_role_failure(role.name)}; {role_name_fix(role.name)}"
+            yield ERROR, _role_path(role), f"{init_role_failure(role.name)}; {role_name_fix(role.name, contract.OPENPAI_BEFORE_1_6)}"
         elif not name:
             yield WARNING, _role_path(role), (
                 f"role name '{role.name}' has no letters or digits: OpenPAI names the "

@@ -25,7 +25,7 @@ from typing import Any
 from paijob.errors import PaijobError
 from paijob.openpai.jsyaml import SERVER_BODY_LIMIT, LineMap, Loaded, YamlError, load_job
 from paijob.openpai.model import Job, parse_job
-from paijob.openpai.names import BEFORE_V1_6_SETTING
+from paijob.task import contract
 from paijob.validate.rules import (
     ERROR,
     PAIJOB_RULES,
@@ -229,7 +229,7 @@ def validate_job(
 
 def before_v1_6_setting() -> bool:
     """``PAIJOB_OPENPAI_BEFORE_1_6=1``: the cluster is older than OpenPAI v1.6 (any other value: not)."""
-    return os.environ.get(BEFORE_V1_6_SETTING, "").strip() == "1"
+    return os.environ.get(contract.OPENPAI_BEFORE_1_6, "").strip() == "1"
 
 
 def _findings(
