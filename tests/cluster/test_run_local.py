@@ -135,7 +135,7 @@ def test_a_sigterm_during_the_submit_stops_the_job_once_the_submit_answers(monke
         return "me~job_1"
 
     monkeypatch.setattr(api, "prepare", lambda request: SimpleNamespace(warnings=[], notes=[], target=None))
-    monkeypatch.setattr(api, "connect", lambda target, timeout: SimpleNamespace(cluster_name="local"))
+    monkeypatch.setattr(api, "connect", lambda target, timeout, **notes: SimpleNamespace(cluster_name="local", is_local=True))
     monkeypatch.setattr(api, "submit", submit)
     monkeypatch.setattr(api, "stop", lambda client, job_id: stopped.append(job_id))
     monkeypatch.setattr(api, "follow_logs", lambda *args, **kwargs: pytest.fail("followed after SIGTERM"))
