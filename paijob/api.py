@@ -82,6 +82,7 @@ class JobRequest:
     force: bool = False
     skip_unreadable: bool = False
     cluster: str | None = None
+    allow_unknown_values: bool = False  # values the template does not read: a warning instead of an error
 
 
 @dataclass
@@ -141,7 +142,7 @@ def prepare(request: JobRequest, project: project_config.Project | None = None) 
         raise PaijobError("no job given: name a job YAML or a template (see `paijob templates`), or run "
                           f"in a folder with a {project_config.FILENAME} (`paijob init` writes one)")
     values = [*project.values, *request.values] if not templating.is_job_file(spec) else list(request.values)
-    result = templating.render(spec, values, request.sets)
+    result = templating.render(spec, values, request.sets, allow_unknown=request.allow_unknown_values)
     source = result.report.source
     warnings = [problem.format(source) for problem in result.report.warnings]
     cluster = request.cluster or project.cluster
@@ -417,11 +418,15 @@ def follow_logs(client: PaiClient, job_id: str, *, role: str | None = None, inde
 
 
 def render(template: str, values: Sequence[str | Path] = (), sets: Sequence[SetArg] = (), *,
-           check: bool = True) -> RenderResult:
-    """``paijob render``: a template (or a plain job file) with values files and ``(kind, "key=value")`` sets."""
+           check: bool = True, allow_unknown_values: bool = False) -> RenderResult:
+    """``paijob render``: a template (or a plain job file) with values files and ``(kind, "key=value")`` sets.
+
+    A value the template does not read is an error for a template with a values schema (the built-ins),
+    a warning with ``allow_unknown_values``.
+    """
     from paijob.render import templating
 
-    return templating.render(template, values, sets, check=check)
+    return templating.render(template, values, sets, check=check, allow_unknown=allow_unknown_values)
 
 
 def write_text(path: str | Path, text: str) -> None:

@@ -5,8 +5,10 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import sys
 import time
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, TextIO
 
@@ -139,14 +141,70 @@ def failing_task(detail: dict[str, Any]) -> str | None:
     return None
 
 
+# paijob-runtime's root-cause headline (runtime/failures.py) as the local cluster records it in a task's
+# containerExitDiagnostics, followed by the error line of that worker's traceback (local/diagnostics.py).
+_ROOT_CAUSE = re.compile(r"worker rank (?P<rank>\d+) \(node rank (?P<node>\d+), local rank \d+\) failed with "
+                         r"(?P<how>exit code -?\d+|signal \w+)(?P<elsewhere> \(on another node\))?"
+                         r"(?:: (?P<error>.+?))?(?:; user command exited with .*)?$")
+
+
+@dataclass(frozen=True)
+class RootCause:
+    """The worker whose failure ended the job, as paijob-runtime reported it."""
+
+    rank: int
+    task: str | None  # role/index of the task it ran in, when known
+    how: str  # "exit code 1", "signal SIGSEGV"
+    error: str | None  # the exception line of its traceback
+
+    def __str__(self) -> str:
+        where = f" on {self.task}" if self.task else ""
+        return f"rank {self.rank}{where} failed with {self.how}" + (f": {self.error}" if self.error else "")
+
+
+def root_cause(detail: dict[str, Any]) -> RootCause | None:
+    """The failing rank, its task and its error, from the tasks' exit diagnostics (None where they lack it).
+
+    Which task OpenPAI names (``appExitTriggerTaskRoleName``) is only the first to exit: when rank 1 raises,
+    node 0 may learn of it and exit first, and the attempt then stops rank 1's task. Every node's
+    paijob-runtime names the same root cause; a node reporting its own worker beats one reporting a worker
+    "on another node", whose task follows from paijob-runtime's layout (node ranks count the tasks in role
+    order).
+    """
+    found = []
+    for role, task in tasks_of(detail):
+        text = task.get("containerExitDiagnostics")
+        match = _ROOT_CAUSE.match(" ".join(text.split())) if isinstance(text, str) else None
+        if match:
+            found.append((match.group("elsewhere") is not None, f"{role}/{task.get('taskIndex')}", match))
+    if not found:
+        return None
+    elsewhere, where, match = min(found, key=lambda item: item[0])
+    node = int(match.group("node"))
+    return RootCause(int(match.group("rank")), _task_of_node(detail, node) if elsewhere else where,
+                     match.group("how"), match.group("error"))
+
+
+def _task_of_node(detail: dict[str, Any], node_rank: int) -> str | None:
+    for role, task in tasks_of(detail):
+        if node_rank == 0:
+            return f"{role}/{task.get('taskIndex')}"
+        node_rank -= 1
+    return None
+
+
 def outcome_line(job_id: str, detail: dict[str, Any]) -> str:
+    """The one line a finished job ends with; a failed one leads with the root cause, then what OpenPAI saw."""
     status = detail["jobStatus"]
     state = status["state"]
     text = f"job {job_id} {state}"
     if state == "FAILED":
+        cause = root_cause(detail)
         failing = failing_task(detail)
-        if failing:
-            text += f": {failing}"
+        if cause and failing:
+            text += f": {cause} (OpenPAI: {failing})"
+        elif cause or failing:
+            text += f": {cause or failing}"
         elif status.get("appExitDiagnostics"):
             text += f": {status['appExitDiagnostics']}"
     elif state == "STOPPED" and status.get("appExitDiagnostics"):

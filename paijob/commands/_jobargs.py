@@ -37,6 +37,7 @@ def request_from_args(args: argparse.Namespace) -> JobRequest:
         force=bool(getattr(args, "force", False)),
         skip_unreadable=bool(getattr(args, "skip_unreadable", False)),
         cluster=getattr(args, "cluster", None),
+        allow_unknown_values=bool(getattr(args, "allow_unknown_values", False)),
     )
 
 

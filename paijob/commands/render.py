@@ -82,6 +82,13 @@ def add_render_options(parser: argparse.ArgumentParser) -> None:
         help="like --set, but the value is always a string (e.g. --set-string name=0042)",
     )
     _options.add_openpai_version_option(parser)
+    parser.add_argument(
+        "--allow-unknown-values",
+        action="store_true",
+        help="a value the template does not read is a warning, not an error (for a values file shared by "
+        "several templates); built-in templates otherwise refuse it, since a typo such as instnaces=2 "
+        "would render the job without it",
+    )
 
 
 def register(subparsers: Any) -> None:
@@ -117,7 +124,7 @@ def register(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from paijob import api
 
-    result = api.render(args.template, args.values, args.sets)
+    result = api.render(args.template, args.values, args.sets, allow_unknown_values=args.allow_unknown_values)
     report = result.report
     for problem in report.warnings:
         print(f"paijob: {problem.format(report.source)}", file=sys.stderr)

@@ -53,6 +53,9 @@ def print_status(detail: dict[str, Any], job_id: str, wide: bool = False, raw: b
         print(f"exit code  {status['appExitCode']}" + (f" ({phrase}, OpenPAI's code)" if phrase else ""))
     if status.get("paijobStall"):  # the local cluster: paijob-runtime's hang watch, while it runs
         print(f"stalled    {shown(status['paijobStall'])}")
+    cause = common.root_cause(detail) if status["state"] == "FAILED" else None
+    if cause:
+        print(f"cause      {shown(str(cause))}")
     message = status.get("appExitTriggerMessage") or status.get("appExitDiagnostics")
     if message:
         print(f"reason     {shown(message)}")
@@ -79,11 +82,14 @@ def print_status(detail: dict[str, Any], job_id: str, wide: bool = False, raw: b
 
 def task_errors(detail: dict[str, Any], limit: int = 5) -> list[tuple[str, str]]:
     """(role/index, exit diagnostics) of failed tasks: the script's own exit and error (the local
-    cluster records paijob-runtime's root cause there) beside the OpenPAI code it maps to."""
+    cluster records paijob-runtime's root cause there) beside the OpenPAI code it maps to. The task
+    of the root cause comes first, whichever task exited first."""
     found = []
     for role, task in common.tasks_of(detail):
         text = task.get("containerExitDiagnostics")
         code = task.get("containerExitCode")
         if isinstance(text, str) and text.strip() and isinstance(code, int) and code > 0:
             found.append((f"{role}/{task.get('taskIndex')}", " ".join(text.split())[:500]))
+    cause = common.root_cause(detail)
+    found.sort(key=lambda item: cause is None or item[0] != cause.task)
     return found[:limit]

@@ -50,7 +50,7 @@ from paijob.render.templates import (
     find_template,
     is_job_file,
 )
-from paijob.render.values import SetArg, Values, build_values
+from paijob.render.values import SetArg, Values, ValuesError, build_values
 from paijob.task import contract
 from paijob.task.jobversion import RENDERED_VERSION_ENV
 from paijob.validate.verdict import (
@@ -332,6 +332,7 @@ def render_template(
     *,
     ordered_sets: Sequence[SetArg] | None = None,
     check: bool = True,
+    allow_unknown: bool = False,
 ) -> RenderResult:
     """Render a template to a checked OpenPAI job.
 
@@ -343,12 +344,22 @@ def render_template(
     ``TemplateError`` / ``ValuesError`` for bad input, ``JobValidationError``
     when ``check`` and the rendered job breaks the protocol. Warnings are in
     ``result.report.warnings``.
+
+    A value the template never reads (``--set instnaces=2``) is an error for a
+    template with a values schema, the built-ins among them: its values are
+    declared, so an unknown one is a typo that would otherwise render (and
+    submit) a job without it. ``allow_unknown`` passes deliberate extras (a
+    values file shared by several templates) with a warning, as for templates
+    without a schema.
     """
     ref = template if isinstance(template, TemplateRef) else find_template(template)
     if ordered_sets is None:
         ordered_sets = [("set", s) for s in sets] + [("set-string", s) for s in set_strings]
     unknown: list[str] = []
     values = build_values(ref, value_files, ordered_sets, unknown, used_names)
+    if unknown and not allow_unknown and ref.schema_path() is not None:
+        raise ValuesError(f"{'; '.join(unknown)}; fix the name, or pass --allow-unknown-values to keep it "
+                          "as a warning (a values file shared by several templates)")
     text = render_text(ref, values)
     source = f"{ref.name} (rendered)"
     # The rendered TEXT, re-read exactly as `paijob validate` reads a file: what
@@ -388,7 +399,8 @@ def load_job_file(path: str | Path, *, check: bool = True) -> RenderResult:
 
 
 def render(
-    template: str, values: Sequence[str | Path] = (), sets: Sequence[SetArg] = (), *, check: bool = True
+    template: str, values: Sequence[str | Path] = (), sets: Sequence[SetArg] = (), *, check: bool = True,
+    allow_unknown: bool = False,
 ) -> RenderResult:
     """Render ``template`` with ``values`` files and ``sets``, or read it when it is a plain job file.
 
@@ -412,4 +424,4 @@ def render(
                 "edit the file, or give a template (a built-in name or a .yaml.j2 file)"
             )
         return load_job_file(template, check=check)
-    return render_template(template, values, ordered_sets=sets, check=check)
+    return render_template(template, values, ordered_sets=sets, check=check, allow_unknown=allow_unknown)

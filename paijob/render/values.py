@@ -167,7 +167,7 @@ def build_values(
     for kind, expr in sets:
         flag = "--set-string" if kind == "set-string" else "--set"
         keys, value = parse_set(expr, as_string=kind == "set-string", flag=flag)
-        given.append((keys[0], f"{flag} {expr}"))
+        given.append((keys[0], f"{flag} {expr!r}" if not expr.isprintable() else f"{flag} {expr}"))
         values = apply_set(values, keys, value)
     schema = template.schema_path()
     if schema is not None:

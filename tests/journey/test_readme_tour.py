@@ -87,12 +87,14 @@ def page_steps(text: str) -> list[tuple[str, str, list[str]]]:
             for line in body.splitlines():
                 if line.strip() and not line.lstrip().startswith("#"):
                     steps.append(("bash", line, []))
-        elif lang == "text":
+        elif lang == "text":  # `$ ` lines are commands, the lines after one what it prints; others are shown only
+            command: tuple[str, str, list[str]] | None = None
             for line in body.splitlines():
                 if line.startswith("$ "):
-                    steps.append(("bash", line[2:], []))
-                elif steps and line.strip():
-                    steps[-1][2].append(line)
+                    command = ("bash", line[2:], [])
+                    steps.append(command)
+                elif command and line.strip():
+                    command[2].append(line)
     return steps
 
 

@@ -180,11 +180,28 @@ def test_template_path_environment_variable_adds_template_folders(
     assert job_of(render_template("team").text)["name"] == "team-job"
 
 
-def test_unknown_value_is_a_warning_with_a_suggestion(capsys: pytest.CaptureFixture[str]) -> None:
+def test_an_unknown_value_of_a_built_in_template_is_an_error_with_a_suggestion(
+        capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = run_cli(capsys, "render", "ddp", "--set", "instance=4")
+    assert code == 2 and out == ""
+    assert "value 'instance' (--set instance=4)" in err and "did you mean 'instances'" in err
+    assert "--allow-unknown-values" in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_allow_unknown_values_passes_deliberate_extras_with_a_warning(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run_cli(capsys, "render", "ddp", "--set", "instance=4", "--allow-unknown-values")
     assert code == 0
-    assert "value 'instance'" in err and "did you mean 'instances'" in err
+    assert "warning: value 'instance'" in err and "did you mean 'instances'" in err
     assert worker(out)["instances"] == 1
+
+
+def test_an_unknown_value_of_a_template_without_a_schema_stays_a_warning(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run_cli(capsys, "render", "examples/my-template.yaml.j2", "-f", "examples/my.values.yaml",
+                             "--set", "colour=blue")
+    assert code == 0, err
+    assert "value 'colour'" in err
 
 
 def test_render_refuses_a_job_that_breaks_the_protocol(capsys: pytest.CaptureFixture[str]) -> None:
@@ -342,3 +359,24 @@ def test_any_command_text_survives_as_one_list_item(command: str) -> None:
     assert worker(rendered.text)["commands"][0] == "export X=" + shell_quote(command)
     rendered = render_template("ddp", sets=[f"setup=[{yaml_scalar(command)}]"])
     assert worker(rendered.text)["commands"][-2] == command  # setup runs right before training
+
+
+@pytest.mark.parametrize("verb", [["submit", "-c", "local", "--dry-run"], ["run", "--local"]])
+def test_submit_and_run_refuse_an_unknown_value_before_anything_is_sent(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path, verb: list[str]) -> None:
+    monkeypatch.setenv("PAIJOB_LOCAL_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    code, out, err = run_cli(capsys, verb[0], "ddp", "--set", "instnaces=2", *verb[1:])
+    assert code == 2 and out == ""
+    assert "value 'instnaces' (--set instnaces=2)" in err and "did you mean 'instances'" in err
+    assert not (tmp_path / "state").exists()  # no local cluster was started for a job that cannot go
+
+
+def test_submit_with_allow_unknown_values_sends_the_job_with_a_warning(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("PAIJOB_LOCAL_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    code, out, err = run_cli(capsys, "submit", "ddp", "--set", "instnaces=2", "-c", "local", "--dry-run",
+                             "--allow-unknown-values")
+    assert code == 0, err
+    assert "warning: value 'instnaces'" in err and "POST" in out
