@@ -40,13 +40,16 @@ This module imports torch only inside :func:`launch` for ``per-gpu`` mode.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 
 from paijob.errors import PaijobError
 from paijob.runtime.config import LaunchConfig, LaunchError, WorkerCommand
@@ -62,6 +65,7 @@ from paijob.task.contract import worker_env
 
 log = logging.getLogger("paijob.runtime")
 
+INDUCTOR_CACHE_DIR = "TORCHINDUCTOR_CACHE_DIR"  # torch's name; default $TMPDIR/torchinductor_<user>
 NOTICE_LINGER = 30.0  # per-node: how long node 0 answers the waiting nodes after a diagnosis
 
 
@@ -74,9 +78,30 @@ def launch(config: LaunchConfig) -> int:
     if dist.node_rank != 0 and config.multi_node:
         _wait_for_master(config)
     env = _worker_env(config)
-    if config.mode == "per-gpu":
-        return _launch_per_gpu(config, env)
-    return _launch_one_process(config, env)
+    with _private_compile_cache(env):
+        if config.mode == "per-gpu":
+            return _launch_per_gpu(config, env)
+        return _launch_one_process(config, env)
+
+
+@contextlib.contextmanager
+def _private_compile_cache(env: dict[str, str]) -> Iterator[None]:
+    """torch's compile cache in a folder of this run's own, removed when the node ends.
+
+    torch creates ``$TMPDIR/torchinductor_<user>`` in every worker (2.13 does it with the first
+    optimizer, compiled or not) and never removes it: a laptop's TMPDIR keeps one per user forever. A
+    ``TORCHINDUCTOR_CACHE_DIR`` the user set is theirs to keep (set it to reuse compiled kernels across
+    runs).
+    """
+    if env.get(INDUCTOR_CACHE_DIR):
+        yield
+        return
+    folder = tempfile.mkdtemp(prefix="paijob-runtime-inductor-")
+    env[INDUCTOR_CACHE_DIR] = folder
+    try:
+        yield
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def _worker_env(config: LaunchConfig) -> dict[str, str]:

@@ -51,11 +51,7 @@ SKIPPED = {
 EXIT_CODES = {"paijob validate examples/broken.yaml": 2}
 # What the tour still leaves in TMPDIR, each with the work that removes it; a pattern the tour no longer
 # leaves fails the test, so this list only shrinks.
-KNOWN_TMP_LEFTOVERS = {
-    "torchinductor_*": "torch's own per-user compile cache, made by torch (2.13 builds it with the first "
-                       "optimizer) in section 4, where paijob-runtime runs on this machine with the user's "
-                       "TMPDIR; local-cluster tasks get a private TMPDIR in their job folder",
-}
+KNOWN_TMP_LEFTOVERS: dict[str, str] = {}
 
 pytestmark = [
     pytest.mark.skipif(sys.prefix == sys.base_prefix or not (BIN / "paijob").exists(),
