@@ -29,7 +29,8 @@ def test_there_are_runnable_examples() -> None:
 @pytest.mark.parametrize("values", VALUES, ids=lambda p: p.name)
 def test_example_yaml_matches_current_templates(values: Path) -> None:
     argv = render_command(values)
-    assert argv[:2] == ["paijob", "render"] and argv[3] == "-f" and argv[5] == "-o"
+    # --output-file, not the deprecated `-o FILE` (-o names a format now): the comment is a command to copy
+    assert argv[:2] == ["paijob", "render"] and argv[3] == "-f" and argv[5] == "--output-file", argv
     template, values_file, output = argv[2], ROOT / argv[4], ROOT / argv[6]
     assert values_file == values
     result = render_template(template, [values_file])
