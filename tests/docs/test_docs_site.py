@@ -89,3 +89,18 @@ def test_the_site_builds_without_a_warning(tmp_path: Path) -> None:
     warnings = [line for line in done.stderr.splitlines() if line.startswith(("WARNING", "ERROR"))]
     assert not warnings, warnings
     assert (tmp_path / "site" / "reference" / "cli" / "index.html").exists()
+
+
+def test_the_performance_table_quotes_the_results_json() -> None:
+    """Each row of docs/performance.md's table that benchmarks/table.py prints from the JSON the page names
+    is that row, to the letter (rows measured apart, such as the start-up ratios, say so in their first cell)."""
+    page = (ROOT / "docs" / "performance.md").read_text(encoding="utf-8")
+    (results,) = set(re.findall(r"benchmarks/results/(benchmarks-[\w-]+\.json)", page))
+    assert f"![benchmark chart](benchmarks/{results.removesuffix('.json')}.png)" in page  # the run's own chart
+    printed = subprocess.run([sys.executable, "table.py", f"results/{results}"], cwd=ROOT / "benchmarks",
+                             capture_output=True, text=True, check=True, timeout=120).stdout
+    rows = {line.split(" | ")[0]: line for line in printed.splitlines() if line.startswith("| ")}
+    quoted = [line for line in page.splitlines() if line.split(" | ")[0] in rows and not line.startswith("| ---")]
+    assert len(quoted) >= 6, "the page quotes too few of table.py's rows"
+    for line in quoted:
+        assert line == rows[line.split(" | ")[0]], f"stale row: run python benchmarks/table.py results/{results}"
