@@ -104,3 +104,22 @@ def test_the_performance_table_quotes_the_results_json() -> None:
     assert len(quoted) >= 6, "the page quotes too few of table.py's rows"
     for line in quoted:
         assert line == rows[line.split(" | ")[0]], f"stale row: run python benchmarks/table.py results/{results}"
+
+
+def _slug(heading: str) -> str:
+    """The anchor MkDocs' toc extension (and GitHub) gives a heading: lower case, words joined by '-'."""
+    text = re.sub(r"[^\w\- ]", "", heading.strip().lower().replace("`", ""))
+    return re.sub(r"[\s]+", "-", text)
+
+
+def test_the_readmes_links_into_the_docs_resolve() -> None:
+    """mkdocs --strict checks the site's own links; the README's (read on GitHub) are checked here."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    links = re.findall(r"\]\((?!https?://)([^)#\s]+)(?:#([^)\s]+))?\)", readme)
+    assert links
+    for path, anchor in links:
+        target = ROOT / path
+        assert target.exists(), f"README links to {path}, which does not exist"
+        if anchor:
+            headings = re.findall(r"^#+ (.+)$", target.read_text(encoding="utf-8"), flags=re.MULTILINE)
+            assert anchor in {_slug(h) for h in headings}, f"README links to {path}#{anchor}: no such heading"
