@@ -28,7 +28,7 @@ import requests
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.harness import machine_info  # noqa: E402
-from paijob.local import service  # noqa: E402
+from paijob.local import daemon  # noqa: E402
 
 API = "/rest-server/api/v2"
 SLOW_HEAD = (b"POST " + API.encode() + b"/jobs HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: text/yaml\r\n"
@@ -69,9 +69,9 @@ def _probe(url: str, token: str) -> list[float]:
 
 def measure(state_dir: Path, *, idle: int, slow: int) -> dict[str, Any]:
     """Run the load against a fresh background server in ``state_dir``; its figures."""
-    info = service.up(state_dir)
+    info = daemon.up(state_dir)
     pid, url = int(info["pid"]), str(info["url"])
-    token = service.read_token(state_dir) or ""
+    token = daemon.read_token(state_dir) or ""
     held: list[socket.socket] = []
     try:
         quiet = _probe(url, token)  # also starts every worker thread the pool has
@@ -97,7 +97,7 @@ def measure(state_dir: Path, *, idle: int, slow: int) -> dict[str, Any]:
     finally:
         for sock in held:
             sock.close()
-        service.down(state_dir)
+        daemon.down(state_dir)
     return figures
 
 

@@ -107,7 +107,7 @@ def resolve_cluster(name: str | None = None, *, start_local: bool = True,
     ``on_note`` hears what the user should be told (a local cluster started on the way).
     """
     from paijob import project as project_config
-    from paijob.local import service
+    from paijob.local import daemon
     from paijob.remote import profiles
 
     if name is None:
@@ -119,7 +119,7 @@ def resolve_cluster(name: str | None = None, *, start_local: bool = True,
         name = profiles.current_name()
     if name != profiles.LOCAL:
         return profiles.named(name)
-    return service.local_cluster(on_note=on_note) if start_local else service.local_cluster_address()
+    return daemon.local_cluster(on_note=on_note) if start_local else daemon.local_cluster_address()
 
 
 def prepare(request: JobRequest, project: project_config.Project | None = None) -> PreparedJob:
@@ -170,9 +170,9 @@ def _carry_workdir(job: PreparedJob, folder: str, *, force: bool, skip_unreadabl
     snap = workdir.snapshot(folder, force=force, skip_unreadable=skip_unreadable, guarded=[profiles.config_path()])
     home = None
     if job.target is None or job.target.is_local:
-        from paijob.local import service
+        from paijob.local import daemon
 
-        home = service.state_dir()
+        home = daemon.state_dir()
         job.snapshot, job.snapshot_home = snap, home
     job.text, notes = workdir.carried(job.text, snap, home)
     job.notes.extend(notes)
@@ -209,9 +209,9 @@ def connect(cluster: str | Cluster | None = None, *, timeout: float = 30.0, star
 
     target = _target(cluster)
     if target.is_local:
-        from paijob.local import service
+        from paijob.local import daemon
 
-        target = service.local_cluster(start=start_local, on_note=on_note)
+        target = daemon.local_cluster(start=start_local, on_note=on_note)
     return PaiClient(target.url, target.token, user=target.user, api_path=target.api_path,
                      timeout=timeout, cluster_name=target.name)
 
@@ -242,7 +242,7 @@ def submit(job: PreparedJob | HttpRequest, client: PaiClient) -> str:
 
     if isinstance(job, HttpRequest):
         return client.submit(job)
-    if client.cluster_name != "local":
+    if not client.is_local:
         refuse_placeholder_images(job.text, job.source, client.cluster_name)
     ship(job)
     return client.submit(client.submission(job.text))
@@ -322,7 +322,7 @@ def stacks(client: PaiClient, job: str) -> tuple[str, int]:
     cluster's tasks are out of reach: the ssh plugin is the way there (the error says how).
     """
     job_id = client.job_id(job)
-    if client.cluster_name != "local":
+    if not client.is_local:
         raise PaijobError(
             f"paijob stacks reaches local jobs only; on OpenPAI enable the ssh plugin (ssh: true), "
             f"ssh into a task of {job_id}, find paijob-runtime's pid (ps -eo pid,args | grep "
@@ -331,9 +331,9 @@ def stacks(client: PaiClient, job: str) -> tuple[str, int]:
         )
     import signal
 
-    from paijob.local import service, tracking
+    from paijob.local import daemon, tracking
 
-    marker = f"{tracking.cluster_id(service.state_dir())}:{job_id}"
+    marker = f"{tracking.cluster_id(daemon.state_dir())}:{job_id}"
     pids = tracking.runtime_launchers(marker)
     for pid in pids:
         try:
@@ -345,12 +345,14 @@ def stacks(client: PaiClient, job: str) -> tuple[str, int]:
 
 def output_location(cluster_name: str, job_id: str) -> str | None:
     """Where the job's output folder (``PAIJOB_OUTPUT_DIR``) is, when paijob knows it (local cluster)."""
-    if cluster_name != "local":
+    from paijob.remote.profiles import is_local
+
+    if not is_local(cluster_name):
         return None
-    from paijob.local import service
+    from paijob.local import daemon
     from paijob.outputs import local_output_dir
 
-    return str(local_output_dir(service.state_dir(), job_id))
+    return str(local_output_dir(daemon.state_dir(), job_id))
 
 
 def copy_output(source: str, dest: str | Path, cluster: str | None = None, *, force: bool = False,
@@ -362,7 +364,7 @@ def copy_output(source: str, dest: str | Path, cluster: str | None = None, *, fo
     free-space check.
     """
     from paijob import outputs
-    from paijob.local import service
+    from paijob.local import daemon
 
     job, path = outputs.split_source(source)
     target = resolve_cluster(cluster, start_local=False)
@@ -372,10 +374,10 @@ def copy_output(source: str, dest: str | Path, cluster: str | None = None, *, fo
             f"{contract.OUTPUT_DIR} is the outputDir you set (a path on a storage the job mounts): copy from "
             "that storage with its own tools")
     if "~" not in job:
-        from paijob.local.service import local_user
+        from paijob.local.daemon import local_user
 
         job = f"{local_user()}~{job}"
-    root = outputs.local_output_dir(service.state_dir(), job)
+    root = outputs.local_output_dir(daemon.state_dir(), job)
     copy_plan = outputs.plan(root, path, Path(dest), job, force=force)
     if on_plan is not None:
         on_plan(copy_plan)
@@ -549,29 +551,29 @@ def login(name: str, url: str, user: str, password: str, *, expiration: int | No
 
 def local_up(port: int = 0) -> dict[str, Any]:
     """Start the local cluster unless it runs; its info (url, pid, ``already``, ``state_dir``)."""
-    from paijob.local import service
+    from paijob.local import daemon
 
-    return {**service.up(port=port), "state_dir": str(service.state_dir())}
+    return {**daemon.up(port=port), "state_dir": str(daemon.state_dir())}
 
 
 def local_down() -> bool:
     """Stop the local cluster (its running jobs first); False when none was running."""
-    from paijob.local import service
+    from paijob.local import daemon
 
-    return service.down()
+    return daemon.down()
 
 
 def local_status() -> dict[str, Any]:
     """``running``, ``state_dir``, and when it runs its ``url``, ``pid`` and job counts by state (``jobs``)."""
-    from paijob.local import service
+    from paijob.local import daemon
     from paijob.remote.client import PaiClient
 
-    directory = service.state_dir()
-    info = service.running(directory)
+    directory = daemon.state_dir()
+    info = daemon.running(directory)
     data: dict[str, Any] = {"running": bool(info), "state_dir": str(directory)}
     if info:
         data.update(url=info["url"], pid=info["pid"])
-        client = PaiClient(str(info["url"]), service.read_token(directory), cluster_name="local")
+        client = PaiClient(str(info["url"]), daemon.read_token(directory), cluster_name="local")
         counts: dict[str, int] = {}
         for job in client.list_jobs():
             counts[job["state"]] = counts.get(job["state"], 0) + 1
@@ -581,24 +583,24 @@ def local_status() -> dict[str, Any]:
 
 def portal_link(on_note: Callable[[str], None] | None = None) -> str:
     """A one-time login link to the local cluster's web portal (the cluster is started when down)."""
-    from paijob.local import service
+    from paijob.local import daemon
 
-    return service.portal_link(on_note=on_note)
+    return daemon.portal_link(on_note=on_note)
 
 
 def open_in_browser(url: str) -> bool:
     """Open ``url`` in a graphical browser; False when this session has none."""
-    from paijob.local import service
+    from paijob.local import daemon
 
-    return service.open_in_browser(url)
+    return daemon.open_in_browser(url)
 
 
 def prune_local(older_than: str = "0s", *, outputs: bool = False, dry_run: bool = False) -> PruneReport:
     """Remove finished local jobs' work folders and logs (and outputs): ``paijob local prune``."""
-    from paijob.local import service
+    from paijob.local import daemon
     from paijob.local.prune import parse_duration, prune
 
-    return prune(service.state_dir(), older_than=parse_duration(older_than), outputs=outputs, dry_run=dry_run)
+    return prune(daemon.state_dir(), older_than=parse_duration(older_than), outputs=outputs, dry_run=dry_run)
 
 
 def terminal_text(stream: TextIO, *, raw: bool = False, names: bool = False) -> Callable[[str], str]:

@@ -115,7 +115,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"paijob: submitted {job_id}", file=sys.stderr)
         try:
             signals.release()
-            if client.cluster_name != "local":
+            if not client.is_local:
                 print(f"paijob: web portal {client.web_link(job_id)}", file=sys.stderr)
             follower = api.follow_logs(client, job_id, raw=args.raw, on_note=common.note)
             detail = follower.follow()
@@ -133,7 +133,7 @@ def run(args: argparse.Namespace) -> int:
     if output:
         print(f"paijob: output folder {output} (`paijob cp {job_id.split('~', 1)[1]}:PATH .` copies from it)",
               file=sys.stderr)
-    if client.cluster_name == "local":
+    if client.is_local:
         print(f"paijob: `paijob logs {job_id} -c local` shows it again; the local cluster keeps "
               "running (`paijob local down` stops it)", file=sys.stderr)
     return EXIT_OK if detail["jobStatus"]["state"] == "SUCCEEDED" else EXIT_JOB_FAILED

@@ -69,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
 
 def report_submitted(client: PaiClient, job_id: str) -> None:
     print(job_id)
-    if client.cluster_name == "local":
+    if client.is_local:
         print(f"submitted to the local cluster; follow it with `paijob logs {job_id} -f -c local`",
               file=sys.stderr)
     else:

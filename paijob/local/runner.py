@@ -13,10 +13,8 @@ its main process ends.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
-import shutil
 import subprocess
 import sys
 import threading
@@ -24,21 +22,22 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from paijob.local import capacity, diagnostics, faults
-from paijob.local.jobmodels import JobModels
 from paijob.local.plan import Ports, task_env, task_script
 from paijob.local.settings import openpai_before_1_6, stop_grace, unlimited_retry_cap
 from paijob.local.store import Store, now_ms
-from paijob.local.tracking import TASK_MARKER, Tracker
+from paijob.local.tracking import TASK_MARKER
 from paijob.openpai import exitspec
-from paijob.openpai.jobstate import is_terminal
 from paijob.openpai.model import Job, TaskRole
 from paijob.openpai.names import init_role_failure, role_name_breaks_init, role_name_fix
 from paijob.outputs import local_output_dir
 from paijob.task import contract
 from paijob.task.ports import Reservation, reserve
+
+if TYPE_CHECKING:
+    from paijob.local.engine import LocalCluster
 
 log = logging.getLogger(__name__)
 
@@ -52,23 +51,6 @@ DISK_FULL_CODE = -1000
 _SCRUB = ("PAI_TOKEN", "PAI_CLUSTER_URL", "PAI_USER", contract.LOCAL_TOKEN)
 
 
-
-
-def detect_gpus() -> list[str]:
-    """GPU ids to share out: ``CUDA_VISIBLE_DEVICES`` when set, else ``nvidia-smi -L``."""
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if visible is not None:
-        return [g.strip() for g in visible.split(",") if g.strip() and g.strip() != "-1"]
-    if not shutil.which("nvidia-smi"):
-        return []
-    try:
-        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=10).stdout
-    except (OSError, subprocess.SubprocessError):
-        return []
-    return [str(i) for i, line in enumerate(out.splitlines()) if line.startswith("GPU ")]
-
-
-# --------------------------------------------------------------------------- processes
 
 
 def _log_tail(path: Path) -> str:
@@ -607,132 +589,3 @@ class JobRunner(threading.Thread):
             assert task.proc is not None
             code = task.proc.poll()
             self._finish(task, state, exit_code(code) if code is not None else None)
-
-
-# --------------------------------------------------------------------------- cluster
-
-
-class CannotHost(Exception):
-    """A job asks for more than the local cluster can ever give it; ``lines`` say what and how much."""
-
-    def __init__(self, lines: list[str]) -> None:
-        super().__init__("; ".join(lines))
-        self.lines = lines
-
-
-class LocalCluster:
-    """The local cluster's engine: job store + one runner thread per active job."""
-
-    def __init__(self, state_dir: Path) -> None:
-        self.state_dir = state_dir
-        state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-        self.store = Store(state_dir / "jobs.sqlite")
-        self.gpus = detect_gpus()
-        self._gpu_next = 0
-        self._lock = threading.Lock()
-        self.runners: dict[str, JobRunner] = {}
-        self.tracker = Tracker(state_dir)
-        self.models = JobModels()  # every stored job parsed once, for the REST views
-        self._recover()
-
-    def log_dir(self, job_id: str, attempt: int, role: str, index: int, task_attempt: int) -> Path:
-        return self.state_dir / "logs" / job_id / str(attempt) / role / str(index) / str(task_attempt)
-
-    def work_dir(self, job_id: str, attempt: int, role: str, index: int) -> Path:
-        return self.state_dir / "work" / job_id / str(attempt) / f"{role}-{index}"
-
-    def stall(self, job_id: str, attempt: int) -> str | None:
-        """paijob-runtime's line about a running job's stalled ranks (no progress for N s on
-        rank R), when one of its tasks wrote one in the last 15 s; None otherwise."""
-        lines = []
-        for path in (self.state_dir / "work" / job_id / str(attempt)).glob(f"*/{PROGRESS_NAME}"):
-            try:
-                report = json.loads(path.read_text(encoding="utf-8"))
-                if time.time() - float(report["time"]) < 15 and report.get("line"):
-                    lines.append(str(report["line"]))
-            except (OSError, ValueError, KeyError, TypeError):
-                continue
-        return lines[0] if lines else None
-
-    def allocate_gpus(self, plan: Job) -> dict[tuple[str, int], str | None]:
-        """role/index -> CUDA_VISIBLE_DEVICES (None: leave the variable alone; no GPUs here)."""
-        if not self.gpus:
-            return {}
-        out: dict[tuple[str, int], str | None] = {}
-        with self._lock:
-            for role in plan.roles:
-                for index in range(role.instances):
-                    ids = []
-                    for _ in range(min(role.resources.gpu, len(self.gpus))):
-                        ids.append(self.gpus[self._gpu_next % len(self.gpus)])
-                        self._gpu_next += 1
-                    out[(role.name, index)] = ",".join(ids)
-        return out
-
-    def refusals(self, job: Job) -> list[str]:
-        """Why this machine can never run ``job`` (empty: it can), each a line for the user."""
-        asks = [capacity.Ask(role.name, role.instances, role.resources.gpu, role.resources.cpu,
-                             role.resources.memory_mb, sum(role.resources.all_ports.values()))
-                for role in job.roles]
-        return [f"the local cluster cannot host {line}"
-                for line in capacity.refusals(asks, capacity.this_machine(len(self.gpus)))]
-
-    def submit(self, username: str, name: str, job: Job, config_text: str) -> None:
-        """Store the job and start its runner; ``job`` is its model, parsed once from ``config_text``.
-        ``CannotHost`` when this machine could never run it."""
-        refused = self.refusals(job)
-        if refused:
-            raise CannotHost(refused)
-        self.store.insert_job(username, name, config_text, (job.total_gpu, job.total_tasks, len(job.roles)))
-        self.models.remember(f"{username}~{name}", config_text, job)
-        runner = JobRunner(self, username, name, job)
-        with self._lock:
-            self.runners[runner.job_id] = runner
-        try:
-            runner.start()
-        except RuntimeError as error:  # no thread to be had: the job ends at once rather than WAITING forever
-            self.forget(runner.job_id)
-            self.store.end_job(username, name, 0, "FAILED", f"local cluster error: cannot run the job: {error}")
-
-    def stop(self, username: str, name: str) -> None:
-        """Stop a job in any state; it takes effect even when the disk is full (the stop is kept in memory)."""
-        job_id = f"{username}~{name}"
-        with self._lock:
-            runner = self.runners.get(job_id)
-        if runner is not None:
-            runner.request_stop()  # first: the runner ends the job whether or not the next line can be written
-        try:
-            self.store.update_job(username, name, execution_type="STOP")
-        except OSError as error:
-            log.warning("job %s: the stop is not recorded yet (%s); it takes effect all the same", job_id, error)
-        if runner is not None:
-            return
-        job = self.store.job(username, name)
-        if job and not is_terminal(job["state"]):  # no runner: nothing runs, the job only needs its end
-            self.store.end_job(username, name, job["attempt_id"], "STOPPED", "stopped by the user",
-                               app_exit_code=exitspec.STOP_REQUESTED_CODE, execution_type="STOP")
-
-    def forget(self, job_id: str) -> None:
-        with self._lock:
-            self.runners.pop(job_id, None)
-
-    def shutdown(self, reason: str = "the local cluster was shut down", timeout: float = 30) -> None:
-        with self._lock:
-            runners = list(self.runners.values())
-        for runner in runners:
-            runner.request_stop(reason)
-        for runner in runners:
-            runner.join(timeout=timeout)
-        self.tracker.close()
-
-    def _recover(self) -> None:
-        """Jobs left active by a server that died: kill what remains of them, then end them."""
-        for job in self.store.active_jobs():
-            # task uids are uuid4s: they name this cluster's tasks and nothing else
-            tasks = self.store.tasks(job["username"], job["name"], job["attempt_id"])
-            self.tracker.end_leftovers([t["uid"] for t in tasks if t["state"] in ("WAITING", "RUNNING")])
-            state = "STOPPED" if job["execution_type"] == "STOP" else "FAILED"
-            message = "the local cluster server ended while this job ran"
-            self.store.end_job(job["username"], job["name"], job["attempt_id"], state, message, trigger_message=message,
-                               **({"app_exit_code": exitspec.STOP_REQUESTED_CODE} if state == "STOPPED" else {}))
-

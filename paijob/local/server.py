@@ -16,7 +16,7 @@ route, this app does too: CORS for every origin (the ``cors`` middleware's
 defaults) and a 100 kB limit on request bodies, checked before authentication
 (by the HTTP server, ``serving``, before it reads the body).
 
-Run it as a background service with ``paijob local up`` (see ``service``), or
+Run it as a background service with ``paijob local up`` (see ``daemon``), or
 in-process with ``LocalServer`` (tests).
 """
 
@@ -30,7 +30,6 @@ import json
 import logging
 import os
 import signal
-import socket
 import sys
 import threading
 import time
@@ -41,14 +40,21 @@ from flask import Blueprint, Flask, Response, current_app, g, jsonify, request, 
 from werkzeug.routing import BaseConverter
 
 from paijob import __version__
-from paijob.local import capacity, faults, listing, serving, settings
+from paijob.local import faults, listing, serving, settings
+from paijob.local.daemon import local_user
+from paijob.local.engine import CannotHost, LocalCluster
 from paijob.local.portal import web as portal
 from paijob.local.prune import pruned_note
-from paijob.local.runner import CannotHost, LocalCluster
-from paijob.local.service import local_user
 from paijob.local.store import JobExists
-from paijob.openpai import exitspec, rest
-from paijob.openpai.jobstate import is_terminal
+from paijob.local.views import (
+    job_detail,
+    job_summary,
+    read_job,
+    role_names,
+    task_attempts,
+    vc_status,
+)
+from paijob.openpai import rest
 from paijob.openpai.jsyaml import YamlError, load_job
 from paijob.openpai.markers import TemplateError, role_entrypoint
 from paijob.openpai.model import Job
@@ -107,198 +113,6 @@ def validate(text: str) -> tuple[Job | None, list[str]]:
     report = verdict.validate_loaded(load_job(text, "job"), "job", len(text.encode("utf-8", "surrogatepass")),
                                      openpai_before_1_6=True)
     return report.model, [p.format("job") for p in report.errors]
-
-
-# --------------------------------------------------------------------------- views
-
-
-def _retries_and_times(job: dict[str, Any]) -> dict[str, Any]:
-    """Fields the swagger's job list entry and job status share."""
-    return {
-        "executionType": job["execution_type"],
-        "retries": job["retries"],
-        "retryDetails": {"user": job["retries"], "platform": 0, "resource": 0},
-        "retryDelayTime": None,
-        "submissionTime": job["submission_time"],
-        "createdTime": job["created_time"],
-        "launchedTime": job["launched_time"],
-    }
-
-
-def _job_status(job: dict[str, Any], attempt: dict[str, Any] | None, latest: bool) -> dict[str, Any]:
-    state = job["state"] if latest else (attempt or {}).get("state", job["state"])
-    a = attempt or {}
-    exit_code = job["app_exit_code"] if latest else a.get("exit_code")
-    done = is_terminal(state)
-    message = (job.get("trigger_message") if latest else a.get("trigger_message"))
-    diagnostics = (job.get("diagnostics") if latest else a.get("diagnostics"))
-    return {
-        "username": job["username"],
-        "state": state,
-        "subState": job["sub_state"] if latest else ("Completed" if done else "AttemptRunning"),
-        **_retries_and_times(job),
-        "completedTime": job["completed_time"] if latest else a.get("completed_time"),
-        "attemptId": a.get("attempt_id", job["attempt_id"]),
-        "attemptState": a.get("state", state),
-        "appId": f"{job['username']}~{job['name']}-{a.get('attempt_id', job['attempt_id'])}",
-        "appProgress": 1 if done else 0,
-        "appTrackingUrl": "",
-        "appCreatedTime": a.get("created_time"),
-        "appLaunchedTime": a.get("launched_time"),
-        "appCompletedTime": a.get("completed_time"),
-        "appExitCode": exit_code,
-        "appExitSpec": None if not done or exit_code is None else exitspec.spec_for(exit_code).as_json(),
-        "appExitDiagnostics": diagnostics,
-        "appExitMessages": {"container": None, "runtime": None, "launcher": diagnostics} if done else None,
-        "appExitTriggerMessage": message,
-        "appExitTriggerTaskRoleName": _rest_role(job.get("trigger_role") if latest else a.get("trigger_role")),
-        "appExitTriggerTaskIndex": job.get("trigger_index") if latest else a.get("trigger_index"),
-        "appExitType": None if not done or exit_code is None else ("Succeeded" if exit_code == 0 else "Failed"),
-        "virtualCluster": listing.VIRTUAL_CLUSTER,
-    }
-
-
-def read_job(text: str) -> Any:
-    """The job as the rest-server's js-yaml reads it (YAML 1.2)."""
-    return load_job(text, "job").value
-
-
-def _role_names(job: Job) -> dict[str, str]:
-    """REST role name (``workera``) -> the job's role name (``Worker_A``)."""
-    return {rest.rest_role_name(role.name): role.name for role in job.roles}
-
-
-def _rest_role(name: str | None) -> str | None:
-    return None if name is None else rest.rest_role_name(name)
-
-
-def _log_path(job_id: str, attempt: int, role: str, index: int, task_attempt: int) -> str:
-    return (f"/api/v2/jobs/{job_id}/attempts/{attempt}/taskRoles/{rest.rest_role_name(role)}"
-            f"/taskIndex/{index}/attempts/{task_attempt}/logs")
-
-
-def _task_attempt_view(row: dict[str, Any], job_id: str) -> dict[str, Any]:
-    ports = {label: ",".join(str(p) for p in numbers) for label, numbers in json.loads(row["ports"] or "{}").items()}
-    return {
-        "attemptId": row["task_attempt"],
-        "attemptState": row["state"],
-        "currentAttemptCreatedTime": row["created_time"],
-        "currentAttemptLaunchedTime": row["launched_time"],
-        "currentAttemptCompletedTime": row["completed_time"],
-        "containerId": row["uid"],
-        "containerIp": "127.0.0.1",
-        "containerNodeName": socket.gethostname(),
-        "containerPorts": ports,
-        "containerGpus": row["gpus"],
-        "containerLog": _log_path(job_id, row["job_attempt"], row["role"], row["task_index"], row["task_attempt"]),
-        "containerExitCode": row["exit_code"],
-        "containerExitSpec": None if row["exit_code"] is None else exitspec.spec_for(row["exit_code"]).as_json(),
-        "containerExitDiagnostics": row["diagnostics"],
-    }
-
-
-def _task_view(rows: list[dict[str, Any]], index: int, job_id: str, created: int | None) -> dict[str, Any]:
-    """One entry of ``taskStatuses``: the latest attempt of a task (WAITING when none yet)."""
-    if not rows:
-        return {"taskIndex": index, "taskUid": "", "taskState": "WAITING", "containerId": None,
-                "containerIp": None, "containerNodeName": None, "containerPorts": {}, "containerGpus": None,
-                "containerLog": "", "containerExitCode": None, "containerExitSpec": None,
-                "containerExitDiagnostics": None, "retries": 0, "accountableRetries": 0,
-                "createdTime": created, "launchedTime": None, "completedTime": None, "attemptId": 0,
-                "attemptState": "WAITING", "currentAttemptCreatedTime": None,
-                "currentAttemptLaunchedTime": None, "currentAttemptCompletedTime": None}
-    view = _task_attempt_view(rows[-1], job_id)
-    view.update(_task_summary(rows, index))
-    return view
-
-
-def _task_summary(rows: list[dict[str, Any]], index: int) -> dict[str, Any]:
-    """A task's identity and state across its attempts (first created, last finished)."""
-    first, last = rows[0], rows[-1]
-    return {
-        "taskIndex": index,
-        "taskUid": first["uid"],
-        "taskState": last["state"],
-        "retries": last["task_attempt"],
-        "accountableRetries": last["task_attempt"],
-        "createdTime": first["created_time"],
-        "launchedTime": first["launched_time"],
-        "completedTime": last["completed_time"],
-    }
-
-
-def job_detail(cluster: LocalCluster, job: dict[str, Any], attempt_id: int | None = None) -> dict[str, Any]:
-    latest = attempt_id is None or attempt_id == job["attempt_id"]
-    attempt_id = job["attempt_id"] if attempt_id is None else attempt_id
-    attempt = cluster.store.attempt(job["username"], job["name"], attempt_id)
-    job_id = f"{job['username']}~{job['name']}"
-    plan = cluster.models.of(job)
-    rows = cluster.store.tasks(job["username"], job["name"], attempt_id)
-    roles: dict[str, Any] = {}
-    for role in plan.roles:
-        statuses = []
-        for index in range(role.instances):
-            mine = [r for r in rows if r["role"] == role.name and r["task_index"] == index]
-            statuses.append(_task_view(mine, index, job_id, (attempt or {}).get("created_time")))
-        roles[role.runtime_name] = {"taskRoleStatus": {"name": role.runtime_name}, "taskStatuses": statuses}
-    status = _job_status(job, attempt, latest)
-    stall = cluster.stall(job_id, attempt_id) if latest and status.get("state") == "RUNNING" else None
-    if stall:  # paijob's own field: paijob-runtime's hang watch sees ranks that stopped moving
-        status["paijobStall"] = stall
-    status["retryDetails"] = _retry_details(cluster.store.attempts(job["username"], job["name"]), job["retries"])
-    return {
-        "name": job["name"],
-        "tags": cluster.store.tags(job["username"], job["name"]),
-        "jobPriority": None,
-        "jobStatus": status,
-        "taskRoles": roles,
-        "debugId": job_id,
-    }
-
-
-def _retry_details(attempts: list[dict[str, Any]], retries: int) -> dict[str, int]:
-    """k8s.js: user = retries counted against jobRetryCount, platform = the transient ones (not counted)."""
-    platform = sum(1 for a in attempts[:retries] if a.get("exit_code") is not None
-                   and exitspec.spec_for(a["exit_code"]).retried_without_limit)
-    return {"user": retries - platform, "platform": platform, "resource": 0}
-
-
-def job_summary(job: dict[str, Any], tags: list[str] | None = None) -> dict[str, Any]:
-    return {
-        "name": job["name"],
-        "username": job["username"],
-        "state": job["state"],
-        "subState": job["sub_state"],
-        "tags": tags or [],
-        **_retries_and_times(job),
-        "completedTime": job["completed_time"],
-        "appExitCode": job["app_exit_code"],
-        "virtualCluster": listing.VIRTUAL_CLUSTER,
-        "totalGpuNumber": job["total_gpu"],
-        "totalTaskNumber": job["total_tasks"],
-        "totalTaskRoleNumber": job["total_roles"],
-        "debugId": f"{job['username']}~{job['name']}",
-        "jobPriority": None,
-    }
-
-
-def vc_status(cluster: LocalCluster) -> dict[str, Any]:
-    """The swagger's VirtualCluster for ``default``: this machine, what running jobs ask for in use."""
-    machine = capacity.this_machine(len(cluster.gpus))
-    cpu = memory = gpu = 0
-    for job in cluster.store.active_jobs():
-        for role in cluster.models.of(job).roles:
-            cpu += role.instances * role.resources.cpu
-            memory += role.instances * role.resources.memory_mb
-            gpu += role.instances * role.resources.gpu
-
-    def resources(cpus: int, memory_mb: int, gpus: int) -> dict[str, int]:
-        return {"cpu": cpus, "vCores": cpus, "memory": memory_mb, "gpu": gpus, "GPUs": gpus}
-
-    total = resources(machine.cpus, machine.memory_mb, machine.gpus)
-    used_share = 100.0 * cpu / machine.cpus if machine.cpus else 0.0
-    return {"capacity": 100, "usedCapacity": round(used_share, 2), "maxCapacity": 100, "dedicated": False,
-            "resourcesUsed": resources(cpu, memory, gpu), "resourcesGuaranteed": total, "resourcesTotal": total}
 
 
 # --------------------------------------------------------------------------- app
@@ -535,7 +349,7 @@ def create_app(cluster: LocalCluster, token: str, user: str | None = None) -> Fl
 
     def task_rows(job: dict[str, Any], attempt: int, role: str, index: int) -> list[dict[str, Any]]:
         """Attempts of a task, oldest first; ``role`` is the REST (converted) role name, as on OpenPAI."""
-        name = _role_names(cluster.models.of(job)).get(role)
+        name = role_names(cluster.models.of(job)).get(role)
         if name is None:
             return []
         return cluster.store.task_attempts(job["username"], job["name"], attempt, name, index)
@@ -545,19 +359,12 @@ def create_app(cluster: LocalCluster, token: str, user: str | None = None) -> Fl
         job = find_job(job_id)
         if isinstance(job, Response):
             return job
-        if role not in _role_names(cluster.models.of(job)):  # task.js: frameworkcontroller finds no such task role
+        if role not in role_names(cluster.models.of(job)):  # task.js: frameworkcontroller finds no such task role
             return error(404, "NoJobError", f"Task role {role} is not found in job {job_id}.")
         rows = task_rows(job, attempt, role, index)
         if not rows:
             return error(404, "NoTaskError", f"Task {role}/{index} of attempt {attempt} is not found.")
-        return jsonify({
-            **_task_summary(rows, index),
-            "username": job["username"],
-            "jobName": job["name"],
-            "jobAttemptId": attempt,
-            "taskRoleName": role,
-            "attempts": [_task_attempt_view(row, job_id) for row in reversed(rows)],  # newest first
-        })
+        return jsonify(task_attempts(job, attempt, role, index, rows))
 
     @api.get("/jobs/<job_id>/attempts/<n:attempt>/taskRoles/<role>/taskIndex/<n:index>"
              "/attempts/<n:task_attempt>/logs")
@@ -582,7 +389,7 @@ def create_app(cluster: LocalCluster, token: str, user: str | None = None) -> Fl
         job = find_job(job_id)
         if isinstance(job, Response):
             return job
-        path = cluster.log_dir(job_id, attempt, _role_names(cluster.models.of(job)).get(role, ""), index,
+        path = cluster.log_dir(job_id, attempt, role_names(cluster.models.of(job)).get(role, ""), index,
                                task_attempt) / file_name
         inside = (cluster.state_dir / "logs").resolve() in path.resolve().parents
         return path if inside and path.is_file() else None
@@ -687,7 +494,7 @@ class LocalServer:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the background service started by ``paijob local up``."""
-    from paijob.local import service
+    from paijob.local import daemon
 
     parser = argparse.ArgumentParser(prog="python -m paijob.local.server")
     parser.add_argument("--state-dir", type=Path, required=True)
@@ -699,12 +506,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"paijob local cluster: {problem}", file=sys.stderr)
         return 2
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    token = service.read_token(args.state_dir)
+    token = daemon.read_token(args.state_dir)
     if token is None:
         print(f"no token in {args.state_dir}; start the server with `paijob local up`", file=sys.stderr)
         return 2
     server = LocalServer(args.state_dir, token, port=args.port)
-    service.write_server_info(args.state_dir, {"pid": os.getpid(), "port": server.port, "url": server.url,
+    daemon.write_server_info(args.state_dir, {"pid": os.getpid(), "port": server.port, "url": server.url,
                                                "started": int(time.time())})
     stopper = threading.Thread(target=server.stop, name="paijob-local-stop", daemon=True)
 
@@ -722,7 +529,7 @@ def main(argv: list[str] | None = None) -> int:
         if stopper.ident is not None:
             stopper.join(timeout=60)
     finally:
-        service.clear_server_info(args.state_dir, os.getpid())
+        daemon.clear_server_info(args.state_dir, os.getpid())
     return 0
 
 

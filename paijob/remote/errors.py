@@ -120,9 +120,11 @@ class ReplyErrors:
     it is read each time, so what the client learns later is hidden too.
     """
 
-    def __init__(self, cluster_name: str, cluster_url: str, api_base: str, secrets: set[str]) -> None:
+    def __init__(self, cluster_name: str, cluster_url: str, api_base: str, secrets: set[str], *,
+                 local: bool = False) -> None:
         self.cluster_name, self.cluster_url, self.api_base = cluster_name, cluster_url, api_base
         self.secrets = secrets
+        self.local = local  # the embedded local cluster: its hints differ
 
     def clean(self, text: str, limit: int = SERVER_TEXT_CHARS) -> str:
         return one_line(text, self.secrets, limit)
@@ -148,7 +150,7 @@ class ReplyErrors:
             raise BadReplyError(
                 f"{what} on {self.cluster_name}: the answer (HTTP {reply.status_code}, {kind}) is not JSON: "
                 f"{sample!r}; is {self.api_base} an OpenPAI REST server? Check the cluster URL"
-                + ("" if self.cluster_name in ("local", "env") else " (`paijob cluster list`)"),
+                + ("" if self.local or self.cluster_name == "env" else " (`paijob cluster list`)"),
                 status=reply.status_code,
             ) from None
         return self.scrub(data) if scrub else data
@@ -229,7 +231,7 @@ class ReplyErrors:
         return str(body.get("message", "")) if isinstance(body, Mapping) else ""
 
     def login_hint(self) -> str:
-        if self.cluster_name == "local":
+        if self.local:
             return "The local cluster's token is read from its state dir; run `paijob local up` again to refresh it."
         return (
             f"Log in with `paijob login {self.cluster_name}` or give an application token: "

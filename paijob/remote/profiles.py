@@ -45,6 +45,11 @@ class ProfileError(PaijobError):
     """A cluster profile is missing, malformed or lacks a token."""
 
 
+
+def is_local(name: str | None) -> bool:
+    """Whether a cluster (profile) name is the embedded local cluster's: the one place that asks."""
+    return name == LOCAL
+
 @dataclass(frozen=True)
 class Cluster:
     """A resolved cluster: where, as whom, with which token (``repr`` hides it)."""
@@ -58,7 +63,7 @@ class Cluster:
 
     @property
     def is_local(self) -> bool:
-        return self.name == LOCAL
+        return is_local(self.name)
 
     @property
     def api_base(self) -> str:

@@ -48,6 +48,7 @@ from paijob.remote.errors import (
     redact,
     short,
 )
+from paijob.remote.profiles import is_local
 
 log = logging.getLogger("paijob.remote.client")
 
@@ -186,7 +187,7 @@ class Retryable(Exception):
             return ClusterUnreachableError(
                 f"{where}: {self.reason}; check the URL and your network, or raise --timeout"
             )
-        hint = ("is the local cluster up? run `paijob local up`" if client.cluster_name == "local"
+        hint = ("is the local cluster up? run `paijob local up`" if client.is_local
                 else "check the URL and your network")
         return ClusterUnreachableError(f"{where}: {self.reason} after {tries} tries; {hint}")
 
@@ -242,7 +243,13 @@ class Transport:
         if token:
             self._secrets.add(token)
             self.session.headers["Authorization"] = f"Bearer {token}"
-        self.errors = ReplyErrors(self.cluster_name, self.cluster_url, self.api_base, self._secrets)
+        self.errors = ReplyErrors(self.cluster_name, self.cluster_url, self.api_base, self._secrets,
+                                  local=self.is_local)
+
+    @property
+    def is_local(self) -> bool:
+        """This client talks to the embedded local cluster (its messages say how to start it)."""
+        return is_local(self.cluster_name)
 
     def _url(self, path: str) -> str:
         return self.api_base + "/" + path.lstrip("/")

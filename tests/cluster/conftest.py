@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from cluster_helpers import TOKEN
 
+from paijob.local.daemon import local_user
 from paijob.local.server import LocalServer
-from paijob.local.service import local_user
 from paijob.remote.client import PaiClient
 
 

@@ -14,8 +14,8 @@ import requests
 from cluster_helpers import TOKEN, job_yaml
 
 from paijob import api, cli
+from paijob.local.daemon import local_user
 from paijob.local.server import LocalServer
-from paijob.local.service import local_user
 from paijob.remote import profiles
 
 PACKAGE = Path(api.__file__).parent

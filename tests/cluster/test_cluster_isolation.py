@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 from cluster_helpers import TOKEN, job_yaml
 
-from paijob.local import service
-from paijob.local.runner import LocalCluster
+from paijob.local import daemon
+from paijob.local.daemon import local_user
+from paijob.local.engine import LocalCluster
 from paijob.local.server import LocalServer
-from paijob.local.service import local_user
 from paijob.local.store import Store
 from paijob.local.tracking import Cgroups, Tracker, cluster_id
 from paijob.remote.client import PaiClient
@@ -164,10 +164,10 @@ def test_local_down_never_signals_a_process_that_is_not_its_server(
         tmp_path: Path, sleeper: subprocess.Popen[bytes]) -> None:
     directory = tmp_path / "state"
     directory.mkdir()
-    service.write_server_info(directory, {"pid": sleeper.pid, "port": 1, "url": "http://127.0.0.1:1"})
-    assert service.running(directory) is None
-    service.write_server_info(directory, {"pid": sleeper.pid, "port": 1, "url": "http://127.0.0.1:1"})
-    assert service.down(directory) is False
+    daemon.write_server_info(directory, {"pid": sleeper.pid, "port": 1, "url": "http://127.0.0.1:1"})
+    assert daemon.running(directory) is None
+    daemon.write_server_info(directory, {"pid": sleeper.pid, "port": 1, "url": "http://127.0.0.1:1"})
+    assert daemon.down(directory) is False
     time.sleep(0.2)
     assert sleeper.poll() is None, "local down killed an unrelated process"
     assert not (directory / "server.json").exists()
@@ -184,12 +184,12 @@ def test_the_state_dir_is_private_whatever_the_umask_or_its_old_modes(
     (directory / "server.log").write_text("")
     (directory / "server.log").chmod(0o666)
     # a stale server.json naming a live, unrelated process must not stop `up`, nor get it killed
-    service.write_server_info(directory, {"pid": sleeper.pid, "port": 1, "url": "http://127.0.0.1:1"})
+    daemon.write_server_info(directory, {"pid": sleeper.pid, "port": 1, "url": "http://127.0.0.1:1"})
     old_umask = os.umask(0o022)
     try:
-        info = service.up(directory)
+        info = daemon.up(directory)
         try:
-            token = service.read_token(directory)
+            token = daemon.read_token(directory)
             client = PaiClient(info["url"], token, user=local_user(), cluster_name="local", retries=1)
             job_id = client.submit(job_yaml("private", ["echo a secret", "echo out > result.txt",
                                                         "mkdir -p sub && echo x > sub/file"]))
@@ -200,7 +200,7 @@ def test_the_state_dir_is_private_whatever_the_umask_or_its_old_modes(
                      for p in paths if not p.is_symlink() and p.lstat().st_mode & 0o077]
             assert loose == []
         finally:
-            assert service.down(directory) is True
+            assert daemon.down(directory) is True
     finally:
         os.umask(old_umask)
     assert sleeper.poll() is None
@@ -216,22 +216,22 @@ def test_killing_the_server_ends_its_escaped_tasks_on_the_next_up(mode: str, tmp
     directory = tmp_path / "state"
     pids = tmp_path / "pids"
     pids.mkdir()
-    info = service.up(directory)
+    info = daemon.up(directory)
     try:
-        client = PaiClient(info["url"], service.read_token(directory), user=local_user(), cluster_name="local")
+        client = PaiClient(info["url"], daemon.read_token(directory), user=local_user(), cluster_name="local")
         escape = f"setsid env -i bash -c 'echo $$ > {pids}/a.pid; exec sleep 300' &"
         job_id = client.submit(job_yaml("crash", ["( " + escape + " ) ; true", "sleep 300"]))
         wait_running(client, job_id)
         (escaped,) = read_pids(pids, 1)
         os.kill(int(info["pid"]), signal.SIGKILL)
         deadline = time.monotonic() + 10
-        while service.running(directory) is not None and time.monotonic() < deadline:
+        while daemon.running(directory) is not None and time.monotonic() < deadline:
             time.sleep(0.05)
         assert alive(escaped)
-        info = service.up(directory)
-        client = PaiClient(info["url"], service.read_token(directory), user=local_user(), cluster_name="local")
+        info = daemon.up(directory)
+        client = PaiClient(info["url"], daemon.read_token(directory), user=local_user(), cluster_name="local")
         assert client.get_job(job_id)["jobStatus"]["state"] == "FAILED"
         assert not alive(escaped)
         assert list((directory / "running").iterdir()) == []  # the records went with their tasks
     finally:
-        service.down(directory)
+        daemon.down(directory)

@@ -21,8 +21,8 @@ import pytest
 from cluster_helpers import TOKEN, job_yaml
 
 from paijob.local import runner
+from paijob.local.daemon import local_user
 from paijob.local.server import LocalServer
-from paijob.local.service import local_user
 from paijob.local.store import Store
 from paijob.remote.client import PaiClient, ServerError
 

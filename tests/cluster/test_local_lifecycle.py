@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from cluster_helpers import TOKEN, job_yaml
 
+from paijob.local.daemon import local_user
 from paijob.local.server import LocalServer
-from paijob.local.service import local_user
 from paijob.remote.client import (
     AuthError,
     ConflictJobError,
@@ -159,12 +159,12 @@ def test_jobs_states_and_logs_survive_a_server_restart(tmp_path: Path) -> None:
 
 
 def test_a_job_running_when_the_server_dies_is_ended_at_the_next_start(tmp_path: Path) -> None:
-    from paijob.local import service
+    from paijob.local import daemon
 
     state = tmp_path / "state"
-    info = service.up(state)
+    info = daemon.up(state)
     try:
-        client = PaiClient(info["url"], service.read_token(state), user=local_user(), retries=0)
+        client = PaiClient(info["url"], daemon.read_token(state), user=local_user(), retries=0)
         pid_file = tmp_path / "task.pid"
         job_id = client.submit(job_yaml("orphaned", [f"echo $$ > {pid_file}", "sleep 300"]))
         deadline = time.monotonic() + 10
@@ -176,14 +176,14 @@ def test_a_job_running_when_the_server_dies_is_ended_at_the_next_start(tmp_path:
         while _alive(info["pid"]) and time.monotonic() < deadline:
             time.sleep(0.05)
         assert _alive(pid)
-        info = service.up(state)
-        client = PaiClient(info["url"], service.read_token(state), user=local_user(), retries=0)
+        info = daemon.up(state)
+        client = PaiClient(info["url"], daemon.read_token(state), user=local_user(), retries=0)
         detail = client.get_job(job_id)
         assert detail["jobStatus"]["state"] == "FAILED"
         assert "server ended" in detail["jobStatus"]["appExitDiagnostics"]
         assert not _alive(pid)
     finally:
-        service.down(state)
+        daemon.down(state)
 
 
 ENV_CHECK = r'''

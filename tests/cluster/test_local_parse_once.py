@@ -13,9 +13,9 @@ import pytest
 import requests
 from cluster_helpers import TOKEN, job_yaml
 
+from paijob.local.daemon import local_user
 from paijob.local.jobmodels import JobModels
 from paijob.local.server import LocalServer
-from paijob.local.service import local_user
 from paijob.openpai import jsyaml
 from paijob.openpai.model import parse_job
 from paijob.remote.client import PaiClient

@@ -10,8 +10,8 @@ import requests
 from cluster_helpers import TOKEN, job_yaml
 
 from paijob import cli
+from paijob.local.daemon import local_user
 from paijob.local.server import LocalServer
-from paijob.local.service import local_user
 from paijob.openpai.rest import format_protocol_errors, mask_secrets
 from paijob.remote import profiles
 from paijob.remote.client import PaiClient

@@ -13,8 +13,8 @@ import pytest
 import yaml
 from cluster_helpers import job_yaml
 
+from paijob.local.daemon import local_user
 from paijob.local.server import LocalServer
-from paijob.local.service import local_user
 from paijob.openpai.model import parse_job
 from paijob.remote.client import PaiClient
 from paijob.task.ports import candidates

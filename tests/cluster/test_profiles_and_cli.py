@@ -15,8 +15,8 @@ from cluster_helpers import TOKEN, job_yaml
 
 from paijob import cli
 from paijob.api import resolve_cluster
+from paijob.local.daemon import local_user
 from paijob.local.server import LocalServer
-from paijob.local.service import local_user
 from paijob.remote import profiles
 
 
@@ -72,10 +72,10 @@ def test_user_name_is_read_from_a_jwt_token() -> None:
 
 
 def test_no_cluster_configured_means_the_local_cluster(monkeypatch: pytest.MonkeyPatch) -> None:
-    from paijob.local import service
+    from paijob.local import daemon
 
     sentinel = profiles.Cluster("local", "http://127.0.0.1:1", "me", "t")
-    monkeypatch.setattr(service, "local_cluster", lambda *a, **k: sentinel)
+    monkeypatch.setattr(daemon, "local_cluster", lambda *a, **k: sentinel)
     assert resolve_cluster() is sentinel
     assert resolve_cluster("local") is sentinel
 

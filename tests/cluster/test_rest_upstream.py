@@ -15,8 +15,8 @@ import pytest
 import requests
 from cluster_helpers import TOKEN, job_yaml
 
+from paijob.local.daemon import local_user
 from paijob.local.server import LocalServer
-from paijob.local.service import local_user
 from paijob.remote.client import PaiClient
 
 API = "/rest-server/api/v2"

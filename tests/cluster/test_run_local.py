@@ -17,7 +17,7 @@ import pytest
 from cluster_helpers import job_yaml
 
 from paijob import api, cli
-from paijob.local import service
+from paijob.local import daemon
 
 
 @pytest.fixture(scope="module")
@@ -25,7 +25,7 @@ def state(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """One background local cluster for the module (it takes a second or two to start)."""
     directory = tmp_path_factory.mktemp("service") / "state"
     yield directory
-    service.down(directory)
+    daemon.down(directory)
 
 
 @pytest.fixture

@@ -10,8 +10,8 @@ import yaml
 from cluster_helpers import TOKEN, job_yaml
 from swagger_check import check, load_swagger
 
+from paijob.local.daemon import local_user
 from paijob.local.server import LocalServer
-from paijob.local.service import local_user
 from paijob.remote.client import PaiClient
 
 

@@ -12,8 +12,8 @@ from cluster_helpers import TOKEN, job_yaml
 
 from paijob import cli, termsafe
 from paijob.commands.status import print_status
+from paijob.local.daemon import local_user
 from paijob.local.server import LocalServer
-from paijob.local.service import local_user
 from paijob.remote import profiles
 from paijob.remote.client import PaiClient
 

@@ -12,7 +12,7 @@ from typing import IO
 import pytest
 
 from paijob import workdir
-from paijob.local import service
+from paijob.local import daemon
 from paijob.remote import profiles
 from paijob.task import safefile
 
@@ -44,13 +44,13 @@ def _write_profiles(tmp_path: Path) -> Path:
 
 
 def _write_token(tmp_path: Path) -> Path:
-    service.new_token(tmp_path / "state")
+    daemon.new_token(tmp_path / "state")
     return tmp_path / "state" / "token"
 
 
 def _write_server_info(tmp_path: Path) -> Path:
     (tmp_path / "state").mkdir()
-    service.write_server_info(tmp_path / "state", {"pid": 1, "url": "http://127.0.0.1:9"})
+    daemon.write_server_info(tmp_path / "state", {"pid": 1, "url": "http://127.0.0.1:9"})
     return tmp_path / "state" / "server.json"
 
 

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from paijob import cli
-from paijob.local import service
+from paijob.local import daemon
 
 JOB = """\
 protocolVersion: 2
@@ -51,7 +51,7 @@ def _isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 def cluster_state(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     directory = tmp_path_factory.mktemp("conventions") / "state"
     yield directory
-    service.down(directory)
+    daemon.down(directory)
 
 
 @pytest.fixture
@@ -66,7 +66,7 @@ def test_read_only_verbs_and_stop_never_start_the_local_cluster(capsys: pytest.C
                                                        argv: list[str]) -> None:
     code, _, err = paijob(capsys, *argv)
     assert code == 2 and "local cluster is not running" in err
-    assert service.running(tmp_path / "state") is None
+    assert daemon.running(tmp_path / "state") is None
 
 
 def test_local_status_and_cluster_list_speak_yaml_and_json(capsys: pytest.CaptureFixture[str]) -> None:
@@ -172,5 +172,5 @@ def test_paijob_render_imports_no_completion_or_cluster_code() -> None:
                           capture_output=True, text=True, check=True)
     imported = {line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines() if "|" in line}
     assert "paijob.render.templating" in imported  # it did render
-    assert not {"paijob.commands.completion", "paijob.project", "paijob.remote.client", "paijob.local.service",
+    assert not {"paijob.commands.completion", "paijob.project", "paijob.remote.client", "paijob.local.daemon",
                 "paijob.workdir", "torch", "requests"} & imported

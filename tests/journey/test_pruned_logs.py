@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from paijob import cli
-from paijob.local import service
+from paijob.local import daemon
 
 JOB = """\
 protocolVersion: 2
@@ -33,7 +33,7 @@ def state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     for var in ("PAI_CLUSTER_URL", "PAI_TOKEN", "PAI_USER"):
         monkeypatch.delenv(var, raising=False)
     yield tmp_path / "state"
-    service.down(tmp_path / "state")
+    daemon.down(tmp_path / "state")
 
 
 def test_logs_of_a_pruned_job_say_it_was_pruned(state: Path, tmp_path: Path,

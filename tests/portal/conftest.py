@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from portal_helpers import TOKEN, find_browser, new_browser
 
+from paijob.local.daemon import local_user
 from paijob.local.server import LocalServer
-from paijob.local.service import local_user
 from paijob.remote.client import PaiClient
 
 

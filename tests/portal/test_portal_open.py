@@ -11,7 +11,7 @@ import pytest
 import requests
 
 from paijob import cli
-from paijob.local import service
+from paijob.local import daemon
 from paijob.local.portal.sessions import CSRF_HEADER, SESSION_PATH
 
 
@@ -20,7 +20,7 @@ def state(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """One background local cluster for the module (`open` starts it)."""
     directory = tmp_path_factory.mktemp("open") / "state"
     yield directory
-    service.down(directory)
+    daemon.down(directory)
 
 
 @pytest.fixture
@@ -49,7 +49,7 @@ def test_open_prints_a_one_time_link_never_the_token(capsys: pytest.CaptureFixtu
     assert code == 0, err
     link = out.strip()
     assert re.fullmatch(r"http://127\.0\.0\.1:\d+/#code=[A-Za-z0-9_-]{16,}", link), link
-    token = service.read_token(local)
+    token = daemon.read_token(local)
     assert token and token not in out + err
     assert opened == []  # --no-browser: only printed
     first, again = redeem(link), redeem(link)
