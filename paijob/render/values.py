@@ -183,7 +183,7 @@ def build_values(
                 close = difflib.get_close_matches(key, sorted(known), n=1)
                 hint = f"; did you mean '{close[0]}'?" if close else ""
                 unknown.append(
-                    f"value '{key}' ({where}) is not a value of template {template.name}, "
+                    f"value {key!r} ({where}) is not a value of template {template.name}, "
                     f"which ignores it{hint} (see 'paijob templates show {template.name}')"
                 )
     return values

@@ -189,6 +189,15 @@ def test_an_unknown_value_of_a_built_in_template_is_an_error_with_a_suggestion(
     assert len(err.strip().splitlines()) == 1
 
 
+def test_an_unknown_value_whose_name_holds_a_line_break_is_still_one_line(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    values = tmp_path / "v.yaml"
+    values.write_text('"a\\nb": 1\n')  # a key with a line break, as the fuzz test found
+    code, out, err = run_cli(capsys, "render", "ddp", "-f", str(values))
+    assert code == 2 and out == "" and "value 'a\\nb'" in err
+    assert len(err.strip().splitlines()) == 1
+
+
 def test_allow_unknown_values_passes_deliberate_extras_with_a_warning(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = run_cli(capsys, "render", "ddp", "--set", "instance=4", "--allow-unknown-values")
     assert code == 0
