@@ -79,6 +79,13 @@ def test_a_reservation_holds_its_ports_until_released() -> None:
     assert all(is_free(port) for port in held.ports)
 
 
+def test_a_large_reservation_holds_only_so_many_ports_open(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(ports, "HOLD_AT_MOST", 2)
+    with reserve(5, environ={"PAIJOB_PORT_RANGE": "29640-29659"}) as held:
+        assert len(set(held.ports)) == 5
+        assert [is_free(port) for port in held.ports] == [False, False, True, True, True]
+
+
 def test_a_taken_port_is_skipped_and_a_full_range_is_refused() -> None:
     env = {"PAIJOB_PORT_RANGE": "29700-29701"}
     with socket.socket() as squatter:  # another program has one of the two

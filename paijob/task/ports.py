@@ -30,6 +30,9 @@ from paijob.task.contract import PORT_RANGE as RANGE_VAR
 DEFAULT_RANGE = (20000, 28999)
 EPHEMERAL_RANGE_FILE = Path("/proc/sys/net/ipv4/ip_local_port_range")
 _RECENT: collections.deque[int] = collections.deque(maxlen=2048)  # handed out by this process
+# Ports one reservation holds open (two sockets each); the rest of a large one are checked, not
+# held, so that a job's ports never exhaust the open-file limit (often 1024).
+HOLD_AT_MOST = 128
 _random = random.SystemRandom()
 
 
@@ -87,6 +90,7 @@ class Reservation:
 
     While held, no other program can bind them; :meth:`release` lets them go just before the
     task starts, which leaves only the task's own start-up between the release and its bind.
+    Past ``HOLD_AT_MOST`` ports, the rest were free when drawn but are not held.
     """
 
     def __init__(self, held: dict[int, list[socket.socket]]) -> None:
@@ -108,7 +112,8 @@ class Reservation:
 
 def reserve(count: int = 1, *, taken: Collection[int] = (), environ: Mapping[str, str] | None = None,
             ephemeral: tuple[int, int] | None = None) -> Reservation:
-    """``count`` distinct ports, held; none in ``taken`` or handed out recently by this process.
+    """``count`` distinct ports, held (up to ``HOLD_AT_MOST``); none in ``taken`` or handed out
+    recently by this process.
 
     Raises :class:`PortRangeError` when the range has fewer free ports than ``count``.
     """
@@ -126,6 +131,10 @@ def reserve(count: int = 1, *, taken: Collection[int] = (), environ: Mapping[str
                 if port not in avoid and port not in held:
                     sockets = _claim(port)
                     if sockets is not None:
+                        if len(held) >= HOLD_AT_MOST:
+                            for sock in sockets:
+                                sock.close()
+                            sockets = []
                         held[port] = sockets
             if len(held) == count:
                 break
