@@ -33,11 +33,13 @@ def test_render_in_process_is_fast_once_imported() -> None:
     from paijob.render.templating import render_template
 
     render_template("ddp")  # warm: imports and template compilation
-    start = time.perf_counter()
+    # this process's CPU time, not the wall clock: other work on a busy machine stretches the
+    # latter without making paijob any slower (the benchmarks measure wall time, on a quiet one)
+    start = time.process_time()
     for _ in range(10):
         render_template("ddp", sets=["instances=4", "gpu=8"])
-    per_render = (time.perf_counter() - start) / 10
-    assert per_render < 0.05, f"{per_render * 1000:.1f} ms per render"
+    per_render = (time.process_time() - start) / 10
+    assert per_render < 0.05, f"{per_render * 1000:.1f} ms of CPU per render"
 
 
 def test_building_the_cli_parser_does_not_load_jinja() -> None:

@@ -90,10 +90,16 @@ def test_sigterm_stops_every_worker_and_its_children_within_the_grace_period(
     assert all(_alive(pid) for pid in pids)
     sent = time.time()
     task.proc.send_signal(signal.SIGTERM)
+    # the promise: every worker and child is gone when the grace period is over (SIGKILL then);
+    # the launcher's own exit after that (interpreter and torch teardown) is CPU work that a
+    # busy machine stretches, so it has the test's 30 s
+    while [pid for pid in pids if _alive(pid)] and time.time() - sent < 30:
+        time.sleep(0.05)
+    stopped_after = time.time() - sent
     code = task.wait(timeout=30)
     assert code == exitcodes.from_signal(signal.SIGTERM) == 143, task.output
-    assert time.time() - sent < 2 + 5
     assert not [pid for pid in pids if _alive(pid)], f"orphans left: {pids}"
+    assert stopped_after < 2 + 3, f"workers stopped {stopped_after:.1f}s after SIGTERM (grace period 2s)"
     # the log ends with paijob saying the job was stopped, not with torch's logger
     assert task.output.rstrip().splitlines()[-1] == (
         "paijob-runtime: stopped: received SIGTERM, so node rank 0's 2 worker(s) stopped (the "
