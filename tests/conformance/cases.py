@@ -215,18 +215,21 @@ CASES: list[Case] = [
         BASE[: BASE.index("taskRoles:")] + "taskRoles: 5\n",
         differs="a job without task roles: the server passes it on, frameworkcontroller gets none",
     ),
-    # --- role names OpenPAI converts (convertName): accepted, paijob warns
+    # --- role names OpenPAI converts (convertName): the server accepts them, paijob refuses them (openpai-runtime
+    # v0.1.10+, OpenPAI v1.6+, looks the role up by its converted name in init and exits 1 before any command runs)
     Case(
         "role-name-underscore-only",
         ACCEPT,
         f"{SCHEMA}: '_' matches the role pattern",
         edit("  worker:", "  _:", edit("--port-label SynPort", "--port-label SynPort --master-role _")),
+        differs="OpenPAI v1.6+'s runtime cannot find role '_' (convertName makes it ''): the job dies in init",
     ),
     Case(
         "roles-colliding-after-convert-name",
         ACCEPT,
         f"{SCHEMA}: both names match; {K8S} convertName makes them equal later",
         plain(edit("taskRoles:\n", "taskRoles:\n  Worker:\n    dockerImage: image\n    resourcePerInstance: {cpu: 1, memoryMB: 1, gpu: 0}\n    commands: [x]\n")),
+        differs="role 'Worker' is one OpenPAI v1.6+'s runtime cannot run (convertName changes it), and it collides with 'worker'",
     ),
 ]
 

@@ -30,6 +30,7 @@ from swagger_check import check, load_swagger  # noqa: E402
 
 from paijob.local.daemon import local_user  # noqa: E402
 from paijob.local.server import LocalServer  # noqa: E402
+from paijob.task import contract  # noqa: E402
 
 SDK = HERE / "node_modules" / "@microsoft" / "openpai-js-sdk" / "package.json"
 
@@ -48,6 +49,10 @@ pytestmark = pytest.mark.skipif(_missing() is not None, reason=str(_missing()))
 @pytest.fixture(scope="module")
 def answers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, dict[str, Any]]]:
     state = tmp_path_factory.mktemp("sdk") / "state"
+    # The jobs' role Worker_A exercises convertName in every answer (taskRoles "workera"); OpenPAI v1.6+'s
+    # runtime cannot run such a role, so the local cluster plays an older OpenPAI, as its setting allows.
+    patch = pytest.MonkeyPatch()
+    patch.setenv(contract.OPENPAI_BEFORE_1_6, "1")
     server = LocalServer(state, TOKEN).start()
     try:
         env = {**os.environ, "PAI_URL": server.url, "PAI_TOKEN": TOKEN, "PAI_USER": local_user(),
@@ -59,6 +64,7 @@ def answers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, dict
         records = json.loads(done.stdout)
     finally:
         server.stop()
+        patch.undo()
     yield {record["call"]: record for record in records}
 
 
