@@ -215,24 +215,7 @@ def supervise(
     handled = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
     previous = {sig: signal.signal(sig, forward) for sig in handled}
     try:
-        deadline: float | None = None
-        while True:
-            try:
-                returncode = proc.wait(timeout=0.2)
-                break
-            except subprocess.TimeoutExpired:
-                pass
-            if watch is not None and not received and watch.diagnosis is None:
-                watch.diagnosis = watch(proc.pid)
-                if watch.diagnosis is not None:
-                    say(f"error: {watch.diagnosis}")
-                    _signal_group(proc.pid, signal.SIGTERM)
-                    deadline = time.monotonic() + grace_period
-            if received and deadline is None:
-                deadline = time.monotonic() + grace_period
-            if deadline is not None and time.monotonic() >= deadline:
-                say(f"{what} did not stop within {grace_period:.0f}s; sending SIGKILL")
-                _signal_group(proc.pid, signal.SIGKILL)
+        returncode = _wait(proc, received, watch, grace_period=grace_period, what=what)
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
@@ -245,6 +228,29 @@ def supervise(
     if returncode != 0:
         say(f"error: {what} failed with {exitcodes.describe_status(returncode)}")
     return exitcodes.from_worker_status(returncode)
+
+
+def _wait(proc: subprocess.Popen[bytes], received: list[int], watch: MasterPortWatch | None, *,
+          grace_period: float, what: str) -> int:
+    """Wait for ``proc``; once a signal was ``received`` or ``watch`` diagnosed a misconfiguration,
+    give it ``grace_period`` seconds, then SIGKILL its group. Returns its ``returncode``."""
+    deadline: float | None = None
+    while True:
+        try:
+            return proc.wait(timeout=0.2)
+        except subprocess.TimeoutExpired:
+            pass
+        if watch is not None and not received and watch.diagnosis is None:
+            watch.diagnosis = watch(proc.pid)
+            if watch.diagnosis is not None:
+                say(f"error: {watch.diagnosis}")
+                _signal_group(proc.pid, signal.SIGTERM)
+                deadline = time.monotonic() + grace_period
+        if received and deadline is None:
+            deadline = time.monotonic() + grace_period
+        if deadline is not None and time.monotonic() >= deadline:
+            say(f"{what} did not stop within {grace_period:.0f}s; sending SIGKILL")
+            _signal_group(proc.pid, signal.SIGKILL)
 
 
 def _signal_group(pgid: int, signum: int) -> None:
