@@ -20,7 +20,9 @@ What a template may do: every template, built-in or yours, renders in Jinja's
 sandbox. It reads values; uses Jinja's tags, tests and filters; paijob's
 filters yaml, yaml_block, sh (one shell word, quoted), shjoin (a list as
 quoted words), shname (a shell variable name or an error), cli_flags; the
-globals fail("message"), shm_mb(...), processes_per_node(...); and the methods
+globals fail("message"), shm_mb(...), processes_per_node(...),
+runtime_install_command(runtimeInstall), image_auth(imageCredentials),
+paijob_version, rendered_version_env; and the methods
 of plain values (list.append, dict.items, ...). It cannot reach Python
 internals (cycler.__init__.__globals__ is an error), import modules, or read
 files other than templates in its own folder, TEMPLATE_PATH and the

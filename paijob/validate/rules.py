@@ -411,6 +411,19 @@ def placeholder_images(job: Job) -> Iterator[Finding]:
                 f"pull; paijob submit refuses it for a real cluster: {SET_IMAGE_HINT}")
 
 
+def cleartext_registry_password(job: Job) -> Iterator[Finding]:
+    """A dockerimage ``auth.password`` written in clear: every user of the cluster can read a job's config
+    (``GET /jobs/:name/config``), while OpenPAI hides ``secrets`` from them."""
+    for item in job.prerequisites:
+        auth = item.raw.get("auth") if item.type == "dockerimage" else None
+        password = auth.get("password") if isinstance(auth, dict) else None
+        if isinstance(password, str) and password and not _SECRET_TAG.search(password):
+            yield WARNING, ("prerequisites", item.index, "auth", "password"), (
+                "a registry password in clear is readable by every user of the cluster in the job's config; "
+                "put it under secrets: {registryPassword: ...} and write password: '<% $secrets.registryPassword %>'"
+                " (templates: --set 'imageCredentials.password=<% $secrets.registryPassword %>')")
+
+
 def unquoted_secrets(job: Job) -> Iterator[Finding]:
     """OpenPAI's runtime writes a secret's value into the command (HTML-escaped: ``& < > " '`` only), so
     outside single quotes a space splits it and ``$( )``, ``;``, ``|`` in it run as shell."""
@@ -495,5 +508,6 @@ PAIJOB_RULES: tuple[Rule, ...] = (
     undefined_references,
     deployment_roles,
     placeholder_images,
+    cleartext_registry_password,
     unquoted_secrets,
 )

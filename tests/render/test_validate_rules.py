@@ -449,3 +449,20 @@ def test_validate_names_the_unquoted_secret_and_the_fix() -> None:
     assert problem.line == 21 and "'<% $secrets.t %>'" in problem.message and "&#x27;" in problem.message
     quoted = text.replace("login --token <% $secrets.t %>", "login --token '<% $secrets.t %>'")
     assert not check(quoted).warnings
+
+
+def test_a_registry_password_in_clear_is_warned_about_and_a_secret_reference_is_not() -> None:
+    clear = edit("    uri: repo/image:tag\n", "    uri: repo/image:tag\n    auth: {username: me, password: hunter2}\n")
+    problem = only(check(clear), WARNING)
+    assert problem.dotted_path == "prerequisites[0].auth.password" and "secrets" in problem.message
+    hidden = clear.replace("password: hunter2", "password: '<% $secrets.pw %>'").replace(
+        "taskRoles:", "secrets:\n  pw: hunter2\ntaskRoles:")
+    assert not check(hidden).warnings
+
+
+def test_the_openpai_before_1_6_flag_holds_for_its_own_command_only(capsys: pytest.CaptureFixture[str],
+                                                                    tmp_path: Path) -> None:
+    job = tmp_path / "roles.yaml"
+    job.write_text(BASE.replace("  worker:", "  ps_server:"))
+    assert run_cli(capsys, "validate", "--openpai-before-1.6", str(job))[0] == 0
+    assert run_cli(capsys, "validate", str(job))[0] == 2
