@@ -1,6 +1,6 @@
-"""What the hang watch costs a training step: one sample's time, and a DDP run with and without it.
+"""What the hang watch costs a training step: one sample's time, and training with and without it.
 
-Two measures, printed with the machine they ran on:
+Three measures, printed with the machine they ran on:
 
 * **sample**: the time one look of the worker's sampler takes (stack walk of a main thread
   30 frames deep, /proc reads, the report written), median of 2000. The sampler holds the
@@ -10,8 +10,10 @@ Two measures, printed with the machine they ran on:
   ``paijob-runtime train`` with the watch on (the default) and off (``--hang-timeout 0``),
   runs alternated, the median of each side. On a busy 2-core machine run-to-run noise is
   larger than the effect; the ratio is reported with the spread of each side.
+* **recipe**: steady-state images/s of ``--recipe cifar10`` (ConvNet, synthetic data, 2 workers,
+  gloo) with the watch on and off, runs alternated, medians.
 
-    python benchmarks/bench_hangwatch.py [--runs 3] [--steps 300]
+    python benchmarks/bench_hangwatch.py [--runs 3] [--steps 2000]
 """
 
 from __future__ import annotations
@@ -56,8 +58,10 @@ if dist.get_rank() == 0:
 """
 
 
-def measure_sample(samples: int = 2000) -> float:
-    """Median seconds of one Sampler.sample() + write, with a main-like thread 30 frames deep."""
+def measure_sample(samples: int = 2000) -> tuple[float, float]:
+    """Median (CPU seconds, wall seconds) of one Sampler.sample() + write, looking at a thread
+    30 frames deep. The CPU time is what the sampler holds the GIL for; the wall time also
+    counts waiting for a core on a busy machine."""
     from paijob.runtime.progress import Sampler
 
     ready, done = threading.Event(), threading.Event()
@@ -75,13 +79,14 @@ def measure_sample(samples: int = 2000) -> float:
     with tempfile.TemporaryDirectory() as folder:
         sampler = Sampler(folder, 0)
         sampler.main = thread  # look at the deep thread as the sampler looks at a worker's main thread
-        timings = []
+        cpu, wall = [], []
         for _ in range(samples):
-            start = time.perf_counter()
+            start, start_cpu = time.perf_counter(), time.thread_time()
             sampler.write(sampler.sample())
-            timings.append(time.perf_counter() - start)
+            cpu.append(time.thread_time() - start_cpu)
+            wall.append(time.perf_counter() - start)
     done.set()
-    return statistics.median(timings)
+    return statistics.median(cpu), statistics.median(wall)
 
 
 def run_ddp(steps: int, watch: bool) -> float:
@@ -101,19 +106,38 @@ def run_ddp(steps: int, watch: bool) -> float:
         return float(out.read_text())
 
 
+def run_recipe(watch: bool) -> float:
+    """Steady-state images/s of ``--recipe cifar10`` (synthetic, 2 workers) under paijob-runtime."""
+    with tempfile.TemporaryDirectory() as folder:
+        summary = Path(folder) / "summary.json"
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("PAI_", "PAIJOB_"))}
+        env.update({"CUDA_VISIBLE_DEVICES": "", "PYTHONPATH": str(ROOT)})
+        args = [sys.executable, "-m", "paijob.runtime.cli", "train", "--nproc-per-node", "2",
+                "--backend", "gloo"]
+        if not watch:
+            args += ["--hang-timeout", "0"]
+        args += ["--recipe", "cifar10", "--data", "synthetic", "--epochs", "2", "--batch-size", "100",
+                 "--precision", "fp32", "--synthetic-size", "6000", "--output-dir",
+                 str(Path(folder) / "out"), "--no-resume", "--eval-steps", "1", "--summary-json",
+                 str(summary)]
+        subprocess.run(args, env=env, cwd=folder, check=True, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL, timeout=900)
+        return float(json.loads(summary.read_text())["steady_images_per_sec"])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--steps", type=int, default=300)
+    parser.add_argument("--steps", type=int, default=2000)
     parser.add_argument("--json", help="also write the results here")
     args = parser.parse_args()
     machine = f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, " \
               f"Python {platform.python_version()}"
-    sample = measure_sample()
+    sample, sample_wall = measure_sample()
     interval = 1.0
-    print(f"machine: {machine}")
-    print(f"one sample: {sample * 1e6:.0f} us; at one sample per {interval:g}s: "
-          f"{sample / interval:.4%} of a Python-bound step")
+    print(f"machine: {machine}; load average {os.getloadavg()[0]:.1f}")
+    print(f"one sample: {sample * 1e6:.0f} us of CPU ({sample_wall * 1e6:.0f} us wall); at one "
+          f"sample per {interval:g}s: {sample / interval:.4%} of a Python-bound step")
     on: list[float] = []
     off: list[float] = []
     for _ in range(args.runs):
@@ -124,10 +148,22 @@ def main() -> None:
     print(f"ddp step time, watch on / off: {ratio:.4f} (median {statistics.median(on) * 1e3:.2f} "
           f"/ {statistics.median(off) * 1e3:.2f} ms; on {min(on) * 1e3:.2f}-{max(on) * 1e3:.2f}, "
           f"off {min(off) * 1e3:.2f}-{max(off) * 1e3:.2f})")
+    rec_on: list[float] = []
+    rec_off: list[float] = []
+    for _ in range(args.runs):
+        rec_off.append(run_recipe(watch=False))
+        rec_on.append(run_recipe(watch=True))
+        print(f"  recipe images/s off {rec_off[-1]:.0f}, on {rec_on[-1]:.0f}", flush=True)
+    rec_ratio = statistics.median(rec_on) / statistics.median(rec_off)
+    print(f"recipe images/s, watch on / off: {rec_ratio:.4f} (median {statistics.median(rec_on):.0f} "
+          f"/ {statistics.median(rec_off):.0f}; on {min(rec_on):.0f}-{max(rec_on):.0f}, "
+          f"off {min(rec_off):.0f}-{max(rec_off):.0f})")
     if args.json:
         Path(args.json).write_text(json.dumps({
-            "machine": machine, "sample_seconds": sample, "interval": interval,
-            "ddp_step_on": on, "ddp_step_off": off, "ratio": ratio}, indent=2))
+            "machine": machine, "load_average": os.getloadavg(), "sample_cpu_seconds": sample,
+            "sample_wall_seconds": sample_wall,
+            "interval": interval, "ddp_step_on": on, "ddp_step_off": off, "ddp_ratio": ratio,
+            "recipe_on": rec_on, "recipe_off": rec_off, "recipe_ratio": rec_ratio}, indent=2))
 
 
 if __name__ == "__main__":

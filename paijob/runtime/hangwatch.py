@@ -455,6 +455,7 @@ class HangWatch:
         self.progress_file = os.environ.get(contract.PROGRESS_FILE) or None
         self._progress_line: str | None = None
         self._progress_written = 0.0
+        self._declared: Failure | None = None
         self._thread = threading.Thread(target=self._run, name="paijob-hangwatch", daemon=True)
 
     def start(self) -> None:
@@ -462,6 +463,11 @@ class HangWatch:
 
     def stop(self) -> None:
         self._stop.set()
+
+    def take_verdict(self) -> Failure | None:
+        """The failure a final verdict declared, once (for a launcher that polls, not listens)."""
+        failure, self._declared = self._declared, None
+        return failure
 
     def request_stacks(self) -> None:
         """SIGUSR1: print every rank's stack on every node (from a signal handler: set a flag)."""
@@ -522,11 +528,12 @@ class HangWatch:
         detail = verdict.detail()
         if path:
             detail.append(f"every rank's full stack: {path}")
-        self._declare(Failure(
+        self._declared = Failure(
             node_rank=self.node_rank,
             rank=None, local_rank=None, returncode=None, secondary=False, time=time.time(),
             reason=headline, detail="\n".join(detail), exit_status=HANG_EXIT,
-        ))
+        )
+        self._declare(self._declared)
 
     def _keep_progress_file(self, states: Sequence[RankState]) -> None:
         """Where the cluster asks (the local cluster): the current stall line, or none."""

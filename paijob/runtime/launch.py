@@ -45,22 +45,24 @@ import logging
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 
 from paijob.errors import PaijobError
 from paijob.runtime.config import LaunchConfig, LaunchError, WorkerCommand
 from paijob.runtime.console import line_buffered_stdio, say
 from paijob.runtime.env import MpiSlot
-from paijob.runtime.failures import report_root_cause, stopped_by_signal
-from paijob.runtime.netif import socket_ifname_env
+from paijob.runtime.failures import Failure, report_root_cause, stopped_by_signal
+from paijob.runtime.hangwatch import Channel, HangWatch, stacks_folder
+from paijob.runtime.netif import socket_ifname_env, task_address
 from paijob.runtime.portwatch import MasterPortWatch, read_abort_notice, serve_abort_notice
 from paijob.runtime.probe import wait_for_master
 from paijob.runtime.worker import finish, run_as_main
-from paijob.task import exitcodes
+from paijob.task import contract, exitcodes
 from paijob.task.contract import worker_env
 
 log = logging.getLogger("paijob.runtime")
@@ -128,13 +130,37 @@ def _launch_one_process(config: LaunchConfig, env: Mapping[str, str]) -> int:
     watch = None
     if config.mode == "per-node" and dist.node_rank == 0 and config.multi_node and _has_proc_net():
         watch = MasterPortWatch(dist.master_port, port_label=dist.port_label)
-    code = supervise(cmd, env, grace_period=config.grace_period,
-                     what=f"node rank {dist.node_rank}", watch=watch)
+    hang = _one_process_hang_watch(config, env) if config.mode == "dataparallel" else None
+    try:
+        code = supervise(cmd, hang[1] if hang else env, grace_period=config.grace_period,
+                         what=f"node rank {dist.node_rank}", watch=watch,
+                         hung=hang[0].take_verdict if hang else None)
+    finally:
+        if hang is not None:
+            hang[0].stop()
+            shutil.rmtree(hang[0].folder, ignore_errors=True)
     if watch is not None and watch.diagnosis is not None:
         # The declared port is free (that is the diagnosis): tell the waiting nodes there.
         serve_abort_notice(dist.master_port, watch.diagnosis, peers=2 * (dist.nnodes - 1),
                            linger=min(config.master_timeout, NOTICE_LINGER))
     return code
+
+
+def _one_process_hang_watch(config: LaunchConfig, env: Mapping[str, str]
+                            ) -> tuple[HangWatch, dict[str, str]] | None:
+    """``dataparallel``: the one process is rank 0; the hang watch judges it alone (SIGUSR1: its stack)."""
+    if not config.hang.enabled:
+        return None
+    folder = tempfile.mkdtemp(prefix="paijob-hang-")
+    env = {**env, contract.HANG_DIR: folder, contract.HANG_INTERVAL: f"{config.hang.interval:g}"}
+    found = task_address(os.environ)
+    hang = HangWatch(config.hang, folder=folder, node_rank=0, nnodes=1, world_size=1,
+                     host=found[0] if found else socket.gethostname(),
+                     stacks_dir=stacks_folder(config.log_dir, os.environ), channel=Channel(),
+                     declare=lambda failure: None, say=say)
+    signal.signal(signal.SIGUSR1, lambda *_: hang.request_stacks())
+    hang.start()
+    return hang, env
 
 
 def _has_proc_net() -> bool:
@@ -198,11 +224,14 @@ def supervise(
     grace_period: float,
     what: str = "worker",
     watch: MasterPortWatch | None = None,
+    hung: Callable[[], Failure | None] | None = None,
 ) -> int:
     """Run one process in its own process group; forward SIGTERM/SIGINT/SIGHUP with a grace period.
 
     ``watch`` is asked about once a second whether the command is misconfigured; when
-    it says so, the command is stopped like on SIGTERM and the exit code is 2.
+    it says so, the command is stopped like on SIGTERM and the exit code is 2. ``hung()``
+    is the hang watch's verdict: the command is stopped the same way, the verdict is the
+    root cause and the exit code 124.
     """
     proc = subprocess.Popen(list(cmd), env=dict(env), start_new_session=True)
     received: list[int] = []
@@ -214,8 +243,10 @@ def supervise(
 
     handled = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
     previous = {sig: signal.signal(sig, forward) for sig in handled}
+    verdicts: list[Failure] = []
     try:
-        returncode = _wait(proc, received, watch, grace_period=grace_period, what=what)
+        returncode = _wait(proc, received, watch, grace_period=grace_period, what=what, hung=hung,
+                           verdicts=verdicts)
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
@@ -225,15 +256,20 @@ def supervise(
         return exitcodes.from_signal(received[0])
     if watch is not None and watch.diagnosis is not None:
         return exitcodes.CONFIG_ERROR
+    if verdicts:
+        report_root_cause(verdicts[0], 0)
+        return verdicts[0].exit_code
     if returncode != 0:
         say(f"error: {what} failed with {exitcodes.describe_status(returncode)}")
     return exitcodes.from_worker_status(returncode)
 
 
 def _wait(proc: subprocess.Popen[bytes], received: list[int], watch: MasterPortWatch | None, *,
-          grace_period: float, what: str) -> int:
-    """Wait for ``proc``; once a signal was ``received`` or ``watch`` diagnosed a misconfiguration,
-    give it ``grace_period`` seconds, then SIGKILL its group. Returns its ``returncode``."""
+          grace_period: float, what: str, hung: Callable[[], Failure | None] | None = None,
+          verdicts: list[Failure] | None = None) -> int:
+    """Wait for ``proc``; once a signal was ``received``, ``watch`` diagnosed a misconfiguration
+    or ``hung()`` gave the hang watch's verdict (added to ``verdicts``), give it ``grace_period``
+    seconds, then SIGKILL its group. Returns its ``returncode``."""
     deadline: float | None = None
     while True:
         try:
@@ -244,6 +280,12 @@ def _wait(proc: subprocess.Popen[bytes], received: list[int], watch: MasterPortW
             watch.diagnosis = watch(proc.pid)
             if watch.diagnosis is not None:
                 say(f"error: {watch.diagnosis}")
+                _signal_group(proc.pid, signal.SIGTERM)
+                deadline = time.monotonic() + grace_period
+        if hung is not None and verdicts is not None and not received and not verdicts:
+            verdict = hung()
+            if verdict is not None:
+                verdicts.append(verdict)
                 _signal_group(proc.pid, signal.SIGTERM)
                 deadline = time.monotonic() + grace_period
         if received and deadline is None:

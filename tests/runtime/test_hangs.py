@@ -195,6 +195,18 @@ def test_one_node_a_rank_asleep_before_its_all_reduce_is_named_and_the_job_ends_
     assert "--- rank 0 " in stacks and "--- rank 1 " in stacks and "time.sleep(600)" in stacks
 
 
+def test_dataparallel_mode_is_watched_too(tmp_path: Path, start_task):
+    script = tmp_path / "loads.py"
+    script.write_text("import time\nprint('loading', flush=True)\ntime.sleep(600)\n")
+    task = start_task(["train", "--mode", "dataparallel", "--grace-period", "2", "--hang-timeout", "4",
+                       "--hang-first-timeout", "4", str(script)], base_env())
+    assert task.wait(timeout=60) == exitcodes.HANG, task.output
+    cause = root_cause(task.output)
+    assert cause is not None and "rank 0 (node rank 0, host " in cause, task.output
+    assert "is stuck at loads.py:3 in <module>, outside any collective" in cause
+    assert (tmp_path / "paijob-stacks.txt").exists()
+
+
 # -- the five hangs of issue 26, 2 nodes on loopback (slow stage) ---------------------------
 
 HANGS = {

@@ -348,3 +348,29 @@ def test_sigterm_to_node_0_stops_every_node_with_143_and_leaves_nothing(network,
     assert max(took) < 15, took
     assert "node rank 0 received SIGTERM and stopped its workers" in nodes[1].output
     assert_nothing_left(net)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["sleep-before-first-all-reduce", "dataloader-worker-hang"])
+def test_a_hang_across_hosts_names_the_rank_and_its_host(name: str, network, tmp_path: Path):
+    """The hang watch over a real network: node 0 names the culprit by host address."""
+    from test_hangs import HANGS
+
+    from paijob.local.diagnostics import root_cause
+
+    source, culprit, phrase = HANGS[name]
+    script = tmp_path / "hang.py"
+    script.write_text(source)
+    net = network(2)
+    nodes = start_job(net, tmp_path, [("worker", 2)], [
+        "--nproc-per-node", "1", "--master-timeout", "60", "--grace-period", "3",
+        "--hang-timeout", "10", "--hang-first-timeout", "10", str(script)])
+    started = time.monotonic()
+    codes = wait_nodes(nodes, timeout=120)
+    assert codes == [exitcodes.HANG] * 2, outputs(nodes)
+    assert max(n.ended_at or 0 for n in nodes) - started < 25 + 10 + 30
+    host = net.hosts[culprit].address
+    for node in nodes:
+        cause = root_cause(node.output)
+        assert cause is not None and cause.startswith("hang: "), outputs(nodes)
+        assert f"rank {culprit} (node rank {culprit}, host {host}, local rank 0) {phrase}" in cause
