@@ -7,6 +7,7 @@ The verdict rules are pinned on plain data (fast); the five hangs of issue 26 ru
 from __future__ import annotations
 
 import random
+import signal
 import socket
 import textwrap
 import threading
@@ -404,3 +405,46 @@ def test_when_torchs_own_timeout_fires_first_the_rank_that_never_arrived_is_name
             "torch's process-group timeout fired in rank 0's all_reduce at pg.py:14; the rank "
             "that never arrived: rank 1 (node rank 1, host 127.0.0.1, local rank 0) is stuck at "
             "pg.py:13"), task.output
+
+
+TRAINS_A_WHILE = textwrap.dedent(
+    """
+    import os, sys, time
+    import torch
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo")
+    t = torch.ones(1)
+    open(os.path.join(sys.argv[1], str(dist.get_rank())), "w").close()
+    end = time.time() + 12
+    while time.time() < end:
+        dist.all_reduce(t)
+        time.sleep(0.05)
+    """
+)
+
+
+@pytest.mark.slow
+def test_sigusr1_to_one_node_prints_every_ranks_stack_on_every_node_and_the_job_goes_on(
+    tmp_path: Path, start_task
+):
+    script = tmp_path / "trains.py"
+    script.write_text(TRAINS_A_WHILE)
+    ready = tmp_path / "ready"
+    ready.mkdir()
+    port = quiet_port()
+    args = ["train", "--nproc-per-node", "1", "--grace-period", "3", str(script), str(ready)]
+    tasks = [start_task(args, task_env(port, i), name=f"node{i}") for i in (0, 1)]
+    deadline = time.time() + 90
+    while len(list(ready.iterdir())) < 2:
+        assert all(t.poll() is None for t in tasks) and time.time() < deadline, tasks[0].output
+        time.sleep(0.1)
+    time.sleep(2)  # a sample or two of each rank
+    tasks[1].proc.send_signal(signal.SIGUSR1)
+    assert wait_all(tasks, timeout=90) == [0, 0], tasks[0].output + tasks[1].output
+    assert "paijob-runtime: stacks on request (SIGUSR1): node rank 1 (127.0.0.1), 1 rank(s)" in (
+        tasks[1].output)
+    assert "stacks asked for (SIGUSR1, or a hang verdict): node rank 0 (127.0.0.1), 1 rank(s)" in (
+        tasks[0].output)
+    for task in tasks:
+        assert 'trains.py", line ' in task.output
