@@ -402,9 +402,9 @@ def test_when_torchs_own_timeout_fires_first_the_rank_that_never_arrived_is_name
     for task in tasks:
         cause = root_cause(task.output)
         assert cause is not None and cause.startswith(
-            "torch's process-group timeout fired in rank 0's all_reduce at pg.py:14; the rank "
+            "torch's process-group timeout fired in rank 0's all_reduce at pg.py:13; the rank "
             "that never arrived: rank 1 (node rank 1, host 127.0.0.1, local rank 0) is stuck at "
-            "pg.py:13"), task.output
+            "pg.py:12"), task.output
 
 
 TRAINS_A_WHILE = textwrap.dedent(
