@@ -208,6 +208,16 @@ def test_dataparallel_mode_is_watched_too(tmp_path: Path, start_task):
     assert (tmp_path / "paijob-stacks.txt").exists()
 
 
+def start_two_nodes(start_task, tmp_path: Path, name: str, source: str, options: list[str],
+                    script_args: tuple[str, ...] = ()) -> list:  # type: ignore[no-untyped-def]
+    """``source`` as ``tmp_path/name``, run by two paijob-runtime nodes on loopback with ``options``."""
+    script = tmp_path / name
+    script.write_text(source)
+    port = quiet_port()
+    args = ["train", "--grace-period", "3", *options, str(script), *script_args]
+    return [start_task(args, task_env(port, i), name=f"node{i}") for i in (0, 1)]
+
+
 # -- the five hangs of issue 26, 2 nodes on loopback (slow stage) ---------------------------
 
 HANGS = {
@@ -288,16 +298,12 @@ def test_each_hang_of_the_issue_names_its_rank_and_ends_both_nodes_124(
     name: str, tmp_path: Path, start_task
 ):
     source, culprit, phrase = HANGS[name]
-    script = tmp_path / "hang.py"
-    script.write_text(source)
     timeout, hard_limit = 10, 2
     busy = name == "spin-loop-mid-training"
     nproc = 2 if name == "skipped-collective" else 1
-    port = quiet_port()
-    args = ["train", "--nproc-per-node", str(nproc), "--grace-period", "3", "--hang-timeout",
-            str(timeout), "--hang-first-timeout", str(timeout), "--hang-hard-limit",
-            str(hard_limit), str(script)]
-    tasks = [start_task(args, task_env(port, i), name=f"node{i}") for i in (0, 1)]
+    tasks = start_two_nodes(start_task, tmp_path, "hang.py", source, [
+        "--nproc-per-node", str(nproc), "--hang-timeout", str(timeout), "--hang-first-timeout",
+        str(timeout), "--hang-hard-limit", str(hard_limit)])
     started = time.time()
     codes = wait_all(tasks, timeout=150)
     outputs = "\n".join(t.output for t in tasks)
@@ -349,14 +355,11 @@ CHECKPOINT_PAUSE = textwrap.dedent(
 def test_a_rank_0_checkpoint_pause_is_not_a_hang(kind: str, tmp_path: Path, start_task):
     """An idle pause shorter than the timeout is untouched; a busy one longer than the timeout is
     reported as a straggler but not ended before the hard limit."""
-    script = tmp_path / "ckpt.py"
-    script.write_text(CHECKPOINT_PAUSE)
     timeout = 8
     pause = 5 if kind == "idle" else 14  # busy: past the timeout, short of 3 x the timeout
-    port = quiet_port()
-    args = ["train", "--nproc-per-node", "1", "--grace-period", "3", "--hang-timeout",
-            str(timeout), "--hang-first-timeout", str(timeout), str(script), str(pause), kind]
-    tasks = [start_task(args, task_env(port, i), name=f"node{i}") for i in (0, 1)]
+    tasks = start_two_nodes(start_task, tmp_path, "ckpt.py", CHECKPOINT_PAUSE, [
+        "--nproc-per-node", "1", "--hang-timeout", str(timeout), "--hang-first-timeout",
+        str(timeout)], (str(pause), kind))
     codes = wait_all(tasks, timeout=150)
     outputs = "\n".join(t.output for t in tasks)
     assert codes == [0, 0], outputs
@@ -391,11 +394,7 @@ PG_TIMEOUT_FIRST = textwrap.dedent(
 def test_when_torchs_own_timeout_fires_first_the_rank_that_never_arrived_is_named(
     tmp_path: Path, start_task
 ):
-    script = tmp_path / "pg.py"
-    script.write_text(PG_TIMEOUT_FIRST)
-    port = quiet_port()
-    args = ["train", "--nproc-per-node", "1", "--grace-period", "3", str(script)]
-    tasks = [start_task(args, task_env(port, i), name=f"node{i}") for i in (0, 1)]
+    tasks = start_two_nodes(start_task, tmp_path, "pg.py", PG_TIMEOUT_FIRST, ["--nproc-per-node", "1"])
     codes = wait_all(tasks, timeout=150)
     outputs = "\n".join(t.output for t in tasks)
     assert codes == [1, 1], outputs  # the timed-out worker's own exit code
@@ -428,13 +427,10 @@ TRAINS_A_WHILE = textwrap.dedent(
 def test_sigusr1_to_one_node_prints_every_ranks_stack_on_every_node_and_the_job_goes_on(
     tmp_path: Path, start_task
 ):
-    script = tmp_path / "trains.py"
-    script.write_text(TRAINS_A_WHILE)
     ready = tmp_path / "ready"
     ready.mkdir()
-    port = quiet_port()
-    args = ["train", "--nproc-per-node", "1", "--grace-period", "3", str(script), str(ready)]
-    tasks = [start_task(args, task_env(port, i), name=f"node{i}") for i in (0, 1)]
+    tasks = start_two_nodes(start_task, tmp_path, "trains.py", TRAINS_A_WHILE,
+                            ["--nproc-per-node", "1"], (str(ready),))
     deadline = time.time() + 90
     while len(list(ready.iterdir())) < 2:
         assert all(t.poll() is None for t in tasks) and time.time() < deadline, tasks[0].output
