@@ -456,6 +456,7 @@ class HangWatch:
         self._progress_line: str | None = None
         self._progress_written = 0.0
         self._declared: Failure | None = None
+        self._said: set[str] = set()
         self._thread = threading.Thread(target=self._run, name="paijob-hangwatch", daemon=True)
 
     def start(self) -> None:
@@ -479,7 +480,10 @@ class HangWatch:
             try:
                 self.tick()
             except Exception as error:  # noqa: BLE001 - never take the node down
-                self._say(f"hang watch: {type(error).__name__}: {error}")
+                message = f"hang watch: {type(error).__name__}: {error}"
+                if message not in self._said:  # once, not once a second
+                    self._said.add(message)
+                    self._say(message)
 
     def tick(self) -> None:
         now = time.time()

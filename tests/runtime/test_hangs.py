@@ -6,16 +6,14 @@ The verdict rules are pinned on plain data (fast); the five hangs of issue 26 ru
 
 from __future__ import annotations
 
-import random
 import signal
-import socket
 import textwrap
 import threading
 import time
 from pathlib import Path
 
 import pytest
-from conftest import base_env, task_env, wait_all
+from conftest import base_env, free_port, task_env, wait_all
 
 from paijob.local.diagnostics import root_cause
 from paijob.runtime.cli import hang_settings
@@ -31,21 +29,6 @@ from paijob.runtime.hangwatch import (
 from paijob.runtime.progress import classify_wait
 from paijob.task import exitcodes
 from paijob.task.options import build_parsers
-
-
-def quiet_port() -> int:
-    """A free port below the kernel's ephemeral range (32768-60999), which the client sockets of a
-    busy machine never take between this check and the master's bind (until h24's helper lands)."""
-    for _ in range(200):
-        port = random.randint(20000, 32000)
-        with socket.socket() as sock:
-            try:
-                sock.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    raise AssertionError("no free port in 20000-32000")
-
 
 C10D = "/venv/site-packages/torch/distributed/distributed_c10d.py"
 SETTINGS = HangSettings(timeout=20, first_timeout=60, hard_limit=3)
@@ -213,7 +196,7 @@ def start_two_nodes(start_task, tmp_path: Path, name: str, source: str, options:
     """``source`` as ``tmp_path/name``, run by two paijob-runtime nodes on loopback with ``options``."""
     script = tmp_path / name
     script.write_text(source)
-    port = quiet_port()
+    port = free_port()
     args = ["train", "--grace-period", "3", *options, str(script), *script_args]
     return [start_task(args, task_env(port, i), name=f"node{i}") for i in (0, 1)]
 
