@@ -422,8 +422,6 @@ def plan(root: Path, path: str, dest: Path, job: str, *, force: bool = False) ->
     Refuses (unless ``force``) to replace existing files DEST does not name,
     and what would not fit in DEST's free space.
     """
-    from paijob.workdir.pack import human_size
-
     source, found = _source(root, path, job)
     is_dir = stat.S_ISDIR(found.st_mode)
     if not is_dir and not stat.S_ISREG(found.st_mode):
@@ -442,17 +440,31 @@ def plan(root: Path, path: str, dest: Path, job: str, *, force: bool = False) ->
     named = not is_dir and target == dest  # DEST names the file: replacing it is what was asked
     copy_plan = CopyPlan(os.path.realpath(root), source, target, is_dir, force or named, files, size, data,
                          tuple(existing))
+    _refuse_replacing(copy_plan, f"{job}:{path or '.'}")
+    if not force:
+        _refuse_overfilling(copy_plan, f"{job}:{path or '.'}")
+    return copy_plan
+
+
+def _refuse_replacing(copy_plan: CopyPlan, what: str) -> None:
+    """paijob cp never overwrites a file DEST does not name, unless --force."""
+    existing = copy_plan.existing
     if existing and not copy_plan.overwrite:
         shown = ", ".join(existing[:5]) + (f" and {len(existing) - 5} more" if len(existing) > 5 else "")
-        raise OutputError(f"{job}:{path or '.'}: {len(existing)} file(s) already in DEST would be replaced "
+        raise OutputError(f"{what}: {len(existing)} file(s) already in DEST would be replaced "
                           f"({shown}); paijob cp never overwrites: pass --force, name the target file, or copy "
                           "to a new folder")
-    free = _free_bytes(target)
-    if free is not None and data > free and not force:
-        raise OutputError(f"{job}:{path or '.'} holds {human_size(data)} of data ({files} file(s)), more than the "
-                          f"{human_size(free)} free where {target} is: make room or copy a part (--force tries "
-                          "anyway)")
-    return copy_plan
+
+
+def _refuse_overfilling(copy_plan: CopyPlan, what: str) -> None:
+    """A copy that would not fit in the free space where it lands (unless --force)."""
+    from paijob.workdir.pack import human_size
+
+    free = _free_bytes(copy_plan.target)
+    if free is not None and copy_plan.data > free:
+        raise OutputError(f"{what} holds {human_size(copy_plan.data)} of data ({copy_plan.files} file(s)), more "
+                          f"than the {human_size(free)} free where {copy_plan.target} is: make room or copy a part "
+                          "(--force tries anyway)")
 
 
 def copy(copy_plan: CopyPlan, job: str, path: str) -> CopyReport:

@@ -289,31 +289,43 @@ class JobRunner(threading.Thread):
                 self._set_job(state="STOPPING", sub_state="AttemptDeletionPending")
                 self._stop_running(exitspec.STOP_REQUESTED_CODE)
                 return self._end_attempt(attempt, "STOPPED", None, self.stop_reason, exitspec.STOP_REQUESTED_CODE)
-            for task in self.tasks:
-                if task.sink is not None and task.sink.fault is not None:
-                    raise faults.MachineFault(f"writing the log of task {task.key}", task.sink.fault)
-            for i, task in enumerate(list(self.tasks)):
-                raw = self._exited(task)
-                if raw is None:
-                    continue
-                self._finish(task, "SUCCEEDED" if raw == 0 else "FAILED", raw)
-                if raw != 0:
-                    self._no_full_disk(task, raw)
-                code = self._report_exit(task, raw)
-                if self._task_retry(task, code):
-                    # fresh ports: the task may have failed because one of its own was taken (exit 253, 143)
-                    self._draw_ports([(task.role, task.index)], ports)
-                    retry = self._new_task(attempt, task.role, task.index, task.attempt + 1, ports, gpus)
-                    self.tasks[i] = retry
-                    self._start(retry, attempt, ports, gpus)
-                    continue
-                ended = self._completion(attempt, task, code, counts)
-                if ended is not None:
-                    return ended
+            self._no_log_fault()
+            ended = self._settle_exits(attempt, ports, gpus, counts)
+            if ended is not None:
+                return ended
             if all(t.state != "RUNNING" for t in self.tasks):
                 last = max(self.tasks, key=lambda t: t.code or 0)
                 return self._end_attempt(attempt, "SUCCEEDED", last, "All Tasks are completed", 0)
             time.sleep(POLL)
+
+    def _no_log_fault(self) -> None:
+        """A task whose log cannot be written is a fault of this machine, not of the job."""
+        for task in self.tasks:
+            if task.sink is not None and task.sink.fault is not None:
+                raise faults.MachineFault(f"writing the log of task {task.key}", task.sink.fault)
+
+    def _settle_exits(self, attempt: int, ports: Ports, gpus: dict[tuple[str, int], str | None],
+                      counts: _Counts) -> str | None:
+        """Each task that exited since the last look: retried, or counted; the attempt's final state once decided."""
+        for i, task in enumerate(list(self.tasks)):
+            raw = self._exited(task)
+            if raw is None:
+                continue
+            self._finish(task, "SUCCEEDED" if raw == 0 else "FAILED", raw)
+            if raw != 0:
+                self._no_full_disk(task, raw)
+            code = self._report_exit(task, raw)
+            if self._task_retry(task, code):
+                # fresh ports: the task may have failed because one of its own was taken (exit 253, 143)
+                self._draw_ports([(task.role, task.index)], ports)
+                retry = self._new_task(attempt, task.role, task.index, task.attempt + 1, ports, gpus)
+                self.tasks[i] = retry
+                self._start(retry, attempt, ports, gpus)
+                continue
+            ended = self._completion(attempt, task, code, counts)
+            if ended is not None:
+                return ended
+        return None
 
     def _launch(self, attempt: int) -> tuple[Ports, dict[tuple[str, int], str | None]]:
         """Ports and GPUs for every task of the attempt, then every task started; the attempt is RUNNING.
@@ -478,6 +490,45 @@ class JobRunner(threading.Thread):
         return Task(role=role, index=index, attempt=task_attempt, job_attempt=attempt, uid=uid, log_dir=log_dir)
 
     def _start(self, task: Task, attempt: int, ports: Ports, gpus: dict[tuple[str, int], str | None]) -> None:
+        env, workdir = self._process_env(task, attempt, ports, gpus)
+        sink = task.sink = _LogSink(task.log_dir)
+        self._write_notes(task, sink)
+        if role_name_breaks_init(task.role.name) and not openpai_before_1_6():
+            task.init_failed = True
+            self._fail_unstarted(task, attempt, sink, 1, init_role_failure(task.role.name),
+                                 f"; {role_name_fix(task.role.name, contract.OPENPAI_BEFORE_1_6)}")
+            return
+        script = task_script(self.plan, task.role)
+        self._release_ports([n for numbers in ports[task.role.name][task.index].values() for n in numbers])
+        try:
+            proc = subprocess.Popen(
+                self.cluster.tracker.wrap(task.uid, ["bash", "-o", "errexit", "-o", "nounset", "-o", "pipefail",
+                                                     "-c", script]),
+                cwd=workdir, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE, start_new_session=True,
+            )
+        except OSError as error:
+            # the run loop ends it like a task that exited 127
+            self._fail_unstarted(task, attempt, sink, 127, f"cannot start the task: {error}")
+            return
+        task.proc = proc
+        task.state = "RUNNING"
+        self.cluster.tracker.started(task.uid, proc.pid)
+        assert proc.stdout is not None and proc.stderr is not None
+        task.readers = [
+            threading.Thread(target=sink.pump, args=("stdout", proc.stdout), daemon=True),
+            threading.Thread(target=sink.pump, args=("stderr", proc.stderr), daemon=True),
+        ]
+        for reader in task.readers:
+            reader.start()
+        closer = threading.Thread(target=self._close_sink_when_done, args=(task, sink), daemon=True)
+        closer.start()
+        self.store.update_task(self.username, self.name_, attempt, task.role.name, task.index, task.attempt,
+                               state="RUNNING", launched_time=now_ms(), pid=proc.pid)
+
+    def _process_env(self, task: Task, attempt: int, ports: Ports,
+                     gpus: dict[tuple[str, int], str | None]) -> tuple[dict[str, str], Path]:
+        """The task process's environment (OpenPAI's variables, its GPU, its own /tmp) and its working folder."""
         env = {k: v for k, v in os.environ.items() if not k.startswith("PAI_") and k not in _SCRUB}
         env.update(self._task_env(task, attempt, ports))
         python_bin = str(Path(sys.executable).parent)
@@ -499,59 +550,37 @@ class JobRunner(threading.Thread):
         output.mkdir(parents=True, exist_ok=True)
         env[contract.OUTPUT_DIR] = str(output)
         env[contract.PROGRESS_FILE] = str(workdir / PROGRESS_NAME)  # node 0's hang watch: a stall
-        sink = task.sink = _LogSink(task.log_dir)
-        for note in self._notes:  # why this task is a retry, where the local cluster differs from OpenPAI
+        return env, workdir
+
+    def _write_notes(self, task: Task, sink: _LogSink) -> None:
+        """Notes at the top of a task's stderr: why it is a retry, where the local cluster differs from OpenPAI."""
+        for note in self._notes:
             sink.write("stderr", f"[paijob local] {note}\n".encode())
         self._notes.clear()
         if not self._announced_image:
             self._announced_image = True
-            note = (f"[paijob local] docker images are not pulled: role {task.role.name} asks for "
-                    f"'{self.plan.image_uri(task.role)}'; commands run in this Python environment ({sys.executable})\n")
-            sink.write("stderr", note.encode())
-            asked = [(r.instances, r.resources.gpu, r.resources.cpu, r.resources.memory_mb) for r in self.plan.roles]
-            for line in capacity.warnings(asked, capacity.this_machine(len(self.cluster.gpus))):
-                sink.write("stderr", f"[paijob local] warning: {line}\n".encode())
-            if self.plan.gang_allocation and any(r.raw.get("taskRetryCount") for r in self.plan.roles):
-                sink.write("stderr", b"[paijob local] taskRetryCount only takes effect with "
-                                     b"extras.gangAllocation: false (as on OpenPAI); ignored\n")
-        if role_name_breaks_init(task.role.name) and not openpai_before_1_6():
-            message = init_role_failure(task.role.name)
-            sink.write("stderr", f"[paijob local] {message}; {role_name_fix(task.role.name, contract.OPENPAI_BEFORE_1_6)}\n".encode())
-            sink.close()
-            task.state, task.code, task.init_failed = "RUNNING", 1, True  # the run loop ends it as exited 1
-            self.store.update_task(self.username, self.name_, attempt, task.role.name, task.index, task.attempt,
-                                   diagnostics=message)
-            return
-        script = task_script(self.plan, task.role)
-        self._release_ports([n for numbers in ports[task.role.name][task.index].values() for n in numbers])
-        try:
-            proc = subprocess.Popen(
-                self.cluster.tracker.wrap(task.uid, ["bash", "-o", "errexit", "-o", "nounset", "-o", "pipefail",
-                                                     "-c", script]),
-                cwd=workdir, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE, start_new_session=True,
-            )
-        except OSError as error:
-            sink.write("stderr", f"[paijob local] cannot start the task: {error}\n".encode())
-            sink.close()
-            task.state, task.code = "RUNNING", 127  # the run loop ends it like a task that exited 127
-            self.store.update_task(self.username, self.name_, attempt, task.role.name, task.index, task.attempt,
-                                   diagnostics=f"cannot start the task: {error}")
-            return
-        task.proc = proc
-        task.state = "RUNNING"
-        self.cluster.tracker.started(task.uid, proc.pid)
-        assert proc.stdout is not None and proc.stderr is not None
-        task.readers = [
-            threading.Thread(target=sink.pump, args=("stdout", proc.stdout), daemon=True),
-            threading.Thread(target=sink.pump, args=("stderr", proc.stderr), daemon=True),
-        ]
-        for reader in task.readers:
-            reader.start()
-        closer = threading.Thread(target=self._close_sink_when_done, args=(task, sink), daemon=True)
-        closer.start()
+            self._write_local_differences(task, sink)
+
+    def _write_local_differences(self, task: Task, sink: _LogSink) -> None:
+        """Once per job: images are not pulled, what this machine lacks, settings that do not take effect."""
+        note = (f"[paijob local] docker images are not pulled: role {task.role.name} asks for "
+                f"'{self.plan.image_uri(task.role)}'; commands run in this Python environment ({sys.executable})\n")
+        sink.write("stderr", note.encode())
+        asked = [(r.instances, r.resources.gpu, r.resources.cpu, r.resources.memory_mb) for r in self.plan.roles]
+        for line in capacity.warnings(asked, capacity.this_machine(len(self.cluster.gpus))):
+            sink.write("stderr", f"[paijob local] warning: {line}\n".encode())
+        if self.plan.gang_allocation and any(r.raw.get("taskRetryCount") for r in self.plan.roles):
+            sink.write("stderr", b"[paijob local] taskRetryCount only takes effect with "
+                                 b"extras.gangAllocation: false (as on OpenPAI); ignored\n")
+
+    def _fail_unstarted(self, task: Task, attempt: int, sink: _LogSink, code: int, message: str,
+                        hint: str = "") -> None:
+        """A task that could not start: the run loop ends it as if it had exited with ``code``."""
+        sink.write("stderr", f"[paijob local] {message}{hint}\n".encode())
+        sink.close()
+        task.state, task.code = "RUNNING", code
         self.store.update_task(self.username, self.name_, attempt, task.role.name, task.index, task.attempt,
-                               state="RUNNING", launched_time=now_ms(), pid=proc.pid)
+                               diagnostics=message)
 
     def _task_env(self, task: Task, attempt: int, ports: Ports) -> dict[str, str]:
         """OpenPAI's variables for this task. Gang allocation off: tasks are placed one by one in

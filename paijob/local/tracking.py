@@ -268,6 +268,15 @@ def _signal(pid: int, sig: int) -> None:
         pass
 
 
+def _reap(waiters: list[subprocess.Popen[bytes]]) -> None:
+    """Wait (5 s at most each) for our own child processes after SIGKILL, so none is left a zombie."""
+    for proc in waiters:
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            pass
+
+
 def _signal_groups(pgids: Iterable[int], sig: int) -> None:
     for pgid in pgids:
         try:
@@ -374,24 +383,14 @@ class Tracker:
         _signal_groups(mains, signal.SIGTERM)  # each main process leads its own session and group
         for pid in targets:
             _signal(pid, signal.SIGTERM)
-        deadline = time.monotonic() + grace
-        while time.monotonic() < deadline:
-            for proc in waiters or ():
-                proc.poll()
-            if not self._members(uids, tree):
-                break
-            time.sleep(POLL)
+        self._wait_gone(uids, tree, grace, waiters or [])
         _signal_groups(mains, signal.SIGKILL)
         for pid in self._members(uids, tree):
             _signal(pid, signal.SIGKILL)
         if self.cgroups:
             for uid in uids:
                 self.cgroups.kill(uid)
-        for proc in waiters or ():
-            try:
-                proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                pass
+        _reap(waiters or [])
         deadline = time.monotonic() + 5  # until the kill has landed
         while time.monotonic() < deadline and self._members(uids, tree):
             time.sleep(POLL)
@@ -399,6 +398,17 @@ class Tracker:
             for uid in uids:
                 self.cgroups.remove(uid)
         self.records.remove(uids)
+
+    def _wait_gone(self, uids: list[str], tree: set[int], grace: float,
+                   waiters: list[subprocess.Popen[bytes]]) -> None:
+        """Up to ``grace`` seconds for the tasks' processes to end after SIGTERM (our children reaped meanwhile)."""
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline:
+            for proc in waiters:
+                proc.poll()
+            if not self._members(uids, tree):
+                return
+            time.sleep(POLL)
 
     def close(self) -> None:
         """Remove this cluster's (empty) cgroup directory."""

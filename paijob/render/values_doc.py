@@ -77,33 +77,37 @@ def _properties(ref: Any) -> dict[str, Any]:
     return properties if isinstance(properties, dict) else {}
 
 
+def _defaults(ref: Any) -> tuple[dict[str, Any], dict[str, str]]:
+    """A template's default values and the comments above them (both empty without a values file)."""
+    values_text = ref.values_text()
+    if values_text is None:
+        return {}, {}
+    return yaml.safe_load(values_text[0]) or {}, comments(values_text[0])
+
+
+def _read_without_default(name: str, hints: dict[str, Any], hint_notes: dict[str, str],
+                          schema: dict[str, Any] | None) -> ValueDoc:
+    """A value the template reads but gives no default: typed and explained by ddp's, where ddp has one."""
+    comment = hint_notes.get(name, "")
+    if name in hints:
+        comment = f"{comment} (ddp's default: {json.dumps(hints[name])})".strip()
+    typed = name in hints or schema
+    return ValueDoc(name, type_name(hints.get(name), schema) if typed else "?", None, True, comment)
+
+
 def describe(template: str) -> list[ValueDoc]:
     """The values ``template`` reads: its defaults first (file order), then names it reads without a default."""
     from paijob.render import templating
 
     ref = templating.find_template(template)
-    values_text = ref.values_text()
-    defaults: dict[str, Any] = {}
-    notes: dict[str, str] = {}
-    if values_text is not None:
-        defaults = yaml.safe_load(values_text[0]) or {}
-        notes = comments(values_text[0])
+    defaults, notes = _defaults(ref)
     hint_ref = templating.find_template("ddp")
-    hint_text = hint_ref.values_text()
-    hints = (yaml.safe_load(hint_text[0]) or {}) if hint_text else {}
-    hint_notes = comments(hint_text[0]) if hint_text else {}
+    hints, hint_notes = _defaults(hint_ref)
     env_globals = set(templating._environment(ref.folder).globals)
     read = sorted(n for n in templating.used_names(ref) if n not in env_globals and not n.startswith("_"))
     declared, hint_declared = _properties(ref), _properties(hint_ref)
     docs = [ValueDoc(name, type_name(value, declared.get(name)), value, False, notes.get(name, ""))
             for name, value in defaults.items()]
-    for name in read:
-        if name in defaults:
-            continue
-        hint = hints.get(name)
-        comment = hint_notes.get(name, "")
-        if name in hints:
-            comment = f"{comment} (ddp's default: {json.dumps(hint)})".strip()
-        schema = declared.get(name) or hint_declared.get(name)
-        docs.append(ValueDoc(name, type_name(hint, schema) if name in hints or schema else "?", None, True, comment))
+    docs.extend(_read_without_default(name, hints, hint_notes, declared.get(name) or hint_declared.get(name))
+                for name in read if name not in defaults)
     return docs

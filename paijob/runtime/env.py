@@ -273,15 +273,8 @@ def _backend(requested: str, visible_gpus: int) -> str:
     return "nccl" if visible_gpus > 0 else "gloo"
 
 
-def _openpai_env(
-    environ: Mapping[str, str],
-    options: LaunchOptions,
-    visible_gpus: int,
-    backend: str,
-    free_port: int,
-) -> DistEnv:
-    role_list = _role_list(environ)
-    current = _current_role(environ, role_list)
+def _training_roles(role_list: tuple[str, ...], current: str, options: LaunchOptions) -> tuple[str, tuple[str, ...]]:
+    """The master role and the roles taking part in training, master first; refused when inconsistent."""
     participating = _participating_roles(role_list, options.roles)
     if current not in participating:
         raise DistEnvError(
@@ -300,7 +293,32 @@ def _openpai_env(
             f"--master-role {master_role!r} does not take part in training "
             f"(--roles selects {', '.join(participating)}); the master must be one of them"
         )
-    ordered = (master_role, *(role for role in participating if role != master_role))
+    return master_role, (master_role, *(role for role in participating if role != master_role))
+
+
+def _task_position(ordered: tuple[str, ...], current: str, task_index: int,
+                   counts: dict[str, int], nprocs: dict[str, int]) -> tuple[int, int]:
+    """This task's node rank and its first worker's global rank: the tasks of the roles before it come first."""
+    node_rank = 0
+    rank_offset = 0
+    for role in ordered:
+        if role == current:
+            return node_rank + task_index, rank_offset + task_index * nprocs[role]
+        node_rank += counts[role]
+        rank_offset += counts[role] * nprocs[role]
+    return node_rank, rank_offset
+
+
+def _openpai_env(
+    environ: Mapping[str, str],
+    options: LaunchOptions,
+    visible_gpus: int,
+    backend: str,
+    free_port: int,
+) -> DistEnv:
+    role_list = _role_list(environ)
+    current = _current_role(environ, role_list)
+    master_role, ordered = _training_roles(role_list, current, options)
 
     task_index, index_name = _task_index(environ)
     counts = {role: _task_count(environ, role) for role in ordered}
@@ -316,15 +334,7 @@ def _openpai_env(
         nprocs = {role: workers_per_node(options.mode, None, 0) for role in ordered}
     else:
         nprocs = _nprocs(environ, ordered, current, options.nproc_per_node, visible_gpus)
-    node_rank = 0
-    rank_offset = 0
-    for role in ordered:
-        if role == current:
-            node_rank += task_index
-            rank_offset += task_index * nprocs[role]
-            break
-        node_rank += counts[role]
-        rank_offset += counts[role] * nprocs[role]
+    node_rank, rank_offset = _task_position(ordered, current, task_index, counts, nprocs)
     nnodes = sum(counts.values())
     world_size = sum(counts[role] * nprocs[role] for role in ordered)
 

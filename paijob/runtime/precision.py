@@ -268,6 +268,29 @@ class PrecisionPolicy:
         return LossScaler(loss_scale=self.loss_scale)
 
 
+def _defaults(
+    spec: PrecisionSpec, scale: str | float | None, keep_bn: bool | None
+) -> tuple[str, bool, str | float, bool]:
+    """Compute dtype, model cast, loss scale and fp32 batch norms: what was asked, else the level's defaults."""
+    if spec.opt_level is not None:
+        compute, cast_model, default_scale = _OPT_LEVEL_TABLE[spec.opt_level]
+        if keep_bn is None:
+            keep_bn = spec.opt_level in ("O2",)  # apex: O2 keeps BN fp32, O3 does not
+        return compute, cast_model, default_scale if scale is None else scale, keep_bn
+    compute = spec.base
+    if scale is None:
+        scale = "dynamic" if compute == "fp16" else 1.0
+    return compute, False, scale, True if keep_bn is None else keep_bn
+
+
+def _real_apex_usable(spec: PrecisionSpec) -> bool:
+    """A spec that prefers NVIDIA apex gets it when importable; otherwise a notice and the native mapping."""
+    if real_apex_amp_importable():
+        return True
+    notice(f"{spec.text}: NVIDIA apex.amp is not importable; using the native torch.amp mapping of {spec.base}")
+    return False
+
+
 def resolve_policy(
     spec: PrecisionSpec | str | None,
     device: torch.device | str = "cpu",
@@ -283,29 +306,8 @@ def resolve_policy(
     scale = parse_loss_scale(loss_scale)
     keep_bn = parse_bool_option(keep_batchnorm_fp32, "keep_batchnorm_fp32")
     notes: list[str] = []
-
-    if spec.opt_level is not None:
-        compute, cast_model, default_scale = _OPT_LEVEL_TABLE[spec.opt_level]
-        if keep_bn is None:
-            keep_bn = spec.opt_level in ("O2",)  # apex: O2 keeps BN fp32, O3 does not
-        if scale is None:
-            scale = default_scale
-    else:
-        compute, cast_model = spec.base, False
-        if scale is None:
-            scale = "dynamic" if compute == "fp16" else 1.0
-        if keep_bn is None:
-            keep_bn = True
-
-    use_real_apex = False
-    if spec.prefer_real_apex:
-        if real_apex_amp_importable():
-            use_real_apex = True
-        else:
-            notice(
-                f"{spec.text}: NVIDIA apex.amp is not importable; using the native torch.amp "
-                f"mapping of {spec.base}"
-            )
+    compute, cast_model, scale, keep_bn = _defaults(spec, scale, keep_bn)
+    use_real_apex = spec.prefer_real_apex and _real_apex_usable(spec)
     if compute == "fp16" and device_type == "cpu" and not use_real_apex:
         notice(f"{spec.text}: fp16 on CPU runs as bf16 (no loss scaling needed)")
         compute = "bf16"

@@ -227,6 +227,14 @@ class RuntimeSettings:
     label: str
 
 
+def _participating(names: tuple[str, ...], roles_flag: str | None) -> tuple[str, ...]:
+    """The roles in the training world: those ``--roles`` names (in job order), or all when it is not literal."""
+    if not roles_flag or not is_literal(roles_flag):
+        return names
+    wanted = {r.strip() for r in roles_flag.split(",") if r.strip()}
+    return tuple(r for r in names if r in wanted)
+
+
 def runtime_settings(
     job: Job, master_override: str | None = None, label_override: str | None = None
 ) -> RuntimeSettings | None:
@@ -235,11 +243,7 @@ def runtime_settings(
         return None
     names = job.role_names
     roles_flag = first(calls, "roles")
-    if roles_flag and is_literal(roles_flag):
-        wanted = {r.strip() for r in roles_flag.split(",") if r.strip()}
-        participating = tuple(r for r in names if r in wanted)
-    else:
-        participating = names
+    participating = _participating(names, roles_flag)
     master = master_override or first(calls, "master_role") or (participating or names)[0]
     label = label_override or first(calls, "port_label") or DEFAULT_PORT_LABEL
     return RuntimeSettings(tuple(calls), participating, roles_flag, master, label)
@@ -379,25 +383,37 @@ def layout_warnings(job: Job, s: RuntimeSettings) -> Iterator[Finding]:
         role = job.role(call.role)
         if role is None:
             continue
-        if call.mode == "dataparallel" and role.instances > 1:
-            yield ERROR, _command_path(call), (
-                f"--mode dataparallel runs one process on one node, but role '{role.name}' has "
-                f"{role.instances} instances: paijob-runtime refuses to start (use --mode per-gpu)"
-            )
-        nproc = call.nproc if call.nproc not in (None, "auto") else None
-        gpu = role.resources.gpu
-        negative = [r for r in job.roles if r.name in s.participating and r.resources.gpu < 0]
-        if call.mode != "dataparallel" and nproc is None and negative:
-            yield ERROR, _command_path(call), (
-                f"role '{negative[0].name}' asks for {negative[0].resources.gpu} GPUs; paijob-runtime "
-                f"counts workers from PAI_RESOURCE_{negative[0].name} and refuses a negative GPU "
-                "count (pass --nproc-per-node, or set gpu to 0 or more)"
-            )
-        if call.mode != "dataparallel" and nproc and nproc.isdigit() and gpu > 0 and int(nproc) != gpu:
-            yield WARNING, _command_path(call), (
-                f"--nproc-per-node {nproc} but resourcePerInstance.gpu is {gpu}: "
-                "one process per GPU is the usual layout"
-            )
+        if call.mode == "dataparallel":
+            yield from _dataparallel_layout(call, role)
+        else:
+            yield from _per_node_layout(job, s, call, role)
+
+
+def _dataparallel_layout(call: RuntimeCall, role: TaskRole) -> Iterator[Finding]:
+    """--mode dataparallel is one process on one node."""
+    if role.instances > 1:
+        yield ERROR, _command_path(call), (
+            f"--mode dataparallel runs one process on one node, but role '{role.name}' has "
+            f"{role.instances} instances: paijob-runtime refuses to start (use --mode per-gpu)"
+        )
+
+
+def _per_node_layout(job: Job, s: RuntimeSettings, call: RuntimeCall, role: TaskRole) -> Iterator[Finding]:
+    """Workers per node: counted from a role's GPUs unless --nproc-per-node says otherwise."""
+    nproc = call.nproc if call.nproc not in (None, "auto") else None
+    gpu = role.resources.gpu
+    negative = [r for r in job.roles if r.name in s.participating and r.resources.gpu < 0]
+    if nproc is None and negative:
+        yield ERROR, _command_path(call), (
+            f"role '{negative[0].name}' asks for {negative[0].resources.gpu} GPUs; paijob-runtime "
+            f"counts workers from PAI_RESOURCE_{negative[0].name} and refuses a negative GPU "
+            "count (pass --nproc-per-node, or set gpu to 0 or more)"
+        )
+    if nproc and nproc.isdigit() and gpu > 0 and int(nproc) != gpu:
+        yield WARNING, _command_path(call), (
+            f"--nproc-per-node {nproc} but resourcePerInstance.gpu is {gpu}: "
+            "one process per GPU is the usual layout"
+        )
 
 
 def gang_allocation(job: Job, nodes: int, what: str, path: tuple[Any, ...]) -> Iterator[Finding]:

@@ -227,22 +227,14 @@ def scale_loss(
         return
     # Gradient accumulation: grads already unscaled by an earlier block are put aside
     # so only this backward's (scaled) contribution is unscaled, then added back.
-    stashed: list[tuple[torch.Tensor, torch.Tensor]] = []
-    for optimizer in optimizer_list:
-        if id(optimizer) in _amp_state.unscaled:
-            for param in iter_params(optimizer):
-                if param.grad is not None:
-                    stashed.append((param, param.grad))
-                    param.grad = None
+    stashed = _stash_unscaled_grads(optimizer_list)
     yield loss.float() * scaler.get_scale()
     if delay_unscale:
-        for param, grad in stashed:  # put them back untouched; a later block unscales
-            param.grad = grad if param.grad is None else param.grad.add_(grad)
+        _add_back(stashed)  # untouched; a later block unscales
         return
     params = [p for optimizer in optimizer_list for p in iter_params(optimizer)]
     scaler.unscale_grads_(params)
-    for param, grad in stashed:
-        param.grad = grad if param.grad is None else param.grad.add_(grad)
+    _add_back(stashed)
     overflow = scaler.found_overflow()  # apex syncs here too
     old_scale = scaler.get_scale()
     scaler.update()
@@ -256,6 +248,25 @@ def scale_loss(
             f"to {scaler.get_scale()}" if scaler.dynamic else
             f"Gradient overflow with static loss scale {old_scale}. Skipping step"
         )
+
+
+def _stash_unscaled_grads(optimizer_list: list[Any]) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Take aside the gradients an earlier block already unscaled (their params' grads become None)."""
+    stashed: list[tuple[torch.Tensor, torch.Tensor]] = []
+    for optimizer in optimizer_list:
+        if id(optimizer) not in _amp_state.unscaled:
+            continue
+        for param in iter_params(optimizer):
+            if param.grad is not None:
+                stashed.append((param, param.grad))
+                param.grad = None
+    return stashed
+
+
+def _add_back(stashed: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
+    """Return stashed gradients, summed with what the backward of this block left."""
+    for param, grad in stashed:
+        param.grad = grad if param.grad is None else param.grad.add_(grad)
 
 
 def master_params(optimizer: torch.optim.Optimizer) -> Iterator[torch.nn.Parameter]:

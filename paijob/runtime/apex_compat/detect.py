@@ -29,22 +29,21 @@ def source_imports_apex(source: str) -> bool:
         tree = ast.parse(source)
     except (SyntaxError, ValueError):
         return bool(_IMPORT_RE.search(source))
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            if any(_is_apex_name(alias.name) for alias in node.names):
-                return True
-        elif isinstance(node, ast.ImportFrom):
-            if node.level == 0 and _is_apex_name(node.module):
-                return True
-        elif isinstance(node, ast.Call):
-            # importlib.import_module("apex.amp") / __import__("apex")
-            func = node.func
-            fname = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
-            if fname in ("import_module", "__import__") and node.args:
-                first = node.args[0]
-                if isinstance(first, ast.Constant) and isinstance(first.value, str):
-                    if _is_apex_name(first.value):
-                        return True
+    return any(_node_imports_apex(node) for node in ast.walk(tree))
+
+
+def _node_imports_apex(node: ast.AST) -> bool:
+    """An ``import apex...``, ``from apex... import``, or ``import_module("apex...")`` / ``__import__("apex...")``."""
+    if isinstance(node, ast.Import):
+        return any(_is_apex_name(alias.name) for alias in node.names)
+    if isinstance(node, ast.ImportFrom):
+        return node.level == 0 and _is_apex_name(node.module)
+    if isinstance(node, ast.Call) and node.args:
+        func = node.func
+        fname = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+        first = node.args[0]
+        return (fname in ("import_module", "__import__") and isinstance(first, ast.Constant)
+                and isinstance(first.value, str) and _is_apex_name(first.value))
     return False
 
 

@@ -112,16 +112,9 @@ class Prefetcher:
                     slot = self.slots[k]
                 host = self.produce(step, slot)
                 if self.cuda:
-                    with torch.cuda.stream(self.stream):
-                        moved = tuple(t.to(self.device, non_blocking=True) if isinstance(t, torch.Tensor)
-                                      else t for t in host)
-                        if self.on_device is not None:
-                            moved = self.on_device(step, moved)
-                        event = torch.cuda.Event()
-                        event.record(self.stream)
+                    item: Any = self._to_device(step, host)
                     if self.slots is not None:
-                        copied[step % len(self.slots)] = event
-                    item: Any = (moved, event)
+                        copied[step % len(self.slots)] = item[1]
                 else:
                     moved = tuple(t.clone() if slot is not None else t for t in host)
                     item = (self.on_device(step, moved) if self.on_device is not None else moved, None)
@@ -131,6 +124,16 @@ class Prefetcher:
             self._put(_Failure(error))
             return
         self._put(_END)
+
+    def _to_device(self, step: int, host: Any) -> tuple[tuple[Any, ...], Any]:
+        """One step's tensors copied on the side stream, with the event that marks the copy done."""
+        with torch.cuda.stream(self.stream):
+            moved = tuple(t.to(self.device, non_blocking=True) if isinstance(t, torch.Tensor) else t for t in host)
+            if self.on_device is not None:
+                moved = self.on_device(step, moved)
+            event = torch.cuda.Event()
+            event.record(self.stream)
+        return moved, event
 
     def _inline(self) -> Iterator[tuple[torch.Tensor, ...]]:
         for step in range(self.steps):
