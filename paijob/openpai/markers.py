@@ -62,6 +62,11 @@ def js_number(value: float | int) -> str:
         return "Infinity" if number > 0 else "-Infinity"
     if number == 0:
         return "0"
+    return _js_decimal(number)
+
+
+def _js_decimal(number: float) -> str:
+    """A finite, non-zero float as ``String(n)`` writes it: plain up to 21 digits, else with an exponent."""
     from decimal import Decimal  # only for a number with digits to place: not on every import
 
     sign, digit_tuple, exponent = Decimal(repr(abs(number))).as_tuple()

@@ -171,6 +171,14 @@ class _Packer:
             info.mode = entry.mode & 0o777  # no setuid, setgid or sticky bit from a workdir
         return info
 
+    def _unreadable(self, entry: scan.Entry, error: PermissionError | FileNotFoundError) -> None:
+        """A file that cannot be read is refused, or left out with --skip-unreadable (a vanished one always refused)."""
+        if not self.skip_unreadable or isinstance(error, FileNotFoundError):
+            verb = "vanished while packing" if isinstance(error, FileNotFoundError) else "cannot be read"
+            raise WorkdirError(f"--workdir {self.root}: {entry.rel} {verb} ({error.strerror}); make it readable, "
+                               "list it in .paijobignore, or pass --skip-unreadable") from None
+        self.unreadable.append(entry.rel)
+
     def add(self, entry: scan.Entry) -> None:
         info = self.info(entry)
         if entry.kind != "file":
@@ -180,22 +188,13 @@ class _Packer:
         try:
             handle, before = _open_regular(entry, self.root)
         except (PermissionError, FileNotFoundError) as error:
-            if not self.skip_unreadable or isinstance(error, FileNotFoundError):
-                verb = "vanished while packing" if isinstance(error, FileNotFoundError) else "cannot be read"
-                raise WorkdirError(f"--workdir {self.root}: {entry.rel} {verb} ({error.strerror}); make it readable, "
-                                   "list it in .paijobignore, or pass --skip-unreadable") from None
-            self.unreadable.append(entry.rel)
+            self._unreadable(entry, error)
             return
         with handle:
             info.size = before.st_size
-            sniffer = KeySniffer()
             data = handle.read(CHUNK + 1)
             body: BinaryIO = io.BytesIO(data)
-            if not entry.named and not sniffer.feed(data) and len(data) > CHUNK:
-                for chunk in iter(lambda: handle.read(CHUNK), b""):  # a big file: sniff all of it first
-                    if sniffer.feed(chunk):
-                        break
-            if sniffer.found:
+            if not entry.named and _holds_key(handle, data):
                 self.sniffed.append(f"{entry.rel} (holds a private key or credential)")
                 return
             if len(data) > CHUNK:  # then pack it from the start
@@ -208,6 +207,16 @@ class _Packer:
             if _changed(before, os.fstat(handle.fileno())) or (body is not handle and len(data) != info.size):
                 raise WorkdirError(f"--workdir {self.root}: {entry.rel} changed while packing; try again")
         self.shipped.append(dataclasses.replace(entry, size=before.st_size))
+
+
+def _holds_key(handle: BinaryIO, data: bytes) -> bool:
+    """Does the file (its first ``data``, then the rest of ``handle`` if it is bigger) hold a private key?"""
+    sniffer = KeySniffer()
+    if not sniffer.feed(data) and len(data) > CHUNK:
+        for chunk in iter(lambda: handle.read(CHUNK), b""):  # a big file: sniff all of it first
+            if sniffer.feed(chunk):
+                break
+    return sniffer.found
 
 
 def check_limits(found: scan.Scan, limit: int) -> None:
