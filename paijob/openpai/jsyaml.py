@@ -40,7 +40,7 @@ import math
 import re
 from collections.abc import Callable, Hashable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import yaml
 
@@ -110,8 +110,10 @@ def js_date(text: str) -> datetime.date | datetime.datetime:
     )
 
 
-@dataclass(frozen=True)
-class ScalarNote:
+# ScalarNote and Loaded are NamedTuples and _Frame a plain class, not dataclasses
+# every `paijob render` loads a job, and a dataclass costs about 0.5 ms of
+# start-up (its methods are compiled from source when the module is imported).
+class ScalarNote(NamedTuple):
     """A plain scalar that YAML 1.1 (PyYAML, Helm) and the server's YAML 1.2 read differently."""
 
     path: Path
@@ -147,8 +149,7 @@ class LineMap:
             path = path[:-1]
 
 
-@dataclass(frozen=True)
-class Loaded:
+class Loaded(NamedTuple):
     value: Any
     lines: LineMap
 
@@ -325,20 +326,23 @@ def yaml11_difference(text: str) -> tuple[Any, Any] | None:
 # --------------------------------------------------------------------------- composing
 
 
-@dataclass
 class _Frame:
     """A collection being built: its value, where it sits, and its pending key."""
 
-    value: dict[Any, Any] | list[Any]
-    path: Path
-    anchor: str | None
-    tag: str | None
-    line: int
-    size: int = 1
-    key: Any = None
-    key_line: int = 0
-    has_key: bool = False
-    overridable: set[Any] = field(default_factory=set)
+    __slots__ = ("value", "path", "anchor", "tag", "line", "size", "key", "key_line", "has_key", "overridable")
+
+    def __init__(self, value: dict[Any, Any] | list[Any], path: Path, anchor: str | None, tag: str | None,
+                 line: int) -> None:
+        self.value = value
+        self.path = path
+        self.anchor = anchor
+        self.tag = tag
+        self.line = line
+        self.size = 1
+        self.key: Any = None
+        self.key_line = 0
+        self.has_key = False
+        self.overridable: set[Any] = set()
 
 
 _MISSING = object()

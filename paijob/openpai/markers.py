@@ -32,8 +32,7 @@ import datetime
 import math
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from paijob.errors import PaijobError
 
@@ -138,8 +137,7 @@ def _mustache_lookup(context: Mapping[str, Any], name: str) -> Any:
 # --------------------------------------------------------------------------- mustache.js tokens
 
 
-@dataclass(frozen=True)
-class _Token:
+class _Token(NamedTuple):  # not a dataclass: cheaper to create at import (render checks every job)
     kind: str  # "text", "name", or a mustache tag type character
     value: str
 

@@ -33,15 +33,14 @@ import re
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from paijob.openpai.names import js_match
 
 Path = tuple[Any, ...]
 
 
-@dataclass(frozen=True)
-class Dialect:
+class Dialect(NamedTuple):  # not a dataclass: ~0.5 ms less start-up for every render, which validates
     """How a schema sees values: what differs between ajv's JavaScript and Python's jsonschema."""
 
     is_type: Callable[[Any, str], bool]  # does the value have this JSON type ("integer", "object", ...)?

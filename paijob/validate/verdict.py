@@ -20,7 +20,7 @@ import os
 from collections.abc import Hashable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from paijob.errors import PaijobError
 from paijob.openpai.jsyaml import SERVER_BODY_LIMIT, LineMap, Loaded, YamlError, load_job
@@ -65,8 +65,7 @@ __all__ = [
 YamlPath = tuple[Hashable, ...]
 
 
-@dataclass(frozen=True)
-class Problem:
+class Problem(NamedTuple):  # not a dataclass: ~0.5 ms less start-up for every render, which validates
     """One thing wrong (``error``) or suspicious (``warning``) in a job."""
 
     severity: str
