@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from paijob.commands import _common as common
@@ -41,43 +42,57 @@ def print_status(detail: dict[str, Any], job_id: str, wide: bool = False, raw: b
     from paijob import api
 
     shown = api.terminal_text(sys.stdout, raw=raw)  # the reasons quote what the job wrote
+    for line in _job_lines(detail, job_id, shown):
+        print(line)
+    print()
+    rows = [["TASK", "STATE", "EXIT", "RETRIES", "IP", "PORTS"] + (["STARTED", "DURATION", "EXIT TYPE"] if wide else [])]
+    rows.extend(_task_row(role, task, wide) for role, task in common.tasks_of(detail))
+    common.table(rows)
+
+
+def _job_lines(detail: dict[str, Any], job_id: str, shown: Callable[[str], str]) -> Iterator[str]:
+    """The job's own lines above the task table; what the job wrote goes through ``shown``."""
     status = detail["jobStatus"]
-    print(f"job        {job_id}")
-    print(f"state      {status['state']} (attempt {status.get('attemptId', 0)}, retries {status.get('retries', 0)}, "
-          f"execution {status.get('executionType', '-')})")
-    print(f"submitted  {common.when(status.get('submissionTime'))}")
-    print(f"duration   {common.duration(status.get('launchedTime') or status.get('createdTime'), status.get('completedTime'))}")
+    yield f"job        {job_id}"
+    yield (f"state      {status['state']} (attempt {status.get('attemptId', 0)}, retries {status.get('retries', 0)}, "
+           f"execution {status.get('executionType', '-')})")
+    yield f"submitted  {common.when(status.get('submissionTime'))}"
+    yield f"duration   {common.duration(status.get('launchedTime') or status.get('createdTime'), status.get('completedTime'))}"
     if status.get("appExitCode") is not None:
         spec = status.get("appExitSpec")
         phrase = spec.get("phrase") if isinstance(spec, dict) else None
-        print(f"exit code  {status['appExitCode']}" + (f" ({phrase}, OpenPAI's code)" if phrase else ""))
+        yield f"exit code  {status['appExitCode']}" + (f" ({phrase}, OpenPAI's code)" if phrase else "")
     if status.get("paijobStall"):  # the local cluster: paijob-runtime's hang watch, while it runs
-        print(f"stalled    {shown(status['paijobStall'])}")
+        yield f"stalled    {shown(status['paijobStall'])}"
     cause = common.root_cause(detail) if status["state"] == "FAILED" else None
     if cause:
-        print(f"cause      {shown(str(cause))}")
+        yield f"cause      {shown(str(cause))}"
     message = status.get("appExitTriggerMessage") or status.get("appExitDiagnostics")
     if message:
-        print(f"reason     {shown(message)}")
+        yield f"reason     {shown(message)}"
     for where, error in task_errors(detail):
-        print(f"error      {where}: {shown(error)}")
-    print()
-    rows = [["TASK", "STATE", "EXIT", "RETRIES", "IP", "PORTS"] + (["STARTED", "DURATION", "EXIT TYPE"] if wide else [])]
-    for role, task in common.tasks_of(detail):
-        ports = task.get("containerPorts")
-        ports = ports if isinstance(ports, dict) else {}
-        code = task.get("containerExitCode")
-        rows.append([
-            f"{role}/{task['taskIndex']}",
-            str(task.get("taskState", "-")),
-            "-" if code is None else str(code),
-            str(task.get("retries", 0)),
-            str(task.get("containerIp") or "-"),
-            " ".join(f"{label}={value}" for label, value in sorted(ports.items())) or "-",
-        ] + ([common.when(task.get("launchedTime")), common.duration(task.get("launchedTime"), task.get("completedTime")),
-              str(task.get("containerExitSpec", {}).get("type", "-") if isinstance(task.get("containerExitSpec"), dict)
-                  else "-")] if wide else []))
-    common.table(rows)
+        yield f"error      {where}: {shown(error)}"
+
+
+def _task_row(role: str, task: dict[str, Any], wide: bool) -> list[str]:
+    """One task's cells in the status table (``wide``: with its start, duration and exit type)."""
+    ports = task.get("containerPorts")
+    ports = ports if isinstance(ports, dict) else {}
+    code = task.get("containerExitCode")
+    row = [
+        f"{role}/{task['taskIndex']}",
+        str(task.get("taskState", "-")),
+        "-" if code is None else str(code),
+        str(task.get("retries", 0)),
+        str(task.get("containerIp") or "-"),
+        " ".join(f"{label}={value}" for label, value in sorted(ports.items())) or "-",
+    ]
+    if not wide:
+        return row
+    spec = task.get("containerExitSpec")
+    exit_type = str(spec.get("type", "-")) if isinstance(spec, dict) else "-"
+    return row + [common.when(task.get("launchedTime")),
+                  common.duration(task.get("launchedTime"), task.get("completedTime")), exit_type]
 
 
 def task_errors(detail: dict[str, Any], limit: int = 5) -> list[tuple[str, str]]:
