@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import resource
+import threading
 import time
 from typing import Any
 
@@ -85,6 +86,8 @@ class BoundedServer(TcpWSGIServer):
                  inactivity_timeout: int = INACTIVITY_TIMEOUT, request_deadline: float = REQUEST_DEADLINE,
                  cleanup_interval: int = CLEANUP_INTERVAL, threads: int = THREADS) -> None:
         self.request_deadline = request_deadline
+        self._trigger_lock = threading.Lock()
+        self._stopped = False
         super().__init__(
             app, host=host, port=port, threads=threads, connection_limit=connection_limit(),
             channel_timeout=inactivity_timeout, cleanup_interval=cleanup_interval,
@@ -109,15 +112,47 @@ class BoundedServer(TcpWSGIServer):
     def serve_forever(self) -> None:
         self.run()
 
+    # Stopping. waitress wakes its I/O loop through a pipe (the trigger) that every worker thread writes to
+    # when a response is ready, and the loop runs whatever thunks are queued on *any* wake-up. A thunk that
+    # closed the pipe could therefore run between our queueing it and our own write to the pipe, which then
+    # went to a closed descriptor (EBADF) or, once the number was reused, into some other file. So the loop
+    # closes the sockets only, and the pipe is closed last, under the lock every writer takes.
+
+    def pull_trigger(self) -> None:
+        """Wake the I/O loop (waitress's channels call this); nothing once the server is closed."""
+        with self._trigger_lock:
+            if not self._stopped:
+                self.trigger.pull_trigger()
+
     def shutdown(self) -> None:
         """From any thread: the I/O loop closes every socket (in its own thread) and so returns;
         the worker threads finish what they serve (5 s at most) and end."""
-        self.trigger.pull_trigger(lambda: wasyncore.close_all(self._map))
+        with self._trigger_lock:
+            if self._stopped:
+                return
+            self.trigger.pull_trigger(self._close_sockets)
         self.task_dispatcher.shutdown(cancel_pending=True, timeout=5)
 
     def server_close(self) -> None:
-        """Close whatever the loop did not (it never ran, or is gone): the listening socket above all."""
-        wasyncore.close_all(self._map)
+        """Close whatever the loop did not (it never ran, or is gone), then the trigger's pipe."""
+        with self._trigger_lock:
+            self._stopped = True
+        self._close_sockets()
+        self.trigger.close()
+
+    def close(self) -> None:
+        """The listening socket (waitress's own ``close`` also closes the trigger: see ``server_close``)."""
+        wasyncore.dispatcher.close(self)
+
+    def _close_sockets(self) -> None:
+        """Every socket of the loop's map, the trigger left open; an empty map ends the loop."""
+        for dispatcher in list(self._map.values()):
+            if dispatcher is not self.trigger:
+                try:
+                    dispatcher.close()
+                except OSError:
+                    pass
+        self._map.clear()
 
 
 def connection_limit() -> int:

@@ -126,3 +126,27 @@ def test_800_idle_connections_and_50_slow_bodies_leave_threads_at_the_cap_and_ot
     assert figures["held_connections"] >= 850, figures
     assert figures["threads_under_load"] == figures["threads_idle"], figures
     assert figures["latency_s"]["max"] < 1.0, figures
+
+
+def test_a_stop_survives_a_worker_waking_the_loop_while_it_queues_the_close(tmp_path: Path) -> None:
+    """waitress's worker threads wake the I/O loop through the trigger's pipe whenever a response is ready,
+    and the loop then runs every queued thunk. When that wake-up came between stop queueing its close and
+    writing its own byte, the close had already run: stop's write went to a closed pipe (EBADF, seen in a CI
+    run of tests/cluster) or, once the descriptor number was reused, into another file. Forced here."""
+    srv = LocalServer(tmp_path / "state", TOKEN).start()
+    trigger = srv.server.trigger
+    write_byte = trigger._physical_pull
+
+    def woken_first() -> None:
+        write_byte()  # a worker's wake-up, just before ours
+        deadline = time.monotonic() + 30
+        while trigger.thunks and time.monotonic() < deadline:  # the loop runs the queued close
+            time.sleep(0.01)
+        assert not trigger.thunks
+        write_byte()  # stop's own write, after the close ran
+
+    trigger._physical_pull = woken_first
+    srv.stop()
+    assert srv._thread is not None and not srv._thread.is_alive()
+    assert trigger._closed
+    srv.server.pull_trigger()  # a worker that finishes after the stop: nothing happens, no EBADF
