@@ -567,13 +567,14 @@ def local_status() -> dict[str, Any]:
     """``running``, ``state_dir``, and when it runs its ``url``, ``pid`` and job counts by state (``jobs``)."""
     from paijob.local import daemon
     from paijob.remote.client import PaiClient
+    from paijob.remote.profiles import LOCAL
 
     directory = daemon.state_dir()
     info = daemon.running(directory)
     data: dict[str, Any] = {"running": bool(info), "state_dir": str(directory)}
     if info:
         data.update(url=info["url"], pid=info["pid"])
-        client = PaiClient(str(info["url"]), daemon.read_token(directory), cluster_name="local")
+        client = PaiClient(str(info["url"]), daemon.read_token(directory), cluster_name=LOCAL)
         counts: dict[str, int] = {}
         for job in client.list_jobs():
             counts[job["state"]] = counts.get(job["state"], 0) + 1

@@ -102,9 +102,10 @@ def _end_signals() -> Iterator[_EndSignals]:
 
 def run(args: argparse.Namespace) -> int:
     from paijob import api
+    from paijob.remote.profiles import LOCAL
 
     if args.local:
-        args.cluster = "local"
+        args.cluster = LOCAL
     if not args.name:
         args.unique_suffix = True
     job = api.prepare(_jobargs.request_from_args(args))
