@@ -39,7 +39,6 @@ import datetime
 import math
 import re
 from collections.abc import Callable, Hashable, Iterator
-from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 import yaml
@@ -110,7 +109,7 @@ def js_date(text: str) -> datetime.date | datetime.datetime:
     )
 
 
-# ScalarNote and Loaded are NamedTuples and _Frame a plain class, not dataclasses
+# ScalarNote and Loaded are NamedTuples, LineMap and _Frame plain classes, not dataclasses:
 # every `paijob render` loads a job, and a dataclass costs about 0.5 ms of
 # start-up (its methods are compiled from source when the module is imported).
 class ScalarNote(NamedTuple):
@@ -130,13 +129,15 @@ class ScalarNote(NamedTuple):
         )
 
 
-@dataclass
 class LineMap:
     """1-based line numbers of the entries of a YAML document, by path."""
 
-    lines: dict[Path, int] = field(default_factory=dict)
-    duplicates: list[tuple[Path, int]] = field(default_factory=list)  # values files only
-    notes: list[ScalarNote] = field(default_factory=list)
+    __slots__ = ("duplicates", "lines", "notes")
+
+    def __init__(self) -> None:
+        self.lines: dict[Path, int] = {}
+        self.duplicates: list[tuple[Path, int]] = []  # values files only
+        self.notes: list[ScalarNote] = []
 
     def line_of(self, path: Path) -> int | None:
         """The line of ``path``, or of its nearest ancestor that has one."""

@@ -60,7 +60,7 @@ def duplicate_prerequisites(job: Job) -> Iterator[Finding]:
     seen: set[tuple[str, str]] = set()
     for item in job.prerequisites:
         if (item.type, item.name) in seen:
-            yield ERROR, ("prerequisites", item.index, "name"), (
+            yield ERROR, ("prerequisites", item.position, "name"), (
                 f"duplicate {item.type} prerequisite name '{item.name}'; "
                 f"each {item.type} prerequisite needs its own name"
             )
@@ -72,7 +72,7 @@ def duplicate_deployments(job: Job) -> Iterator[Finding]:
     seen: set[str] = set()
     for deployment in job.deployments:
         if deployment.name in seen:
-            yield ERROR, ("deployments", deployment.index, "name"), (
+            yield ERROR, ("deployments", deployment.position, "name"), (
                 f"duplicate deployment name '{deployment.name}'"
             )
         seen.add(deployment.name)
@@ -144,7 +144,7 @@ def server_rendering(job: Job) -> Iterator[Finding]:
     for item in job.prerequisites:
         auth = item.raw.get("auth") if item.type == "dockerimage" else None
         for key, value in auth.items() if isinstance(auth, dict) else ():
-            path = ("prerequisites", item.index, "auth", key)
+            path = ("prerequisites", item.position, "auth", key)
             if value and not isinstance(value, str):
                 yield ERROR, path, (
                     f"expected a string, got {type_name(value)}: the server renders every auth "
@@ -406,7 +406,7 @@ def placeholder_images(job: Job) -> Iterator[Finding]:
     for item in job.prerequisites:
         host = placeholder_image(item.uri) if item.type == "dockerimage" else None
         if host:
-            yield WARNING, ("prerequisites", item.index, "uri"), (
+            yield WARNING, ("prerequisites", item.position, "uri"), (
                 f"image '{item.uri}' is a placeholder ({host} is reserved for examples) that no cluster can "
                 f"pull; paijob submit refuses it for a real cluster: {SET_IMAGE_HINT}")
 
@@ -418,7 +418,7 @@ def cleartext_registry_password(job: Job) -> Iterator[Finding]:
         auth = item.raw.get("auth") if item.type == "dockerimage" else None
         password = auth.get("password") if isinstance(auth, dict) else None
         if isinstance(password, str) and password and not _SECRET_TAG.search(password):
-            yield WARNING, ("prerequisites", item.index, "auth", "password"), (
+            yield WARNING, ("prerequisites", item.position, "auth", "password"), (
                 "a registry password in clear is readable by every user of the cluster in the job's config; "
                 "put it under secrets: {registryPassword: ...} and write password: '<% $secrets.registryPassword %>'"
                 " (templates: --set 'imageCredentials.password=<% $secrets.registryPassword %>')")
@@ -465,7 +465,7 @@ def deployment_roles(job: Job) -> Iterator[Finding]:
     for deployment in job.deployments:
         for role in deployment.roles:
             if job.role(role) is None:
-                yield WARNING, ("deployments", deployment.index, "taskRoles", role), (
+                yield WARNING, ("deployments", deployment.position, "taskRoles", role), (
                     f"'{role}' is not a task role of this job; OpenPAI ignores these commands"
                 )
 
