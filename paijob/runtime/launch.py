@@ -130,7 +130,7 @@ def _launch_one_process(config: LaunchConfig, env: Mapping[str, str]) -> int:
     watch = None
     if config.mode == "per-node" and dist.node_rank == 0 and config.multi_node and _has_proc_net():
         watch = MasterPortWatch(dist.master_port, port_label=dist.port_label)
-    hang = _one_process_hang_watch(config, env) if config.mode == "dataparallel" else None
+    hang = _one_process_hang_watch(config, env)
     try:
         code = supervise(cmd, hang[1] if hang else env, grace_period=config.grace_period,
                          what=f"node rank {dist.node_rank}", watch=watch,
@@ -148,13 +148,29 @@ def _launch_one_process(config: LaunchConfig, env: Mapping[str, str]) -> int:
 
 def _one_process_hang_watch(config: LaunchConfig, env: Mapping[str, str]
                             ) -> tuple[HangWatch, dict[str, str]] | None:
-    """``dataparallel``: the one process is rank 0; the hang watch judges it alone (SIGUSR1: its stack)."""
-    if not config.hang.enabled:
+    """The hang watch of the one process (SIGUSR1: every rank's stack).
+
+    ``dataparallel``: the process is rank 0, judged alone. ``per-node`` on one node: the ranks
+    are its ``mp.spawn`` children, each with a sampler (:mod:`paijob.runtime.spawnwatch`).
+    ``per-node`` on several nodes has no channel between the nodes' watches (the rendezvous store
+    is the script's own), so it is not watched.
+    """
+    dist = config.dist
+    spawned = config.mode == "per-node"
+    if spawned and config.multi_node and config.hang.enabled:
+        say("hang watch: off in per-node mode on several nodes (no channel between the nodes); "
+            "--mode per-gpu is watched")
+    if not config.hang.enabled or (spawned and config.multi_node):
+        signal.signal(signal.SIGUSR1, lambda *_: say(
+            "stacks on request: the hang watch is off, no stacks to print"))
         return None
     folder = tempfile.mkdtemp(prefix="paijob-hang-")
     env = {**env, contract.HANG_DIR: folder, contract.HANG_INTERVAL: f"{config.hang.interval:g}"}
+    if spawned:
+        env[contract.HANG_SPAWN] = "1"
     found = task_address(os.environ)
-    hang = HangWatch(config.hang, folder=folder, node_rank=0, nnodes=1, world_size=1,
+    hang = HangWatch(config.hang, folder=folder, node_rank=0, nnodes=1,
+                     world_size=dist.world_size if spawned else 1,
                      host=found[0] if found else socket.gethostname(),
                      stacks_dir=stacks_folder(config.log_dir, os.environ), channel=Channel(),
                      declare=lambda failure: None, say=say)
@@ -276,23 +292,31 @@ def _wait(proc: subprocess.Popen[bytes], received: list[int], watch: MasterPortW
             return proc.wait(timeout=0.2)
         except subprocess.TimeoutExpired:
             pass
-        if watch is not None and not received and watch.diagnosis is None:
-            watch.diagnosis = watch(proc.pid)
-            if watch.diagnosis is not None:
-                say(f"error: {watch.diagnosis}")
-                _signal_group(proc.pid, signal.SIGTERM)
-                deadline = time.monotonic() + grace_period
-        if hung is not None and verdicts is not None and not received and not verdicts:
-            verdict = hung()
-            if verdict is not None:
-                verdicts.append(verdict)
-                _signal_group(proc.pid, signal.SIGTERM)
-                deadline = time.monotonic() + grace_period
+        if not received and _must_stop(proc.pid, watch, hung, verdicts):
+            _signal_group(proc.pid, signal.SIGTERM)
+            deadline = time.monotonic() + grace_period
         if received and deadline is None:
             deadline = time.monotonic() + grace_period
         if deadline is not None and time.monotonic() >= deadline:
             say(f"{what} did not stop within {grace_period:.0f}s; sending SIGKILL")
             _signal_group(proc.pid, signal.SIGKILL)
+
+
+def _must_stop(pid: int, watch: MasterPortWatch | None, hung: Callable[[], Failure | None] | None,
+               verdicts: list[Failure] | None) -> bool:
+    """Whether ``watch`` has just diagnosed a misconfiguration or ``hung()`` just gave a verdict
+    (added to ``verdicts``): each is asked until it answers, and answers once."""
+    if watch is not None and watch.diagnosis is None:
+        watch.diagnosis = watch(pid)
+        if watch.diagnosis is not None:
+            say(f"error: {watch.diagnosis}")
+            return True
+    if hung is not None and verdicts is not None and not verdicts:
+        verdict = hung()
+        if verdict is not None:
+            verdicts.append(verdict)
+            return True
+    return False
 
 
 def _signal_group(pgid: int, signum: int) -> None:

@@ -165,10 +165,11 @@ class Sampler:
     """The daemon thread that samples the main thread and writes ``rank<N>.json``."""
 
     def __init__(self, folder: str, rank: int, *, interval: float = DEFAULT_INTERVAL,
-                 skip_files: tuple[str, ...] = ()) -> None:
+                 skip_files: tuple[str, ...] = (), local_rank: int | None = None) -> None:
         self.path = os.path.join(folder, f"rank{rank}.json")
         self.stack_path = os.path.join(folder, f"rank{rank}.stack")
         self.rank = rank
+        self.local_rank = _int_env("LOCAL_RANK") if local_rank is None else local_rank
         self.interval = interval
         self.skip_files = skip_files
         self.main = threading.main_thread()
@@ -235,7 +236,7 @@ class Sampler:
         self.seq += 1
         return {
             "rank": self.rank,
-            "local_rank": _int_env("LOCAL_RANK"),
+            "local_rank": self.local_rank,
             "pid": os.getpid(),
             "seq": self.seq,
             "time": now,
@@ -304,6 +305,8 @@ def start_from_env(skip_files: tuple[str, ...] = (),
         interval = float(env.get(contract.HANG_INTERVAL, DEFAULT_INTERVAL))
     except ValueError:
         interval = DEFAULT_INTERVAL
-    sampler = Sampler(folder, int(rank), interval=max(0.05, interval), skip_files=skip_files)
+    local_rank = env.get("LOCAL_RANK", "")
+    sampler = Sampler(folder, int(rank), interval=max(0.05, interval), skip_files=skip_files,
+                      local_rank=int(local_rank) if local_rank.isdigit() else None)
     sampler.start()
     return sampler

@@ -34,7 +34,8 @@ that plain ``python SCRIPT`` does not:
   stops the worker, it prints the traceback and exits 1 as before.
 * **Its progress is watched.** Where the launcher asks (``PAIJOB_HANG_DIR``), a
   sampler thread reports where the main thread is and whether it moves
-  (:mod:`paijob.runtime.progress`), for the hang watch.
+  (:mod:`paijob.runtime.progress`), for the hang watch; in ``per-node`` mode the
+  sampler goes into each ``mp.spawn`` child instead (:mod:`paijob.runtime.spawnwatch`).
 """
 
 from __future__ import annotations
@@ -252,6 +253,19 @@ def _excepthook() -> Callable[..., object]:
     return hook
 
 
+def _start_progress_sampler() -> None:
+    """The hang watch's sampler, where the launcher asks: in this process, or (``per-node``) in each
+    child that ``mp.spawn`` starts."""
+    if os.environ.get(contract.HANG_SPAWN) == "1":
+        from paijob.runtime.spawnwatch import install
+
+        install()
+        return
+    from paijob.runtime.progress import start_from_env
+
+    start_from_env(skip_files=(__file__, runpy.__file__ or ""))
+
+
 def main(argv: Sequence[str] | None = None) -> NoReturn:
     args = list(sys.argv[1:] if argv is None else argv)
     launcher = os.environ.get(contract.LAUNCHER_PID, "")
@@ -261,9 +275,7 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
     if not args or (args[0] == "-m" and len(args) < 2):
         print(USAGE, file=sys.stderr)
         finish(2)
-    from paijob.runtime.progress import start_from_env
-
-    start_from_env(skip_files=(__file__, runpy.__file__ or ""))  # the hang watch's sampler, if asked
+    _start_progress_sampler()
     if args[0] == "-m":
         finish(run_as_main(args[1], args[2:], module=True))
     finish(run_as_main(args[0], args[1:]))

@@ -46,6 +46,10 @@ HANG_DIR = "PAIJOB_HANG_DIR"
 HANG_INTERVAL = "PAIJOB_HANG_INTERVAL"
 """Seconds between two looks of a worker's progress sampler at its main thread."""
 
+HANG_SPAWN = "PAIJOB_HANG_SPAWN"
+"""``"1"`` (``per-node`` mode): the ranks are the ``mp.spawn`` children of the one process; its worker
+wrapper starts no sampler of its own but hooks one into each child (:mod:`paijob.runtime.spawnwatch`)."""
+
 PROGRESS_FILE = "PAIJOB_PROGRESS_FILE"
 """Set by the local cluster: node 0's hang watch keeps its one-line account of a stall there
 (``no progress for 95s on rank 1``), which ``paijob status`` and the portal show while the job runs."""

@@ -21,12 +21,14 @@ from paijob.runtime.config import HangSettings, LaunchError
 from paijob.runtime.hangwatch import (
     RankState,
     judge,
+    process_ended,
     rank_ranges,
     report_frames,
     stall_line,
     waiting_phrase,
 )
 from paijob.runtime.progress import classify_wait
+from paijob.runtime.spawnwatch import child_rank
 from paijob.task import exitcodes
 from paijob.task.options import build_parsers
 
@@ -189,6 +191,88 @@ def test_dataparallel_mode_is_watched_too(tmp_path: Path, start_task):
     assert cause is not None and "rank 0 (node rank 0, host " in cause, task.output
     assert "is stuck at loads.py:3 in <module>, outside any collective" in cause
     assert (tmp_path / "paijob-stacks.txt").exists()
+
+
+SPAWNS_AND_SLEEPS = textwrap.dedent(
+    """
+    import os, sys, time
+    import torch
+    import torch.distributed as dist
+    import torch.multiprocessing as mp
+
+
+    def train(local_rank, nprocs, pause, pids):
+        rank = int(os.environ["NODE_RANK"]) * nprocs + local_rank
+        open(os.path.join(pids, str(os.getpid())), "w").close()
+        dist.init_process_group("gloo", rank=rank, world_size=int(os.environ["WORLD_SIZE"]))
+        t = torch.ones(1)
+        for step in range(20):
+            if rank == 1 and step == 3:
+                time.sleep(pause)  # the culprit, when the pause outlasts the timeout
+            dist.all_reduce(t)
+        os.write(1, f"finished {rank}\\n".encode())  # one write: the two children share stdout
+
+
+    if __name__ == "__main__":
+        nprocs = int(os.environ["NPROC_PER_NODE"])
+        mp.spawn(train, args=(nprocs, float(sys.argv[1]), sys.argv[2]), nprocs=nprocs)
+    """
+)
+
+
+def run_spawning_script(tmp_path: Path, start_task, pause: float, timeout: float):  # type: ignore[no-untyped-def]
+    """``per-node`` mode, 2 ``mp.spawn`` children on one node; rank 1 pauses ``pause`` s at step 3."""
+    script = tmp_path / "spawns.py"
+    script.write_text(SPAWNS_AND_SLEEPS)
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    task = start_task(["train", "--mode", "per-node", "--nproc-per-node", "2", "--grace-period", "3",
+                       "--hang-timeout", str(timeout), "--hang-first-timeout", str(timeout),
+                       str(script), str(pause), str(pids)], base_env())
+    started = time.time()
+    code = task.wait(timeout=150)
+    children = [int(p.name) for p in pids.iterdir()]
+    return task, code, (task.ended_at or time.time()) - started, children
+
+
+def test_per_node_mode_watches_the_mp_spawn_children_and_names_the_stuck_one(
+    tmp_path: Path, start_task
+):
+    timeout = 8
+    task, code, took, children = run_spawning_script(tmp_path, start_task, 600, timeout)
+    out = task.output
+    assert code == exitcodes.HANG, out
+    assert took < 25 + timeout + 30, f"took {took:.0f}s"  # start-up on a busy machine, then the limit
+    cause = root_cause(out)
+    assert cause is not None and cause.startswith("hang: no rank made progress for"), out
+    assert "rank 1 (node rank 0, host " in cause and "local rank 1) is stuck at spawns.py:15 in train" \
+        ", outside any collective" in cause, out
+    assert "rank 0 waits in all_reduce at spawns.py:16" in cause, out
+    stacks = (tmp_path / "paijob-stacks.txt").read_text()
+    assert "--- rank 0 " in stacks and "--- rank 1 " in stacks and "time.sleep(pause)" in stacks
+    assert len(children) == 2 and all(process_ended_within(pid, 10) for pid in children)
+
+
+def process_ended_within(pid: int, seconds: float) -> bool:
+    """Whether ``pid`` is gone (or a zombie left for init to reap) within ``seconds``."""
+    deadline = time.time() + seconds
+    while not process_ended(pid):
+        if time.time() > deadline:
+            return False
+        time.sleep(0.1)
+    return True
+
+
+def test_an_mp_spawn_child_reports_as_node_rank_times_processes_per_node_plus_its_index():
+    assert child_rank(3, {"NODE_RANK": "2", "NPROC_PER_NODE": "4"}) == 11
+    assert child_rank(1, {}) == 1  # no layout: the index alone
+
+
+def test_a_per_node_pause_shorter_than_the_timeout_is_not_touched(tmp_path: Path, start_task):
+    task, code, _took, _children = run_spawning_script(tmp_path, start_task, 3, 15)
+    assert code == 0, task.output
+    assert "finished 0" in task.output and "finished 1" in task.output
+    assert "hang watch:" not in task.output and "error:" not in task.output
 
 
 def start_two_nodes(start_task, tmp_path: Path, name: str, source: str, options: list[str],
