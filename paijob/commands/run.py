@@ -102,10 +102,9 @@ def _end_signals() -> Iterator[_EndSignals]:
 
 def run(args: argparse.Namespace) -> int:
     from paijob import api
-    from paijob.remote.profiles import LOCAL
 
     if args.local:
-        args.cluster = LOCAL
+        args.cluster = "local"  # the name users type (`-c local`), which paijob.remote.profiles.LOCAL holds
     if not args.name:
         args.unique_suffix = True
     job = api.prepare(_jobargs.request_from_args(args))
