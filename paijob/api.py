@@ -98,6 +98,14 @@ class PreparedJob:
     target: Cluster | None = None  # the cluster profile, resolved once (a local cluster's address, unstarted)
     snapshot: Snapshot | None = None  # the workdir in memory, when a local cluster must store it (``ship``)
     snapshot_home: Path | None = None  # the local cluster's state dir that ``ship`` stores it in
+    # ``text`` as the server reads it: read once by the render's validation, then kept in step with
+    # every edit (name, workdir), so nothing reads the text again. ``read_as`` is the text it describes.
+    document: Any = field(default=None, repr=False)
+    read_as: str | None = field(default=None, repr=False)
+
+    def sent_job(self) -> Any:
+        """``document`` while it still describes ``text`` (None once a caller replaced the text)."""
+        return self.document if self.read_as is self.text else None
 
 
 def resolve_cluster(name: str | None = None, *, start_local: bool = True,
@@ -133,8 +141,8 @@ def prepare(request: JobRequest, project: project_config.Project | None = None) 
     """
     from paijob import project as project_config
     from paijob.render import templating
-    from paijob.render.job_name import rename
-    from paijob.validate.verdict import require_valid
+    from paijob.render.job_name import rename_job
+    from paijob.validate.verdict import require_sendable
 
     project = project if project is not None else project_config.load()
     spec = request.job or project.template
@@ -147,13 +155,15 @@ def prepare(request: JobRequest, project: project_config.Project | None = None) 
     warnings = [problem.format(source) for problem in result.report.warnings]
     cluster = request.cluster or project.cluster
     target = resolve_cluster(cluster, start_local=False)
-    text, name = rename(result.text, request.name, request.unique_suffix, result.job or None)
-    job = PreparedJob(text, name, source, cluster, warnings, [], target)
+    renamed = rename_job(result.text, request.name, request.unique_suffix, result.report.job, result.report.lines)
+    job = PreparedJob(renamed.text, renamed.name, source, cluster, warnings, [], target,
+                      document=renamed.job, read_as=renamed.text)
     workdir = request.workdir or _value_workdir(result.values) or project.workdir
     if workdir:
         _carry_workdir(job, workdir, force=request.force, skip_unreadable=request.skip_unreadable)
-    if request.name or workdir:
-        require_valid(job.text, source)  # what changed must still be a valid job
+        require_sendable(job.text, source, job.document)  # the commands it added must leave a valid job
+    elif job.text is not result.text:
+        require_sendable(job.text, source)  # a new name: checked as it was written; the size may have grown
     return job
 
 
@@ -174,8 +184,9 @@ def _carry_workdir(job: PreparedJob, folder: str, *, force: bool, skip_unreadabl
 
         home = daemon.state_dir()
         job.snapshot, job.snapshot_home = snap, home
-    job.text, notes = workdir.carried(job.text, snap, home)
-    job.notes.extend(notes)
+    carried = workdir.carried(job.document, snap, home)
+    job.text, job.document, job.read_as = carried.text, carried.job, carried.text
+    job.notes.extend(carried.notes)
 
 
 def ship(job: PreparedJob) -> None:
@@ -225,7 +236,7 @@ def dry_run(job: PreparedJob, cluster: str | Cluster | None = None) -> HttpReque
     from paijob.remote.request import job_submission
 
     target = _target(cluster if cluster is not None else job.target or job.cluster)
-    return job_submission(target.api_base, job.text, token=bool(target.token) or target.is_local)
+    return job_submission(target.api_base, job.text, token=bool(target.token) or target.is_local, job=job.sent_job())
 
 
 def dry_run_text(job: PreparedJob) -> str:
@@ -242,19 +253,24 @@ def submit(job: PreparedJob | HttpRequest, client: PaiClient) -> str:
 
     if isinstance(job, HttpRequest):
         return client.submit(job)
+    sent = job.sent_job()
+    if sent is None:  # the caller replaced the text: read what will be sent
+        from paijob.openpai.jsyaml import load_job
+
+        sent = load_job(job.text, job.source).value
     if not client.is_local:
-        refuse_placeholder_images(job.text, job.source, client.cluster_name)
+        refuse_placeholder_images(sent, job.source, client.cluster_name)
     ship(job)
-    return client.submit(client.submission(job.text))
+    return client.submit(client.submission(job.text, sent))
 
 
-def refuse_placeholder_images(text: str, source: str, cluster_name: str) -> None:
+def refuse_placeholder_images(loaded: Any, source: str, cluster_name: str) -> None:
     """A real cluster cannot pull an image on a reserved example domain (``*.example.com``, ``*.invalid``):
-    refuse before sending, with how to set the image (``validate`` and ``--dry-run`` only warn)."""
-    from paijob.openpai.jsyaml import load_job
+    refuse before sending, with how to set the image (``validate`` and ``--dry-run`` only warn).
+
+    ``loaded``: the job as the server reads it (``PreparedJob.document``)."""
     from paijob.validate.rules import SET_IMAGE_HINT, placeholder_image
 
-    loaded = load_job(text, source).value
     for item in loaded.get("prerequisites") or () if isinstance(loaded, dict) else ():
         uri = item.get("uri") if isinstance(item, dict) and item.get("type") == "dockerimage" else None
         host = placeholder_image(uri)

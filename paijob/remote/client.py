@@ -102,9 +102,10 @@ class PaiClient(Transport):
         user, name = split_job_id(job_id, self.user)
         return f"{self.cluster_url}/job-detail.html?username={quote(user)}&jobName={quote(name)}"
 
-    def submission(self, job_yaml: str) -> HttpRequest:
-        """The request ``submit(job_yaml)`` sends (``--dry-run`` prints the same object)."""
-        return job_submission(self.api_base, job_yaml, token=AUTHORIZATION in self.session.headers)
+    def submission(self, job_yaml: str, job: Any = None) -> HttpRequest:
+        """The request ``submit(job_yaml)`` sends (``--dry-run`` prints the same object); ``job``: the
+        YAML as the server reads it, when the caller has it (see ``HttpRequest.job``)."""
+        return job_submission(self.api_base, job_yaml, token=AUTHORIZATION in self.session.headers, job=job)
 
     def submit(self, job: str | HttpRequest) -> str:
         """POST the job (YAML text, or the request ``submission`` built); returns the job id ``user~name``.
@@ -118,7 +119,7 @@ class PaiClient(Transport):
         if request.url != self._url("jobs"):
             raise PaijobError(f"the request was built for {request.url}, but this client submits to "
                               f"{self._url('jobs')}; build it for this cluster (api.dry_run after api.connect)")
-        sent = jsyaml.load_job(request.body, "the job").value
+        sent = request.job if request.job is not None else jsyaml.load_job(request.body, "the job").value
         name = str(sent["name"]) if isinstance(sent, dict) and "name" in sent else None
         if name is not None:
             self.job_id(name)  # know the user before anything is sent, not after

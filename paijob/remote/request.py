@@ -10,6 +10,7 @@ client's session supplies the real header when it sends.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 MASKED = "***"
 AUTHORIZATION = "Authorization"
@@ -23,6 +24,9 @@ class HttpRequest:
     url: str
     headers: dict[str, str] = field(default_factory=dict)
     body: str = ""
+    # the body as the server reads it (``jsyaml.load_job``), when whoever built the request has it:
+    # the client then reads no text again. Never sent, never shown.
+    job: Any = field(default=None, compare=False, repr=False)
 
     def wire_headers(self) -> dict[str, str]:
         """The headers to send: all but the masked ``Authorization`` (the session holds the real one)."""
@@ -37,9 +41,10 @@ class HttpRequest:
         return "\n".join(lines) + "\n" + body
 
 
-def job_submission(api_base: str, job_yaml: str, *, token: bool) -> HttpRequest:
-    """``POST {api_base}/jobs`` with the job YAML; ``token``: whether the client sends a bearer token."""
+def job_submission(api_base: str, job_yaml: str, *, token: bool, job: Any = None) -> HttpRequest:
+    """``POST {api_base}/jobs`` with the job YAML; ``token``: whether the client sends a bearer token;
+    ``job``: the YAML as the server reads it, when the caller has it (see ``HttpRequest.job``)."""
     headers = {"Content-Type": "text/yaml"}
     if token:
         headers[AUTHORIZATION] = f"Bearer {MASKED}"
-    return HttpRequest("POST", api_base.rstrip("/") + "/jobs", headers, job_yaml)
+    return HttpRequest("POST", api_base.rstrip("/") + "/jobs", headers, job_yaml, job)

@@ -91,12 +91,14 @@ class ValidationReport:
     """
 
     def __init__(self, source: str, job: Any = None, problems: list[Problem] | None = None,
-                 plan: DistributedPlan | None = None, model: Job | None = None) -> None:
+                 plan: DistributedPlan | None = None, model: Job | None = None,
+                 lines: LineMap | None = None) -> None:
         self.source = source
         self.job = job
         self.problems: list[Problem] = [] if problems is None else problems
         self.plan = plan
         self.model = model
+        self.lines = lines  # where each entry of the text is (``validate_text``): edits in place use it
 
     def __repr__(self) -> str:
         return (f"ValidationReport(source={self.source!r}, job={self.job!r}, problems={self.problems!r}, "
@@ -175,6 +177,12 @@ def validate_text(text: str | bytes, source: str, **options: Any) -> ValidationR
 def validate_loaded(loaded: Loaded, source: str, size: int = 0, **options: Any) -> ValidationReport:
     """``validate_text`` of a job already read (``jsyaml.load_job``) from ``size`` bytes of text."""
     report = validate_job(loaded.value, source=source, lines=loaded.lines, **options)
+    report.lines = loaded.lines
+    _check_size(report, size)
+    return report
+
+
+def _check_size(report: ValidationReport, size: int) -> None:
     if size > SERVER_BODY_LIMIT:
         report.problems.append(
             Problem(
@@ -184,8 +192,7 @@ def validate_loaded(loaded: Loaded, source: str, size: int = 0, **options: Any) 
                 f"{SERVER_BODY_LIMIT} bytes (HTTP 413)",
             )
         )
-    report.problems.sort(key=_problem_order)
-    return report
+        report.problems.sort(key=_problem_order)
 
 
 def validate_file(path: str | Path, **options: Any) -> ValidationReport:
@@ -373,8 +380,14 @@ def schema_findings(job: dict[str, Any]) -> Iterator[Finding]:
             yield from _simple(error, path)
 
 
-def require_valid(text: str, source: str) -> None:
-    """Raise ``JobValidationError`` when the job breaks the protocol (same checks as `paijob validate`)."""
-    report = validate_text(text, source)
+def require_sendable(text: str, source: str, job: dict[str, Any] | None = None) -> None:
+    """Raise ``JobValidationError`` when a job edited after its validation cannot be sent as ``text``.
+
+    ``job``: the edited job as the server reads ``text`` (``paijob.openpai.jsdump`` wrote it so), checked
+    as ``paijob validate`` would, without reading the text again; None when nothing but the name
+    changed (the name is checked where it is written): then only the size is checked.
+    """
+    report = ValidationReport(source, None) if job is None else validate_job(job, source=source)
+    _check_size(report, len(text.encode("utf-8", "surrogatepass")))
     if not report.ok:
         raise JobValidationError(report)

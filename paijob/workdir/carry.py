@@ -24,14 +24,14 @@ OpenPAI's rest-server joins a role's commands with newlines into one script
 from __future__ import annotations
 
 import base64
+import copy
 import os
 import shlex
 from pathlib import Path
-from typing import Any
-
-import yaml
+from typing import Any, NamedTuple
 
 from paijob.openpai import jsyaml
+from paijob.openpai.jsdump import dump_job
 from paijob.openpai.jsyaml import SERVER_BODY_LIMIT
 from paijob.task.safefile import atomic_write
 from paijob.workdir.pack import Snapshot, human_size
@@ -75,14 +75,22 @@ def store_local(snap: Snapshot, state_dir: Path) -> Path:
 
 
 def _load(text: str) -> dict[str, Any]:
-    job: Any = jsyaml.load_job(text, "the job").value
+    return _with_roles(jsyaml.load_job(text, "the job").value)
+
+
+def _with_roles(job: Any) -> dict[str, Any]:
     if not isinstance(job, dict) or not isinstance(job.get("taskRoles"), dict):
         raise WorkdirError("the job has no taskRoles to start in the workdir")
     return job
 
 
+def _editable(job: Any) -> dict[str, Any]:
+    """A copy of ``job`` to edit: the caller's stays the job it checked."""
+    return copy.deepcopy(_with_roles(job))
+
+
 def _dump(job: dict[str, Any]) -> str:
-    return yaml.safe_dump(job, sort_keys=False, width=1 << 30, allow_unicode=True)
+    return dump_job(job, width=1 << 30, allow_unicode=True)
 
 
 def prepend_command(text: str, command: str) -> str:
@@ -100,7 +108,11 @@ def _prepend(job: dict[str, Any], command: str) -> None:
 
 def embed(text: str, snap: Snapshot, limit: int = SERVER_BODY_LIMIT) -> str:
     """The job text carrying ``snap`` once in ``parameters``, unpacked first by every role."""
-    job = _load(text)
+    return _embedded(_load(text), snap, limit)
+
+
+def _embedded(job: dict[str, Any], snap: Snapshot, limit: int = SERVER_BODY_LIMIT) -> str:
+    """``embed`` of a job mapping (edited in place)."""
     parameters = job.get("parameters")
     if parameters is None:
         parameters = job["parameters"] = {}
@@ -122,18 +134,29 @@ def embed(text: str, snap: Snapshot, limit: int = SERVER_BODY_LIMIT) -> str:
     return result
 
 
-def carried(text: str, snap: Snapshot, state_dir: Path | None) -> tuple[str, list[str]]:
-    """The job text that starts every task in ``snap``, and lines saying how it travels. Pure.
+class Carried(NamedTuple):
+    """A job that starts every task in a snapshot: its text, the job as the server reads that text
+    (``paijob.openpai.jsdump`` wrote it), and lines saying how the snapshot travels."""
+
+    text: str
+    job: dict[str, Any]
+    notes: list[str]
+
+
+def carried(job: Any, snap: Snapshot, state_dir: Path | None) -> Carried:
+    """``job`` (a loaded job mapping, left as it is) starting every task in ``snap``. Pure.
 
     ``state_dir``: the local cluster's state dir (the text names the archive at
     :func:`stored_path`, which :func:`store_local` writes when the job is really
     submitted), or None for a real cluster (the snapshot is carried in the job).
     """
+    edited = _editable(job)
     if state_dir is not None:
         path = stored_path(snap, state_dir)
+        _prepend(edited, local_command(path))
         lines = [f"{snap.describe()}, stored in {path}"]
-        return prepend_command(text, local_command(path)), lines + list(snap.left_out)
-    shipped = embed(text, snap)
+        return Carried(_dump(edited), edited, lines + list(snap.left_out))
+    shipped = _embedded(edited, snap)
     lines = [f"{snap.describe()}, carried in the job's parameters.{PARAMETER} (unpacked in $TMPDIR/paijob-workdir; "
              "readable by every user of the cluster)"]
-    return shipped, lines + list(snap.left_out)
+    return Carried(shipped, edited, lines + list(snap.left_out))

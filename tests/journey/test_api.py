@@ -124,7 +124,9 @@ def test_submit_dry_run_leaves_the_local_state_dir_untouched(tmp_path: Path,
 
     argv = ["submit", "ddp", "--set", "script=train.py", "--workdir", str(project(tmp_path)), "-c", "local",
             "--dry-run"]
+    everything = _tree(tmp_path)  # the current folder: the project, the profiles, where the state dir goes
     assert cli.main(argv) == 0
+    assert _tree(tmp_path) == everything
     assert not (tmp_path / "state").exists()  # not created, no snapshot stored
     assert "stored in" in capsys.readouterr().err  # where a real submit will store it
     (tmp_path / "state" / "snapshots").mkdir(parents=True)
@@ -132,3 +134,27 @@ def test_submit_dry_run_leaves_the_local_state_dir_untouched(tmp_path: Path,
     before = _tree(tmp_path / "state")
     assert cli.main(argv) == 0
     assert _tree(tmp_path / "state") == before
+
+
+def test_the_job_handed_on_is_the_text_as_the_server_reads_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """prepare reads the job once and keeps the mapping in step with its edits: what submit sends and
+    what it checks agree, down to a string that YAML 1.2 reads as a number when written plain."""
+    from paijob.openpai.jsyaml import load_job
+
+    job_file = tmp_path / "job.yaml"
+    job_file.write_text(yaml.safe_dump({
+        "protocolVersion": 2, "name": "exact", "type": "job", "description": "DESCRIPTION",
+        "prerequisites": [{"type": "dockerimage", "name": "img", "uri": "python:3.11"}],
+        "taskRoles": {"worker": {"dockerImage": "img", "commands": ["python train.py"],
+                                 "resourcePerInstance": {"cpu": 1, "memoryMB": 256, "gpu": 0}}}},
+        ).replace("DESCRIPTION", "'1e3'"))  # PyYAML writes 1e3 plain, which js-yaml reads as 1000
+    monkeypatch.setenv("PAI_CLUSTER_URL", "https://pai.example.com")  # the default: a real cluster
+    monkeypatch.setenv("PAI_TOKEN", "t")
+    monkeypatch.setenv("PAI_USER", "alice")
+    code = project(tmp_path)
+    for cluster in ("local", None):  # the workdir stored locally, or carried in the text
+        job = api.prepare(api.JobRequest(str(job_file), name="renamed", workdir=str(code), cluster=cluster))
+        assert load_job(job.text, "sent").value == job.document == api.dry_run(job).job
+        assert job.document["description"] == "1e3" and job.document["name"] == "renamed"
+    job.text = job.text.replace("python train.py", "python other.py")  # a caller's own edit
+    assert job.sent_job() is None and api.dry_run(job).job is None  # then submit reads the text it sends
