@@ -113,8 +113,13 @@ def is_python_type(value: Any, name: str) -> bool:
 
 
 def _utf16_length(text: str) -> int:
-    """JavaScript's ``length``: UTF-16 code units (a character outside the BMP counts 2)."""
-    return len(text.encode("utf-16-le", "surrogatepass")) // 2
+    """JavaScript's ``length``: UTF-16 code units (a character outside the BMP counts 2).
+
+    Counted rather than encoded: the UTF-16 codec's first use costs every render a module import.
+    """
+    if text.isascii():
+        return len(text)
+    return len(text) + sum(1 for char in text if ord(char) > 0xFFFF)
 
 
 def _python_mapping(value: Any) -> Mapping[Any, Any] | None:

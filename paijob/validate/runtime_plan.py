@@ -97,11 +97,18 @@ def is_literal(value: str) -> bool:
 
 def split_command(command: str) -> list[str]:
     """Shell words of a command, each ``<% ... %>`` tag kept as one (non-literal) word."""
+    return list(_words(command))
+
+
+@functools.lru_cache(maxsize=256)
+def _words(command: str) -> tuple[str, ...]:
+    """``split_command``, cached: one validation reads each command several times (the
+    runtime's options, the MPI launcher, the plan), and shlex splits it a character at a time."""
     text = _TAG.sub(lambda m: f"{_PLACEHOLDER}{m.start()}", command)
     try:
-        return shlex.split(text, comments=True, posix=True)
+        return tuple(shlex.split(text, comments=True, posix=True))
     except ValueError:
-        return text.split()
+        return tuple(text.split())
 
 
 class _RuntimeRefuses(Exception):
@@ -123,24 +130,26 @@ def _parsers() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
     return parser, train
 
 
-def _train_argv(words: list[str], start: int) -> list[str] | None:
+def _train_argv(words: tuple[str, ...], start: int) -> tuple[str, ...] | None:
     """The words after ``paijob-runtime [-v] train`` up to a shell separator, or None."""
     parser, _ = _parsers()
     actions = parser._option_string_actions  # noqa: SLF001 - argparse has no public lookup
     i = start
     while i < len(words) and words[i] in actions and actions[words[i]].nargs == 0:
         i += 1
-    if words[i : i + 1] != ["train"]:
+    if words[i : i + 1] != ("train",):
         return None
     end = next((j for j in range(i + 1, len(words)) if words[j] in _SEPARATORS), len(words))
     return words[i + 1 : end]
 
 
-def _parse_call(role: str, index: int, argv: list[str]) -> RuntimeCall:
+@functools.lru_cache(maxsize=256)
+def _parse_call(role: str, index: int, argv: tuple[str, ...]) -> RuntimeCall:
+    """One ``paijob-runtime train`` call, parsed (cached, as ``split_command``: a validation reads it thrice)."""
     from paijob.task.options import split_train_argv
 
     _, train = _parsers()
-    ours, command = split_train_argv(train, argv)
+    ours, command = split_train_argv(train, list(argv))
     try:
         args, unknown = train.parse_known_args(ours)
         if unknown:
@@ -166,7 +175,7 @@ def runtime_calls(role: str, commands: Iterable[Any]) -> list[RuntimeCall]:
     for index, command in enumerate(commands):
         if not isinstance(command, str) or RUNTIME_PROGRAM not in command:
             continue
-        words = split_command(command)
+        words = _words(command)
         for i, word in enumerate(words):
             if word.rsplit("/", 1)[-1] == RUNTIME_PROGRAM:
                 argv = _train_argv(words, i + 1)
@@ -188,7 +197,7 @@ def mpi_launch(role: TaskRole) -> MpiLaunch | None:
     install step)."""
     launches: list[tuple[MpiLaunch, bool]] = []
     for index, command in enumerate(role.commands):
-        words = split_command(command)
+        words = _words(command)
         for i, word in enumerate(words):
             if word.rsplit("/", 1)[-1] not in MPI_LAUNCHERS:
                 continue
