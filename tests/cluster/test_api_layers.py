@@ -166,9 +166,12 @@ def _imports(path: Path) -> list[str]:
 def test_the_verbs_reach_the_library_through_paijob_api_only() -> None:
     allowed = ("paijob.api", "paijob.errors", "paijob.commands", "paijob.cli", "paijob.__version__",
                "paijob.openpai.", "paijob.task.contract")  # pure facts (OpenPAI's, PAIJOB_* names), no I/O
+    # `paijob render`, the one verb timed against its libraries (issue 25: at most 1.25x `import jinja2, yaml`),
+    # calls the function paijob.api.render wraps: importing paijob.api costs about 16 ms it never uses.
+    exceptions = {"render.py": ("paijob.render.templating", "paijob.task.safefile.write_text")}
     for path in sorted((PACKAGE / "commands").glob("*.py")):
         for name in _imports(path):
-            if name.startswith("paijob"):
+            if name.startswith("paijob") and name not in exceptions.get(path.name, ()):
                 assert name.startswith(allowed), f"{path.name} imports {name}: go through paijob.api"
 
 
