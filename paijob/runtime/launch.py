@@ -16,7 +16,8 @@ Modes (``--mode``):
 ``per-node``
     The command runs once per node with ``MASTER_ADDR``, ``MASTER_PORT``,
     ``NODE_RANK``, ``NNODES``, ``NPROC_PER_NODE``, ``WORLD_SIZE`` set, for
-    scripts that ``mp.spawn`` their own workers.
+    scripts that ``mp.spawn`` their own workers (each child gets the worker
+    wrapper's sampler and clean exit: :mod:`paijob.runtime.spawnwatch`).
 ``dataparallel``
     One process that sees every GPU (``nn.DataParallel``); one node only.
 ``horovod``
@@ -57,10 +58,11 @@ from paijob.runtime.config import LaunchConfig, LaunchError, WorkerCommand
 from paijob.runtime.console import line_buffered_stdio, say
 from paijob.runtime.env import MpiSlot
 from paijob.runtime.failures import Failure, report_root_cause, stopped_by_signal
-from paijob.runtime.hangwatch import Channel, HangWatch, stacks_folder
+from paijob.runtime.hangwatch import Channel, HangWatch, StoreChannel, stacks_folder
 from paijob.runtime.netif import socket_ifname_env, task_address
 from paijob.runtime.portwatch import MasterPortWatch, read_abort_notice, serve_abort_notice
 from paijob.runtime.probe import wait_for_master
+from paijob.runtime.storelink import StoreLink
 from paijob.runtime.worker import finish, run_as_main
 from paijob.task import contract, exitcodes
 from paijob.task.contract import worker_env
@@ -134,7 +136,7 @@ def _launch_one_process(config: LaunchConfig, env: Mapping[str, str]) -> int:
     try:
         code = supervise(cmd, hang[1] if hang else env, grace_period=config.grace_period,
                          what=f"node rank {dist.node_rank}", watch=watch,
-                         hung=hang[0].take_verdict if hang else None)
+                         hung=hang[2] if hang else None)
     finally:
         if hang is not None:
             hang[0].stop()
@@ -147,36 +149,37 @@ def _launch_one_process(config: LaunchConfig, env: Mapping[str, str]) -> int:
 
 
 def _one_process_hang_watch(config: LaunchConfig, env: Mapping[str, str]
-                            ) -> tuple[HangWatch, dict[str, str]] | None:
-    """The hang watch of the one process (SIGUSR1: every rank's stack).
+                            ) -> tuple[HangWatch, dict[str, str], Callable[[], Failure | None]] | None:
+    """The hang watch of the one process (SIGUSR1: every rank's stack): the watch, the command's
+    environment, and how ``supervise`` asks for the verdict.
 
-    ``dataparallel``: the process is rank 0, judged alone. ``per-node`` on one node: the ranks
-    are its ``mp.spawn`` children, each with a sampler (:mod:`paijob.runtime.spawnwatch`).
-    ``per-node`` on several nodes has no channel between the nodes' watches (the rendezvous store
-    is the script's own), so it is not watched.
+    ``dataparallel``: the process is rank 0, judged alone. ``per-node``: the ranks are its
+    ``mp.spawn`` children, each with a sampler (:mod:`paijob.runtime.spawnwatch`); on several
+    nodes the watches talk through the script's own store (:mod:`paijob.runtime.storelink`).
     """
     dist = config.dist
-    spawned = config.mode == "per-node"
-    if spawned and config.multi_node and config.hang.enabled:
-        say("hang watch: off in per-node mode on several nodes (no channel between the nodes); "
-            "--mode per-gpu is watched")
-    if not config.hang.enabled or (spawned and config.multi_node):
+    if not config.hang.enabled:
         signal.signal(signal.SIGUSR1, lambda *_: say(
-            "stacks on request: the hang watch is off, no stacks to print"))
+            "stacks on request: the hang watch is off (--hang-timeout 0), no stacks to print"))
         return None
+    spawned = config.mode == "per-node"
     folder = tempfile.mkdtemp(prefix="paijob-hang-")
     env = {**env, contract.HANG_DIR: folder, contract.HANG_INTERVAL: f"{config.hang.interval:g}"}
-    if spawned:
-        env[contract.HANG_SPAWN] = "1"
+    link = None
+    if spawned and config.multi_node:
+        link = StoreLink(dist.master_addr, dist.master_port, prefix=config.run_id,
+                         node_rank=dist.node_rank, nnodes=dist.nnodes)
     found = task_address(os.environ)
-    hang = HangWatch(config.hang, folder=folder, node_rank=0, nnodes=1,
+    hang = HangWatch(config.hang, folder=folder, node_rank=dist.node_rank if spawned else 0,
+                     nnodes=dist.nnodes if spawned else 1,
                      world_size=dist.world_size if spawned else 1,
                      host=found[0] if found else socket.gethostname(),
-                     stacks_dir=stacks_folder(config.log_dir, os.environ), channel=Channel(),
-                     declare=lambda failure: None, say=say)
+                     stacks_dir=stacks_folder(config.log_dir, os.environ),
+                     channel=StoreChannel(link.call) if link else Channel(),
+                     declare=link.declare if link else lambda failure: None, say=say)
     signal.signal(signal.SIGUSR1, lambda *_: hang.request_stacks())
     hang.start()
-    return hang, env
+    return hang, env, link.verdict if link else hang.take_verdict
 
 
 def _has_proc_net() -> bool:
@@ -247,7 +250,7 @@ def supervise(
     ``watch`` is asked about once a second whether the command is misconfigured; when
     it says so, the command is stopped like on SIGTERM and the exit code is 2. ``hung()``
     is the hang watch's verdict: the command is stopped the same way, the verdict is the
-    root cause and the exit code 124.
+    root cause and the exit code 124; it is asked once more when the command failed on its own.
     """
     proc = subprocess.Popen(list(cmd), env=dict(env), start_new_session=True)
     received: list[int] = []
@@ -263,6 +266,10 @@ def supervise(
     try:
         returncode = _wait(proc, received, watch, grace_period=grace_period, what=what, hung=hung,
                            verdicts=verdicts)
+        if returncode != 0 and hung is not None and not verdicts and not received:
+            late = hung()  # a verdict on its way: the command failed because of it (a peer stopped)
+            if late is not None:
+                verdicts.append(late)
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)

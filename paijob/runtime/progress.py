@@ -8,9 +8,9 @@ main thread from the outside:
 * its Python stack (``sys._current_frames()``): which line it is on, whether
   that is inside a ``torch.distributed`` collective, a DataLoader wait (and for
   which loader worker), or the user's own code;
-* its CPU time (``/proc/self/task/<tid>/stat``), and the process's storage I/O
-  (``/proc/self/io``): a rank that computes or writes a checkpoint is busy even
-  when its stack stands still.
+* its CPU time (``/proc/self/task/<tid>/stat``) and I/O
+  (``/proc/self/task/<tid>/io``): a rank that computes or writes a checkpoint is
+  busy even when its stack stands still.
 
 It writes what it saw, atomically, to one small JSON file per worker
 (``rank<N>.json`` in the folder the launcher names) that the node's agent reads
@@ -140,11 +140,14 @@ def _thread_cpu(tid: int) -> tuple[float | None, int]:
         return None, 0
 
 
-def _io_bytes() -> tuple[int, int]:
-    """(bytes this process read and wrote through system calls (``/proc/self/io`` rchar + wchar),
-    bytes of that file itself); (0, 0) without it."""
+def _io_bytes(tid: int) -> tuple[int, int]:
+    """(bytes thread ``tid`` of this process read and wrote through system calls (rchar + wchar of
+    ``/proc/self/task/<tid>/io``), bytes of that file itself); (0, 0) without it.
+
+    The main thread's, not the process's: other threads' traffic is no progress of the rank's (the
+    rendezvous store that rank 0 hosts in ``per-node`` mode answers the other ranks all the time)."""
     try:
-        with open("/proc/self/io", "rb") as handle:
+        with open(f"/proc/self/task/{tid}/io", "rb") as handle:
             text = handle.read()
     except OSError:
         return 0, 0
@@ -218,7 +221,7 @@ class Sampler:
         moved = signature != self._signature
         self._signature = signature
         cpu, stat_bytes = _thread_cpu(self.tid)
-        io_bytes, io_file_bytes = _io_bytes()
+        io_bytes, io_file_bytes = _io_bytes(self.tid)
         elapsed = max(1e-3, wall - self._wall)
         cpu_share = 0.0 if cpu is None or self._cpu is None else (cpu - self._cpu) / elapsed
         busy = cpu_share >= BUSY_CPU_SHARE

@@ -34,8 +34,9 @@ that plain ``python SCRIPT`` does not:
   stops the worker, it prints the traceback and exits 1 as before.
 * **Its progress is watched.** Where the launcher asks (``PAIJOB_HANG_DIR``), a
   sampler thread reports where the main thread is and whether it moves
-  (:mod:`paijob.runtime.progress`), for the hang watch; in ``per-node`` mode the
-  sampler goes into each ``mp.spawn`` child instead (:mod:`paijob.runtime.spawnwatch`).
+  (:mod:`paijob.runtime.progress`), for the hang watch. In ``per-node`` mode the
+  ranks are ``mp.spawn`` children: the sampler and the clean exit above go into
+  each of them instead (:mod:`paijob.runtime.spawnwatch`).
 """
 
 from __future__ import annotations
@@ -255,11 +256,14 @@ def _excepthook() -> Callable[..., object]:
 
 def _start_progress_sampler() -> None:
     """The hang watch's sampler, where the launcher asks: in this process, or (``per-node``) in each
-    child that ``mp.spawn`` starts."""
-    if os.environ.get(contract.HANG_SPAWN) == "1":
+    child that ``mp.spawn`` starts (which also ends like a wrapped worker: :func:`finish`)."""
+    if os.environ.get(contract.SPAWN_HOOK) == "1":
+        import importlib
+
         from paijob.runtime.spawnwatch import install
 
-        install()
+        # under its own name: a child unpickles it by name, and this module runs as __main__ here
+        install(importlib.import_module(__spec__.name if __spec__ else __name__).finish)
         return
     from paijob.runtime.progress import start_from_env
 

@@ -46,9 +46,10 @@ HANG_DIR = "PAIJOB_HANG_DIR"
 HANG_INTERVAL = "PAIJOB_HANG_INTERVAL"
 """Seconds between two looks of a worker's progress sampler at its main thread."""
 
-HANG_SPAWN = "PAIJOB_HANG_SPAWN"
+SPAWN_HOOK = "PAIJOB_SPAWN_HOOK"
 """``"1"`` (``per-node`` mode): the ranks are the ``mp.spawn`` children of the one process; its worker
-wrapper starts no sampler of its own but hooks one into each child (:mod:`paijob.runtime.spawnwatch`)."""
+wrapper hooks into each child the sampler (where ``PAIJOB_HANG_DIR`` is set) and the wrapper's clean
+exit (:mod:`paijob.runtime.spawnwatch`)."""
 
 PROGRESS_FILE = "PAIJOB_PROGRESS_FILE"
 """Set by the local cluster: node 0's hang watch keeps its one-line account of a stall there
@@ -137,6 +138,8 @@ def worker_env(
         env[PRECISION] = precision
     if launcher_pid is not None:
         env[LAUNCHER_PID] = str(launcher_pid)
+    if mode == "per-node":
+        env[SPAWN_HOOK] = "1"
     if mode == "dataparallel":
         env.update({"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "LOCAL_WORLD_SIZE": "1"})
     if mode == "per-gpu":

@@ -144,8 +144,7 @@ def _add_train_options(train: argparse.ArgumentParser) -> None:
     hang = train.add_argument_group(
         "hang watch", "a sampler in every worker sees whether it makes progress and where it is; "
         "node 0 names the stuck rank(s) with their stacks and ends the job (exit 124). Watched: "
-        "per-gpu, dataparallel, per-node on one node (in each mp.spawn child); not per-node on "
-        "several nodes, nor horovod. Each default also comes from the environment variable named "
+        "per-gpu, dataparallel, per-node (in each mp.spawn child); not horovod. Each default also comes from the environment variable named "
         "(e.g. the job's env: values)")
     hang.add_argument(
         "--hang-timeout", type=float, metavar="SECONDS",

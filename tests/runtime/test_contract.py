@@ -81,7 +81,8 @@ def test_a_worker_alone_holds_nothing_back():
 
 def test_one_process_modes_get_no_rank_prefix_and_dataparallel_is_rank_zero_of_one():
     per_node = worker_env({}, LAYOUT, mode="per-node", launcher_pid=7)
-    assert per_node == {**LAYOUT, "PYTHONUNBUFFERED": "1", contract.LAUNCHER_PID: "7"}
+    assert per_node == {**LAYOUT, "PYTHONUNBUFFERED": "1", contract.LAUNCHER_PID: "7",
+                        contract.SPAWN_HOOK: "1"}  # the ranks are its mp.spawn children
     dp = worker_env({}, LAYOUT, mode="dataparallel", launcher_pid=7)
     assert {k: dp[k] for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE")} == {
         "RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "LOCAL_WORLD_SIZE": "1"}

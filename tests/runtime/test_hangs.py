@@ -18,6 +18,7 @@ from conftest import base_env, free_port, task_env, wait_all
 from paijob.local.diagnostics import root_cause
 from paijob.runtime.cli import hang_settings
 from paijob.runtime.config import HangSettings, LaunchError
+from paijob.runtime.failures import Failure
 from paijob.runtime.hangwatch import (
     RankState,
     judge,
@@ -29,6 +30,7 @@ from paijob.runtime.hangwatch import (
 )
 from paijob.runtime.progress import classify_wait
 from paijob.runtime.spawnwatch import child_rank
+from paijob.runtime.storelink import VERDICT_KEY, StoreLink
 from paijob.task import exitcodes
 from paijob.task.options import build_parsers
 
@@ -201,13 +203,13 @@ SPAWNS_AND_SLEEPS = textwrap.dedent(
     import torch.multiprocessing as mp
 
 
-    def train(local_rank, nprocs, pause, pids):
+    def train(local_rank, nprocs, pause, pids, culprit):
         rank = int(os.environ["NODE_RANK"]) * nprocs + local_rank
         open(os.path.join(pids, str(os.getpid())), "w").close()
         dist.init_process_group("gloo", rank=rank, world_size=int(os.environ["WORLD_SIZE"]))
         t = torch.ones(1)
         for step in range(20):
-            if rank == 1 and step == 3:
+            if rank == culprit and step == 3:
                 time.sleep(pause)  # the culprit, when the pause outlasts the timeout
             dist.all_reduce(t)
         os.write(1, f"finished {rank}\\n".encode())  # one write: the two children share stdout
@@ -215,7 +217,7 @@ SPAWNS_AND_SLEEPS = textwrap.dedent(
 
     if __name__ == "__main__":
         nprocs = int(os.environ["NPROC_PER_NODE"])
-        mp.spawn(train, args=(nprocs, float(sys.argv[1]), sys.argv[2]), nprocs=nprocs)
+        mp.spawn(train, args=(nprocs, float(sys.argv[1]), sys.argv[2], int(sys.argv[3])), nprocs=nprocs)
     """
 )
 
@@ -228,7 +230,7 @@ def run_spawning_script(tmp_path: Path, start_task, pause: float, timeout: float
     pids.mkdir()
     task = start_task(["train", "--mode", "per-node", "--nproc-per-node", "2", "--grace-period", "3",
                        "--hang-timeout", str(timeout), "--hang-first-timeout", str(timeout),
-                       str(script), str(pause), str(pids)], base_env())
+                       str(script), str(pause), str(pids), "1"], base_env())
     started = time.time()
     code = task.wait(timeout=150)
     children = [int(p.name) for p in pids.iterdir()]
@@ -283,6 +285,82 @@ def start_two_nodes(start_task, tmp_path: Path, name: str, source: str, options:
     port = free_port()
     args = ["train", "--grace-period", "3", *options, str(script), *script_args]
     return [start_task(args, task_env(port, i), name=f"node{i}") for i in (0, 1)]
+
+
+class FakeStore:
+    """TCPStore's calls the hang watch makes, on a dict shared by the 'nodes' of a test."""
+
+    def __init__(self) -> None:
+        self.data: dict[str, bytes] = {}
+        self.lock = threading.Lock()
+
+    def set(self, key: str, value: str | bytes) -> None:
+        with self.lock:
+            self.data[key] = value.encode() if isinstance(value, str) else value
+
+    def get(self, key: str) -> bytes:
+        with self.lock:
+            return self.data[key]
+
+    def check(self, keys: list[str]) -> bool:
+        with self.lock:
+            return all(k in self.data for k in keys)
+
+    def add(self, key: str, amount: int) -> int:
+        with self.lock:
+            value = int(self.data.get(key, b"0")) + amount
+            self.data[key] = str(value).encode()
+            return value
+
+
+def test_node_0s_verdict_reaches_the_other_node_before_node_0_ends_its_ranks():
+    store = FakeStore()
+    links = [StoreLink("127.0.0.1", 1, prefix="p", node_rank=n, nnodes=2, connect=lambda: store)
+             for n in (0, 1)]
+    verdict = Failure(node_rank=0, rank=None, local_rank=None, returncode=None, secondary=False,
+                      time=1.0, reason="hang: rank 3 is stuck", exit_status=exitcodes.HANG)
+    assert links[0].verdict() is None and links[1].verdict() is None  # nothing judged yet
+    declaring = threading.Thread(target=links[0].declare, args=(verdict,))
+    declaring.start()
+    deadline = time.time() + 10
+    while not store.check([VERDICT_KEY]):
+        assert time.time() < deadline
+        time.sleep(0.01)
+    assert declaring.is_alive()  # node 0 holds its ranks until node 1 has read the verdict
+    links[1]._next_poll = 0.0  # noqa: SLF001 - poll now, not a second later
+    assert links[1].verdict() == verdict
+    assert links[0].verdict() == verdict  # waits for the declaration to finish
+    declaring.join(5)
+    assert links[0].verdict() is None  # once
+
+
+@pytest.mark.slow
+def test_per_node_mode_on_two_nodes_names_the_stuck_mp_spawn_child_and_ends_both_nodes_124(
+    tmp_path: Path, start_task
+):
+    """2 nodes x 2 mp.spawn children on loopback; rank 3 (node rank 1, local rank 1) sleeps."""
+    timeout = 8
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    tasks = start_two_nodes(start_task, tmp_path, "spawns.py", SPAWNS_AND_SLEEPS, [
+        "--mode", "per-node", "--nproc-per-node", "2", "--hang-timeout", str(timeout),
+        "--hang-first-timeout", str(timeout)], ("600", str(pids), "3"))
+    started = time.time()
+    codes = wait_all(tasks, timeout=150)
+    outputs = "\n".join(t.output for t in tasks)
+    assert codes == [exitcodes.HANG] * 2, outputs
+    took = max(t.ended_at or time.time() for t in tasks) - started
+    assert took < 25 + timeout + 30, f"took {took:.0f}s"  # start-up on a busy machine, then the limit
+    for task in tasks:
+        cause = root_cause(task.output)
+        assert cause is not None and cause.startswith("hang: no rank made progress for"), task.output
+        assert "rank 3 (node rank 1, host 127.0.0.1, local rank 1) is stuck at spawns.py:15 in " \
+            "train, outside any collective" in cause, task.output
+        assert "ranks 0-2 wait in all_reduce at spawns.py:16" in cause, task.output
+    stacks = (tmp_path / "paijob-stacks.txt").read_text()
+    assert "--- rank 0 " in stacks and "--- rank 3 " in stacks and "time.sleep(pause)" in stacks
+    children = [int(p.name) for p in pids.iterdir()]
+    assert len(children) == 4 and all(process_ended_within(pid, 10) for pid in children)
 
 
 # -- the five hangs of issue 26, 2 nodes on loopback (slow stage) ---------------------------

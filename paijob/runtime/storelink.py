@@ -1,0 +1,127 @@
+"""How the hang watches of a ``per-node`` job on several nodes talk: as clients of the script's own store.
+
+Why: in ``per-gpu`` mode node 0's agent hosts the rendezvous store and the
+nodes' hang watches share it (:class:`~paijob.runtime.hangwatch.StoreChannel`).
+In ``per-node`` mode the script's rank 0 hosts the store (``init_process_group``
+on ``MASTER_ADDR:MASTER_PORT``); each node's paijob-runtime connects to it as
+one more client (``wait_for_workers=False``: it is not counted as a rank) under
+a key prefix of its own, once it exists, and reconnects when a call fails.
+
+Node 0's verdict reaches the other nodes through the same store, and node 0
+stops its own workers (whose rank 0 hosts the store) only once every other node
+has read the verdict, or after :data:`VERDICT_WAIT` seconds: every node then
+ends with the hang's exit code and its line, as in ``per-gpu`` mode. Limits:
+before rank 0 has called ``init_process_group`` there is no store, so a hang
+there is judged on node 0's ranks alone (no verdict while the others are unseen).
+
+Imports torch (for ``TCPStore``) only in the thread that connects.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from paijob.runtime.failures import Failure
+from paijob.runtime.nodewatch import StoreTimeout, bounded
+
+T = TypeVar("T")
+VERDICT_KEY = "paijob/hang/verdict"
+SEEN_KEY = "paijob/hang/seen"  # a counter: the nodes that read the verdict
+VERDICT_WAIT = 8.0  # node 0 waits at most this long for the other nodes to read its verdict
+CALL_TIMEOUT = 5.0
+RECONNECT_EVERY = 2.0
+POLL_EVERY = 1.0  # the other nodes look for node 0's verdict this often
+
+
+class StoreLink:
+    """One node's client of the script's store: ``call`` for the hang watch's channel, and the verdict."""
+
+    def __init__(self, master_addr: str, master_port: int, *, prefix: str, node_rank: int,
+                 nnodes: int, connect: Callable[[], Any] | None = None) -> None:
+        self.node_rank = node_rank
+        self.nnodes = nnodes
+        self._connect = connect or (lambda: _client(master_addr, master_port, prefix))
+        self._client: Any = None
+        self._next_connect = 0.0
+        self._next_poll = 0.0
+        self._lock = threading.Lock()
+        self._verdict: Failure | None = None
+        self._declaring = threading.Event()  # node 0 publishes a verdict and waits for the others
+        self._declared = threading.Event()
+
+    def call(self, fn: Callable[[Any], T], timeout: float = CALL_TIMEOUT) -> T | None:
+        """``fn(store)``, at most ``timeout`` seconds; None when there is no store (yet) or it fails."""
+        client = self._connected()
+        if client is None:
+            return None
+        try:
+            return bounded(lambda: fn(client), timeout)
+        except (StoreTimeout, Exception):  # noqa: BLE001 - the store is gone or not there yet
+            with self._lock:
+                self._client = None
+            return None
+
+    def _connected(self) -> Any:
+        with self._lock:
+            if self._client is not None or time.monotonic() < self._next_connect:
+                return self._client
+            self._next_connect = time.monotonic() + RECONNECT_EVERY
+        try:
+            client = bounded(self._connect, CALL_TIMEOUT)
+        except (StoreTimeout, Exception):  # noqa: BLE001 - rank 0 has not started its store yet
+            return None
+        with self._lock:
+            self._client = client
+        return client
+
+    def declare(self, failure: Failure) -> None:
+        """Node 0's hang verdict: publish it, wait (bounded) until every other node has read it."""
+        self._declaring.set()
+        self.call(lambda store: store.set(VERDICT_KEY, failure.to_json()))
+        deadline = time.monotonic() + VERDICT_WAIT
+        while time.monotonic() < deadline:
+            seen = self.call(lambda store: int(store.add(SEEN_KEY, 0)))
+            if seen is None or seen >= self.nnodes - 1:
+                break
+            time.sleep(0.2)
+        with self._lock:
+            self._verdict = failure
+        self._declared.set()
+
+    def verdict(self) -> Failure | None:
+        """The hang verdict that ends this node, once: node 0's own (after the others read it), or,
+        on the other nodes, node 0's read from the store (for a launcher that polls).
+
+        On node 0, once a verdict is being published this waits for it: the other nodes stop their
+        ranks as soon as they have read it, and node 0's ranks then fail on their own (a peer
+        closed the connection) before the wait would be over.
+        """
+        if self._declaring.is_set():
+            self._declared.wait(VERDICT_WAIT + 2 * CALL_TIMEOUT)
+        with self._lock:
+            found, self._verdict = self._verdict, None
+        if found is not None or self.node_rank == 0 or time.monotonic() < self._next_poll:
+            return found
+        self._next_poll = time.monotonic() + POLL_EVERY
+
+        def read(store: Any) -> bytes | None:
+            return store.get(VERDICT_KEY) if store.check([VERDICT_KEY]) else None
+
+        text = self.call(read)
+        if not text:
+            return None
+        self.call(lambda store: store.add(SEEN_KEY, 1))
+        return Failure.from_json(text)
+
+
+def _client(master_addr: str, master_port: int, prefix: str) -> Any:
+    from datetime import timedelta
+
+    from torch.distributed import PrefixStore, TCPStore
+
+    client = TCPStore(master_addr, master_port, is_master=False,
+                      timeout=timedelta(seconds=CALL_TIMEOUT), wait_for_workers=False)
+    return PrefixStore(prefix, client)
