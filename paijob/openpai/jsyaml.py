@@ -88,7 +88,7 @@ Timestamp = (datetime.date, datetime.datetime)  # what a YAML timestamp becomes
 def js_date(text: str) -> datetime.date | datetime.datetime:
     """A YAML timestamp as js-yaml 3 builds its Date: ``Date.UTC`` with JavaScript's rollover
     (``2001-02-30`` is March 2nd); a date alone is a ``date``, a time makes an aware ``datetime``."""
-    match = _TIMESTAMP_PARTS.match(text)
+    match = re.match(_TIMESTAMP_PARTS, text)
     assert match is not None
     year, month, day = int(match["y"]), int(match["m"]), int(match["d"])
     base = datetime.datetime(year + (month - 1) // 12, (month - 1) % 12 + 1, 1, tzinfo=datetime.timezone.utc)
@@ -194,12 +194,14 @@ _TIMESTAMP = re.compile(
     r"^[0-9]{4}-[0-9]{1,2}-[0-9]{1,2}(?:[Tt]|[ \t]+)[0-9]{1,2}:[0-9]{2}:[0-9]{2}"
     r"(?:\.[0-9]*)?(?:[ \t]*(?:Z|[-+][0-9]{1,2}(?::[0-9]{2})?))?$"
 )
-_TIMESTAMP_PARTS = re.compile(
+# Patterns only a date or a sexagesimal number (1:30) needs stay text until one is read
+# (re.match compiles and caches them then): a job rarely has either, and every render loads one.
+_TIMESTAMP_PARTS = (
     r"^(?P<y>[0-9]{4})-(?P<m>[0-9]{1,2})-(?P<d>[0-9]{1,2})"
     r"(?:(?:[Tt]|[ \t]+)(?P<H>[0-9]{1,2}):(?P<M>[0-9]{2}):(?P<S>[0-9]{2})(?:\.(?P<f>[0-9]*))?"
     r"(?:[ \t]*(?P<tz>Z|[-+][0-9]{1,2}(?::[0-9]{2})?))?)?$"
 )
-_BASE60 = re.compile(r"^(:[0-5]?[0-9])+$")
+_BASE60 = r"^(:[0-5]?[0-9])+$"
 
 
 def _is_js_int(text: str) -> bool:
@@ -222,7 +224,7 @@ def _is_js_int(text: str) -> bool:
     stripped = head.replace("_", "")
     if not stripped or not stripped.isascii() or not stripped.isdigit() or head.endswith("_"):
         return False
-    return not colon or bool(_BASE60.match(":" + tail))
+    return not colon or bool(re.match(_BASE60, ":" + tail))
 
 
 def _js_int(text: str) -> int | float:

@@ -24,6 +24,9 @@ DIALECT_CASES = [
     ({"type": "object"}, datetime.date(2001, 12, 14), True, False),  # js-yaml makes a Date
     ({"required": ["a"]}, datetime.date(2001, 12, 14), False, True),  # a Date is an object without "a"
     ({"maxLength": 1}, "😀", False, True),  # two UTF-16 code units, one code point
+    ({"maxLength": 2}, "é😀", False, True),  # é is one unit in both views
+    ({"maxLength": 3}, "é😀", True, True),
+    ({"maxLength": 1}, "\ud800", True, True),  # a lone surrogate (YAML can escape one) is one unit
     ({"pattern": "^a$"}, "a\n", False, True),  # JavaScript's $ does not match before a final newline
     ({"type": "boolean"}, 1, False, False),
     ({"enum": [1]}, True, False, False),  # JSON: true is not 1

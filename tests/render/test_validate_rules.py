@@ -399,6 +399,20 @@ def test_runtime_commands_are_parsed_by_the_runtimes_own_parser() -> None:
     assert "paijob-runtime would refuse this command" in refused.message and "--mode" in refused.message
 
 
+def test_a_command_read_again_is_judged_the_same() -> None:
+    """Commands are split and parsed once per text (cached): a second job, or a caller that
+    changes the words it got, sees the same answers as the first."""
+    from paijob.validate.runtime_plan import split_command
+
+    refusing = edit("train --port-label SynPort", "train --mode fast --port-label SynPort")
+    for _ in range(2):
+        assert "--mode" in only(check(refusing)).message
+        assert check(BASE).ok
+    words = split_command("paijob-runtime train --port-label SynPort x.py")
+    words.append("changed")
+    assert split_command("paijob-runtime train --port-label SynPort x.py")[-1] == "x.py"
+
+
 def test_dataparallel_world_size_is_what_the_runtime_computes() -> None:
     from paijob.runtime.env import LaunchOptions, compute_dist_env
 
