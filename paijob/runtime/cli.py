@@ -153,7 +153,8 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def hang_settings(args: argparse.Namespace, environ: Mapping[str, str]) -> HangSettings:
-    """The hang watch's limits: each option, else its ``PAIJOB_HANG_*`` variable, else the default."""
+    """The hang watch's limits: each option, else its ``PAIJOB_HANG_*`` variable, else the default.
+    A timeout the user chose (option or variable) is kept as is; the default one is calibrated."""
 
     def pick(value: float | None, variable: str, default: float, option: str) -> float:
         if value is not None:
@@ -169,9 +170,11 @@ def hang_settings(args: argparse.Namespace, environ: Mapping[str, str]) -> HangS
                 f"set it to e.g. 600, or 0 to turn the hang watch off"
             ) from None
 
+    chosen = args.hang_timeout is not None or bool(environ.get(contract.HANG_TIMEOUT, "").strip())
     return HangSettings(
         timeout=pick(args.hang_timeout, contract.HANG_TIMEOUT, options.DEFAULT_HANG_TIMEOUT,
                      "--hang-timeout"),
+        calibrate=not chosen,
         first_timeout=pick(args.hang_first_timeout, contract.HANG_FIRST_TIMEOUT,
                            options.DEFAULT_HANG_FIRST_TIMEOUT, "--hang-first-timeout"),
         hard_limit=pick(args.hang_hard_limit, contract.HANG_HARD_LIMIT,

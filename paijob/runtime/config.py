@@ -166,12 +166,18 @@ class HangSettings:
 
     ``first_timeout`` applies until every rank has completed a collective (data loading,
     ``torch.compile``); a busy straggler is ended at ``hard_limit`` times the timeout.
+    ``calibrate`` (``timeout`` is the default, not the user's): a stall with every rank inside
+    a ``torch.distributed`` call is judged on ``calibration_multiple`` times the longest such
+    wait seen, at least ``calibration_floor`` (:func:`paijob.runtime.hangwatch.calibrated_limit`).
     """
 
     timeout: float = 600.0
     first_timeout: float = 1800.0
     hard_limit: float = 3.0
     interval: float = 1.0
+    calibrate: bool = False
+    calibration_multiple: float = 10.0
+    calibration_floor: float = 120.0
 
     @property
     def enabled(self) -> bool:

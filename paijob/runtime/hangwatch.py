@@ -12,6 +12,9 @@ node 0 gathers every node's summary and judges (:func:`judge`, pure):
   The culprits are the ranks that are not where the others wait: outside any
   collective (a sleep, a blocking read, a DataLoader worker that never answers),
   silent (a C call holding the GIL), or in a different collective than most.
+  One stall is judged sooner, on a timeout *calibrated* from the job's own
+  rhythm (:func:`calibrated_limit`): every rank idle inside a
+  ``torch.distributed`` call, which no checkpoint save or evaluation can look like.
 * **straggler**: some ranks wait for the timeout while others are busy (CPU,
   I/O, a moving stack). Reported once at the timeout, ended only when the
   wait reaches ``--hang-hard-limit`` times the timeout: a long checkpoint save
@@ -71,6 +74,8 @@ class RankState:
     where: list[list[Any]] = field(default_factory=list)  # innermost frames, user code first
     loader_worker: list[int | None] | None = None  # (id, pid) of the DataLoader worker it waits for
     exited: bool = False  # its process has ended: it waits for nothing (judged no more)
+    c10d: bool = False  # it waits inside a torch.distributed call (all_reduce, barrier, recv...)
+    longest_wait: float = 0.0  # its longest wait inside one such call so far (seconds)
 
     @property
     def silent(self) -> bool:
@@ -120,6 +125,8 @@ def summarise(report: dict[str, Any], *, node_rank: int, host: str, now: float,
         where=report_frames(report.get("frames") or []),
         loader_worker=report.get("loader_worker"),
         exited=exited,
+        c10d=bool(report.get("c10d")),
+        longest_wait=float(report.get("longest_wait", 0.0)),
     )
 
 
@@ -153,6 +160,24 @@ def read_reports(folder: str) -> dict[int, dict[str, Any]]:
 # -- the verdict ------------------------------------------------------------------------
 
 
+CALIBRATED = "calibrated"
+
+
+@dataclass(frozen=True)
+class Limit:
+    """The timeout a verdict is judged on, and where it comes from: an option, or
+    ``calibrated`` (then ``why`` says from what)."""
+
+    seconds: float
+    source: str  # --hang-timeout, --hang-first-timeout or calibrated
+    why: str = ""
+
+    def said(self) -> str:
+        """``--hang-timeout 600s``, or ``calibrated 120s: ...``."""
+        head = f"{self.source} {self.seconds:.0f}s"
+        return f"{head}: {self.why}" if self.why else head
+
+
 @dataclass
 class Verdict:
     """Node 0's judgement: ``kind`` hang or straggler; ``final`` ends the job."""
@@ -160,22 +185,15 @@ class Verdict:
     kind: str
     final: bool
     waited: float  # how long the waiting ranks have waited
-    limit: float
+    limit: Limit
     culprits: list[RankState]
     others: list[RankState]
     why: str  # how the culprits were told apart
 
     def headline(self, settings: HangSettings) -> str:
-        option = "--hang-timeout" if self.limit == settings.timeout else "--hang-first-timeout"
         if self.kind == "straggler":
-            head = (f"straggler: {_join(straggler_phrase(s) for s in self.culprits)} while "
-                    f"{waiting_phrase(self.others)}")
-            if self.final:
-                return (f"hang: {head}; ended at the hard limit ({settings.hard_limit:g} x "
-                        f"{option} {self.limit:.0f}s); exit {HANG_EXIT}")
-            return (f"{head}; not a hang while it works: ended at {settings.hard_limit:g} x "
-                    f"{option} ({settings.hard_limit * self.limit:.0f}s) unless it finishes")
-        parts = [f"hang: no rank made progress for {self.waited:.0f}s ({option} {self.limit:.0f}s)"]
+            return self._straggler_headline(settings.hard_limit)
+        parts = [f"hang: no rank made progress for {self.waited:.0f}s ({self.limit.said()})"]
         if self.culprits:
             parts.append(_join(stuck_phrase(s, self.why) for s in self.culprits))
         else:
@@ -184,16 +202,30 @@ class Verdict:
             parts.append(waiting_phrase(self.others))
         return "; ".join(parts) + f"; exit {HANG_EXIT}"
 
+    def _straggler_headline(self, hard_limit: float) -> str:
+        option, seconds = self.limit.source, self.limit.seconds
+        head = (f"straggler: {_join(straggler_phrase(s) for s in self.culprits)} while "
+                f"{waiting_phrase(self.others)}")
+        if self.final:
+            return (f"hang: {head}; ended at the hard limit ({hard_limit:g} x "
+                    f"{option} {seconds:.0f}s); exit {HANG_EXIT}")
+        return (f"{head}; not a hang while it works: ended at {hard_limit:g} x "
+                f"{option} ({hard_limit * seconds:.0f}s) unless it finishes")
+
     def detail(self) -> list[str]:
-        """The culprits' innermost frames, user code first."""
-        lines = []
-        for state in self.culprits:
-            lines.append(f"{state.name()}, inactive for {state.idle_for:.0f}s, CPU "
-                         f"{state.cpu_share:.0%}:")
-            for file, line, function in state.where:
-                source = linecache.getline(str(file), int(line)).strip()
-                lines.append(f"  {file}:{line} in {function}" + (f": {source}" if source else ""))
-        return lines
+        return culprit_detail(self.culprits)
+
+
+def culprit_detail(culprits: Sequence[RankState]) -> list[str]:
+    """The culprits' innermost frames, user code first, with their source lines."""
+    lines = []
+    for state in culprits:
+        lines.append(f"{state.name()}, inactive for {state.idle_for:.0f}s, CPU "
+                     f"{state.cpu_share:.0%}:")
+        for file, line, function in state.where:
+            source = linecache.getline(str(file), int(line)).strip()
+            lines.append(f"  {file}:{line} in {function}" + (f": {source}" if source else ""))
+    return lines
 
 
 def _join(phrases: Iterable[str]) -> str:
@@ -298,29 +330,106 @@ def judge(states: Sequence[RankState], settings: HangSettings,
 
     ``expected_ranks``: the world size; a rank not seen yet counts as starting (active).
     """
+    running = judged_ranks(states, settings, expected_ranks)
+    if not running:
+        return None
+    calibrated = calibrated_limit(running, settings)
+    if calibrated is not None and all(s.idle_for >= calibrated.seconds for s in running):
+        return verdict_at(running, calibrated, settings)
+    return verdict_at(running, configured_limit(running, settings), settings)
+
+
+def judged_ranks(states: Sequence[RankState], settings: HangSettings,
+                 expected_ranks: int | None) -> list[RankState]:
+    """The ranks to judge: none while the watch is off or a rank has not reported yet; a rank
+    whose process has ended waits for nothing and is left out."""
     if not settings.enabled or not states:
-        return None
+        return []
     if expected_ranks is not None and len(states) < expected_ranks:
-        return None
-    states = [s for s in states if not s.exited]
-    if not states:
-        return None
-    recent = max(3.0, 3 * settings.interval)  # a straggler was active this recently
+        return []
+    return [s for s in states if not s.exited]
+
+
+def configured_limit(states: Sequence[RankState], settings: HangSettings) -> Limit:
+    """``--hang-timeout``, or the longer ``--hang-first-timeout`` until every rank has completed
+    a collective."""
     started = all(s.first_progress for s in states)
-    limit = settings.timeout if started else max(settings.timeout, settings.first_timeout)
-    waiting = [s for s in states if s.idle_for >= limit]
+    if started or settings.first_timeout <= settings.timeout:
+        return Limit(settings.timeout, "--hang-timeout")
+    return Limit(settings.first_timeout, "--hang-first-timeout")
+
+
+def calibrated_limit(states: Sequence[RankState], settings: HangSettings) -> Limit | None:
+    """A timeout from the job's own rhythm, for the one stall nothing healthy looks like; None:
+    the configured timeout holds.
+
+    Only when ``--hang-timeout`` was not set, every rank has made progress, and every rank
+    waits inside a ``torch.distributed`` call (all_reduce, barrier, recv...): a checkpoint save,
+    an evaluation or ``torch.compile`` runs outside one, on at least one rank. Then the
+    ranks wait for each other only (a lost message, mismatched collectives), and the
+    timeout is ``calibration_multiple`` times the longest wait any rank had in one call so
+    far, at least ``calibration_floor``, never above ``--hang-timeout``.
+    """
+    if not settings.calibrate:
+        return None
+    if not all(s.first_progress and s.c10d and not s.silent for s in states):
+        return None
+    longest = max(s.longest_wait for s in states)
+    seconds = max(settings.calibration_floor, settings.calibration_multiple * longest)
+    if seconds >= settings.timeout:
+        return None
+    return Limit(seconds, CALIBRATED, (
+        f"every rank waits in a torch.distributed call, and the longest wait in one so far "
+        f"was {longest:.0f}s; {settings.calibration_multiple:g} x that, at least "
+        f"{settings.calibration_floor:.0f}s; --hang-timeout {settings.timeout:.0f}s holds "
+        f"outside collectives"))
+
+
+def verdict_at(states: Sequence[RankState], limit: Limit, settings: HangSettings) -> Verdict | None:
+    """The verdict with ``limit`` as the timeout: a hang when no rank is active, a straggler when
+    some are busy while the others wait; None before the timeout or while a rank is between."""
+    waiting = [s for s in states if s.idle_for >= limit.seconds]
     if not waiting:
         return None
-    active = [s for s in states if s.idle_for < limit]
+    active = [s for s in states if s.idle_for < limit.seconds]
     waited = min(s.idle_for for s in waiting)
-    if active and any(s.idle_for > recent for s in active):
+    recent = max(3.0, 3 * settings.interval)  # a straggler was active this recently
+    if any(s.idle_for > recent for s in active):
         return None  # a rank between busy and idle: judge again at the next look
     if not active:
         culprits, why = pick_culprits(states)
         others = [s for s in states if s not in culprits]
         return Verdict("hang", True, waited, limit, culprits, others, why)
-    final = waited >= settings.hard_limit * limit
+    final = waited >= settings.hard_limit * limit.seconds
     return Verdict("straggler", final, waited, limit, active, waiting, "busy while the others wait")
+
+
+def first_timed_out(failures: Sequence[Failure]) -> Failure | None:
+    """The earliest worker failure whose output says a collective timed out (torch's own
+    process-group timeout); None: none did."""
+    timed_out = [f for f in failures if f.rank is not None and _TIMED_OUT.search(f.tail or "")]
+    return min(timed_out, key=lambda f: f.time) if timed_out else None
+
+
+def never_arrived(failed: Failure, last_states: Sequence[RankState]) -> Failure | None:
+    """The root cause for ``failed`` (a rank whose collective timed out): the rank(s) not where
+    the others waited at the last look. None: ``failed`` was not in a collective, or every rank
+    was."""
+    # the dead ranks' samplers fall silent as they exit: judge by where each one was
+    states = [replace(s, stale_for=0.0) for s in last_states]
+    waiter = next((s for s in states if s.rank == failed.rank), None)
+    culprits, why = pick_culprits(states)
+    culprits = [s for s in culprits if s.rank != failed.rank]
+    if waiter is None or not waiter.collective or not culprits:
+        return None
+    reason = (
+        f"torch's process-group timeout fired in rank {failed.rank}'s {waiter.wait} at "
+        f"{waiter.location}; the rank that never arrived: "
+        + _join(stuck_phrase(s, why) for s in culprits)
+    )
+    return Failure(node_rank=culprits[0].node_rank, rank=None, local_rank=None,
+                   returncode=failed.returncode, secondary=False, time=failed.time - 1e-3,
+                   reason=reason, detail="\n".join(culprit_detail(culprits)), overrides=True)
 
 
 # -- full stacks -------------------------------------------------------------------------
@@ -560,26 +669,10 @@ class HangWatch:
     def explain_timeout(self, failures: Sequence[Failure]) -> Failure | None:
         """torch's own process-group timeout fired first (in a rank that waited): name the rank
         that never arrived, from node 0's last look before the failure. None: nothing to add."""
-        timed_out = [f for f in failures if f.rank is not None and _TIMED_OUT.search(f.tail or "")]
-        if self.node_rank != 0 or not timed_out or not self.last_states:
+        if self.node_rank != 0 or not self.last_states:
             return None
-        failed = min(timed_out, key=lambda f: f.time)
-        # the dead ranks' samplers fall silent as they exit: judge by where each one was
-        states = [replace(s, stale_for=0.0) for s in self.last_states]
-        waiter = next((s for s in states if s.rank == failed.rank), None)
-        culprits, why = pick_culprits(states)
-        culprits = [s for s in culprits if s.rank != failed.rank]
-        if waiter is None or not waiter.collective or not culprits:
-            return None
-        reason = (
-            f"torch's process-group timeout fired in rank {failed.rank}'s {waiter.wait} at "
-            f"{waiter.location}; the rank that never arrived: "
-            + _join(stuck_phrase(s, why) for s in culprits)
-        )
-        detail = Verdict("hang", True, 0.0, 0.0, culprits, [], why).detail()
-        return Failure(node_rank=culprits[0].node_rank, rank=None, local_rank=None,
-                       returncode=failed.returncode, secondary=False, time=failed.time - 1e-3,
-                       reason=reason, detail="\n".join(detail), overrides=True)
+        failed = first_timed_out(failures)
+        return None if failed is None else never_arrived(failed, self.last_states)
 
     def _dump_silent(self, local: list[RankState], reports: dict[int, dict[str, Any]]) -> None:
         """A rank whose sampler cannot run: faulthandler writes its stack (once per silence)."""

@@ -305,32 +305,46 @@ class NodeWatch:
         while not self._ended:
             time.sleep(0.2)
             now = time.monotonic()
-            # An expired phase knows its reason best (e.g. a squatter): it goes first.
-            if self._phase_deadline is not None and now > self._phase_deadline:
-                if self._phase_expired is not None and self.fatal is None:
-                    self.declare(self._phase_expired())
-                if self.fatal is not None:
-                    self._end(self.fatal)
-            for started, limit in list(self._blocked.values()):
-                if now - started > limit and self.fatal is None:
-                    self.declare(
-                        self._master_lost(f"it did not answer for {limit:.0f}s")
-                    )
+            self._expire_phase(now)  # an expired phase knows its reason best (e.g. a squatter)
+            self._expire_blocked_calls(now)
             if self.phase == "exit barrier" and self.fatal is None:
                 self._judge_from_the_barrier(now)
-            if self._waiting_line is not None and now >= self._next_wait_message:
-                self._next_wait_message = now + WAIT_MESSAGE_EVERY
-                line = self._waiting_line(now - self._phase_started)
-                if line:
-                    self._say(line)
+            self._say_waiting_line(now)
             if self.fatal is not None:
-                # The main thread ends the node itself when it can; when it is stuck in a
-                # call that cannot be interrupted (exit barrier, rendezvous, a store call),
-                # or takes too long, end it from here.
-                blocking = self.phase in ("handshake", "rendezvous", "exit barrier")
-                late = now - self._fatal_at > self.grace_period + 20
-                if blocking or late:
-                    self._end(self.fatal)
+                self._end_when_stuck(self.fatal, now)
+
+    def _expire_phase(self, now: float) -> None:
+        """Past the main thread's phase deadline: its own reason ends the node."""
+        if self._phase_deadline is None or now <= self._phase_deadline:
+            return
+        if self._phase_expired is not None and self.fatal is None:
+            self.declare(self._phase_expired())
+        if self.fatal is not None:
+            self._end(self.fatal)
+
+    def _expire_blocked_calls(self, now: float) -> None:
+        """A store call blocked past its deadline: the master is lost."""
+        for started, limit in list(self._blocked.values()):
+            if now - started > limit and self.fatal is None:
+                self.declare(self._master_lost(f"it did not answer for {limit:.0f}s"))
+
+    def _say_waiting_line(self, now: float) -> None:
+        """At most one line every WAIT_MESSAGE_EVERY seconds about what the main thread waits for."""
+        if self._waiting_line is None or now < self._next_wait_message:
+            return
+        self._next_wait_message = now + WAIT_MESSAGE_EVERY
+        line = self._waiting_line(now - self._phase_started)
+        if line:
+            self._say(line)
+
+    def _end_when_stuck(self, fatal: Failure, now: float) -> None:
+        """After a fatal verdict the main thread ends the node itself when it can; when it is
+        stuck in a call that cannot be interrupted (exit barrier, rendezvous, a store call), or
+        takes too long, end it from here."""
+        blocking = self.phase in ("handshake", "rendezvous", "exit barrier")
+        late = now - self._fatal_at > self.grace_period + 20
+        if blocking or late:
+            self._end(fatal)
 
     def _judge_from_the_barrier(self, now: float) -> None:
         """This node's workers succeeded, another node's failed: torch's exit barrier would

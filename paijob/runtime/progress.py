@@ -10,7 +10,13 @@ main thread from the outside:
   which loader worker), or the user's own code;
 * its CPU time (``/proc/self/task/<tid>/stat``) and I/O
   (``/proc/self/task/<tid>/io``): a rank that computes or writes a checkpoint is
-  busy even when its stack stands still.
+  busy even when its stack stands still;
+* how many collectives it has issued: torch's own per-group sequence number
+  (``ProcessGroup._get_sequence_number_for_group()``, in torch 2.4 to 2.13 for
+  gloo and NCCL), which counts every collective, DDP's gradient all-reduces
+  included, however briefly it lasted. A sample that catches a rank inside a
+  collective is luck (a fast job's all-reduce takes microseconds); the counter
+  is not, so a rank's first progress is seen on the first sample after it.
 
 It writes what it saw, atomically, to one small JSON file per worker
 (``rank<N>.json`` in the folder the launcher names) that the node's agent reads
@@ -59,6 +65,7 @@ _DDP = f"torch{os.sep}nn{os.sep}parallel{os.sep}distributed.py"
 _DIST_UTILS = f"torch{os.sep}distributed{os.sep}utils.py"
 _RENDEZVOUS = (f"torch{os.sep}distributed{os.sep}rendezvous.py",
                f"torch{os.sep}distributed{os.sep}elastic{os.sep}")
+_C10D_MODULE = "torch.distributed.distributed_c10d"
 
 Frame = tuple[str, int, str]  # file, line, function
 
@@ -104,6 +111,35 @@ def classify_wait(frames: list[Frame]) -> tuple[str | None, bool]:
         if any(part in filename for part in _RENDEZVOUS):
             return "rendezvous", True
     return None, False
+
+
+def in_c10d(frames: list[Frame]) -> bool:
+    """Whether the stack is inside a ``torch.distributed`` API call (all_reduce, barrier, recv...),
+    not one of the waits told apart by other means (``backward``, DDP, the rendezvous)."""
+    return any(filename.endswith(_C10D) for filename, _line, _function in frames)
+
+
+def collectives_issued() -> int | None:
+    """How many collectives this process has issued on all its process groups, from torch's own
+    sequence numbers; None while ``torch.distributed`` is not loaded or has no group.
+
+    Read from the sampler thread: the getter only reads a counter. A backend without sequence
+    numbers (MPI, a third-party one) counts nothing; another torch release that lacks the
+    calls: None, and the sampled stack alone tells completed collectives.
+    """
+    c10d = sys.modules.get(_C10D_MODULE)
+    world = getattr(c10d, "_world", None)
+    try:
+        groups = list(world.pg_map) if world is not None else []
+    except Exception:  # noqa: BLE001 - changed while read (a group being made), or another torch
+        return None
+    total: int | None = None
+    for group in groups:
+        try:
+            total = (total or 0) + int(group._get_sequence_number_for_group())  # noqa: SLF001
+        except Exception:  # noqa: BLE001 - a backend without sequence numbers
+            continue
+    return total
 
 
 def loader_worker(frame: FrameType | None) -> tuple[int, int | None] | None:
@@ -184,8 +220,13 @@ class Sampler:
         self._wall = time.monotonic()
         self.moved_at = time.time()
         self.active_at = self.moved_at
-        self.entered_collective: tuple[str, Any] | None = None
+        self._issued: int | None = None  # torch's count of collectives at the last sample
+        self._in_collective: tuple[str, Any, int | None] | None = None
+        self._wait_started = 0.0
+        self._in_collective_c10d = False
+        self._seen_done = 0  # collectives the sampled stack was seen to leave
         self.collectives_done = 0
+        self.longest_wait = 0.0  # the longest wait inside one torch.distributed call (calibration)
         self.seq = 0
         self._stack_file: TextIO | None = None
         self._thread = threading.Thread(target=self._run, name="paijob-progress", daemon=True)
@@ -215,11 +256,12 @@ class Sampler:
     def sample(self) -> dict[str, Any]:
         """One look at the main thread: where it is, whether it moved or worked since the last look."""
         now, wall = time.time(), time.monotonic()
+        issued = collectives_issued()  # before the stack: a collective counts once it is left
         frame = sys._current_frames().get(self.main.ident or -1)  # noqa: SLF001 - the sampler's whole point
         frames = main_stack(frame, skip_files=self.skip_files)
         signature = tuple((id(f.f_code), line) for f, line in _walk(frame))
-        moved = signature != self._signature
-        self._signature = signature
+        moved = signature != self._signature or issued != self._issued
+        self._signature, self._issued = signature, issued
         cpu, stat_bytes = _thread_cpu(self.tid)
         io_bytes, io_file_bytes = _io_bytes(self.tid)
         elapsed = max(1e-3, wall - self._wall)
@@ -234,7 +276,8 @@ class Sampler:
         if moved or busy or did_io:
             self.active_at = now
         wait, collective = classify_wait(frames)
-        self._count_collectives(wait, collective, frame)
+        c10d = in_c10d(frames)
+        self.follow_collectives(wait if collective else None, c10d, frame, issued, now)
         waiting_for = loader_worker(frame) if wait == "DataLoader" else None
         self.seq += 1
         return {
@@ -249,17 +292,34 @@ class Sampler:
             "cpu_share": round(cpu_share, 3),
             "wait": wait,
             "collective": collective,
+            "c10d": c10d,
             "loader_worker": list(waiting_for) if waiting_for else None,
             "collectives_done": self.collectives_done,
+            "longest_wait": round(self.longest_wait, 1),
             "frames": frames,
         }
 
-    def _count_collectives(self, wait: str | None, collective: bool, frame: FrameType | None) -> None:
-        """A collective was *completed* once the stack that waited in it is gone (first progress)."""
-        key = (wait or "", id(_outermost_library_frame(frame))) if collective else None
-        if self.entered_collective is not None and key != self.entered_collective:
-            self.collectives_done += 1
-        self.entered_collective = key
+    def follow_collectives(self, wait: str | None, c10d: bool, frame: FrameType | None,
+                            issued: int | None, now: float) -> None:
+        """Completed collectives (a rank's first progress) and the longest wait inside one
+        ``torch.distributed`` call (the calibrated timeout's yardstick).
+
+        Completed: torch's count of issued collectives, less the one the stack is in now; a
+        sampled stack leaving a collective counts too (a process group without sequence
+        numbers). One wait lasts while the stack stays in the same call and the count stands
+        still; its length runs from the first sample that saw it to the first that did not,
+        which errs long, the safe side for a timeout derived from it.
+        """
+        key = (wait, id(_outermost_library_frame(frame)), issued) if wait is not None else None
+        if key != self._in_collective:
+            if self._in_collective is not None:
+                self._seen_done += 1
+                if self._in_collective_c10d:
+                    self.longest_wait = max(self.longest_wait, now - self._wait_started)
+            self._in_collective, self._wait_started = key, now
+        self._in_collective_c10d = c10d
+        from_torch = 0 if issued is None else issued - (1 if wait is not None else 0)
+        self.collectives_done = max(self._seen_done, from_torch)
 
     def write(self, report: dict[str, Any]) -> None:
         text = json.dumps(report, separators=(",", ":"))

@@ -7,10 +7,12 @@ The verdict rules are pinned on plain data (fast); the five hangs of issue 26 ru
 from __future__ import annotations
 
 import signal
+import sys
 import textwrap
 import threading
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from conftest import base_env, free_port, task_env, wait_all
@@ -28,7 +30,7 @@ from paijob.runtime.hangwatch import (
     stall_line,
     waiting_phrase,
 )
-from paijob.runtime.progress import classify_wait
+from paijob.runtime.progress import Sampler, classify_wait, collectives_issued
 from paijob.runtime.spawnwatch import child_rank
 from paijob.runtime.storelink import VERDICT_KEY, StoreLink
 from paijob.task import exitcodes
@@ -39,7 +41,8 @@ SETTINGS = HangSettings(timeout=20, first_timeout=60, hard_limit=3)
 
 
 def state(rank: int, idle: float, *, wait: str | None = "all_reduce", line: int = 42,
-          busy: bool = False, started: bool = True, stale: float = 0.0) -> RankState:
+          busy: bool = False, started: bool = True, stale: float = 0.0,
+          longest_wait: float = 0.0) -> RankState:
     frames = [["/job/train.py", line, "main"]]
     if wait:
         frames.append([C10D, 3252, wait])
@@ -47,7 +50,7 @@ def state(rank: int, idle: float, *, wait: str | None = "all_reduce", line: int 
         rank=rank, node_rank=rank // 2, host=f"10.0.0.{rank // 2}", local_rank=rank % 2,
         idle_for=idle, busy=busy, cpu_share=1.0 if busy else 0.0, wait=wait,
         collective=wait is not None, first_progress=started, stale_for=stale,
-        where=report_frames(frames),
+        where=report_frames(frames), c10d=wait is not None, longest_wait=longest_wait,
     )
 
 
@@ -142,10 +145,128 @@ def test_hang_limits_come_from_the_option_else_the_environment_else_the_default(
     assert (settings.timeout, settings.first_timeout, settings.hard_limit) == (30, 1800, 5)
     defaults = hang_settings(train.parse_args([]), {})
     assert defaults.timeout == 600 and defaults.timeout <= 600
+    assert defaults.calibrate and not settings.calibrate  # only a timeout the user did not choose
+    assert not hang_settings(train.parse_args([]), {"PAIJOB_HANG_TIMEOUT": "600"}).calibrate
     with pytest.raises(LaunchError, match="PAIJOB_HANG_TIMEOUT='soon'"):
         hang_settings(train.parse_args([]), {"PAIJOB_HANG_TIMEOUT": "soon"})
     with pytest.raises(LaunchError, match="--hang-hard-limit"):
         HangSettings(hard_limit=0.5).check()
+
+
+# -- calibration: a shorter timeout only where every rank waits in a torch.distributed call -------
+
+CALIBRATED = HangSettings(timeout=600, first_timeout=1800, calibrate=True)
+
+
+def test_every_rank_idle_in_a_collective_is_judged_on_the_calibrated_timeout_and_says_why():
+    states = [state(0, 125, longest_wait=3), state(1, 125, wait="barrier", line=50, longest_wait=2)]
+    assert judge([state(0, 119), state(1, 119, wait="barrier")], CALIBRATED) is None  # the floor
+    verdict = judge(states, CALIBRATED)
+    assert verdict is not None and verdict.kind == "hang" and verdict.final
+    line = verdict.headline(CALIBRATED)
+    assert line.startswith(
+        "hang: no rank made progress for 125s (calibrated 120s: every rank waits in a "
+        "torch.distributed call, and the longest wait in one so far was 3s; 10 x that, at least "
+        "120s; --hang-timeout 600s holds outside collectives); "), line
+    # a longer wait seen before raises it: 10 x 30 s
+    assert judge([state(0, 250, longest_wait=30), state(1, 250)], CALIBRATED) is None
+    verdict = judge([state(0, 301, longest_wait=30), state(1, 301)], CALIBRATED)
+    assert verdict is not None and verdict.limit.seconds == 300
+
+
+def test_calibration_never_shortens_the_timeout_for_a_rank_outside_a_collective():
+    """A checkpoint save or evaluation on rank 0 (idle: blocked on storage) while the others wait
+    in a barrier: only --hang-timeout ends it, however short the steps were."""
+    checkpoint = [state(0, 500, wait=None, line=80), state(1, 500, wait="barrier")]
+    assert judge(checkpoint, CALIBRATED) is None
+    verdict = judge([state(0, 601, wait=None, line=80), state(1, 601, wait="barrier")], CALIBRATED)
+    assert verdict is not None and "(--hang-timeout 600s)" in verdict.headline(CALIBRATED)
+    # a straggler busy in a collective's neighbourhood (backward is no torch.distributed call)
+    backward = [state(0, 200), state(1, 200, wait=None)]
+    backward[1].collective, backward[1].wait = True, "backward"
+    assert judge(backward, CALIBRATED) is None
+
+
+def test_calibration_waits_for_first_progress_is_off_for_a_chosen_timeout_and_never_lengthens():
+    in_collectives = [state(0, 200, started=False), state(1, 200)]
+    assert judge(in_collectives, CALIBRATED) is None
+    chosen = HangSettings(timeout=600, first_timeout=1800)  # the user set --hang-timeout
+    assert judge([state(0, 200), state(1, 200)], chosen) is None
+    long_waits = [state(0, 599, longest_wait=70), state(1, 599)]  # 10 x 70 s > 600 s
+    assert judge(long_waits, CALIBRATED) is None
+    verdict = judge([state(0, 600, longest_wait=70), state(1, 600)], CALIBRATED)
+    assert verdict is not None and "(--hang-timeout 600s)" in verdict.headline(CALIBRATED)
+
+
+class _Group:
+    def __init__(self, seq: int | None) -> None:
+        self.seq = seq
+
+    def _get_sequence_number_for_group(self) -> int:
+        if self.seq is None:
+            raise RuntimeError("ProcessGroup mpi does not yet support sequence numbers.")
+        return self.seq
+
+
+def test_a_collective_too_fast_to_be_sampled_is_counted_from_torchs_sequence_numbers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    monkeypatch.delitem(sys.modules, "torch.distributed.distributed_c10d", raising=False)
+    assert collectives_issued() is None  # torch.distributed not loaded: the stack alone tells
+    world = SimpleNamespace(pg_map={_Group(7): None, _Group(None): None, _Group(2): None})
+    monkeypatch.setitem(sys.modules, "torch.distributed.distributed_c10d",
+                        SimpleNamespace(_world=world))
+    assert collectives_issued() == 9
+    sampler = Sampler(str(tmp_path), 0)
+    report = sampler.sample()  # this thread is in no collective now: all 9 have completed
+    assert report["collectives_done"] == 9 and report["c10d"] is False
+
+
+def test_the_longest_wait_inside_one_collective_is_measured_from_the_samples(tmp_path: Path):
+    sampler = Sampler(str(tmp_path), 0)
+    for now in (100.0, 101.0, 102.0):  # the same all_reduce (sequence number 4) for 3 samples
+        sampler.follow_collectives("all_reduce", True, None, 4, now)
+    assert sampler.collectives_done == 3 and sampler.longest_wait == 0
+    sampler.follow_collectives(None, False, None, 4, 103.5)  # left it
+    assert sampler.collectives_done == 4 and sampler.longest_wait == 3.5
+    sampler.follow_collectives("all_reduce", True, None, 5, 104.0)  # the next one, not the same
+    sampler.follow_collectives("all_reduce", True, None, 6, 105.0)
+    assert sampler.longest_wait == 3.5 and sampler.collectives_done == 5
+
+
+FAST_STEPS_THEN_STUCK = textwrap.dedent(
+    """
+    import os, time
+    import torch
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo")
+    t = torch.ones(1)
+    for step in range(60):  # healthy steps whose all_reduce takes microseconds: never sampled in it
+        dist.all_reduce(t)
+        time.sleep(0.05)
+    if os.environ["RANK"] == "1":
+        time.sleep(600)  # the culprit
+    dist.all_reduce(t)
+    """
+)
+
+
+def test_a_fast_jobs_first_progress_is_seen_and_its_later_hang_judged_on_the_hang_timeout(
+    tmp_path: Path, start_task
+):
+    """Its collectives are far too short for a once-a-second sample to catch; torch's sequence
+    numbers still show every rank past its first one, so --hang-timeout applies, not the first."""
+    script = tmp_path / "fast.py"
+    script.write_text(FAST_STEPS_THEN_STUCK)
+    task = start_task(["train", "--nproc-per-node", "2", "--grace-period", "3", "--hang-timeout",
+                       "6", "--hang-first-timeout", "900", str(script)], base_env())
+    code = task.wait(timeout=240)  # well short of the first timeout
+    assert code == exitcodes.HANG, task.output
+    cause = root_cause(task.output)
+    assert cause is not None and cause.startswith("hang: no rank made progress for"), task.output
+    assert "(--hang-timeout 6s)" in cause
+    assert "local rank 1) is stuck at fast.py:12" in cause
 
 
 SLEEPS_BEFORE_ALL_REDUCE = textwrap.dedent(
