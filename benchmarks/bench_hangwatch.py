@@ -3,9 +3,9 @@
 Three measures, printed with the machine they ran on:
 
 * **sample**: the time one look of the worker's sampler takes (stack walk of a main thread
-  30 frames deep, /proc reads, the report written), median of 2000. The sampler holds the
-  GIL for about that long once per interval, so ``sample / interval`` bounds what it takes
-  from a Python-bound step.
+  30 frames deep, /proc reads, torch's collective count of an initialised gloo process group,
+  the report written), median of 2000. The sampler holds the GIL for about that long once per
+  interval, so ``sample / interval`` bounds what it takes from a Python-bound step.
 * **ddp**: steady-state step time of a small DDP model (2 workers, gloo on CPU) under
   ``paijob-runtime train`` with the watch on (the default) and off (``--hang-timeout 0``),
   runs alternated, the median of each side. On a busy 2-core machine run-to-run noise is
@@ -62,8 +62,13 @@ def measure_sample(samples: int = 2000) -> tuple[float, float]:
     """Median (CPU seconds, wall seconds) of one Sampler.sample() + write, looking at a thread
     30 frames deep. The CPU time is what the sampler holds the GIL for; the wall time also
     counts waiting for a core on a busy machine."""
-    from paijob.runtime.progress import Sampler
+    import torch.distributed as dist
 
+    from paijob.runtime.progress import Sampler, collectives_issued
+
+    # a process group as a worker has one: the sampler reads its collective count every look
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    assert collectives_issued() == 0
     ready, done = threading.Event(), threading.Event()
 
     def deep(n: int) -> None:
@@ -86,6 +91,7 @@ def measure_sample(samples: int = 2000) -> tuple[float, float]:
             cpu.append(time.thread_time() - start_cpu)
             wall.append(time.perf_counter() - start)
     done.set()
+    dist.destroy_process_group()
     return statistics.median(cpu), statistics.median(wall)
 
 

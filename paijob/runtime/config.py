@@ -25,7 +25,15 @@ from importlib.machinery import ModuleSpec, PathFinder
 from paijob.errors import PaijobError
 from paijob.runtime.env import DistEnv
 from paijob.task.cwd_safe import module_args
-from paijob.task.options import LOCAL_RANK_STYLES, MODES
+from paijob.task.options import (
+    DEFAULT_HANG_FIRST_TIMEOUT,
+    DEFAULT_HANG_HARD_LIMIT,
+    DEFAULT_HANG_TIMEOUT,
+    HANG_CALIBRATION_FLOOR,
+    HANG_CALIBRATION_MULTIPLE,
+    LOCAL_RANK_STYLES,
+    MODES,
+)
 
 LOCAL_RANK_MACRO = "${local_rank}"  # torch.distributed.elastic.utils.macros.Macros.local_rank
 WORKER_MODULE = "paijob.runtime.worker"
@@ -171,13 +179,13 @@ class HangSettings:
     wait seen, at least ``calibration_floor`` (:func:`paijob.runtime.hangwatch.calibrated_limit`).
     """
 
-    timeout: float = 600.0
-    first_timeout: float = 1800.0
-    hard_limit: float = 3.0
+    timeout: float = DEFAULT_HANG_TIMEOUT
+    first_timeout: float = DEFAULT_HANG_FIRST_TIMEOUT
+    hard_limit: float = DEFAULT_HANG_HARD_LIMIT
     interval: float = 1.0
     calibrate: bool = False
-    calibration_multiple: float = 10.0
-    calibration_floor: float = 120.0
+    calibration_multiple: float = HANG_CALIBRATION_MULTIPLE
+    calibration_floor: float = HANG_CALIBRATION_FLOOR
 
     @property
     def enabled(self) -> bool:

@@ -23,6 +23,10 @@ BACKENDS = ("auto", "nccl", "gloo")
 DEFAULT_HANG_TIMEOUT = 600.0
 DEFAULT_HANG_FIRST_TIMEOUT = 1800.0
 DEFAULT_HANG_HARD_LIMIT = 3.0
+# The calibrated timeout (the default --hang-timeout only): this multiple of the longest wait
+# seen inside one torch.distributed call, at least this many seconds.
+HANG_CALIBRATION_MULTIPLE = 10.0
+HANG_CALIBRATION_FLOOR = 120.0
 # More workers than this per usable CPU core is a typo (--nproc-per-node 100000), not a plan:
 # each worker is a whole python process with torch loaded.
 MAX_WORKERS_PER_CORE = 4
@@ -149,7 +153,10 @@ def _add_train_options(train: argparse.ArgumentParser) -> None:
     hang.add_argument(
         "--hang-timeout", type=float, metavar="SECONDS",
         help=f"no rank made progress for this long: a hang; 0 turns the watch off "
-        f"(default: ${contract.HANG_TIMEOUT} or {DEFAULT_HANG_TIMEOUT:g})",
+        f"(default: ${contract.HANG_TIMEOUT} or {DEFAULT_HANG_TIMEOUT:g}; when neither is set, "
+        f"a stall with every rank inside a torch.distributed call is judged on "
+        f"{HANG_CALIBRATION_MULTIPLE:g} x the longest wait seen in one, at least "
+        f"{HANG_CALIBRATION_FLOOR:g}, at most the timeout)",
     )
     hang.add_argument(
         "--hang-first-timeout", type=float, metavar="SECONDS",
