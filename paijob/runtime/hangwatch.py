@@ -76,6 +76,7 @@ class RankState:
     exited: bool = False  # its process has ended: it waits for nothing (judged no more)
     c10d: bool = False  # it waits inside a torch.distributed call (all_reduce, barrier, recv...)
     longest_wait: float = 0.0  # its longest wait inside one such call so far (seconds)
+    quiet_for: float = 0.0  # seconds since any of its threads last moved data (a transfer)
 
     @property
     def silent(self) -> bool:
@@ -127,6 +128,7 @@ def summarise(report: dict[str, Any], *, node_rank: int, host: str, now: float,
         exited=exited,
         c10d=bool(report.get("c10d")),
         longest_wait=float(report.get("longest_wait", 0.0)),
+        quiet_for=max(0.0, now - float(report.get("data_moved_at", now))),
     )
 
 
@@ -334,7 +336,8 @@ def judge(states: Sequence[RankState], settings: HangSettings,
     if not running:
         return None
     calibrated = calibrated_limit(running, settings)
-    if calibrated is not None and all(s.idle_for >= calibrated.seconds for s in running):
+    if calibrated is not None and all(min(s.idle_for, s.quiet_for) >= calibrated.seconds
+                                      for s in running):
         return verdict_at(running, calibrated, settings)
     return verdict_at(running, configured_limit(running, settings), settings)
 
@@ -366,8 +369,9 @@ def calibrated_limit(states: Sequence[RankState], settings: HangSettings) -> Lim
     Only when ``--hang-timeout`` was not set, every rank has made progress, and every rank
     waits inside a ``torch.distributed`` call (all_reduce, barrier, recv...): a checkpoint save,
     an evaluation or ``torch.compile`` runs outside one, on at least one rank. Then the
-    ranks wait for each other only (a lost message, mismatched collectives), and the
-    timeout is ``calibration_multiple`` times the longest wait any rank had in one call so
+    ranks wait for each other only (a lost message, mismatched collectives); :func:`judge`
+    also wants no data moving in any rank's process for as long (a huge collective's
+    transfer runs in gloo's own threads while the main thread waits). The timeout is ``calibration_multiple`` times the longest wait any rank had in one call so
     far, at least ``calibration_floor``, never above ``--hang-timeout``.
     """
     if not settings.calibrate:

@@ -50,6 +50,7 @@ from paijob.task import contract
 DEFAULT_INTERVAL = 1.0
 STACK_SIGNAL = signal.SIGUSR2  # faulthandler dumps every thread's stack to rank<N>.stack
 BUSY_CPU_SHARE = 0.05  # main-thread CPU over a sample interval that counts as busy (a wait uses ~0)
+MOVING_DATA = 1 << 20  # bytes of the process's I/O in one sample interval: data on the move
 MAX_FRAMES = 60  # deepest stack kept (innermost frames); recursion would make it endless
 
 # Library code a stack passes through; the first frame outside it is "the user's line".
@@ -194,6 +195,18 @@ def _io_bytes(tid: int) -> tuple[int, int]:
     return total, len(text)
 
 
+def _process_io() -> int:
+    """Bytes every thread of this process read and wrote through system calls (``/proc/self/io``
+    rchar + wchar); 0 without it. gloo moves a collective's data in threads of its own."""
+    try:
+        with open("/proc/self/io", "rb") as handle:
+            text = handle.read()
+    except OSError:
+        return 0
+    return sum(int(line.split()[1]) for line in text.splitlines()
+               if line.startswith((b"rchar:", b"wchar:")))
+
+
 try:
     _CLOCK_TICKS = float(os.sysconf("SC_CLK_TCK"))
 except (AttributeError, ValueError, OSError):
@@ -220,6 +233,8 @@ class Sampler:
         self._wall = time.monotonic()
         self.moved_at = time.time()
         self.active_at = self.moved_at
+        self._process_io = 0
+        self.data_moved_at = self.moved_at  # the last sample whose process moved MOVING_DATA or more
         self._issued: int | None = None  # torch's count of collectives at the last sample
         self._in_collective: tuple[str, Any, int | None] | None = None
         self._wait_started = 0.0
@@ -275,6 +290,7 @@ class Sampler:
             self.moved_at = now
         if moved or busy or did_io:
             self.active_at = now
+        self._note_process_io(now)
         wait, collective = classify_wait(frames)
         c10d = in_c10d(frames)
         self.follow_collectives(wait if collective else None, c10d, frame, issued, now)
@@ -288,6 +304,7 @@ class Sampler:
             "time": now,
             "active_at": self.active_at,
             "moved_at": self.moved_at,
+            "data_moved_at": self.data_moved_at,
             "busy": busy,
             "cpu_share": round(cpu_share, 3),
             "wait": wait,
@@ -298,6 +315,14 @@ class Sampler:
             "longest_wait": round(self.longest_wait, 1),
             "frames": frames,
         }
+
+    def _note_process_io(self, now: float) -> None:
+        """Whether any thread moved data since the last look (a long collective's transfer: gloo's
+        threads do it while the main thread waits); a rank doing so is not hung, however long."""
+        total = _process_io()
+        if total - self._process_io >= MOVING_DATA:
+            self.data_moved_at = now
+        self._process_io = total
 
     def follow_collectives(self, wait: str | None, c10d: bool, frame: FrameType | None,
                             issued: int | None, now: float) -> None:

@@ -51,6 +51,7 @@ def state(rank: int, idle: float, *, wait: str | None = "all_reduce", line: int 
         idle_for=idle, busy=busy, cpu_share=1.0 if busy else 0.0, wait=wait,
         collective=wait is not None, first_progress=started, stale_for=stale,
         where=report_frames(frames), c10d=wait is not None, longest_wait=longest_wait,
+        quiet_for=idle,
     )
 
 
@@ -172,6 +173,10 @@ def test_every_rank_idle_in_a_collective_is_judged_on_the_calibrated_timeout_and
     assert judge([state(0, 250, longest_wait=30), state(1, 250)], CALIBRATED) is None
     verdict = judge([state(0, 301, longest_wait=30), state(1, 301)], CALIBRATED)
     assert verdict is not None and verdict.limit.seconds == 300
+    # data still moving (a huge collective's transfer, in gloo's threads): not yet
+    transferring = [state(0, 125), state(1, 125)]
+    transferring[1].quiet_for = 0.5
+    assert judge(transferring, CALIBRATED) is None
 
 
 def test_calibration_never_shortens_the_timeout_for_a_rank_outside_a_collective():
@@ -232,6 +237,26 @@ def test_the_longest_wait_inside_one_collective_is_measured_from_the_samples(tmp
     sampler.follow_collectives("all_reduce", True, None, 5, 104.0)  # the next one, not the same
     sampler.follow_collectives("all_reduce", True, None, 6, 105.0)
     assert sampler.longest_wait == 3.5 and sampler.collectives_done == 5
+
+
+def test_data_moved_by_any_thread_of_the_rank_is_noted(tmp_path: Path):
+    """A huge collective's transfer runs in gloo's threads while the main thread waits: the
+    calibrated timeout must see it."""
+    sampler = Sampler(str(tmp_path), 0)
+    sampler.sample()
+    quiet_since = sampler.data_moved_at
+    time.sleep(0.01)
+    sampler.sample()
+    assert sampler.data_moved_at == quiet_since  # the sampler's own reads and writes are not data
+
+    def transfer() -> None:
+        (tmp_path / "blob").write_bytes(b"x" * (2 << 20))
+
+    mover = threading.Thread(target=transfer)
+    mover.start()
+    mover.join()
+    report = sampler.sample()
+    assert sampler.data_moved_at > quiet_since and report["data_moved_at"] == sampler.data_moved_at
 
 
 FAST_STEPS_THEN_STUCK = textwrap.dedent(
