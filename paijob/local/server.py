@@ -47,9 +47,9 @@ from paijob.local.portal import web as portal
 from paijob.local.prune import pruned_note
 from paijob.local.store import JobExists
 from paijob.local.views import (
+    job_config,
     job_detail,
     job_summary,
-    read_job,
     role_names,
     task_attempts,
     vc_status,
@@ -285,7 +285,7 @@ def create_app(cluster: LocalCluster, token: str, user: str | None = None) -> Fl
         if isinstance(job, Response):
             return job
         # the stored config has its secrets masked; Express sends the object as JSON, labelled text/yaml
-        config = read_job(rest.mask_secrets(job["config"]))
+        config = job_config(cluster, job)
         return Response(json.dumps(config, default=str), content_type=rest.CONFIG_CONTENT_TYPE)
 
     @api.put("/jobs/<job_id>/executionType")

@@ -82,6 +82,17 @@ def read_job(text: str) -> Any:
     return load_job(text, "job").value
 
 
+def job_config(cluster: LocalCluster, job: dict[str, Any]) -> Any:
+    """``GET /jobs/:id/config``: the stored job with its secrets masked.
+
+    protocolSecret.js masks the text and js-yaml reads the masked text. A text the mask leaves as
+    it was (no top-level ``secrets:`` block) reads as the job model's own mapping, kept since the
+    submit: only a masked text, a new one, is read.
+    """
+    masked = rest.mask_secrets(job["config"])
+    return cluster.models.of(job).raw if masked == job["config"] else read_job(masked)
+
+
 def role_names(job: Job) -> dict[str, str]:
     """REST role name (``workera``) -> the job's role name (``Worker_A``)."""
     return {rest.rest_role_name(role.name): role.name for role in job.roles}

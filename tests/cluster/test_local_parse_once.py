@@ -42,6 +42,7 @@ def _read_everything(server: LocalServer, client: PaiClient, job_id: str) -> Non
     client.task_status(job_id, 0, "worker", 1)
     uris = client.log_locations(job_id, 0, "worker", 0, 0)
     client.read_log(uris["all"])
+    assert "echo started" in client.get_config(job_id)  # the config, secrets masked (none here)
     answer = requests.get(f"{server.url}/rest-server/api/v2/virtual-clusters",
                           headers={"Authorization": f"Bearer {TOKEN}"}, timeout=30)
     assert answer.status_code == 200
