@@ -52,6 +52,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 
 from paijob.errors import PaijobError
 from paijob.runtime.config import LaunchConfig, LaunchError, WorkerCommand
@@ -134,13 +135,12 @@ def _launch_one_process(config: LaunchConfig, env: Mapping[str, str]) -> int:
         watch = MasterPortWatch(dist.master_port, port_label=dist.port_label)
     hang = _one_process_hang_watch(config, env)
     try:
-        code = supervise(cmd, hang[1] if hang else env, grace_period=config.grace_period,
+        code = supervise(cmd, hang.env if hang else env, grace_period=config.grace_period,
                          what=f"node rank {dist.node_rank}", watch=watch,
-                         hung=hang[2] if hang else None)
+                         hung=hang.verdict if hang else None)
     finally:
         if hang is not None:
-            hang[0].stop()
-            shutil.rmtree(hang[0].folder, ignore_errors=True)
+            hang.stop()
     if watch is not None and watch.diagnosis is not None:
         # The declared port is free (that is the diagnosis): tell the waiting nodes there.
         serve_abort_notice(dist.master_port, watch.diagnosis, peers=2 * (dist.nnodes - 1),
@@ -148,10 +148,26 @@ def _launch_one_process(config: LaunchConfig, env: Mapping[str, str]) -> int:
     return code
 
 
-def _one_process_hang_watch(config: LaunchConfig, env: Mapping[str, str]
-                            ) -> tuple[HangWatch, dict[str, str], Callable[[], Failure | None]] | None:
-    """The hang watch of the one process (SIGUSR1: every rank's stack): the watch, the command's
-    environment, and how ``supervise`` asks for the verdict.
+@dataclass
+class _OneProcessWatch:
+    """The hang watch of ``per-node`` and ``dataparallel`` mode, and what ``supervise`` needs of it."""
+
+    watch: HangWatch
+    env: dict[str, str]  # the command's environment: where its samplers write
+    link: StoreLink | None  # per-node on several nodes: the channel and node 0's verdict
+
+    def verdict(self) -> Failure | None:
+        return self.link.verdict() if self.link else self.watch.take_verdict()
+
+    def stop(self) -> None:
+        self.watch.stop()
+        if self.link is not None:
+            self.link.close()
+        shutil.rmtree(self.watch.folder, ignore_errors=True)
+
+
+def _one_process_hang_watch(config: LaunchConfig, env: Mapping[str, str]) -> _OneProcessWatch | None:
+    """The hang watch of the one process (SIGUSR1: every rank's stack).
 
     ``dataparallel``: the process is rank 0, judged alone. ``per-node``: the ranks are its
     ``mp.spawn`` children, each with a sampler (:mod:`paijob.runtime.spawnwatch`); on several
@@ -179,7 +195,7 @@ def _one_process_hang_watch(config: LaunchConfig, env: Mapping[str, str]
                      declare=link.declare if link else lambda failure: None, say=say)
     signal.signal(signal.SIGUSR1, lambda *_: hang.request_stacks())
     hang.start()
-    return hang, env, link.verdict if link else hang.take_verdict
+    return _OneProcessWatch(hang, env, link)
 
 
 def _has_proc_net() -> bool:

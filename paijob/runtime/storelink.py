@@ -19,6 +19,8 @@ Imports torch (for ``TCPStore``) only in the thread that connects.
 
 from __future__ import annotations
 
+import os
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -33,6 +35,7 @@ SEEN_KEY = "paijob/hang/seen"  # a counter: the nodes that read the verdict
 VERDICT_WAIT = 8.0  # node 0 waits at most this long for the other nodes to read its verdict
 CALL_TIMEOUT = 5.0
 RECONNECT_EVERY = 2.0
+TORCH_CPP_LOG_LEVEL = "TORCH_CPP_LOG_LEVEL"  # torch's name
 POLL_EVERY = 1.0  # the other nodes look for node 0's verdict this often
 
 
@@ -51,6 +54,8 @@ class StoreLink:
         self._verdict: Failure | None = None
         self._declaring = threading.Event()  # node 0 publishes a verdict and waits for the others
         self._declared = threading.Event()
+        self._closed = False
+        self._in_flight = 0  # store calls running (each in a thread of its own, inside torch)
 
     def call(self, fn: Callable[[Any], T], timeout: float = CALL_TIMEOUT) -> T | None:
         """``fn(store)``, at most ``timeout`` seconds; None when there is no store (yet) or it fails."""
@@ -58,24 +63,44 @@ class StoreLink:
         if client is None:
             return None
         try:
-            return bounded(lambda: fn(client), timeout)
+            return bounded(lambda: self._counted(lambda: fn(client)), timeout)
         except (StoreTimeout, Exception):  # noqa: BLE001 - the store is gone or not there yet
             with self._lock:
                 self._client = None
             return None
 
+    def _counted(self, fn: Callable[[], T]) -> T:
+        with self._lock:
+            self._in_flight += 1
+        try:
+            return fn()
+        finally:
+            with self._lock:
+                self._in_flight -= 1
+
+    def close(self) -> None:
+        """No more calls; wait (bounded: the client's own timeout) for those running to return, so
+        that no thread is inside torch's C++ code when the interpreter ends (it would abort)."""
+        with self._lock:
+            self._closed = True
+            self._client = None
+        deadline = time.monotonic() + CALL_TIMEOUT + 1.0
+        while self._in_flight and time.monotonic() < deadline:
+            time.sleep(0.05)
+
     def _connected(self) -> Any:
         with self._lock:
-            if self._client is not None or time.monotonic() < self._next_connect:
+            if self._closed or self._client is not None or time.monotonic() < self._next_connect:
                 return self._client
             self._next_connect = time.monotonic() + RECONNECT_EVERY
         try:
-            client = bounded(self._connect, CALL_TIMEOUT)
+            client = bounded(lambda: self._counted(self._connect), CALL_TIMEOUT + 1.0)
         except (StoreTimeout, Exception):  # noqa: BLE001 - rank 0 has not started its store yet
             return None
         with self._lock:
-            self._client = client
-        return client
+            if not self._closed:
+                self._client = client
+        return None if self._closed else client
 
     def declare(self, failure: Failure) -> None:
         """Node 0's hang verdict: publish it, wait (bounded) until every other node has read it."""
@@ -118,6 +143,14 @@ class StoreLink:
 
 
 def _client(master_addr: str, master_port: int, prefix: str) -> Any:
+    """A client of the script's store, once something listens on its port (no store yet: no try).
+
+    torch is first imported here in a ``per-node`` launcher: its C++ log goes quiet, since the store
+    vanishes with rank 0 at the end of every run, and a call in flight then logs a C++ trace
+    ("sendBytes failed ... Broken pipe", "client socket has timed out") that means nothing."""
+    with socket.create_connection((master_addr, master_port), timeout=CALL_TIMEOUT):
+        pass  # refused (OSError): rank 0 has not created its store yet, or it is gone
+    os.environ.setdefault(TORCH_CPP_LOG_LEVEL, "FATAL")  # read once, when torch is imported
     from datetime import timedelta
 
     from torch.distributed import PrefixStore, TCPStore

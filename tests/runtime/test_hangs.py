@@ -509,6 +509,22 @@ def test_per_node_mode_on_two_nodes_names_the_stuck_mp_spawn_child_and_ends_both
     assert len(children) == 4 and all(process_ended_within(pid, 10) for pid in children)
 
 
+@pytest.mark.slow
+def test_a_healthy_per_node_run_on_two_nodes_is_untouched_and_quiet(tmp_path: Path, start_task):
+    """The watches' store client leaves no trace in the logs (the store vanishes with rank 0)."""
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    tasks = start_two_nodes(start_task, tmp_path, "spawns.py", SPAWNS_AND_SLEEPS, [
+        "--mode", "per-node", "--nproc-per-node", "2", "--hang-timeout", "15",
+        "--hang-first-timeout", "15"], ("3", str(pids), "3"))
+    codes = wait_all(tasks, timeout=150)
+    outputs = "\n".join(t.output for t in tasks)
+    assert codes == [0, 0], outputs
+    assert all(f"finished {rank}" in outputs for rank in range(4)), outputs
+    assert "hang watch:" not in outputs and "error:" not in outputs
+    assert "[W" not in outputs and "[E" not in outputs, outputs  # no torch C++ log lines
+
+
 # -- the five hangs of issue 26, 2 nodes on loopback (slow stage) ---------------------------
 
 HANGS = {
