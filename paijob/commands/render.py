@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from paijob.commands import _options
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 __all__ = ["add_render_options", "register", "write_atomic"]
 

@@ -11,11 +11,16 @@ listed in ``PAIJOB_TEMPLATE_PATH`` (``:``-separated), searched first.
 from __future__ import annotations
 
 import os
-from pathlib import Path
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from paijob.errors import PaijobError
 from paijob.task import contract
+
+if TYPE_CHECKING:
+    # pathlib only for a user's files, imported where they are read: a built-in
+    # template (the usual render) reads through os.path, and pathlib is not among
+    # the modules Jinja2 and PyYAML load anyway (about 1 ms of every render).
+    from pathlib import Path
 
 TEMPLATE_SUFFIX = ".yaml.j2"
 VALUES_SUFFIX = ".values.yaml"
@@ -38,6 +43,8 @@ class TemplateRef(NamedTuple):  # not a frozen dataclass: ~0.5 ms less start-up 
     def source(self) -> str:
         if self.builtin:
             return builtin_text(self.name + TEMPLATE_SUFFIX)
+        from pathlib import Path
+
         return read_text(Path(self.filename), "template")
 
     def values_text(self) -> tuple[str, str] | None:
@@ -48,16 +55,29 @@ class TemplateRef(NamedTuple):  # not a frozen dataclass: ~0.5 ms less start-up 
                 return builtin_text(name), name
             except FileNotFoundError:
                 return None
+        from pathlib import Path
+
         values = Path(self.filename).with_name(self.name + VALUES_SUFFIX)
         if values.is_file():
             return read_text(values, "default values file"), str(values)
         return None
 
-    def schema_path(self) -> Path | None:
+    def schema_file(self) -> str | None:
         """The values schema beside the template (``NAME.values.schema.json``), if any."""
-        folder = builtin_dir() if self.builtin else Path(self.filename).parent
-        path = folder / (self.name + SCHEMA_SUFFIX)
-        return path if path.is_file() else None
+        if self.builtin:
+            file = os.path.join(builtin_dir(), self.name + SCHEMA_SUFFIX)
+        else:
+            from pathlib import Path
+
+            file = str(Path(self.filename).parent / (self.name + SCHEMA_SUFFIX))
+        return file if os.path.isfile(file) else None
+
+    def schema_path(self) -> Path | None:
+        """``schema_file`` as a ``Path``."""
+        from pathlib import Path
+
+        file = self.schema_file()
+        return None if file is None else Path(file)
 
     def description(self) -> str:
         """The first comment line of the defaults file (``# ddp: one worker role ...``)."""
@@ -71,7 +91,7 @@ class TemplateRef(NamedTuple):  # not a frozen dataclass: ~0.5 ms less start-up 
         return ""
 
 
-def builtin_dir() -> Path:
+def builtin_dir() -> str:
     """The folder of the ``paijob.templates`` package.
 
     A plain path rather than ``importlib.resources.files``: paijob installs as
@@ -80,12 +100,13 @@ def builtin_dir() -> Path:
     """
     import paijob.templates
 
-    return Path(paijob.templates.__file__).parent
+    return os.path.dirname(paijob.templates.__file__)
 
 
 def builtin_text(name: str) -> str:
     """A built-in template or defaults file, by file name."""
-    return (builtin_dir() / name).read_text(encoding="utf-8")
+    with open(os.path.join(builtin_dir(), name), encoding="utf-8") as file:
+        return file.read()
 
 
 def read_text(path: Path, what: str, error_type: type[PaijobError] | None = None) -> str:
@@ -104,14 +125,18 @@ def read_text(path: Path, what: str, error_type: type[PaijobError] | None = None
 def builtin_names() -> list[str]:
     """Names of the built-in templates (files ``_*.yaml.j2`` are partials, not listed)."""
     names = []
-    for entry in builtin_dir().iterdir():
-        if entry.name.endswith(TEMPLATE_SUFFIX) and not entry.name.startswith("_"):
-            names.append(entry.name[: -len(TEMPLATE_SUFFIX)])
+    for entry in os.listdir(builtin_dir()):
+        if entry.endswith(TEMPLATE_SUFFIX) and not entry.startswith("_"):
+            names.append(entry[: -len(TEMPLATE_SUFFIX)])
     return sorted(names)
 
 
 def _search_path() -> list[Path]:
     text = os.environ.get(TEMPLATE_PATH_ENV, "")
+    if not text:
+        return []
+    from pathlib import Path
+
     return [Path(part) for part in text.split(os.pathsep) if part]
 
 
@@ -119,6 +144,8 @@ def find_template(spec: str) -> TemplateRef:
     """A built-in name, a name in ``PAIJOB_TEMPLATE_PATH``, or a path to a ``.yaml.j2``."""
     looks_like_path = os.sep in spec or spec.endswith(".j2") or spec.endswith(TEMPLATE_SUFFIX)
     if looks_like_path:
+        from pathlib import Path
+
         path = Path(spec)
         if not path.is_file():
             raise TemplateError(
@@ -149,4 +176,4 @@ def _user_template(path: Path) -> TemplateRef:
 
 def is_job_file(spec: str) -> bool:
     """True when ``spec`` names an existing plain job YAML (not a template)."""
-    return spec.endswith((".yaml", ".yml")) and Path(spec).is_file()
+    return spec.endswith((".yaml", ".yml")) and os.path.isfile(spec)

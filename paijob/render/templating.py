@@ -26,9 +26,8 @@ import functools
 import os
 from collections.abc import Callable, Mapping, Sequence
 from functools import lru_cache
-from pathlib import Path
 from types import TracebackType
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import jinja2
 from jinja2.exceptions import SecurityError
@@ -59,6 +58,9 @@ from paijob.validate.verdict import (
     ValidationReport,
     validate_text,
 )
+
+if TYPE_CHECKING:
+    from pathlib import Path  # imported where a user's file is read: see paijob.render.templates
 
 
 class _ValuesDict(dict[str, Any]):
@@ -197,12 +199,19 @@ def _failing(function: Callable[..., Any]) -> Callable[..., Any]:
     return call
 
 
+
+def _file_name(filename: str) -> str:
+    """The last part of a template's file name, as ``Path.name`` reads it."""
+    from pathlib import PurePath
+
+    return PurePath(filename).name
+
 def used_names(template: TemplateRef) -> set[str]:
     """Top-level names the template (and what it imports or includes) reads."""
     from jinja2 import meta
 
     env = _environment(template.folder)
-    first = template.name + TEMPLATE_SUFFIX if template.builtin else Path(template.filename).name
+    first = template.name + TEMPLATE_SUFFIX if template.builtin else _file_name(template.filename)
     names: set[str] = set()
     seen: set[str] = set()
     todo = [first]
@@ -251,7 +260,7 @@ def _where(error: BaseException, template: TemplateRef) -> str:
     if found is None:
         return template.filename
     filename, line = found
-    return f"{Path(filename).name if template.builtin else filename}, line {line}"
+    return f"{_file_name(filename) if template.builtin else filename}, line {line}"
 
 
 def render_text(template: TemplateRef, values: Mapping[str, Any]) -> str:
@@ -275,7 +284,7 @@ def render_text(template: TemplateRef, values: Mapping[str, Any]) -> str:
 def _load(template: TemplateRef) -> jinja2.Template:
     """The compiled template (from the bytecode cache when it is there); a broken one is a ``TemplateError``."""
     env = _environment(template.folder)
-    name = template.name + TEMPLATE_SUFFIX if template.builtin else Path(template.filename).name
+    name = template.name + TEMPLATE_SUFFIX if template.builtin else _file_name(template.filename)
     try:
         return env.get_template(name)
     except jinja2.TemplateSyntaxError as error:
@@ -355,7 +364,7 @@ def render_template(
         ordered_sets = [("set", s) for s in sets] + [("set-string", s) for s in set_strings]
     unknown: list[str] = []
     values = build_values(ref, value_files, ordered_sets, unknown, used_names)
-    if unknown and not allow_unknown and ref.schema_path() is not None:
+    if unknown and not allow_unknown and ref.schema_file() is not None:
         raise ValuesError(f"{'; '.join(unknown)}; fix the name, or pass --allow-unknown-values to keep it "
                           "as a warning (a values file shared by several templates)")
     text = render_text(ref, values)
@@ -381,6 +390,8 @@ def render_template(
 
 def load_job_file(path: str | Path, *, check: bool = True) -> RenderResult:
     """A job YAML that needs no rendering, read and checked like a rendered one."""
+    from pathlib import Path
+
     file = Path(path)
     try:
         text = file.read_text(encoding="utf-8")
@@ -410,7 +421,7 @@ def render(
     """
     if not template:
         raise PaijobError("no template given; see 'paijob templates' for the built-ins")
-    if template.endswith(VALUES_SUFFIX) and Path(template).is_file():
+    if template.endswith(VALUES_SUFFIX) and os.path.isfile(template):
         raise PaijobError(
             f"{template} is a values file, not a template: give the template first and the "
             f"values with -f, e.g. 'ddp -f {template}'"

@@ -8,12 +8,14 @@ Values files are read with paijob's bounded YAML reader (``openpai.jsyaml``).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from paijob.errors import PaijobError
 from paijob.openpai.jsyaml import YamlError, load_values
 from paijob.render.templates import TemplateRef, read_text
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 Values = dict[str, Any]
 
@@ -61,6 +63,8 @@ def load_values_text(text: str, source: str) -> Values:
 
 
 def load_values_file(path: str | Path) -> Values:
+    from pathlib import Path  # only for -f: see paijob.render.templates
+
     text = read_text(Path(path), "values file", ValuesError)
     return load_values_text(text, str(path))
 
@@ -169,7 +173,7 @@ def build_values(
         keys, value = parse_set(expr, as_string=kind == "set-string", flag=flag)
         given.append((keys[0], f"{flag} {expr!r}" if not expr.isprintable() else f"{flag} {expr}"))
         values = apply_set(values, keys, value)
-    schema = template.schema_path()
+    schema = template.schema_file()
     if schema is not None:
         from paijob.render.values_schema import check_values
 

@@ -20,7 +20,6 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from functools import lru_cache
-from pathlib import Path
 from typing import Any
 
 from paijob.errors import PaijobError
@@ -53,7 +52,8 @@ def iter_errors(value: Any, schema: dict[str, Any], path: tuple[Any, ...] = ()) 
 def load_schema(path: str) -> dict[str, Any]:
     """The schema in ``path`` (cached: built-in schemas never change during a run)."""
     try:
-        schema = json.loads(Path(path).read_text(encoding="utf-8"))
+        with open(path, encoding="utf-8") as file:
+            schema = json.loads(file.read())
     except (OSError, UnicodeDecodeError, ValueError) as error:
         raise ValuesSchemaError(f"cannot read values schema {path}: {error}") from None
     if not isinstance(schema, dict):
@@ -61,9 +61,9 @@ def load_schema(path: str) -> dict[str, Any]:
     return schema
 
 
-def check_values(values: dict[str, Any], schema_path: Path, template: str) -> None:
+def check_values(values: dict[str, Any], schema_path: str, template: str) -> None:
     """Raise ``ValuesSchemaError`` listing (up to ``MAX_REPORTED``) values that break the schema."""
-    schema = load_schema(str(schema_path))
+    schema = load_schema(schema_path)
     try:
         errors = list(iter_errors(values, schema))
     except (ValueError, TypeError, RecursionError) as error:  # a keyword not supported

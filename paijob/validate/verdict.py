@@ -18,8 +18,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Hashable, Iterable, Iterator
-from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from paijob.errors import PaijobError
 from paijob.openpai.jsyaml import SERVER_BODY_LIMIT, LineMap, Loaded, YamlError, load_job
@@ -43,6 +42,10 @@ from paijob.validate.runtime_plan import (
     runtime_findings,
 )
 from paijob.validate.schema import IDENTIFIER_PATTERN, NAME_PATTERN, SchemaError, iter_schema_errors
+
+if TYPE_CHECKING:
+    from pathlib import Path  # imported where a user's file is read: a render validates text
+
 
 __all__ = [
     "ERROR",
@@ -196,6 +199,8 @@ def _check_size(report: ValidationReport, size: int) -> None:
 
 
 def validate_file(path: str | Path, **options: Any) -> ValidationReport:
+    from pathlib import Path  # only here: a render validates text, not a file
+
     file = Path(path)
     try:
         data = file.read_bytes()
