@@ -36,7 +36,9 @@ from typing import Any, NamedTuple
 
 from paijob.errors import PaijobError
 
-_INDEX = re.compile(r"\[(\d+)\]")
+# Patterns kept as text and compiled on first use (re caches them): a render whose job needs none
+# of them compiles none, and each compile costs about 0.1 ms of start-up.
+_INDEX = r"\[(\d+)\]"
 _TAG_TYPES = "#^/>{&=!"
 _UNDEFINED = object()
 
@@ -272,7 +274,7 @@ def render_server(template: str, context: Mapping[str, Any]) -> str:
         if token.kind == "text":
             out.append(token.value)
         elif token.kind == "name":
-            name = _INDEX.sub(r".\1", token.value)
+            name = re.sub(_INDEX, r".\1", token.value)
             value = _mustache_lookup(context, name)
             out.append(f"<% {name} %>" if value is None or value is _UNDEFINED else js_string(value))
     return "".join(out).strip()
@@ -287,7 +289,7 @@ def _runtime_secret_dict(value: Any) -> Any:
     return value
 
 
-_PYSTACHE_TAG = re.compile(r"<%\s*(?P<kind>[!>&/#^]?)\s*(?P<key>[\s\S]+?)\s*%>")
+_PYSTACHE_TAG = r"<%\s*(?P<kind>[!>&/#^]?)\s*(?P<key>[\s\S]+?)\s*%>"  # compiled on first use, as _INDEX
 
 
 def render_runtime(command: str, secrets: Any) -> str:
@@ -303,7 +305,7 @@ def render_runtime(command: str, secrets: Any) -> str:
     def value(match: re.Match[str]) -> str:
         if match.group("kind"):
             return ""
-        key = _INDEX.sub(r".\1", match.group("key"))
+        key = re.sub(_INDEX, r".\1", match.group("key"))
         found: Any = context
         for part in key.split("."):
             if isinstance(found, Mapping) and part in found:
@@ -314,7 +316,7 @@ def render_runtime(command: str, secrets: Any) -> str:
 
         return html.escape(found if isinstance(found, str) else str(found), quote=True)
 
-    return _PYSTACHE_TAG.sub(value, command)
+    return re.sub(_PYSTACHE_TAG, value, command)
 
 
 # --------------------------------------------------------------------------- a role's command

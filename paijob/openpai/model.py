@@ -30,8 +30,8 @@ the rest. Build the model once per job text (``parse_job(load_job(text).value)``
 and hand it on; nothing downstream reads the text again.
 """
 
-from __future__ import annotations
-
+# No `from __future__ import annotations` here: typing.NamedTuple turns each string annotation
+# into a ForwardRef, compiling it, at import; real annotations spare every render ~60 us per field.
 from collections.abc import Mapping
 from typing import Any, NamedTuple, TypeGuard
 

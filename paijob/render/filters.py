@@ -86,7 +86,7 @@ def _plain(value: Any) -> Any:
 _SHELL_SAFE_TAG = r"<%\s*\$[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z0-9_-]+|\[[0-9]+\])+\s*%>"
 _SHELL_VAR = r"\$[A-Za-z_][A-Za-z0-9_]*|\$\{[A-Za-z_][A-Za-z0-9_]*\}"
 _KEPT_PART = re.compile(f"({_SHELL_SAFE_TAG})|({_SHELL_VAR})")
-_SHELL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_SHELL_NAME = r"[A-Za-z_][A-Za-z0-9_]*"  # compiled on first use (re caches it): few templates export names
 
 
 def _is_secret(tag: str | None) -> bool:
@@ -157,7 +157,7 @@ def shell_name(name: Any) -> str:
     """``name`` when it is a shell variable name, else a template failure (no injection
     through ``export NAME=...`` or ``mpirun -x NAME``)."""
     text = str(name)
-    if not _SHELL_NAME.fullmatch(text):
+    if not re.fullmatch(_SHELL_NAME, text):
         raise TemplateFailure(
             f"environment variable name {text!r} is not a shell variable name "
             "(letters, digits and _, not starting with a digit)"

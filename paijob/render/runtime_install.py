@@ -23,7 +23,7 @@ from typing import Any
 from paijob import __version__
 from paijob.errors import PaijobError
 
-_SECRET_REFERENCE = re.compile(r"<%\s*\$secrets\.[A-Za-z0-9_.-]+\s*%>")
+_SECRET_REFERENCE = r"<%\s*\$secrets\.[A-Za-z0-9_.-]+\s*%>"  # compiled on first use (re caches it)
 
 
 class InstallSettingsError(PaijobError):
@@ -68,7 +68,7 @@ def image_auth(credentials: Mapping[str, Any] | None) -> dict[str, str] | None:
         raise InstallSettingsError(
             "imageCredentials: set both username and password (password: \"<% $secrets.NAME %>\", "
             "with the password itself under secrets: NAME)")
-    if not isinstance(password, str) or not _SECRET_REFERENCE.fullmatch(password.strip()):
+    if not isinstance(password, str) or not re.fullmatch(_SECRET_REFERENCE, password.strip()):
         raise InstallSettingsError(
             "imageCredentials.password must be an OpenPAI secret reference such as "
             "\"<% $secrets.registryPassword %>\" with the password under secrets: (a password written in clear "

@@ -178,12 +178,14 @@ def build_parser() -> argparse.ArgumentParser:
     return build_parsers()[0]
 
 
-def build_parsers() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
+def build_parsers(*, env: bool = True) -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
     """The ``paijob-runtime`` parser and its ``train`` sub-parser.
 
     torchrun's underscore spellings of the options both share (``--nproc_per_node``,
     ``--node_rank``, ``--master_addr``, ``--master_port``, ``--log_dir``) are aliases.
-    The sub-command is ``args.command`` (``train`` or ``env``).
+    The sub-command is ``args.command`` (``train`` or ``env``). ``env=False`` leaves
+    the ``env`` sub-command out: validate reads only ``train`` calls, and building
+    ``env``'s parser would be a third of the parser work every ``paijob render`` does.
     """
     parser = argparse.ArgumentParser(
         prog="paijob-runtime",
@@ -207,13 +209,14 @@ def build_parsers() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
     _add_layout_options(train)
     _add_train_options(train)
 
-    env = sub.add_parser(
-        "env",
-        help="print the computed layout (no torch import)",
-        description="Print the layout paijob-runtime train would use, as shell exports or JSON.",
-    )
-    _add_layout_options(env)
-    env.add_argument("--json", action="store_true", help="print JSON instead of export lines")
+    if env:
+        show = sub.add_parser(
+            "env",
+            help="print the computed layout (no torch import)",
+            description="Print the layout paijob-runtime train would use, as shell exports or JSON.",
+        )
+        _add_layout_options(show)
+        show.add_argument("--json", action="store_true", help="print JSON instead of export lines")
     return parser, train
 
 

@@ -38,14 +38,18 @@ Finding = tuple[str, YamlPath, str]
 Rule = Callable[[Job], Iterator[Finding]]
 
 WELL_KNOWN_PORTS = ("29500", "29400", "23456", "12355")
+# Each pattern after the words one of which every match of it contains. A command holding none of
+# them is not searched, so the pattern is compiled (by re, on first use, then cached) only for a job
+# that may fix a port: each compile costs about 0.1 ms of a render, and most jobs name no port.
 _FIXED_PORT_PATTERNS = (
-    re.compile(r"MASTER_PORT\s*=\s*[\"']?(\d{2,5})\b"),
-    re.compile(r"--(?:master[_-]port|rdzv[_-]port)[= ]+[\"']?(\d{2,5})\b"),
-    re.compile(r"--(?:init[_-]method|dist[_-]url)[= ]+[\"']?tcp://[^\s:\"']+:(\d{2,5})\b"),
-    re.compile(r"--rdzv[_-]endpoint[= ]+[\"']?[^\s:\"']+:(\d{2,5})\b"),
-    re.compile(r"(?<![\w.:/$-])(" + "|".join(WELL_KNOWN_PORTS) + r")(?![\w.])"),
+    (("MASTER_PORT",), r"MASTER_PORT\s*=\s*[\"']?(\d{2,5})\b"),
+    (("master_port", "master-port", "rdzv_port", "rdzv-port"),
+     r"--(?:master[_-]port|rdzv[_-]port)[= ]+[\"']?(\d{2,5})\b"),
+    (("tcp://",), r"--(?:init[_-]method|dist[_-]url)[= ]+[\"']?tcp://[^\s:\"']+:(\d{2,5})\b"),
+    (("rdzv_endpoint", "rdzv-endpoint"), r"--rdzv[_-]endpoint[= ]+[\"']?[^\s:\"']+:(\d{2,5})\b"),
+    (WELL_KNOWN_PORTS, r"(?<![\w.:/$-])(" + "|".join(WELL_KNOWN_PORTS) + r")(?![\w.])"),
 )
-_TAG = re.compile(PAI_TAG_PATTERN)
+PAI_TAG_OPENING = "<%"  # in every OpenPAI tag: a command without it needs no tag pattern
 
 
 def _role_path(role: TaskRole, *rest: Hashable) -> YamlPath:
@@ -363,8 +367,10 @@ def fixed_ports(job: Job) -> Iterator[Finding]:
 
 def _fixed_ports(command: str) -> list[str]:
     found: list[str] = []
-    for pattern in _FIXED_PORT_PATTERNS:
-        for match in pattern.finditer(command):
+    for words, pattern in _FIXED_PORT_PATTERNS:
+        if not any(word in command for word in words):
+            continue
+        for match in re.finditer(pattern, command):
             if match.group(1) not in found:
                 found.append(match.group(1))
     return found
@@ -375,7 +381,9 @@ def undefined_references(job: Job) -> Iterator[Finding]:
     sections: dict[str, Any] = {"parameters": job.parameters, "secrets": job.secrets}
     for role in job.roles:
         for index, command in enumerate(role.commands):
-            for match in _TAG.finditer(command):
+            if PAI_TAG_OPENING not in command:
+                continue
+            for match in re.finditer(PAI_TAG_PATTERN, command):
                 section, key = match.group(1), match.group(2).split(".")[0].split("[")[0]
                 names = sections.get(section)
                 if names is not None and key not in names:
@@ -417,7 +425,7 @@ def cleartext_registry_password(job: Job) -> Iterator[Finding]:
     for item in job.prerequisites:
         auth = item.raw.get("auth") if item.type == "dockerimage" else None
         password = auth.get("password") if isinstance(auth, dict) else None
-        if isinstance(password, str) and password and not _SECRET_TAG.search(password):
+        if isinstance(password, str) and password and not re.search(_SECRET_TAG, password):
             yield WARNING, ("prerequisites", item.position, "auth", "password"), (
                 "a registry password in clear is readable by every user of the cluster in the job's config; "
                 "put it under secrets: {registryPassword: ...} and write password: '<% $secrets.registryPassword %>'"
@@ -436,17 +444,20 @@ def unquoted_secrets(job: Job) -> Iterator[Finding]:
                     "HTML-escaped: & < > \" ' as &amp; &lt; &gt; &quot; &#x27;)")
 
 
-_SECRET_TAG = re.compile(r"<%\s*\$secrets\.[^%]*?%>")
+_SECRET_TAG = r"<%\s*\$secrets\.[^%]*?%>"  # compiled on first use, as _FIXED_PORT_PATTERNS
 
 
 def secret_tags_outside_single_quotes(command: str) -> list[str]:
     """The ``<% $secrets.x %>`` tags of a bash command that bash does not read inside single quotes."""
     found: list[str] = []
+    if PAI_TAG_OPENING not in command:
+        return found
+    secret_tag = re.compile(_SECRET_TAG)
     quote = ""  # "'" or '"' while inside such quotes
     i = 0
     while i < len(command):
         char = command[i]
-        match = _SECRET_TAG.match(command, i) if quote != "'" else None
+        match = secret_tag.match(command, i) if quote != "'" else None
         if match:
             found.append(match.group(0))
             i = match.end()
