@@ -227,6 +227,27 @@ def test_a_collective_too_fast_to_be_sampled_is_counted_from_torchs_sequence_num
     assert report["collectives_done"] == 9 and report["c10d"] is False
 
 
+def test_torchs_sequence_numbers_count_plain_collectives_and_ddps_gradient_all_reduce():
+    """The real API (torch 2.4.1 to 2.13), not a stand-in: DDP's all-reduce is issued from C++."""
+    torch = pytest.importorskip("torch")
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        assert collectives_issued() == 0
+        dist.all_reduce(torch.ones(1))
+        assert collectives_issued() == 1
+        model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(2, 2))
+        before = collectives_issued()
+        assert before is not None
+        model(torch.ones(1, 2)).sum().backward()
+        after = collectives_issued()
+        assert after is not None and after > before
+    finally:
+        dist.destroy_process_group()
+    assert collectives_issued() is None
+
+
 def test_the_longest_wait_inside_one_collective_is_measured_from_the_samples(tmp_path: Path):
     sampler = Sampler(str(tmp_path), 0)
     for now in (100.0, 101.0, 102.0):  # the same all_reduce (sequence number 4) for 3 samples
