@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from conftest import MASTER_TIMEOUT, RUNTIME, base_env
 from netns import Host, Network, netns_unavailable
+from test_hangs import HANGS
 
 from paijob.openpai import taskenv
 from paijob.openpai.model import parse_job
@@ -351,26 +352,33 @@ def test_sigterm_to_node_0_stops_every_node_with_143_and_leaves_nothing(network,
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["sleep-before-first-all-reduce", "dataloader-worker-hang"])
-def test_a_hang_across_hosts_names_the_rank_and_its_host(name: str, network, tmp_path: Path):
-    """The hang watch over a real network: node 0 names the culprit by host address."""
-    from test_hangs import HANGS
-
+@pytest.mark.parametrize("name", sorted(HANGS))
+def test_each_hang_across_hosts_names_the_rank_and_its_host(name: str, network, tmp_path: Path):
+    """The five hangs of issue 26 over a real network: node 0 names the culprit by host address, and
+    every node ends 124 (a busy culprit at the hard limit, after a straggler warning)."""
     from paijob.local.diagnostics import root_cause
 
     source, culprit, phrase = HANGS[name]
+    timeout, hard_limit = 10, 2
+    busy = name == "spin-loop-mid-training"
+    nproc = 2 if name == "skipped-collective" else 1  # 3 ranks agree on a barrier, the 4th waits elsewhere
     script = tmp_path / "hang.py"
     script.write_text(source)
     net = network(2)
     nodes = start_job(net, tmp_path, [("worker", 2)], [
-        "--nproc-per-node", "1", "--master-timeout", "60", "--grace-period", "3",
-        "--hang-timeout", "10", "--hang-first-timeout", "10", str(script)])
+        "--nproc-per-node", str(nproc), "--master-timeout", "60", "--grace-period", "3",
+        "--hang-timeout", str(timeout), "--hang-first-timeout", str(timeout),
+        "--hang-hard-limit", str(hard_limit), str(script)])
     started = time.monotonic()
-    codes = wait_nodes(nodes, timeout=120)
+    codes = wait_nodes(nodes, timeout=150)
     assert codes == [exitcodes.HANG] * 2, outputs(nodes)
-    assert max(n.ended_at or 0 for n in nodes) - started < 25 + 10 + 30
-    host = net.hosts[culprit].address
+    limit = hard_limit * timeout if busy else timeout
+    assert max(n.ended_at or 0 for n in nodes) - started < 25 + limit + 30  # start-up, then the limit
+    node_rank, local_rank = divmod(culprit, nproc)
+    host = net.hosts[node_rank].address
     for node in nodes:
         cause = root_cause(node.output)
         assert cause is not None and cause.startswith("hang: "), outputs(nodes)
-        assert f"rank {culprit} (node rank {culprit}, host {host}, local rank 0) {phrase}" in cause
+        assert f"rank {culprit} (node rank {node_rank}, host {host}, local rank {local_rank}) {phrase}" in cause
+    if busy:
+        assert "warning: straggler: rank 1" in nodes[0].output
