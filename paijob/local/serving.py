@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import resource
-import socket
 import threading
 import time
 from typing import Any
@@ -76,22 +75,6 @@ class _ErrorTask(ErrorTask):
 class _Channel(HTTPChannel):
     parser_class = _TimedParser
     error_task_class = _ErrorTask
-
-    def handle_read(self) -> None:
-        """waitress's, except when there is nothing to read after all: then wait for the next readiness.
-
-        poll() can call a socket readable when a read would block (Linux's select(2), BUGS; or an
-        event of a closed connection whose descriptor number a new one took within the same round).
-        waitress treats that EAGAIN as a broken connection and closes it, dropping a request the
-        client had not even sent yet; a CI run of a remote submit saw exactly that (the client
-        then settles its retry, reading the job back). A one-byte peek tells the two apart."""
-        try:
-            self.socket.recv(1, socket.MSG_PEEK)
-        except BlockingIOError:
-            return
-        except OSError:
-            pass  # a real error: waitress's own read meets it and closes the connection
-        super().handle_read()
 
 
 class BoundedServer(TcpWSGIServer):

@@ -150,22 +150,3 @@ def test_a_stop_survives_a_worker_waking_the_loop_while_it_queues_the_close(tmp_
     assert srv._thread is not None and not srv._thread.is_alive()
     assert trigger._closed
     srv.server.pull_trigger()  # a worker that finishes after the stop: nothing happens, no EBADF
-
-
-def test_a_read_event_with_nothing_to_read_keeps_the_connection(tmp_path: Path) -> None:
-    """poll() may call a socket readable when a read would block (Linux's select(2), BUGS). waitress closed
-    the connection on that EAGAIN, dropping the request that followed (a CI run's remote submit); forced
-    here by handing a fresh connection's channel a read event before its client has sent a byte."""
-    with LocalServer(tmp_path / "state", TOKEN) as srv, socket.create_connection(("127.0.0.1", srv.port)) as sock:
-        deadline = time.monotonic() + 30
-        while not srv.server.active_channels and time.monotonic() < deadline:  # accepted by the I/O loop
-            time.sleep(0.01)
-        (channel,) = list(srv.server.active_channels.values())
-        channel.handle_read()  # the spurious event: nothing has been sent on the connection yet
-        assert channel.connected and not channel.will_close
-        sock.sendall(API.encode().join([b"GET ", b"/jobs HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"]))
-        sock.settimeout(30)
-        reply = b""
-        while chunk := sock.recv(4096):
-            reply += chunk
-        assert reply.startswith(b"HTTP/1.1 401"), reply[:200]  # answered (no token sent), not dropped
