@@ -473,8 +473,13 @@ class LocalServer:
         self._thread: threading.Thread | None = None
 
     def start(self) -> LocalServer:
-        self._thread = threading.Thread(target=self.server.serve_forever, name="paijob-local", daemon=True)
-        self._thread.start()
+        """Serve from a thread of its own; once (``with LocalServer(...).start()`` starts it once).
+
+        A second I/O loop over the same sockets would race the first for every read: one reads a
+        request, the other meets EAGAIN and closes the connection under it."""
+        if self._thread is None:
+            self._thread = threading.Thread(target=self.server.serve_forever, name="paijob-local", daemon=True)
+            self._thread.start()
         return self
 
     def stop(self, reason: str = "the local cluster was shut down") -> None:

@@ -129,7 +129,7 @@ def test_run_local_reads_the_job_once(counts: Counts, job_file: str, local_state
 def test_a_remote_submit_reads_the_job_once_and_the_server_once(
         counts: Counts, job_file: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, workdir: str) -> None:
     monkeypatch.setenv("SRV_TOKEN", TOKEN)
-    with LocalServer(tmp_path / "server", TOKEN).start() as server:
+    with LocalServer(tmp_path / "server", TOKEN) as server:
         profiles.add("srv", server.url, user=local_user(), token_env="SRV_TOKEN")
         paijob("submit", job_file, "-c", "srv", "--unique-suffix")
         assert counts.loads == [job_file, SERVER_SOURCE]

@@ -67,12 +67,12 @@ def test_a_submitted_job_is_parsed_once_and_no_view_reads_its_text(
 def test_a_job_stored_by_an_earlier_server_is_parsed_once_by_the_next(
         tmp_path: Path, reads: list[str]) -> None:
     state = tmp_path / "restart"
-    with LocalServer(state, TOKEN).start() as first:
+    with LocalServer(state, TOKEN) as first:
         client = PaiClient(first.url, TOKEN, user=local_user(), cluster_name="local", retries=1, backoff=0.05)
         job_id = client.submit(job_yaml("stored", ["true"], instances=2, role="worker"))
         client.wait(job_id, poll=0.05, timeout=60)
     reads.clear()
-    with LocalServer(state, TOKEN).start() as second:
+    with LocalServer(state, TOKEN) as second:
         client = PaiClient(second.url, TOKEN, user=local_user(), cluster_name="local", retries=1, backoff=0.05)
         for _ in range(3):
             assert client.get_job(job_id)["jobStatus"]["state"] == "SUCCEEDED"

@@ -150,3 +150,17 @@ def test_a_stop_survives_a_worker_waking_the_loop_while_it_queues_the_close(tmp_
     assert srv._thread is not None and not srv._thread.is_alive()
     assert trigger._closed
     srv.server.pull_trigger()  # a worker that finishes after the stop: nothing happens, no EBADF
+
+
+def test_a_server_started_twice_runs_one_io_loop(tmp_path: Path) -> None:
+    """``with LocalServer(...).start()`` used to start a second I/O loop over the same sockets: the two
+    raced for every read, and the loser's EAGAIN closed the connection under a request (a CI run's
+    remote submit then settled its retry by reading the job back)."""
+    def loops() -> int:
+        return sum(thread.name == "paijob-local" and thread.is_alive() for thread in threading.enumerate())
+
+    before = loops()
+    with LocalServer(tmp_path / "state", TOKEN).start() as srv:
+        assert srv.start() is srv
+        assert loops() == before + 1
+    assert srv._thread is not None and not srv._thread.is_alive()
