@@ -269,6 +269,10 @@ def _skip_space(text: str, pos: int) -> int:
 
 def render_server(template: str, context: Mapping[str, Any]) -> str:
     """rest-server ``render``: name tags from ``context``, unresolved ones written back, the rest dropped."""
+    if "<%" not in template:
+        # no tag (a change of delimiters is a tag too): mustache.js gives the text back, and the
+        # scan, one token per character, would be most of what validating a usual job costs
+        return template.strip()
     out = []
     for token in _mustache_tokens(template):
         if token.kind == "text":
