@@ -23,13 +23,17 @@ reaches this module through ``paijob.api`` only.
 from __future__ import annotations
 
 import functools
+import io
+import marshal
 import os
+import pickle
 from collections.abc import Callable, Mapping, Sequence
 from functools import lru_cache
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import jinja2
+from jinja2.bccache import bc_magic
 from jinja2.exceptions import SecurityError
 from jinja2.sandbox import SandboxedEnvironment
 
@@ -140,9 +144,15 @@ class _QuietBytecodeCache(jinja2.FileSystemBytecodeCache):
     so never stale); a cache that cannot be read or written is just skipped."""
 
     def load_bytecode(self, bucket: jinja2.bccache.Bucket) -> None:
+        """Jinja's own reading (``Bucket.load_bytecode``: its magic, the source checksum, the code), but
+        the code unmarshalled from bytes: ``marshal.load`` on a file reads it object by object, one
+        method call each, which is ~3 M instructions of every ``paijob render ddp`` (a tenth from bytes)."""
         try:
-            super().load_bytecode(bucket)
-        except (OSError, EOFError, ValueError):
+            with open(self._get_cache_filename(bucket), "rb") as file:
+                stream = io.BytesIO(file.read())
+            if stream.read(len(bc_magic)) == bc_magic and pickle.load(stream) == bucket.checksum:
+                bucket.code = marshal.loads(stream.getbuffer()[stream.tell():])
+        except (OSError, EOFError, ValueError, TypeError, pickle.UnpicklingError):
             bucket.reset()
 
     def dump_bytecode(self, bucket: jinja2.bccache.Bucket) -> None:

@@ -373,6 +373,33 @@ def test_the_sandbox_uses_its_own_bytecode_cache(tmp_path: Path, monkeypatch: py
     assert not (tmp_path / "paijob" / "templates").exists()
 
 
+def test_the_bytecode_cache_reads_back_what_jinja_wrote_and_nothing_else(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # paijob reads the cache files itself (from bytes: see _QuietBytecodeCache); Jinja writes them
+    import jinja2
+
+    from paijob.render.templating import _bytecode_cache
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.delenv("PAIJOB_NO_TEMPLATE_CACHE", raising=False)
+    cache = _bytecode_cache()
+    assert cache is not None
+    env = jinja2.Environment()
+    source = "{{ 6 * 7 }}"
+    bucket = cache.get_bucket(env, "t.yaml.j2", None, source)
+    assert bucket.code is None
+    bucket.code = compile(env.compile(source, raw=True), "t.yaml.j2", "exec")
+    cache.set_bucket(bucket)  # Jinja's own writing
+    assert cache.get_bucket(env, "t.yaml.j2", None, source).code == bucket.code
+    assert cache.get_bucket(env, "t.yaml.j2", None, "{{ 6 * 8 }}").code is None  # the source changed
+    (file,) = (tmp_path / "paijob" / "templates-sandboxed").iterdir()
+    whole = file.read_bytes()
+    for broken in (b"", whole[:10], whole[:-40], whole[:-40] + b"\xff" * 40):
+        file.write_bytes(broken)
+        assert cache.get_bucket(env, "t.yaml.j2", None, source).code is None, broken
+
+
 def test_shell_quote_roundtrips_through_bash() -> None:
     for text in ["plain", "a b", "it's", 'say "hi"', "a;b", "$(x)", "`x`", "line\nbreak", "", "*"]:
         done = subprocess.run(
