@@ -49,12 +49,9 @@ def yaml_scalar(value: Any) -> str:
 
 
 def _without_document_end(text: str) -> str:
-    """PyYAML ends a lone scalar with ``...`` (document end); in a job that would be data."""
-    if text.endswith("\n..."):
-        text = text[: -len("\n...")]
-    if text.endswith("..."):
-        text = text[:-3].rstrip()
-    return text
+    """PyYAML ends a lone plain scalar with ``...`` (document end) on a line of its own; in a job
+    that would be data. Dots that end the value itself (``Training...``) are the value's."""
+    return text[: -len("\n...")] if text.endswith("\n...") else text
 
 
 def yaml_block(value: Any, indent: int = 0) -> str:

@@ -338,6 +338,13 @@ def test_yaml_block_never_ends_a_document() -> None:
     assert yaml.safe_load(yaml_block(["a", "..."])) == ["a", "..."]
 
 
+def test_dots_that_end_a_value_are_kept() -> None:
+    # PyYAML's document end ("\n...") goes, the value's own dots stay
+    for value in ("Training...", "a ...", "x.."):
+        assert yaml_scalar(value) == value
+    assert render_template("ddp", sets=["description=Training..."]).job["description"] == "Training..."
+
+
 # --------------------------------------------------------------------------- item 17: sandbox
 
 
