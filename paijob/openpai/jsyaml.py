@@ -298,9 +298,14 @@ _YAML11_RESOLVER = yaml.resolver.Resolver()
 _YAML11_CONSTRUCTOR = yaml.constructor.SafeConstructor()
 
 
+def yaml11_tag(text: str) -> str:
+    """The tag PyYAML (YAML 1.1) gives ``text`` written plain: ``TAG + "str"`` when it reads back as that text."""
+    return _YAML11_RESOLVER.resolve(yaml.ScalarNode, text, (True, False))
+
+
 def resolve_yaml11(text: str) -> Any:
     """A plain scalar as PyYAML (YAML 1.1) reads it; dates become :class:`Timestamp`."""
-    tag = _YAML11_RESOLVER.resolve(yaml.ScalarNode, text, (True, False))
+    tag = yaml11_tag(text)
     if tag == TAG + "str":
         return text
     if tag == TAG + "timestamp":

@@ -163,3 +163,12 @@ def test_the_real_exit_code_is_2_with_one_line(argv: list[str]) -> None:
     assert done.returncode == 2, done.stderr
     assert done.stdout == "" and done.stderr.startswith("paijob: error: ")
     assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
+
+
+@settings(max_examples=300, derandomize=True, database=None, deadline=None)
+@given(st.text(alphabet="a1 :#-.?'\"~y!%[,\t_bcdnulltrue0123456789()$/=<>&*|@`{}]\\", max_size=30))
+def test_the_yaml_filter_writes_what_pyyaml_writes(text: str) -> None:
+    # yaml_scalar skips PyYAML's emitter for the strings it can write plain (test_render_hostile)
+    from paijob.render.filters import _dumped, yaml_scalar
+
+    assert yaml_scalar(text) == _dumped(text)

@@ -345,6 +345,25 @@ def test_dots_that_end_a_value_are_kept() -> None:
     assert render_template("ddp", sets=["description=Training..."]).job["description"] == "Training..."
 
 
+TRICKY = "a1 :#-.?'\"~y!%[,\t_"
+
+
+def test_a_string_the_yaml_filter_keeps_as_it_is_is_one_pyyaml_writes_as_it_is() -> None:
+    # yaml_scalar skips PyYAML's emitter for plain strings: every one it skips must be one PyYAML keeps
+    import itertools
+
+    from paijob.render.filters import _dumped, _is_plain
+
+    words = ["".join(chars) for size in (1, 2, 3) for chars in itertools.product(TRICKY, repeat=size)]
+    words += ["yes", "No", "null", "1.0", "0x1f", "1_000", "2024-01-02", "12:30", ".inf", "<<", "=", "a:b", "a: b",
+              "a #b", "a#b", "--x", "- x", "...", "---", "x...", "a b", "pytorch/pytorch:2.5.1-cuda12.4", "é", "a\x85"]
+    plain = [word for word in words if _is_plain(word)]
+    assert [word for word in plain if _dumped(word) != word] == []
+    assert {"a", "a1", "a b", "a:b", "a#b", "x...", "pytorch/pytorch:2.5.1-cuda12.4"} <= set(plain)
+    assert not {"yes", "1.0", "~", "a: b", "a #b", "- x", "...", "a:", "a ", " a", "é"} & set(plain)
+
+
+
 # --------------------------------------------------------------------------- item 17: sandbox
 
 
