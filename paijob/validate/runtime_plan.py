@@ -26,6 +26,8 @@ RUNTIME_PROGRAM = "paijob-runtime"
 MPI_LAUNCHERS = ("mpirun", "horovodrun", "mpiexec")
 _SEPARATORS = {"&&", "||", ";", "|", "&", "(", ")", "{", "}"}
 _PLACEHOLDER = "__pai_tag_"
+_SHLEX_SPECIAL = ("'", '"', "\\", "#")  # shlex.split(comments=True, posix=True): quotes, escape, comment
+_SHLEX_SPACES = str.maketrans("\t\r\n", "   ")  # its whitespace, besides the space
 
 
 # The plan's records are NamedTuples, not dataclasses: validate runs on every
@@ -105,6 +107,10 @@ def _words(command: str) -> tuple[str, ...]:
     runtime's options, the MPI launcher, the plan), and shlex splits it a character at a time."""
     # (re compiles the pattern on first use: most commands hold no tag)
     text = re.sub(PAI_ANY_TAG_PATTERN, lambda m: f"{_PLACEHOLDER}{m.start()}", command) if "<%" in command else command
+    if not any(char in text for char in _SHLEX_SPECIAL):
+        # no quote, escape or comment: shlex's words are what its whitespace separates (as most
+        # commands are written), split without shlex's loop over every character
+        return tuple(word for word in text.translate(_SHLEX_SPACES).split(" ") if word)
     try:
         return tuple(shlex.split(text, comments=True, posix=True))
     except ValueError:

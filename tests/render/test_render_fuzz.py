@@ -172,3 +172,17 @@ def test_the_yaml_filter_writes_what_pyyaml_writes(text: str) -> None:
     from paijob.render.filters import _dumped, yaml_scalar
 
     assert yaml_scalar(text) == _dumped(text)
+
+
+@settings(max_examples=300, derandomize=True, database=None, deadline=None)
+@given(st.text(alphabet="ab -=$;|&()\t\n\r\x0b\xa0'\"\\#", max_size=40))
+def test_commands_split_as_shlex_splits_them(text: str) -> None:
+    import shlex
+
+    from paijob.validate.runtime_plan import split_command
+
+    try:
+        expected = shlex.split(text, comments=True, posix=True)
+    except ValueError:  # unbalanced quotes: split_command falls back to str.split
+        return
+    assert split_command(text) == expected

@@ -480,3 +480,21 @@ def test_the_openpai_before_1_6_flag_holds_for_its_own_command_only(capsys: pyte
     job.write_text(BASE.replace("  worker:", "  ps_server:"))
     assert run_cli(capsys, "validate", "--openpai-before-1.6", str(job))[0] == 0
     assert run_cli(capsys, "validate", str(job))[0] == 2
+
+
+def test_commands_split_into_the_words_shlex_gives() -> None:
+    # split_command skips shlex for a command with no quote, escape or comment: the words must not change
+    import itertools
+    import shlex
+
+    from paijob.validate.runtime_plan import split_command
+
+    for size in (1, 2, 3, 4):
+        for chars in itertools.product("a \t\n\r'\"\\#=\x0b\xa0", repeat=size):
+            text = "".join(chars)
+            try:
+                expected = shlex.split(text, comments=True, posix=True)
+            except ValueError:  # unbalanced quotes: split_command falls back to str.split
+                continue
+            assert split_command(text) == expected, repr(text)
+    assert split_command("paijob-runtime  train\tx.py\n--lr 1") == ["paijob-runtime", "train", "x.py", "--lr", "1"]
