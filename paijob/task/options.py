@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from typing import Any
 
 from paijob.openpai.names import DEFAULT_PORT_LABEL
 from paijob.task import contract
@@ -50,6 +51,19 @@ exit codes: 0 success; 1-127 the failing worker's own exit code; 124 hang (see
 infrastructure failure (master unreachable, peer or store lost) or SIGTERM, which
 OpenPAI retries. SIGUSR1 prints every rank's stack on every node and goes on.
 """
+
+
+VERSION_FLAG = "--version"
+VERBOSE_FLAGS = ("-v", "--verbose")
+# What may stand between ``paijob-runtime`` and its sub-command: its own options, none of which takes a value.
+GLOBAL_FLAGS = ("-h", "--help", VERSION_FLAG, *VERBOSE_FLAGS)
+
+_TRAIN_PARSER: dict[str, Any] = {
+    "description": "Launch this node's share of the training world.",
+    "epilog": EXIT_CODES_HELP,
+    "usage": "paijob-runtime train [OPTIONS] (SCRIPT | -m MODULE | --recipe NAME) [ARGS...]",
+    "formatter_class": argparse.RawDescriptionHelpFormatter,
+}
 
 
 def workers_per_node(mode: str, requested: int | None, gpus: int) -> int:
@@ -178,14 +192,12 @@ def build_parser() -> argparse.ArgumentParser:
     return build_parsers()[0]
 
 
-def build_parsers(*, env: bool = True) -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
+def build_parsers() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
     """The ``paijob-runtime`` parser and its ``train`` sub-parser.
 
     torchrun's underscore spellings of the options both share (``--nproc_per_node``,
     ``--node_rank``, ``--master_addr``, ``--master_port``, ``--log_dir``) are aliases.
-    The sub-command is ``args.command`` (``train`` or ``env``). ``env=False`` leaves
-    the ``env`` sub-command out: validate reads only ``train`` calls, and building
-    ``env``'s parser would be a third of the parser work every ``paijob render`` does.
+    The sub-command is ``args.command`` (``train`` or ``env``).
     """
     parser = argparse.ArgumentParser(
         prog="paijob-runtime",
@@ -193,31 +205,40 @@ def build_parsers(*, env: bool = True) -> tuple[argparse.ArgumentParser, argpars
         epilog=EXIT_CODES_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--version", action="version", version=version_line(os.environ))
-    parser.add_argument("-v", "--verbose", action="store_true",
+    parser.add_argument(VERSION_FLAG, action="version", version=version_line(os.environ))
+    parser.add_argument(*VERBOSE_FLAGS, action="store_true",
                         help="log debug details, torch's elastic agent's log lines included")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
-    train = sub.add_parser(
-        "train",
-        help="launch this node's workers",
-        description="Launch this node's share of the training world.",
-        epilog=EXIT_CODES_HELP,
-        usage="paijob-runtime train [OPTIONS] (SCRIPT | -m MODULE | --recipe NAME) [ARGS...]",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+    train = sub.add_parser("train", help="launch this node's workers", **_TRAIN_PARSER)
+    _add_train_arguments(train)
+
+    show = sub.add_parser(
+        "env",
+        help="print the computed layout (no torch import)",
+        description="Print the layout paijob-runtime train would use, as shell exports or JSON.",
     )
+    _add_layout_options(show)
+    show.add_argument("--json", action="store_true", help="print JSON instead of export lines")
+    return parser, train
+
+
+def build_train_parser() -> argparse.ArgumentParser:
+    """``paijob-runtime train``'s parser alone, the one ``build_parsers`` returns second.
+
+    ``paijob validate`` (and so every ``paijob render``) reads the ``train`` calls
+    in a job's commands with it: building the whole ``paijob-runtime`` parser
+    around it would be a third more argparse work for options validate skips
+    (``GLOBAL_FLAGS``).
+    """
+    train = argparse.ArgumentParser(prog="paijob-runtime train", **_TRAIN_PARSER)
+    _add_train_arguments(train)
+    return train
+
+
+def _add_train_arguments(train: argparse.ArgumentParser) -> None:
     _add_layout_options(train)
     _add_train_options(train)
-
-    if env:
-        show = sub.add_parser(
-            "env",
-            help="print the computed layout (no torch import)",
-            description="Print the layout paijob-runtime train would use, as shell exports or JSON.",
-        )
-        _add_layout_options(show)
-        show.add_argument("--json", action="store_true", help="print JSON instead of export lines")
-    return parser, train
 
 
 def split_train_argv(parser: argparse.ArgumentParser, argv: list[str]) -> tuple[list[str], list[str]]:

@@ -126,22 +126,21 @@ def _raise(message: str) -> None:
 
 
 @functools.lru_cache(maxsize=1)
-def _parsers() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
-    # cached: building them is ~2 ms, and a render checks several commands
-    from paijob.task.options import build_parsers  # torch-free; imported only when needed
+def _train_parser() -> argparse.ArgumentParser:
+    # cached: building it is ~1.5 ms, and a render checks several commands
+    from paijob.task.options import build_train_parser  # torch-free; imported only when needed
 
-    parser, train = build_parsers(env=False)  # validate reads only `paijob-runtime train` calls
-    parser.error = _raise  # type: ignore[method-assign,assignment]
+    train = build_train_parser()
     train.error = _raise  # type: ignore[method-assign,assignment]
-    return parser, train
+    return train
 
 
 def _train_argv(words: tuple[str, ...], start: int) -> tuple[str, ...] | None:
     """The words after ``paijob-runtime [-v] train`` up to a shell separator, or None."""
-    parser, _ = _parsers()
-    actions = parser._option_string_actions  # noqa: SLF001 - argparse has no public lookup
+    from paijob.task.options import GLOBAL_FLAGS
+
     i = start
-    while i < len(words) and words[i] in actions and actions[words[i]].nargs == 0:
+    while i < len(words) and words[i] in GLOBAL_FLAGS:
         i += 1
     if words[i : i + 1] != ("train",):
         return None
@@ -154,7 +153,7 @@ def _parse_call(role: str, index: int, argv: tuple[str, ...]) -> RuntimeCall:
     """One ``paijob-runtime train`` call, parsed (cached, as ``split_command``: a validation reads it thrice)."""
     from paijob.task.options import split_train_argv
 
-    _, train = _parsers()
+    train = _train_parser()
     ours, command = split_train_argv(train, list(argv))
     try:
         args, unknown = train.parse_known_args(ours)

@@ -498,3 +498,19 @@ def test_commands_split_into_the_words_shlex_gives() -> None:
                 continue
             assert split_command(text) == expected, repr(text)
     assert split_command("paijob-runtime  train\tx.py\n--lr 1") == ["paijob-runtime", "train", "x.py", "--lr", "1"]
+
+
+def test_validate_reads_train_calls_with_the_runtime_s_own_grammar() -> None:
+    # validate builds `paijob-runtime train`'s parser alone and skips GLOBAL_FLAGS before `train`
+    from paijob.task.options import GLOBAL_FLAGS, build_parsers, build_train_parser
+
+    parser, train = build_parsers()
+    alone = build_train_parser()
+
+    def grammar(p: object) -> list[tuple[object, ...]]:
+        return [(a.option_strings, a.dest, a.nargs, a.choices, a.default, a.type, a.const)
+                for a in p._actions]  # type: ignore[attr-defined]  # noqa: SLF001
+
+    assert grammar(alone) == grammar(train)
+    top = {s for a in parser._actions if a.nargs == 0 for s in a.option_strings}  # noqa: SLF001
+    assert set(GLOBAL_FLAGS) == top
