@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -29,6 +30,7 @@ def base_env(**extra: str) -> dict[str, str]:
     env["PYTHONPATH"] = str(ROOT)
     env["OMP_NUM_THREADS"] = "1"
     env["PYTHONWARNINGS"] = "ignore"
+    env["PYTHONFAULTHANDLER"] = "1"  # a rank stopped with SIGABRT prints where every thread was
     env.update(extra)
     return env
 
@@ -63,10 +65,7 @@ def run_ranks(argv: list[str], world_size: int, cwd: Path, timeout: float = 120,
             break
         time.sleep(0.05)
     timed_out = time.monotonic() > deadline
-    for proc in procs:
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait()
+    _stop(procs, dump_stacks=timed_out)
     results = []
     for proc, (out, err) in zip(procs, outputs, strict=True):
         texts = []
@@ -76,8 +75,25 @@ def run_ranks(argv: list[str], world_size: int, cwd: Path, timeout: float = 120,
             handle.close()
         results.append(subprocess.CompletedProcess(proc.args, proc.returncode, *texts))
     if timed_out:
-        raise subprocess.TimeoutExpired(procs[0].args, timeout, results[0].stdout, results[0].stderr)
+        report = "\n".join(f"--- rank {rank} exited {result.returncode}:\n{result.stderr[-4000:]}"
+                           for rank, result in enumerate(results))
+        raise AssertionError(f"ranks still running after {timeout} s: {procs[0].args}\n{report}")
     return results
+
+
+def _stop(procs: list[subprocess.Popen[bytes]], dump_stacks: bool) -> None:
+    """Kill the ranks still running; after a timeout, first let each print its threads' stacks."""
+    live = [proc for proc in procs if proc.poll() is None]
+    if dump_stacks:
+        for proc in live:
+            proc.send_signal(signal.SIGABRT)  # faulthandler (PYTHONFAULTHANDLER) writes to stderr
+        ends = time.monotonic() + 10
+        while time.monotonic() < ends and any(proc.poll() is None for proc in live):
+            time.sleep(0.05)
+    for proc in live:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
 
 
 def assert_all_ranks_succeeded(results: list[subprocess.CompletedProcess[str]]) -> None:
