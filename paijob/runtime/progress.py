@@ -68,6 +68,14 @@ _RENDEZVOUS = (f"torch{os.sep}distributed{os.sep}rendezvous.py",
                f"torch{os.sep}distributed{os.sep}elastic{os.sep}")
 _C10D_MODULE = "torch.distributed.distributed_c10d"
 
+# Every process group the sampler has read, kept until the process ends. Were the sampler's
+# thread to drop a group's last reference (the main thread destroyed the group while it read),
+# the group's destructor would run here, joining gloo's threads with the GIL held: the deadlock
+# paijob.runtime.recipes.engine._leave_process_group describes. Kept, the group also outlives
+# a user's DDP model freed after destroy_process_group (torch 2.4's reducer is another last
+# owner). Workers end without finalisation (paijob.runtime.worker.finish): these go with them.
+_READ_GROUPS: dict[int, object] = {}
+
 Frame = tuple[str, int, str]  # file, line, function
 
 
@@ -136,6 +144,7 @@ def collectives_issued() -> int | None:
         return None
     total: int | None = None
     for group in groups:
+        _READ_GROUPS.setdefault(id(group), group)
         try:
             total = (total or 0) + int(group._get_sequence_number_for_group())  # noqa: SLF001
         except Exception:  # noqa: BLE001 - a backend without sequence numbers

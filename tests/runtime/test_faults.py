@@ -9,7 +9,7 @@ import textwrap
 import time
 from pathlib import Path
 
-from conftest import base_env, free_port, task_env, wait_all
+from runtime_helpers import base_env, free_port, task_env, wait_all
 
 from paijob.task import exitcodes
 

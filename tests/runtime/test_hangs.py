@@ -6,18 +6,21 @@ The verdict rules are pinned on plain data (fast); the five hangs of issue 26 ru
 
 from __future__ import annotations
 
+import gc
 import signal
 import sys
 import textwrap
 import threading
 import time
+import weakref
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from conftest import base_env, free_port, task_env, wait_all
+from runtime_helpers import base_env, free_port, task_env, wait_all
 
 from paijob.local.diagnostics import root_cause
+from paijob.runtime import progress
 from paijob.runtime.cli import hang_settings
 from paijob.runtime.config import HangSettings, LaunchError
 from paijob.runtime.failures import Failure
@@ -227,10 +230,31 @@ def test_a_collective_too_fast_to_be_sampled_is_counted_from_torchs_sequence_num
     assert report["collectives_done"] == 9 and report["c10d"] is False
 
 
-def test_torchs_sequence_numbers_count_plain_collectives_and_ddps_gradient_all_reduce():
+def test_the_sampler_never_drops_the_last_reference_to_a_process_group(
+    monkeypatch: pytest.MonkeyPatch
+):
+    """Freeing a gloo group under the GIL can deadlock (torch 2.4): the sampler keeps what it read."""
+    group = _Group(3)
+    world = SimpleNamespace(pg_map={group: None})
+    monkeypatch.setitem(sys.modules, "torch.distributed.distributed_c10d",
+                        SimpleNamespace(_world=world))
+    monkeypatch.setattr(progress, "_READ_GROUPS", {})
+    assert collectives_issued() == 3
+    freed = weakref.ref(group)
+    world.pg_map.clear()  # the main thread destroys the group
+    del group
+    gc.collect()
+    assert freed() is not None
+
+
+def test_torchs_sequence_numbers_count_plain_collectives_and_ddps_gradient_all_reduce(
+    monkeypatch: pytest.MonkeyPatch
+):
     """The real API (torch 2.4.1 to 2.13), not a stand-in: DDP's all-reduce is issued from C++."""
     torch = pytest.importorskip("torch")
     import torch.distributed as dist
+
+    monkeypatch.setattr(progress, "_READ_GROUPS", {})  # the group goes with this test
 
     dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
     try:

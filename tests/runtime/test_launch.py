@@ -10,7 +10,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from conftest import RUNTIME, base_env, free_port, task_env, wait_all
+from runtime_helpers import RUNTIME, base_env, free_port, task_env, wait_all
 
 ALLREDUCE = textwrap.dedent(
     """

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from conftest import MASTER_TIMEOUT, RUNTIME, base_env
+from runtime_helpers import MASTER_TIMEOUT, RUNTIME, base_env
 from netns import Host, Network, netns_unavailable
 from test_hangs import HANGS
 

@@ -13,7 +13,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from conftest import RUNTIME, base_env
+from runtime_helpers import RUNTIME, base_env
 
 STEP = textwrap.dedent(
     """

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import RUNTIME, base_env, free_port
+from runtime_helpers import RUNTIME, base_env, free_port
 
 WORKER = [sys.executable, "-m", "paijob.runtime.worker"]
 

@@ -752,9 +752,30 @@ def train(recipe: Recipe, cfg: TrainConfig) -> dict[str, Any]:
     if run.info.is_main:
         _publish_summary(run, summary)
     if run.info.distributed:
-        dist.barrier()
-        dist.destroy_process_group()
+        _leave_process_group()
     return summary
+
+
+# Process groups this process has left, kept until the process ends: see _leave_process_group.
+_LEFT_GROUPS: list[object] = []
+
+
+def _leave_process_group() -> None:
+    """End the process group without letting Python free it while the GIL is held.
+
+    The last owner of a gloo group joins the group's worker threads in its destructor, and
+    a worker may still be freeing a finished collective whose Python tensors need the GIL:
+    both then wait forever. After ``destroy_process_group`` that last owner is DDP's reducer,
+    freed under the GIL when ``train``'s frame goes. Measured with torch 2.4.1: the 2-rank
+    recipe hung there in 1 run of 36 (gdb: the main thread in ``~ProcessGroupGloo`` joining,
+    a worker in ``~AsyncBarrierWork`` waiting for the GIL); pytorch/pytorch#56297 is the
+    class of bug. Keeping a reference here means the group goes with the process, which
+    :func:`paijob.runtime.worker.finish` ends without finalisation.
+    """
+    world = dist.group.WORLD
+    dist.barrier()
+    dist.destroy_process_group()
+    _LEFT_GROUPS.append(world)
 
 
 def _summarise(run: _Run, state: _RunState, wall_seconds: float) -> dict[str, Any]:
