@@ -15,8 +15,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from runtime_helpers import MASTER_TIMEOUT, RUNTIME, base_env
 from netns import Host, Network, netns_unavailable
+from runtime_helpers import MASTER_TIMEOUT, RUNTIME, base_env
 from test_hangs import HANGS
 
 from paijob.openpai import taskenv
