@@ -308,6 +308,14 @@ def resolve_yaml11(text: str) -> Any:
     tag = yaml11_tag(text)
     if tag == TAG + "str":
         return text
+    # the usual non-strings without PyYAML's constructor machinery (~12 k instructions a value):
+    # what its construct_yaml_null / _bool / _int return for them
+    if tag == TAG + "null":
+        return None
+    if tag == TAG + "bool":
+        return _YAML11_CONSTRUCTOR.bool_values[text.lower()]
+    if tag == TAG + "int" and text.isdecimal() and (text == "0" or text[0] != "0") and len(text) <= MAX_INT_DIGITS:
+        return int(text)
     if tag == TAG + "timestamp":
         try:
             return _YAML11_CONSTRUCTOR.construct_object(yaml.ScalarNode(tag, text))

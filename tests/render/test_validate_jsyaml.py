@@ -107,6 +107,20 @@ def test_values_files_keep_yaml11_typing_with_the_same_bounds() -> None:
         load_values("a: &a [*a]\n", "v")
 
 
+def test_values_files_read_plain_scalars_as_pyyaml_does() -> None:
+    # resolve_yaml11 reads nulls, booleans and decimal integers without PyYAML's constructor
+    import yaml
+
+    from paijob.openpai.jsyaml import resolve_yaml11
+
+    texts = ["", "~", "null", "Null", "NULL", "yes", "No", "ON", "off", "True", "FALSE", "y", "0", "7", "123",
+             "0123", "00", "08", "1_000", "0x1F", "0b101", "+5", "-5", "1:30", "1.5", ".inf", "12e3", "٣",
+             "2024-01-02", "x"]
+    for text in texts:
+        expected = yaml.safe_load(text)
+        assert (resolve_yaml11(text), type(resolve_yaml11(text))) == (expected, type(expected)), text
+
+
 @pytest.mark.parametrize(
     ("number", "text"),
     [(1000, "1000"), (1e-05, "0.00001"), (1e-7, "1e-7"), (1e21, "1e+21"), (0.1, "0.1"),
