@@ -28,7 +28,6 @@ from paijob.openpai.names import (
     role_name_fix,
 )
 from paijob.task import contract
-from paijob.validate.schema import iter_schema_errors
 
 ERROR = "error"
 WARNING = "warning"
@@ -137,9 +136,10 @@ def default_deployment(job: Job) -> Iterator[Finding]:
 
 def server_rendering(job: Job) -> Iterator[Finding]:
     """``protocolRender``: mustache.js parses every role's commands and every docker auth
-    value; what it cannot parse (or a non-string auth value) fails the POST (HTTP 500)."""
-    if next(iter_schema_errors(job.raw), None) is not None:
-        return  # the server stops at the schema; so does this rule
+    value; what it cannot parse (or a non-string auth value) fails the POST (HTTP 500).
+
+    Only for a job that passed the schema: the server stops at the schema, so verdict runs
+    this rule only then (it has the schema's errors already; not in ``SERVER_RULES``)."""
     for role in job.roles:
         try:
             role_entrypoint(job.raw, role.name)
@@ -503,7 +503,6 @@ SERVER_RULES: tuple[Rule, ...] = (
     role_prerequisite_lists,
     role_prerequisite_fields,
     default_deployment,
-    server_rendering,
     task_roles_shape,
     ports_shape,
     runtime_plugins_shape,

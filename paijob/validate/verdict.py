@@ -31,6 +31,7 @@ from paijob.validate.rules import (
     WARNING,
     Finding,
     runtime_role_names,
+    server_rendering,
     type_name,
 )
 from paijob.validate.runtime_plan import (
@@ -255,10 +256,13 @@ def _findings(
         got = "an empty file" if raw is None else type_name(raw)
         yield ERROR, (), f"a job is a YAML mapping (protocolVersion, name, ...), got {got}"
         return
-    yield from schema_findings(raw)
+    schema = list(schema_findings(raw))
+    yield from schema
     job = report.model = parse_job(raw)
     for rule in (*SERVER_RULES, *PAIJOB_RULES):
         yield from rule(job)
+    if not schema:  # the server renders the commands only once the job passed its schema
+        yield from server_rendering(job)
     yield from runtime_role_names(job, before_v1_6)
     yield from runtime_findings(job, master_role, port_label)
     report.plan = distributed_plan(job, master_role, port_label)

@@ -514,3 +514,10 @@ def test_validate_reads_train_calls_with_the_runtime_s_own_grammar() -> None:
     assert grammar(alone) == grammar(train)
     top = {s for a in parser._actions if a.nargs == 0 for s in a.option_strings}  # noqa: SLF001
     assert set(GLOBAL_FLAGS) == top
+
+
+def test_commands_are_rendered_only_for_a_job_that_passed_the_schema() -> None:
+    # as the server: the schema first; mustache.js renders the commands of a job that passed it
+    unclosed = edit("train.py --epochs 1", "train.py <% $parameters.x")
+    assert "Unclosed tag" in only(check(unclosed)).message
+    assert [p.message for p in check(edit("type: job", "type: nojob", unclosed)).errors if "Unclosed" in p.message] == []
