@@ -54,7 +54,6 @@ from paijob.render.templates import (
 )
 from paijob.render.values import SetArg, Values, ValuesError, build_values
 from paijob.task import contract
-from paijob.task.jobversion import RENDERED_VERSION_ENV
 from paijob.validate.verdict import (
     WARNING,
     JobValidationError,
@@ -194,7 +193,7 @@ def _environment(folder: Path | None) -> jinja2.Environment:
     )
     env.filters.update(filters.FILTERS)
     env.globals.update(filters.GLOBALS)
-    env.globals.update(paijob_version=__version__, rendered_version_env=RENDERED_VERSION_ENV, runtime_install_command=_failing(install_command),
+    env.globals.update(paijob_version=__version__, rendered_version_env=contract.RENDERED_VERSION, runtime_install_command=_failing(install_command),
                        image_auth=_failing(image_auth))
     return env
 

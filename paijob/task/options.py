@@ -16,7 +16,6 @@ from typing import Any
 
 from paijob.openpai.names import DEFAULT_PORT_LABEL
 from paijob.task import contract
-from paijob.task.jobversion import version_line
 
 MODES = ("per-gpu", "per-node", "dataparallel", "horovod")
 LOCAL_RANK_STYLES = ("auto", "dash", "underscore")
@@ -199,6 +198,9 @@ def build_parsers() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
     ``--node_rank``, ``--master_addr``, ``--master_port``, ``--log_dir``) are aliases.
     The sub-command is ``args.command`` (``train`` or ``env``).
     """
+    # for --version only: validate's train parser (every render) needs none of it
+    from paijob.task.jobversion import version_line
+
     parser = argparse.ArgumentParser(
         prog="paijob-runtime",
         description=DESCRIPTION,
