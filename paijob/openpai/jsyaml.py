@@ -150,9 +150,10 @@ class LineMap:
             path = path[:-1]
 
 
-class Loaded(NamedTuple):
-    value: Any
-    lines: LineMap
+Loaded = NamedTuple("Loaded", [
+    ("value", Any),
+    ("lines", LineMap),
+])
 
 
 def describe(value: Any) -> str:

@@ -139,9 +139,11 @@ def _mustache_lookup(context: Mapping[str, Any], name: str) -> Any:
 # --------------------------------------------------------------------------- mustache.js tokens
 
 
-class _Token(NamedTuple):  # not a dataclass: cheaper to create at import (render checks every job)
-    kind: str  # "text", "name", or a mustache tag type character
-    value: str
+# not a dataclass, nor the class form: cheaper to create at import (render checks every job; ruff.toml's UP014)
+_Token = NamedTuple("_Token", [
+    ("kind", str),  # "text", "name", or a mustache tag type character
+    ("value", str),
+])
 
 
 def _mustache_tokens(template: str) -> list[_Token]:

@@ -39,23 +39,25 @@ from paijob.openpai.names import js_match
 Path = tuple[Any, ...]
 
 
-class Dialect(NamedTuple):  # not a dataclass: ~0.5 ms less start-up for every render, which validates
-    """How a schema sees values: what differs between ajv's JavaScript and Python's jsonschema."""
+# How a schema sees values: what differs between ajv's JavaScript and Python's jsonschema.
+# A NamedTuple, not a dataclass (~0.5 ms less start-up for every render, which validates), in the
+# functional form (less again: ruff.toml's UP014), as SchemaError.
+Dialect = NamedTuple("Dialect", [
+    ("is_type", Callable[[Any, str], bool]),  # does the value have this JSON type ("integer", "object", ...)?
+    ("properties", Callable[[Any], Mapping[Any, Any] | None]),  # an object's properties; None if not an object
+    ("length", Callable[[str], int]),  # a string's length for minLength / maxLength
+    ("search", Callable[[str, str], bool]),  # does the pattern match somewhere in the text?
+])
 
-    is_type: Callable[[Any, str], bool]  # does the value have this JSON type ("integer", "object", ...)?
-    properties: Callable[[Any], Mapping[Any, Any] | None]  # an object's properties; None if not an object
-    length: Callable[[str], int]  # a string's length for minLength / maxLength
-    search: Callable[[str, str], bool]  # does the pattern match somewhere in the text?
 
-
-class SchemaError(NamedTuple):  # not a dataclass, as Dialect
-    """One violation; the parts of ``jsonschema.ValidationError`` that paijob's messages use."""
-
-    validator: str  # the failing keyword: "required", "type", ...
-    schema: dict[str, Any]  # the (sub)schema holding that keyword
-    instance: Any
-    absolute_path: deque[Any]
-    validator_value: Any
+# One violation; the parts of ``jsonschema.ValidationError`` that paijob's messages use.
+SchemaError = NamedTuple("SchemaError", [
+    ("validator", str),  # the failing keyword: "required", "type", ...
+    ("schema", dict[str, Any]),  # the (sub)schema holding that keyword
+    ("instance", Any),
+    ("absolute_path", deque[Any]),
+    ("validator_value", Any),
+])
 
 
 # --------------------------------------------------------------------------- the two dialects

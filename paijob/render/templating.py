@@ -242,14 +242,15 @@ def used_names(template: TemplateRef) -> set[str]:
 # --------------------------------------------------------------------------- rendering
 
 
-class RenderResult(NamedTuple):  # not a dataclass: ~0.3 ms less start-up for every render
-    """A rendered job: the YAML text, the parsed job and its validation report."""
-
-    template: TemplateRef
-    values: Values
-    text: str
-    job: dict[str, Any]
-    report: ValidationReport
+# A rendered job: the YAML text, the parsed job and its validation report. Not a dataclass, nor the
+# class form: ~0.3 ms less start-up for every render (ruff.toml's UP014).
+RenderResult = NamedTuple("RenderResult", [
+    ("template", TemplateRef),
+    ("values", Values),
+    ("text", str),
+    ("job", dict[str, Any]),
+    ("report", ValidationReport),
+])
 
 
 def _template_line(tb: TracebackType | None) -> tuple[str, int] | None:

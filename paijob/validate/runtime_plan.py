@@ -32,15 +32,17 @@ _SHLEX_SPACES = str.maketrans("\t\r\n", "   ")  # its whitespace, besides the sp
 
 # The plan's records are NamedTuples, not dataclasses: validate runs on every
 # `paijob render`, and creating a frozen dataclass costs about 0.5 ms of
-# start-up each (its methods are compiled from source at import time).
-class RoleLayout(NamedTuple):
-    """How many processes one role starts, as paijob-runtime will see it."""
+# start-up each (its methods are compiled from source at import time); those
+# without methods in the functional form, cheaper again (ruff.toml's UP014).
 
-    role: str
-    instances: int
-    processes_per_node: int | None  # None: not knowable from the file
-    gpu: int
-    mode: str
+# How many processes one role starts, as paijob-runtime will see it.
+RoleLayout = NamedTuple("RoleLayout", [
+    ("role", str),
+    ("instances", int),
+    ("processes_per_node", int | None),  # None: not knowable from the file
+    ("gpu", int),
+    ("mode", str),
+])
 
 
 class DistributedPlan(NamedTuple):
@@ -189,11 +191,12 @@ def runtime_calls(role: str, commands: Iterable[Any]) -> list[RuntimeCall]:
     return calls
 
 
-class MpiLaunch(NamedTuple):
-    role: str
-    command_index: int
-    np: int | None
-    hosts: str | None
+MpiLaunch = NamedTuple("MpiLaunch", [
+    ("role", str),
+    ("command_index", int),
+    ("np", int | None),
+    ("hosts", str | None),
+])
 
 
 def mpi_launch(role: TaskRole) -> MpiLaunch | None:
@@ -228,14 +231,14 @@ def first(calls: list[RuntimeCall], attr: str) -> str | None:
     return next((getattr(c, attr) for c in calls if getattr(c, attr)), None)
 
 
-class RuntimeSettings(NamedTuple):
-    """The settings every task must agree on, after ``validate --master-role/--port-label``."""
-
-    calls: tuple[RuntimeCall, ...]
-    participating: tuple[str, ...]
-    roles_flag: str | None
-    master: str
-    label: str
+# The settings every task must agree on, after ``validate --master-role/--port-label``.
+RuntimeSettings = NamedTuple("RuntimeSettings", [
+    ("calls", tuple[RuntimeCall, ...]),
+    ("participating", tuple[str, ...]),
+    ("roles_flag", str | None),
+    ("master", str),
+    ("label", str),
+])
 
 
 def _participating(names: tuple[str, ...], roles_flag: str | None) -> tuple[str, ...]:
