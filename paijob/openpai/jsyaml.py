@@ -309,14 +309,8 @@ def resolve_yaml11(text: str) -> Any:
     tag = yaml11_tag(text)
     if tag == TAG + "str":
         return text
-    # the usual non-strings without PyYAML's constructor machinery (~12 k instructions a value):
-    # what its construct_yaml_null / _bool / _int return for them
-    if tag == TAG + "null":
-        return None
-    if tag == TAG + "bool":
-        return _YAML11_CONSTRUCTOR.bool_values[text.lower()]
-    if tag == TAG + "int" and text.isdecimal() and (text == "0" or text[0] != "0") and len(text) <= MAX_INT_DIGITS:
-        return int(text)
+    if tag in (TAG + "null", TAG + "bool") or _is_decimal(tag, text):
+        return _plain_yaml11(tag, text)
     if tag == TAG + "timestamp":
         try:
             return _YAML11_CONSTRUCTOR.construct_object(yaml.ScalarNode(tag, text))
@@ -328,6 +322,20 @@ def resolve_yaml11(text: str) -> Any:
         return _YAML11_CONSTRUCTOR.construct_object(yaml.ScalarNode(tag, text))
     except (yaml.YAMLError, ValueError):
         return text
+
+
+def _is_decimal(tag: str, text: str) -> bool:
+    return tag == TAG + "int" and text.isdecimal() and (text == "0" or text[0] != "0") and len(text) <= MAX_INT_DIGITS
+
+
+def _plain_yaml11(tag: str, text: str) -> Any:
+    """The usual non-strings without PyYAML's constructor machinery (~12 k instructions a value): what
+    its construct_yaml_null / _bool / _int give for a null, a boolean or a decimal integer."""
+    if tag == TAG + "null":
+        return None
+    if tag == TAG + "bool":
+        return _YAML11_CONSTRUCTOR.bool_values[text.lower()]
+    return int(text)
 
 
 def yaml11_difference(text: str) -> tuple[Any, Any] | None:
