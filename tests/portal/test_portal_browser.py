@@ -210,7 +210,13 @@ def test_the_chart_reads_a_real_recipe_run(driver: Any, server: LocalServer, cli
     log_in(driver, server)
     open_job(driver, server, jobs["recipe"])
     steps = RECIPE_EPOCHS * RECIPE_STEPS
-    wait_for(driver, lambda d: chart_points(d, "loss-chart") == steps + RECIPE_EPOCHS, "the recipe's loss chart")
+    try:
+        wait_for(driver, lambda d: chart_points(d, "loss-chart") == steps + RECIPE_EPOCHS, "the recipe's loss chart")
+    except Exception as error:  # say what the page had, so that a failure can be explained
+        lines = [line for line in log_text(driver).splitlines() if " epoch " in line]
+        raise AssertionError(f"loss chart: {chart_points(driver, 'loss-chart')} points, "
+                             f"not {steps + RECIPE_EPOCHS}; the page's progress lines:\n" + "\n".join(lines)
+                             + "\nbrowser errors: " + repr(page_errors(driver))) from error
     assert chart_points(driver, "rate-chart") == steps
     wait_for(driver, lambda d: "paijob: summary" in log_text(d), "the recipe's log")
     parsed = driver.execute_script(
