@@ -338,8 +338,20 @@ def judge(states: Sequence[RankState], settings: HangSettings,
     calibrated = calibrated_limit(running, settings)
     if calibrated is not None and all(min(s.idle_for, s.quiet_for) >= calibrated.seconds
                                       for s in running):
-        return verdict_at(running, calibrated, settings)
-    return verdict_at(running, configured_limit(running, settings), settings)
+        verdict = verdict_at(running, calibrated, settings)
+    else:
+        verdict = verdict_at(running, configured_limit(running, settings), settings)
+    if verdict is not None and verdict.kind == "hang" and ended_lately(states, verdict.limit):
+        return None
+    return verdict
+
+
+def ended_lately(states: Sequence[RankState], limit: Limit) -> bool:
+    """Whether a rank whose process has ended was active within ``limit``: until it ended, the
+    job moved. Without this, the moment a busy rank finishes, the ranks that waited for it
+    (their last report, a second or two old, still says they wait) look like a hang with no
+    one active; seen under load with a rank 0 that saved a checkpoint for 14 s."""
+    return any(s.exited and s.idle_for < limit.seconds for s in states)
 
 
 def judged_ranks(states: Sequence[RankState], settings: HangSettings,

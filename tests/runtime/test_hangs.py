@@ -13,6 +13,7 @@ import textwrap
 import threading
 import time
 import weakref
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -75,6 +76,15 @@ def test_nothing_is_judged_before_the_timeout_or_while_a_rank_is_between_busy_an
     assert judge([state(0, 25), state(1, 10, wait=None)], SETTINGS) is None  # 10 s: neither
     assert judge([state(0, 25)], SETTINGS, expected_ranks=2) is None  # rank 1 still starting
     assert judge([state(0, 99), state(1, 99)], HangSettings(timeout=0)) is None  # off
+
+
+def test_a_rank_that_ended_within_the_timeout_is_progress_not_a_hang():
+    """Rank 0 finished its long save and exited; rank 1's last report still says it waits."""
+    ended = replace(state(0, 1, wait=None, busy=True), exited=True)
+    assert judge([ended, state(1, 25)], SETTINGS) is None
+    long_gone = replace(state(0, 21, wait=None), exited=True)  # ended longer than the timeout ago
+    verdict = judge([long_gone, state(1, 25)], SETTINGS)
+    assert verdict is not None and verdict.kind == "hang" and [s.rank for s in verdict.others] == [1]
 
 
 def test_before_the_first_collective_completes_the_longer_allowance_holds():
