@@ -19,7 +19,8 @@ from pathlib import Path
 
 from paijob.local import capacity
 from paijob.local.jobmodels import JobModels
-from paijob.local.runner import PROGRESS_NAME, JobRunner
+from paijob.local.processes import PROGRESS_NAME
+from paijob.local.runner import JobRunner
 from paijob.local.store import Store
 from paijob.local.tracking import Tracker
 from paijob.openpai import exitspec

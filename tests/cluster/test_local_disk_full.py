@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from cluster_helpers import TOKEN, job_yaml
 
-from paijob.local import runner
+from paijob.local import runner, tasklog
 from paijob.local.daemon import local_user
 from paijob.local.server import LocalServer
 from paijob.local.store import Store
@@ -50,14 +50,14 @@ def alive(pid: int) -> bool:
 
 def test_a_log_that_cannot_be_written_fails_the_job_with_disk_full(
         client: PaiClient, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    write = runner._LogSink.write
+    write = tasklog.LogSink.write
 
     def no_room(sink: Any, stream: str, data: bytes) -> None:
         if b"fill" in data:
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), sink.files["all"].name)
         write(sink, stream, data)
 
-    monkeypatch.setattr(runner._LogSink, "write", no_room)
+    monkeypatch.setattr(tasklog.LogSink, "write", no_room)
     pid_file = tmp_path / "pid"
     job_id = client.submit(job_yaml("full-log", [f"echo $$ > {pid_file}", "echo start", "sleep 0.5", "echo fill",
                                                  "sleep 60"]))

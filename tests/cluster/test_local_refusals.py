@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from cluster_helpers import job_yaml
 
-from paijob.local.runner import JobRunner
+from paijob.local.processes import TaskProcesses
 from paijob.remote.client import InvalidProtocolError, PaiClient
 
 
@@ -38,15 +38,15 @@ def test_stop_ends_a_job_still_waiting_for_its_tasks_to_start(
         client: PaiClient, monkeypatch: pytest.MonkeyPatch) -> None:
     """While the attempt places its tasks the job is WAITING; a stop then takes effect and the rest never start."""
     placing, release = threading.Event(), threading.Event()
-    start_task = JobRunner._start
+    start_task = TaskProcesses.start
 
-    def slow_start(runner: JobRunner, task: Any, *args: Any) -> None:
+    def slow_start(processes: TaskProcesses, task: Any) -> None:
         if task.index == 1:
             placing.set()
             release.wait(30)
-        start_task(runner, task, *args)
+        start_task(processes, task)
 
-    monkeypatch.setattr(JobRunner, "_start", slow_start)
+    monkeypatch.setattr(TaskProcesses, "start", slow_start)
     job_id = client.submit(job_yaml("waiting", ["sleep 60"], instances=3))
     assert placing.wait(30)
     assert client.get_job(job_id)["jobStatus"]["state"] == "WAITING"
