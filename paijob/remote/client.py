@@ -43,8 +43,9 @@ from paijob.remote.errors import (  # the error types are re-exported: callers c
     change_reply_problem,
     job_detail_problem,
 )
+from paijob.remote.reply import Reply
 from paijob.remote.request import AUTHORIZATION, HttpRequest, job_submission
-from paijob.remote.transport import Reply, Retryable, Transport, log
+from paijob.remote.transport import Retryable, Transport, log
 
 __all__ = ["AuthError", "BadReplyError", "ClusterError", "ClusterUnreachableError", "ConflictJobError",
            "InvalidProtocolError", "LogChunk", "NoJobError", "OutcomeUnknownError", "PaiClient", "RedirectError",

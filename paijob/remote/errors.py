@@ -13,14 +13,12 @@ import html
 import json
 import re
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import quote
 
 from paijob.errors import EXIT_OUTCOME_UNKNOWN, PaijobError
 from paijob.openpai.rest import format_protocol_errors
-
-if TYPE_CHECKING:
-    from paijob.remote.transport import Reply
+from paijob.remote.reply import Reply
 
 SERVER_TEXT_CHARS = 300  # how much of a server's error text is shown
 CHANGING_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})

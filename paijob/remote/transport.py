@@ -30,8 +30,7 @@ import math
 import queue
 import threading
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
@@ -49,6 +48,7 @@ from paijob.remote.errors import (
     short,
 )
 from paijob.remote.profiles import is_local
+from paijob.remote.reply import Reply
 
 log = logging.getLogger("paijob.remote.client")
 
@@ -86,21 +86,6 @@ class _RedactTokens(logging.Filter):
 
 
 logging.getLogger("urllib3.connectionpool").addFilter(_RedactTokens())
-
-
-@dataclass
-class Reply:
-    """A complete HTTP answer (status, headers, body) read within the request's deadline."""
-
-    status_code: int
-    headers: Mapping[str, str]
-    content: bytes
-    url: str
-    reason: str = ""
-
-    @property
-    def text(self) -> str:
-        return self.content.decode("utf-8", "replace")
 
 
 class _Deadline(Exception):
