@@ -16,17 +16,14 @@ route, this app does too: CORS for every origin (the ``cors`` middleware's
 defaults) and a 100 kB limit on request bodies, checked before authentication
 (by the HTTP server, ``serving``, before it reads the body).
 
-Run it as a background service with ``paijob local up`` (see ``daemon``), or
-in-process with ``LocalServer`` (tests).
+The routes live in :mod:`paijob.local.routes`, one blueprint per resource; this
+module assembles them into the app and serves it. Run it as a background service
+with ``paijob local up`` (see ``daemon``), or in-process with ``LocalServer`` (tests).
 """
 
 from __future__ import annotations
 
 import argparse
-import base64
-import hashlib
-import hmac
-import json
 import logging
 import os
 import signal
@@ -36,89 +33,39 @@ import time
 from pathlib import Path
 from typing import Any
 
-from flask import Blueprint, Flask, Response, current_app, g, jsonify, request, send_file
-from werkzeug.routing import BaseConverter
+from flask import Blueprint, Flask, Response, jsonify, request
 
-from paijob import __version__
-from paijob.local import faults, listing, serving, settings
+from paijob.local import faults, serving, settings
 from paijob.local.daemon import local_user
-from paijob.local.engine import CannotHost, LocalCluster
+from paijob.local.engine import LocalCluster
 from paijob.local.portal import web as portal
-from paijob.local.prune import pruned_note
-from paijob.local.store import JobExists
-from paijob.local.views import (
-    job_config,
-    job_detail,
-    job_summary,
-    role_names,
-    task_attempts,
-    vc_status,
-)
-from paijob.openpai import rest
-from paijob.openpai.jsyaml import YamlError, load_job
-from paijob.openpai.markers import TemplateError, role_entrypoint
-from paijob.openpai.model import Job
+from paijob.local.routes import cluster as cluster_routes
+from paijob.local.routes import jobs, logs, tasks, users
+from paijob.local.routes.shared import API, BoundedIntConverter, authorised, error
 
 log = logging.getLogger(__name__)
 
-API = "/rest-server/api/v2"
-LOGS = "/log-manager/api/v1/logs"
-TAIL_BYTES = 16 * 1024
 # body-parser's default limit, which rest-server's express.js keeps for urlencoded, JSON and text bodies
 BODY_LIMIT = 100 * 1024
 # express.js's ``cors()``: every origin, these methods, the preflight's own headers reflected
 CORS_METHODS = "GET,HEAD,PUT,PATCH,POST,DELETE"
-# ids in paths are stored as SQLite integers; anything beyond is no attempt or task of any job
-MAX_ID = 2**31 - 1
-# the one write the portal's pages make (the stop button): the only write its session cookie may do
-PORTAL_WRITES = frozenset({"api.execution_type"})
+# the API's two routes a caller reaches without a token
+PUBLIC = frozenset({"api.cluster.info", "api.users.login"})
 
 
-class BoundedIntConverter(BaseConverter):
-    """``<n:x>``: digits as an int; a number past ``MAX_ID`` becomes ``MAX_ID + 1``, found nowhere (404)."""
-
-    regex = r"\d+"
-
-    def to_python(self, value: str) -> int:
-        return MAX_ID + 1 if len(value) > 10 else min(int(value), MAX_ID + 1)
-
-    def to_url(self, value: Any) -> str:
-        return str(int(value))
-
-
-def log_token(secret: str, path: str) -> str:
-    """The ``token=`` of one log URL: good for that log only, derived from the cluster's token."""
-    return hmac.new(secret.encode(), path.encode(), hashlib.sha256).hexdigest()[:40]
-
-
-def error(status: int, code: str, message: str) -> Response:
-    response = jsonify({"code": code, "message": message})
-    response.status_code = status
+def too_large() -> Response:
+    response = jsonify(serving.TOO_LARGE)
+    response.status_code = 413
+    response.headers["Connection"] = "close"  # the unread body is not drained
     return response
-
-
-# --------------------------------------------------------------------------- validation
-
-
-def validate(text: str) -> tuple[Job | None, list[str]]:
-    """A submitted job's model and its problems (empty when fine), by the same checks as `paijob validate`.
-
-    The text is read (YAML) and parsed into the model once, here; the job's
-    runner and the views use that model. A YAML error raises ``YamlError``.
-    """
-    from paijob.validate import verdict
-
-    # the server's own checks: a role name OpenPAI v1.6+ cannot run is accepted, as rest-server does, and
-    # fails at start (runner.py), unless the cluster runs as an older one
-    report = verdict.validate_loaded(load_job(text, "job"), "job", len(text.encode("utf-8", "surrogatepass")),
-                                     openpai_before_1_6=True)
-    return report.model, [p.format("job") for p in report.errors]
 
 
 # --------------------------------------------------------------------------- app
 
 
 def create_app(cluster: LocalCluster, token: str, user: str | None = None) -> Flask:
+    """The app: express.js's middlewares, the routes (one blueprint per resource, ``paijob.local.routes``),
+    the portal, and OpenPAI's JSON errors for what no route answers."""
     app = Flask("paijob.local")
     app.config["cluster"] = cluster
     app.config["token"] = token
@@ -126,7 +73,6 @@ def create_app(cluster: LocalCluster, token: str, user: str | None = None) -> Fl
     app.config["MAX_CONTENT_LENGTH"] = BODY_LIMIT  # serving refuses it first; this guards the app on its own
     app.url_map.converters["n"] = BoundedIntConverter
     api = Blueprint("api", __name__, url_prefix=API)
-    logs = Blueprint("logs", __name__, url_prefix=LOGS)
 
     @app.before_request
     def _before_any_route() -> Response | None:
@@ -152,280 +98,18 @@ def create_app(cluster: LocalCluster, token: str, user: str | None = None) -> Fl
         response.headers["X-Content-Type-Options"] = "nosniff"
         return response
 
-    def too_large() -> Response:
-        response = jsonify(serving.TOO_LARGE)
-        response.status_code = 413
-        response.headers["Connection"] = "close"  # the unread body is not drained
-        return response
-
-    def authorised() -> Response | None:
-        """token.js ``check``: ``Bearer <token>`` (any case), or ``Basic`` user:token as an application token."""
-        header = request.headers.get("Authorization")
-        if not header and portal.has_session_cookie():  # the portal's pages: session cookie, CSRF-checked
-            return portal.authorise_session(portal_write=request.endpoint in PORTAL_WRITES)
-        if not header:
-            return error(401, "UnauthorizedUserError",
-                         "Guest is not allowed to do this operation (send the local cluster's token: "
-                         "`paijob -c local ...` does; it is in the state dir).")
-        scheme, _, credentials = header.partition(" ")
-        user = current_app.config["user"]
-        secret = current_app.config["token"].encode()
-        if scheme.lower() == "basic":
-            try:
-                name, _, credentials = base64.b64decode(credentials, validate=True).decode().partition(":")
-            except (ValueError, UnicodeDecodeError):
-                name = ""
-            if name != user:
-                credentials = ""
-        elif scheme.lower() != "bearer":
-            credentials = ""
-        if not credentials or not hmac.compare_digest(credentials.encode(), secret):
-            return error(401, "UnauthorizedUserError", "Your token is invalid.")
-        g.user = user
-        return None
-
     @api.before_request
     def _auth() -> Response | None:
-        if request.endpoint in ("api.info", "api.login"):
+        if request.endpoint in PUBLIC:
             return None
         return authorised()
 
-    @logs.before_request
-    def _log_auth() -> Response | None:
-        given = request.args.get("token", "")
-        if given and hmac.compare_digest(given, log_token(current_app.config["token"], request.path)):
-            return None
-        return authorised()
-
-    def find_job(job_id: str) -> dict[str, Any] | Response:
-        user, _, name = job_id.partition("~")
-        job = cluster.store.job(user, name) if name else None
-        if job is None:
-            return error(404, "NoJobError", f"Job {job_id} is not found.")
-        return job
-
-    @api.get("/info")
-    def info() -> Response:
-        # the swagger's launcherType is yarn or k8s: the local cluster answers like a k8s one
-        return jsonify({"name": "paijob local cluster", "version": __version__, "launcherType": "k8s",
-                        "authnMethod": "basic", "virtualClusters": [listing.VIRTUAL_CLUSTER]})
-
-    @api.post("/authn/basic/login")
-    def login() -> Response:
-        form = request.form if request.form else (request.get_json(silent=True) or {})
-        username, password = form.get("username"), form.get("password")
-        if not username or not password:
-            return error(400, "InvalidParametersError", "username and password are required.")
-        if username != current_app.config["user"]:
-            return error(400, "NoUserError", f"User {username} is not found.")
-        if not hmac.compare_digest(str(password).encode(), current_app.config["token"].encode()):
-            return error(400, "IncorrectPasswordError",
-                         "Password is incorrect (the local cluster's password is its token).")
-        return jsonify({"token": current_app.config["token"], "user": username, "admin": True})
-
-    @api.post("/jobs")
-    def submit() -> Response:
-        text = request.get_data(as_text=True)
-        try:
-            job, problems = validate(text)
-        except YamlError as problem:
-            return error(400, "InvalidProtocolError", f"Job protocol is not valid YAML: {problem}")
-        if problems or job is None:
-            return error(400, "InvalidProtocolError",
-                         "Job protocol is invalid:\n" + "\n".join(f"- {p}" for p in problems))
-        try:
-            for role in job.roles:
-                role_entrypoint(job.raw, role.name)  # the rest-server renders commands before it accepts the job
-        except TemplateError as problem:
-            return error(400, "InvalidProtocolError", str(problem))
-        name = job.name
-        try:
-            cluster.submit(g.user, name, job, text)
-        except JobExists:
-            return error(409, "ConflictJobError", f"Job name {name} already exists.")
-        except CannotHost as refused:  # OpenPAI's scheduler would leave it waiting forever
-            return error(400, "InvalidParametersError", f"Job {name} can never run on this machine:\n"
-                         + "\n".join(f"- {line}" for line in refused.lines))
-        return accepted(f"Update job {name} for user {g.user} successfully.")
-
-    @api.get("/jobs")
-    def list_jobs() -> Response:
-        try:
-            query = listing.parse(request.args)
-        except listing.ListQueryError as problem:
-            return error(400, "InvalidParametersError", str(problem))
-        tags = cluster.store.all_tags()
-        rows = [row for row in cluster.store.jobs() if query.keep(row, tags.get((row["username"], row["name"]), []))]
-        rows = listing.sort(rows, query.order)
-        data = [job_summary(row, tags.get((row["username"], row["name"])))
-                for row in rows[query.offset:query.offset + query.limit]]
-        if query.with_total:
-            return jsonify({"totalCount": len(rows), "data": data})
-        return jsonify(data)
-
-    @api.get("/jobs/<job_id>")
-    def get_job(job_id: str) -> Response:
-        job = find_job(job_id)
-        if isinstance(job, Response):
-            return job
-        return jsonify(job_detail(cluster, job))
-
-    @api.get("/jobs/<job_id>/attempts/<n:attempt>")
-    def get_attempt(job_id: str, attempt: int) -> Response:
-        job = find_job(job_id)
-        if isinstance(job, Response):
-            return job
-        if cluster.store.attempt(job["username"], job["name"], attempt) is None:
-            return error(404, "NoJobError", f"JobAttemptId {attempt} is not found in {job_id}.")
-        return jsonify(job_detail(cluster, job, attempt))
-
-    @api.get("/jobs/<job_id>/config")
-    def get_config(job_id: str) -> Response:
-        job = find_job(job_id)
-        if isinstance(job, Response):
-            return job
-        # the stored config has its secrets masked; Express sends the object as JSON, labelled text/yaml
-        config = job_config(cluster, job)
-        return Response(json.dumps(config, default=str), content_type=rest.CONFIG_CONTENT_TYPE)
-
-    @api.put("/jobs/<job_id>/executionType")
-    def execution_type(job_id: str) -> Response:
-        job = find_job(job_id)
-        if isinstance(job, Response):
-            return job
-        body = request.get_json(silent=True)
-        value = body.get("value") if isinstance(body, dict) else None
-        if value == "STOP":
-            cluster.stop(job["username"], job["name"])
-        elif value != "START":
-            return error(400, "InvalidParametersError", 'executionType value must be "START" or "STOP".')
-        return accepted(f"Execute job {job_id} successfully.")
-
-    @api.route("/jobs/<job_id>/tag", methods=["PUT", "DELETE"])
-    def tag(job_id: str) -> Response:
-        body = request.get_json(silent=True)
-        value = body.get("value") if isinstance(body, dict) else None
-        if not isinstance(value, str) or not value:
-            return error(400, "InvalidParametersError", '"value" (the tag, a string) is required.')
-        job = find_job(job_id)
-        if isinstance(job, Response):
-            return job
-        if request.method == "PUT":
-            cluster.store.add_tag(job["username"], job["name"], value)
-            return jsonify({"status": 200, "message": f"Add tag {value} for job {job_id} successfully."})
-        if not cluster.store.delete_tag(job["username"], job["name"], value):
-            return error(404, "NoTagError", f"Tag {value} is not found for job {job_id}.")
-        return jsonify({"status": 200, "message": f"Delete tag {value} from job {job_id} successfully."})
-
-    @api.get("/jobs/<job_id>/events")
-    def events(job_id: str) -> Response:
-        job = find_job(job_id)
-        if isinstance(job, Response):
-            return job
-        # kubernetes events (scheduling, image pulls) do not exist here: upstream's answer for a job with none
-        return jsonify({"totalCount": 0, "data": []})
-
-    @api.get("/users/<name>")
-    def get_user(name: str) -> Response:
-        if name != g.user:
-            return error(404, "NoUserError", f"User {name} is not found.")
-        return jsonify({"username": name, "grouplist": ["default", "admingroup"], "email": "",
-                        "extension": {"virtualCluster": [listing.VIRTUAL_CLUSTER]}, "admin": True,
-                        "virtualCluster": [listing.VIRTUAL_CLUSTER], "storageConfig": []})
-
-    @api.get("/virtual-clusters")
-    def virtual_clusters() -> Response:
-        return jsonify({listing.VIRTUAL_CLUSTER: vc_status(cluster)})
-
-    @api.get("/virtual-clusters/<name>")
-    def virtual_cluster(name: str) -> Response:
-        if name != listing.VIRTUAL_CLUSTER:
-            return error(404, "NoVirtualClusterError", f"Virtual cluster {name} is not found.")
-        return jsonify(vc_status(cluster))
-
-    @api.get("/storages")
-    def storages() -> Response:
-        return jsonify({"storages": []})  # no storage is configured here (what upstream answers then)
-
-    def task_rows(job: dict[str, Any], attempt: int, role: str, index: int) -> list[dict[str, Any]]:
-        """Attempts of a task, oldest first; ``role`` is the REST (converted) role name, as on OpenPAI."""
-        name = role_names(cluster.models.of(job)).get(role)
-        if name is None:
-            return []
-        return cluster.store.task_attempts(job["username"], job["name"], attempt, name, index)
-
-    @api.get("/jobs/<job_id>/attempts/<n:attempt>/taskRoles/<role>/taskIndex/<n:index>/attempts")
-    def task_status(job_id: str, attempt: int, role: str, index: int) -> Response:
-        job = find_job(job_id)
-        if isinstance(job, Response):
-            return job
-        if role not in role_names(cluster.models.of(job)):  # task.js: frameworkcontroller finds no such task role
-            return error(404, "NoJobError", f"Task role {role} is not found in job {job_id}.")
-        rows = task_rows(job, attempt, role, index)
-        if not rows:
-            return error(404, "NoTaskError", f"Task {role}/{index} of attempt {attempt} is not found.")
-        return jsonify(task_attempts(job, attempt, role, index, rows))
-
-    @api.get("/jobs/<job_id>/attempts/<n:attempt>/taskRoles/<role>/taskIndex/<n:index>"
-             "/attempts/<n:task_attempt>/logs")
-    def task_logs(job_id: str, attempt: int, role: str, index: int, task_attempt: int) -> Response:
-        job = find_job(job_id)
-        if isinstance(job, Response):
-            return job
-        if not any(r["task_attempt"] == task_attempt for r in task_rows(job, attempt, role, index)):
-            return error(404, "NoTaskLogError", "Log of task is not found.")
-        # log.js: the log manager's URLs carry their own token; ``tail-mode`` (not the SDK's tailMode) is read
-        base = f"{LOGS}/{job_id}/{attempt}/{role}/{index}/{task_attempt}"
-        tail = "&tail-mode=true" if request.args.get("tail-mode") == "true" else ""
-        secret = current_app.config["token"]
-        return jsonify({"locations": [
-            {"name": name,
-             "uri": f"{request.host_url.rstrip('/')}{base}/{name}?token={log_token(secret, f'{base}/{name}')}{tail}"}
-            for name in ("stdout", "stderr", "all")]})
-
-    def log_file(job_id: str, attempt: int, role: str, index: int, task_attempt: int,
-                 file_name: str) -> Path | Response | None:
-        """A task's log file inside the state dir's logs/ (None when there is none), or the job's 404."""
-        job = find_job(job_id)
-        if isinstance(job, Response):
-            return job
-        path = cluster.log_dir(job_id, attempt, role_names(cluster.models.of(job)).get(role, ""), index,
-                               task_attempt) / file_name
-        inside = (cluster.state_dir / "logs").resolve() in path.resolve().parents
-        return path if inside and path.is_file() else None
-
-    @logs.get("/<job_id>/<n:attempt>/<role>/<n:index>/<n:task_attempt>/<any(stdout,stderr,all):name>")
-    def log_content(job_id: str, attempt: int, role: str, index: int, task_attempt: int, name: str) -> Response:
-        path = log_file(job_id, attempt, role, index, task_attempt, name)
-        if isinstance(path, Response):
-            return path
-        if path is None:
-            pruned = pruned_note(cluster.state_dir, job_id)  # the code stays OpenPAI's; the message says why
-            return error(404, "NoTaskLogError", f"Log of task is not found: {pruned}." if pruned
-                         else "Log of task is not found.")
-        if request.args.get("tail-mode") == "true":
-            with path.open("rb") as log:  # the tail only: a log can be larger than memory
-                log.seek(max(0, path.stat().st_size - TAIL_BYTES))
-                return Response(log.read(TAIL_BYTES), mimetype="text/plain")
-        return send_file(path, mimetype="text/plain", conditional=True, max_age=0, etag=False)
-
-    @logs.get("/<job_id>/<n:attempt>/<role>/<n:index>/<n:task_attempt>/<any(stdout,stderr,all):name>.times")
-    def log_times(job_id: str, attempt: int, role: str, index: int, task_attempt: int, name: str) -> Response:
-        """paijob's own (not OpenPAI's): ``OFFSET UNIXTIME`` lines, when each chunk of the log was written."""
-        path = log_file(job_id, attempt, role, index, task_attempt, f"{name}.times")
-        if isinstance(path, Response):
-            return path
-        if path is None:
-            return error(404, "NoTaskLogError", "Log times of task are not found.")
-        return send_file(path, mimetype="text/plain", conditional=True, max_age=0, etag=False)
-
-    def accepted(message: str) -> Response:
-        response = jsonify({"status": 202, "message": message})
-        response.status_code = 202
-        return response
-
+    api.register_blueprint(cluster_routes.blueprint(cluster))
+    api.register_blueprint(users.blueprint())
+    api.register_blueprint(jobs.blueprint(cluster))
+    api.register_blueprint(tasks.blueprint(cluster))
     app.register_blueprint(api)
-    app.register_blueprint(logs)
+    app.register_blueprint(logs.blueprint(cluster))
     portal.install(app)
 
     @app.errorhandler(404)

@@ -1,0 +1,37 @@
+"""What the cluster is: ``/info``, its one virtual cluster ``default`` and its (no) storages."""
+
+from __future__ import annotations
+
+from flask import Blueprint, Response, jsonify
+
+from paijob import __version__
+from paijob.local import listing
+from paijob.local.engine import LocalCluster
+from paijob.local.routes.shared import error
+from paijob.local.views import vc_status
+
+
+def blueprint(cluster: LocalCluster) -> Blueprint:
+    api = Blueprint("cluster", __name__)
+
+    @api.get("/info")
+    def info() -> Response:
+        # the swagger's launcherType is yarn or k8s: the local cluster answers like a k8s one
+        return jsonify({"name": "paijob local cluster", "version": __version__, "launcherType": "k8s",
+                        "authnMethod": "basic", "virtualClusters": [listing.VIRTUAL_CLUSTER]})
+
+    @api.get("/virtual-clusters")
+    def virtual_clusters() -> Response:
+        return jsonify({listing.VIRTUAL_CLUSTER: vc_status(cluster)})
+
+    @api.get("/virtual-clusters/<name>")
+    def virtual_cluster(name: str) -> Response:
+        if name != listing.VIRTUAL_CLUSTER:
+            return error(404, "NoVirtualClusterError", f"Virtual cluster {name} is not found.")
+        return jsonify(vc_status(cluster))
+
+    @api.get("/storages")
+    def storages() -> Response:
+        return jsonify({"storages": []})  # no storage is configured here (what upstream answers then)
+
+    return api
