@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from paijob.openpai.jsyaml import resolve_js_yaml
+from paijob.openpai.yamlscalars import resolve_js_yaml
 
 
 class _JsYamlSafeDumper(yaml.SafeDumper):

@@ -16,9 +16,9 @@ from typing import Any
 import jinja2
 import yaml
 
-from paijob.openpai.jsyaml import TAG, yaml11_tag
 from paijob.openpai.model import DEFAULT_SHM_MB
 from paijob.openpai.names import PAI_TAG_PATTERN
+from paijob.openpai.yamlscalars import TAG, yaml11_tag
 
 
 class TemplateFailure(Exception):

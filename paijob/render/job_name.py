@@ -16,6 +16,7 @@ from paijob.errors import PaijobError
 from paijob.openpai import jsyaml
 from paijob.openpai.jsdump import dump_job
 from paijob.openpai.names import NAME_PATTERN, js_match
+from paijob.openpai.yamlscalars import resolve_js_yaml
 
 NAME_MAX = 255
 
@@ -86,7 +87,7 @@ def _reads_as(written: str | None, current: str) -> bool:
 
 def _plain(name: str) -> bool:
     """Does ``name`` written plain read as that string (``123`` and ``2001-12-14`` do not)?"""
-    return jsyaml.resolve_js_yaml(name) == name
+    return resolve_js_yaml(name) == name
 
 
 def check_job_name(name: str, what: str) -> None:

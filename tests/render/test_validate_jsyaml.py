@@ -21,8 +21,8 @@ from paijob.openpai.jsyaml import (
     js_string,
     load_job,
     load_values,
-    yaml11_difference,
 )
+from paijob.openpai.yamlscalars import yaml11_difference
 
 
 def one(text: str) -> object:
@@ -111,7 +111,7 @@ def test_values_files_read_plain_scalars_as_pyyaml_does() -> None:
     # resolve_yaml11 reads nulls, booleans and decimal integers without PyYAML's constructor
     import yaml
 
-    from paijob.openpai.jsyaml import resolve_yaml11
+    from paijob.openpai.yamlscalars import resolve_yaml11
 
     texts = ["", "~", "null", "Null", "NULL", "yes", "No", "ON", "off", "True", "FALSE", "y", "0", "7", "123",
              "0123", "00", "08", "1_000", "0x1F", "0b101", "+5", "-5", "1:30", "1.5", ".inf", "12e3", "٣",
