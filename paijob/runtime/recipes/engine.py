@@ -43,7 +43,7 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 
-from paijob.runtime.precision import PrecisionPolicy, resolve_policy
+from paijob.runtime.precision import PrecisionPolicy, resolve_policy, zero_momentum_buffers
 from paijob.runtime.recipes import batchnorm
 from paijob.runtime.recipes import checkpoint as ckpt
 from paijob.runtime.recipes.data import (
@@ -192,7 +192,8 @@ def _param_digest(model: nn.Module) -> str:
 class _Stepper:
     """backward + optimizer step under the precision policy (native scaler or real apex)."""
 
-    def __init__(self, policy: PrecisionPolicy, model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
+    def __init__(self, policy: PrecisionPolicy, model: nn.Module, optimizer: torch.optim.Optimizer,
+                 scaler: Any) -> None:
         self.policy = policy
         self.apex: Any = None
         if policy.use_real_apex:
@@ -205,7 +206,7 @@ class _Stepper:
             self.apex = amp
             self.scaler: Any = None
         else:
-            self.scaler = policy.make_scaler()
+            self.scaler = scaler
         self.model = model
         self.optimizer = optimizer
 
@@ -256,13 +257,38 @@ def _fault_hook() -> tuple[int, int, str] | None:
 def make_sgd(params: Any, *, lr: float, momentum: float, weight_decay: float, fused: bool
              ) -> torch.optim.Optimizer:
     """SGD; fused on a GPU where torch has it: one kernel, and GradScaler then checks fp16
-    overflow on the device (``_step_supports_amp_scaling``) instead of reading it back per step."""
+    overflow on the device (``_step_supports_amp_scaling``) instead of reading it back per step.
+
+    A fused SGD starts with zeroed momentum buffers (:func:`zero_momentum_buffers`): without
+    them, a first step GradScaler skips leaves the buffers uninitialised and fp16 trains NaN.
+    """
     import inspect
 
     kwargs: dict[str, Any] = {}
     if fused and "fused" in inspect.signature(torch.optim.SGD).parameters:
         kwargs["fused"] = True
-    return torch.optim.SGD(params, lr=lr, momentum=momentum, weight_decay=weight_decay, **kwargs)
+    optimizer = torch.optim.SGD(params, lr=lr, momentum=momentum, weight_decay=weight_decay, **kwargs)
+    if kwargs:
+        zero_momentum_buffers(optimizer)
+    return optimizer
+
+
+def make_optimizer(policy: PrecisionPolicy, params: Any, *, lr: float, momentum: float, weight_decay: float
+                   ) -> tuple[torch.optim.Optimizer, Any]:
+    """The optimizer and loss scaler a recipe steps with under ``policy``.
+
+    What to build follows the policy's device type: on a GPU the fused SGD (zeroed momentum,
+    see ``make_sgd``) with GradScaler's on-device overflow check for fp16 and apex O1/O2,
+    unfused under NVIDIA apex (whose amp wraps the optimizer itself, and whose scaler is its
+    own: the returned one is None). The objects are built where ``params`` are, so a test can
+    drive a GPU policy's exact optimizer and scaler on a CPU.
+    """
+    params = list(params)
+    fused = policy.device_type == "cuda" and not policy.use_real_apex
+    optimizer = make_sgd(params, lr=lr, momentum=momentum, weight_decay=weight_decay, fused=fused)
+    where = params[0].device.type if params else policy.device_type
+    scaler = None if policy.use_real_apex else policy.make_scaler(where)
+    return optimizer, scaler
 
 
 def ddp_options(cfg: TrainConfig) -> dict[str, Any]:
@@ -529,9 +555,9 @@ def _build_model(recipe: Recipe, cfg: TrainConfig, info: DistInfo) -> _Model:
                             keep_batchnorm_fp32=cfg.keep_batchnorm_fp32)
     policy.prepare_model(model)
     base_lr = cfg.lr * (cfg.batch_size * info.world_size / 256.0 if recipe.scale_lr else 1.0)
-    optimizer = make_sgd(model.parameters(), lr=base_lr, momentum=cfg.momentum,
-                         weight_decay=cfg.weight_decay, fused=on_gpu and not policy.use_real_apex)
-    stepper = _Stepper(policy, model, optimizer)
+    optimizer, scaler = make_optimizer(policy, model.parameters(), lr=base_lr, momentum=cfg.momentum,
+                                       weight_decay=cfg.weight_decay)
+    stepper = _Stepper(policy, model, optimizer, scaler)
     return _Model(raw=stepper.model, policy=policy, optimizer=stepper.optimizer, stepper=stepper,
                   base_lr=base_lr)
 
