@@ -55,6 +55,13 @@ from paijob.runtime.recipes.data import (
     train_batches,
     train_plan,
 )
+from paijob.runtime.recipes.divergence import (
+    DEFAULT_LIMIT,
+    Divergence,
+    DivergenceGuard,
+    advice,
+    divergence_line,
+)
 from paijob.runtime.recipes.feed import Feed, seed_for
 from paijob.runtime.recipes.progress import (
     SUMMARY_FILE,
@@ -64,6 +71,7 @@ from paijob.runtime.recipes.progress import (
     summary_line,
 )
 from paijob.task import contract
+from paijob.task.exitcodes import DIVERGED
 
 log = logging.getLogger("paijob.recipes")
 EXIT_PREEMPTED = 143  # 128 + SIGTERM: OpenPAI/k8s treat it as a retryable kill
@@ -104,6 +112,7 @@ class TrainConfig:
     ddp_static_graph: bool = False
     bn_recalibration: bool = True
     decode: str = "cpu"  # image folders: JPEG decoding in the loader workers (cpu) or on the GPU
+    max_nonfinite_steps: int = DEFAULT_LIMIT  # consecutive non-finite losses that stop the run (divergence)
 
 
 @dataclass
@@ -221,6 +230,13 @@ class _Stepper:
             self.scaler.update()
         self.optimizer.zero_grad(set_to_none=True)
 
+    def loss_scale(self) -> float | None:
+        """The dynamic loss scale now (a host read on a GPU), or None: no dynamic scale, or apex's own."""
+        scaler = self.scaler
+        if scaler is None or not scaler.is_enabled() or getattr(scaler, "dynamic", True) is False:
+            return None
+        return float(scaler.get_scale())
+
     def state_dict(self) -> dict[str, Any]:
         if self.apex is not None:
             return {"apex": self.apex.state_dict()}
@@ -237,12 +253,21 @@ class _Preempted(Exception):
     pass
 
 
+class _Diverged(Exception):
+    pass
+
+
 def _all_max(flag: bool, info: DistInfo) -> bool:
+    return _all_max_flags((flag,), info)[0]
+
+
+def _all_max_flags(flags: tuple[bool, ...], info: DistInfo) -> tuple[bool, ...]:
+    """Each flag, true when it is true on any rank (one all-reduce for all of them)."""
     if not info.distributed:
-        return flag
-    tensor = torch.tensor([1.0 if flag else 0.0], device=info.device)
+        return flags
+    tensor = torch.tensor([1.0 if flag else 0.0 for flag in flags], device=info.device)
     dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
-    return bool(tensor.item() > 0)
+    return tuple(bool(value > 0) for value in tensor.tolist())
 
 
 def _fault_hook() -> tuple[int, int, str] | None:
@@ -387,6 +412,7 @@ class _RunState:
     eval_metrics: dict[str, float] = field(default_factory=dict)
     last_checkpoint: Path | None = None
     exit_code: int = 0
+    status: str = "completed"  # | preempted | diverged
     throughput: _Throughput = field(default_factory=_Throughput)
 
 
@@ -500,6 +526,7 @@ class _Run:
     checkpoints: _Checkpoints
     progress: Progress
     writer: Any  # TensorBoard's SummaryWriter on rank 0, when installed
+    guard: DivergenceGuard  # non-finite losses and weights: see ``divergence``
     stop: _StopRequest = field(default_factory=_StopRequest)
     fault: tuple[int, int, str] | None = field(default_factory=lambda: _fault_hook())
     graphs: _CompiledGraphs | None = None
@@ -634,6 +661,7 @@ def _set_up(recipe: Recipe, cfg: TrainConfig) -> tuple[_Run, _RunState]:
         prepare=prepare, in_memory=in_memory, out_dir=out_dir,
         checkpoints=_Checkpoints(out_dir / "checkpoints", recipe, cfg, info, model),
         progress=Progress(info.is_main), writer=_tensorboard(out_dir) if info.is_main else None,
+        guard=DivergenceGuard(cfg.max_nonfinite_steps, info.device),
     )
     return run, state
 
@@ -659,11 +687,18 @@ def _train_epoch(run: _Run, state: _RunState, epoch: int) -> tuple[_EpochMeter, 
             meter.start_steady(info.device)
         _inject_fault(run.fault, epoch, step)
         at_interval = done % interval == 0 or done == steps
-        if (not info.distributed or at_interval) and _all_max(run.stop.requested, info):
-            _preempt(run, state, epoch, done)
         if info.is_main and at_interval:
             rate = meter.seen * info.world_size / max(time.perf_counter() - meter.start, 1e-9)
             run.progress.log_step(epoch + 1, cfg.epochs, done, steps, meter.loss_sum, meter.seen, lr, rate)
+        if at_interval:  # the log interval's host read: the guard reads its buffered losses here too
+            run.guard.check()
+            run.guard.check_scale(run.model.stepper.loss_scale(), epoch + 1, done)
+        if not info.distributed or at_interval:
+            stop, diverged = _all_max_flags((run.stop.requested, run.guard.tripped is not None), info)
+            if diverged:
+                _diverge(run, state, Divergence(epoch + 1, done, "another rank's training went non-finite"))
+            if stop:
+                _preempt(run, state, epoch, done)
     return meter, plan
 
 
@@ -682,6 +717,7 @@ def _step(run: _Run, meter: _EpochMeter, batch: Any, epoch: int, step: int, step
         loss = model.criterion(output.float(), labels)
     model.stepper.backward_step(loss)
     meter.add(loss, output, labels)
+    run.guard.record(loss, epoch + 1, step + 1)
     return lr
 
 
@@ -696,13 +732,26 @@ def _inject_fault(fault: tuple[int, int, str] | None, epoch: int, step: int) -> 
         os._exit(137)
 
 
+def _diverge(run: _Run, state: _RunState, found: Divergence) -> None:
+    """Training went non-finite: one line on rank 0, no checkpoint, out of the loop (exit DIVERGED)."""
+    guard, policy = run.guard, run.model.policy
+    guard.trip(found)
+    if run.info.is_main:
+        tripped = guard.tripped or found
+        hint = advice(policy.compute, policy.cast_model, policy.scaler_enabled)
+        detail = policy.describe().split(", ", 1)[-1]  # describe() starts with the policy's own text
+        log.error("%s", divergence_line(tripped, policy.spec.text, detail, hint, DIVERGED))
+    state.exit_code, state.status = DIVERGED, "diverged"
+    raise _Diverged()
+
+
 def _preempt(run: _Run, state: _RunState, epoch: int, step: int) -> None:
     """SIGTERM mid-epoch: a checkpoint at this step, then out of the loop (exit 143, retryable)."""
     saved = run.checkpoints.save(epoch, step, state.history)
     state.last_checkpoint = saved
     if run.info.is_main:
         log.warning("paijob: SIGTERM: checkpoint %s written; exiting for a retry", saved)
-    state.exit_code = EXIT_PREEMPTED
+    state.exit_code, state.status = EXIT_PREEMPTED, "preempted"
     raise _Preempted()
 
 
@@ -711,6 +760,11 @@ def _end_epoch(run: _Run, state: _RunState, epoch: int, meter: _EpochMeter, plan
     info, cfg, model = run.info, run.cfg, run.model
     seconds = state.throughput.add(meter, meter.finish(info.device), info.world_size)
     state.train_metrics = _reduce_metrics(meter.loss_sum, meter.correct, meter.seen, info)
+    steps = int(plan.indices.shape[0])
+    run.guard.check()
+    run.guard.check_model(model.raw, epoch + 1, steps)
+    if _all_max(run.guard.tripped is not None, info):
+        _diverge(run, state, Divergence(epoch + 1, steps, "another rank's model went non-finite"))
     recalibrated = 0
     if cfg.bn_recalibration and batchnorm.needs_recalibration(model.raw):
         recalibrated = _recalibrate_batchnorm(model.raw, run.feed, plan, run.recipe, run.prepare, model.policy,
@@ -747,7 +801,7 @@ def _run_epoch(run: _Run, state: _RunState, epoch: int) -> None:
     _report_epoch(run, _end_epoch(run, state, epoch, meter, plan))
     state.last_checkpoint = run.checkpoints.save(epoch + 1, 0, state.history)
     if _all_max(run.stop.requested, run.info):
-        state.exit_code = EXIT_PREEMPTED
+        state.exit_code, state.status = EXIT_PREEMPTED, "preempted"
         raise _Preempted()
 
 
@@ -768,7 +822,7 @@ def train(recipe: Recipe, cfg: TrainConfig) -> dict[str, Any]:
     try:
         for epoch in range(state.start_epoch, cfg.epochs):
             _run_epoch(run, state, epoch)
-    except _Preempted:
+    except (_Preempted, _Diverged):
         pass
     finally:
         run.stop.restore()
@@ -817,7 +871,7 @@ def _summarise(run: _Run, state: _RunState, wall_seconds: float) -> dict[str, An
     return {
         "recipe": run.recipe.name,
         "arch": cfg.arch,
-        "status": "preempted" if state.exit_code else "completed",
+        "status": state.status,
         "epochs": len(state.history),
         "epochs_requested": cfg.epochs,
         "world_size": info.world_size,
@@ -841,6 +895,7 @@ def _summarise(run: _Run, state: _RunState, wall_seconds: float) -> dict[str, An
         "replicas_in_sync": len(set(digests)) == 1,
         "history": state.history,
         "exit_code": state.exit_code,
+        "nonfinite": run.guard.summary(model.stepper.loss_scale()),
         "config": asdict(cfg),
     }
 
