@@ -97,9 +97,10 @@ def _add_common(parser: argparse.ArgumentParser, *, arch: str, lr: float, epochs
                         help="torch.compile mode; reduce-overhead adds CUDA graphs (GPU)")
     parser.add_argument("--compile-backend", default="inductor", help=argparse.SUPPRESS)
     parser.add_argument("--data-placement", default="auto", choices=("auto", "device", "host"),
-                        help="in-memory data (synthetic, CIFAR-10): keep it on the GPU ('device'), or "
-                             "prefetch pinned batches on a side stream ('host'); auto: device when it "
-                             "takes at most a quarter of the free GPU memory")
+                        help="in-memory data (synthetic, CIFAR-10): keep it whole on the GPU ('device'; "
+                             "refused when it does not fit, or for an image folder), or prefetch pinned "
+                             "batches on a side stream ('host'); auto: device when it takes at most a "
+                             "quarter of the free GPU memory")
     parser.add_argument("--prefetch-depth", type=int, default=2, help="batches prepared ahead of the step")
     parser.add_argument("--prefetch-factor", type=int, default=4,
                         help="DataLoader batches in flight per worker (image folders)")
