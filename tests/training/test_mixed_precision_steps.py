@@ -140,3 +140,31 @@ def test_apex_fused_sgd_survives_a_gradscaler_skipping_its_first_step(monkeypatc
     assert all(torch.isfinite(p).all() for p in model.parameters()) and losses[-1] < losses[0], losses
     damped = optimizers.FusedSGD(_model().parameters(), lr=0.1, momentum=0.9, dampening=0.1)
     assert not damped.defaults.get("fused")  # zero buffers would change a damped first step
+
+
+def test_the_gpu_fp16_step_reads_nothing_back_from_the_device(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fused SGD takes GradScaler's overflow flag on the device; plain SGD would cost a host read a step.
+
+    On a GPU each of these calls waits for the queued kernels; on a CPU they are the same calls,
+    so counting them pins what ``torch.cuda.set_sync_debug_mode("error")`` checks there.
+    """
+    policy = resolve_policy("fp16", "cuda")
+    model = _model()
+    optimizer, scaler = make_optimizer(policy, model.parameters(), lr=0.1, momentum=0.9, weight_decay=5e-4)
+    images, labels = _batch()
+    calls: list[str] = []
+    for name in ("item", "tolist", "cpu", "__bool__", "__float__", "__int__", "nonzero"):
+        original = getattr(torch.Tensor, name)
+
+        def counting(tensor: torch.Tensor, *args: Any, _name: str = name, _original: Any = original) -> Any:
+            calls.append(_name)
+            return _original(tensor, *args)
+
+        monkeypatch.setattr(torch.Tensor, name, counting)
+    for overflow in (True, False, False):
+        loss = nn.functional.cross_entropy(model(images), labels)
+        scaler.scale(loss * float("inf") if overflow else loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+        optimizer.zero_grad(set_to_none=True)
+    assert calls == []
