@@ -9,6 +9,9 @@ feed it an overflowing step as fp16's dynamic scale routinely makes in its first
 from __future__ import annotations
 
 import copy
+import json
+import math
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -168,3 +171,47 @@ def test_the_gpu_fp16_step_reads_nothing_back_from_the_device(monkeypatch: pytes
         scaler.update()
         optimizer.zero_grad(set_to_none=True)
     assert calls == []
+
+
+@pytest.mark.filterwarnings("ignore:CUDA is not available")  # autocast("cuda") is off on a CPU
+def test_the_recipe_trains_on_the_gpus_fp16_optimizer_and_scaler(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """The whole recipe loop on the fp16 policy a GPU gets (fused SGD, GradScaler), here on the CPU.
+
+    Only the policy's device is the GPU's (so the forward runs fp32 here); the optimizer, the
+    scaler, the stepper, the divergence guard's loss-scale reading, the checkpoint of the
+    scaler and the resume are the recipe's own: none of it ran in the CPU suite before.
+    """
+    from training_helpers import TINY
+
+    from paijob.runtime.recipes import engine
+    from paijob.runtime.recipes.cli import main
+
+    real = engine.resolve_policy
+    built: list[Any] = []
+
+    def as_on_a_gpu(spec: Any, device: Any, **kwargs: Any) -> Any:
+        return real(spec, "cuda", **kwargs)
+
+    real_make = engine.make_optimizer
+
+    def recording(*args: Any, **kwargs: Any) -> Any:
+        built.append(real_make(*args, **kwargs))
+        return built[-1]
+
+    monkeypatch.setattr(engine, "resolve_policy", as_on_a_gpu)
+    monkeypatch.setattr(engine, "make_optimizer", recording)
+    out = tmp_path / "run"
+    assert main(["cifar10", "--epochs", "2", "--precision", "fp16", "--output-dir", str(out), *TINY]) == 0
+    optimizer, scaler = built[0]
+    assert optimizer.defaults["fused"] and isinstance(scaler, torch.amp.GradScaler)
+    summary = json.loads((out / "summary.json").read_text())
+    losses = [epoch["train_loss"] for epoch in summary["history"]]
+    assert all(math.isfinite(v) for v in losses) and losses[-1] < losses[0], losses
+    assert summary["nonfinite"]["loss_scale"] == 2.0**16 and summary["nonfinite"]["steps"] == 0
+    assert "autocast fp16, loss scale dynamic" in summary["precision_detail"]
+    # a third epoch resumes from the checkpoint, GradScaler's state included
+    assert main(["cifar10", "--epochs", "3", "--precision", "fp16", "--output-dir", str(out), *TINY]) == 0
+    resumed = json.loads((out / "summary.json").read_text())
+    assert resumed["resumed_from"] and resumed["epochs"] == 3 and built[-1][1].get_scale() == 2.0**16
+    capsys.readouterr()
