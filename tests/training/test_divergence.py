@@ -101,3 +101,16 @@ def test_max_nonfinite_steps_must_be_positive(capsys: pytest.CaptureFixture[str]
     with pytest.raises(SystemExit) as exit_info:
         main(["cifar10", "--max-nonfinite-steps", "0"])
     assert exit_info.value.code == 2 and "at least 1" in capsys.readouterr().err
+
+
+def test_every_rank_stops_together_and_rank_0_alone_prints_the_line(tmp_path: Path) -> None:
+    from training_helpers import ROOT, run_ranks, summary_of
+
+    results = run_ranks(["-m", "paijob.runtime.recipes", "cifar10", "--arch", "tinynet", "--epochs", "2",
+                         "--steps-per-epoch", "8", "--log-interval", "2", "--max-nonfinite-steps", "3",
+                         "--output-dir", str(tmp_path), *TINY[:4], *BLOW_UP], 2, ROOT)
+    assert [r.returncode for r in results] == [DIVERGED, DIVERGED], [r.stderr[-2000:] for r in results]
+    assert results[0].stderr.count("paijob: diverged at epoch ") == 1
+    assert "diverged at" not in results[1].stderr
+    summary = summary_of(results[0].stdout)
+    assert summary["status"] == "diverged" and summary["world_size"] == 2
