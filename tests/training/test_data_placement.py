@@ -76,3 +76,14 @@ def test_the_summary_reports_where_the_data_was(placement: str, tmp_path: Path) 
                  "--output-dir", str(tmp_path), *TINY])
     assert code == 0
     assert json.loads((tmp_path / "summary.json").read_text())["data_placement"] == placement
+
+
+def test_a_synthetic_set_made_on_the_device_is_the_one_made_per_batch() -> None:
+    source = SyntheticImages(300, 10, 32, 3, "train")
+    source._cache = None  # as a set too large to keep: images made per batch
+    made = source.whole_on(torch.device("cpu"))
+    assert made is not None
+    expected = source.get_batch(torch.arange(300))
+    assert torch.equal(made[0], expected[0]) and torch.equal(made[1], expected[1])
+    feed = Feed(_cfg("device"), source, PerBatchImages(16, 1), torch.device("cpu"), in_memory=True, workers=0)
+    assert torch.equal(feed.resident["train"][0], expected[0])

@@ -54,10 +54,14 @@ def _check_fits(nbytes: int, device: torch.device) -> None:
 
 
 def _whole_on(source: Any, device: torch.device, chunk: int = 256) -> tuple[torch.Tensor, torch.Tensor]:
-    """The whole source on ``device``: its tensors, or (made per batch) generated once, a chunk at a time."""
+    """The whole source on ``device``: its tensors, or (made per batch) generated once: on the device
+    where the source can (``whole_on``), else on the host a chunk at a time."""
     whole = dataset_tensors(source)
     if whole is not None:
         return whole[0].to(device), whole[1].to(device)
+    made = source.whole_on(device) if hasattr(source, "whole_on") else None
+    if made is not None:
+        return made
     size = len(source)
     first = source.get_batch(torch.zeros(1, dtype=torch.int64))
     images = torch.empty((size, *first[0].shape[1:]), dtype=first[0].dtype, device=device)
