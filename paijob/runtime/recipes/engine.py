@@ -17,7 +17,8 @@ batches of the training shape, so a compiled model compiles once.
 ``train`` runs in named phases, as torch's elastic agent runs its loop: ``_set_up`` (process
 group, data, model and optimizer, resume, DDP/compile, feed), then per epoch ``_train_epoch``
 (the feed and ``_step``), ``_end_epoch`` (reduce, recalibrate, evaluate), ``_report_epoch`` and
-a checkpoint, then ``_summarise`` and ``_publish_summary``. What set-up made is a ``_Run``;
+a checkpoint, then ``_summarise`` and ``_publish_summary``; a run whose losses or weights went
+non-finite ends early (``divergence``: exit 136, no checkpoint). What set-up made is a ``_Run``;
 what the loop changes is a ``_RunState``. The console lines rank 0 prints (step, epoch and
 summary lines, a stable format the portal's chart reads) are defined in ``progress``; the full
 summary is ``OUTPUT_DIR/summary.json``.
