@@ -21,19 +21,25 @@ import torch.nn as nn
 from paijob.runtime.precision import resolve_policy
 from paijob.runtime.recipes.engine import make_optimizer, make_sgd
 
+# Each overflow test runs on the CPU's fused kernel, and on CUDA's too where there is a GPU.
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(),
+                                                                 reason="needs a CUDA GPU"))]
 
-def _model() -> nn.Module:
+
+def _model(device: str = "cpu") -> nn.Module:
     torch.manual_seed(0)
-    return nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.ReLU(), nn.Flatten(), nn.Linear(4 * 6 * 6, 3))
+    return nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.ReLU(), nn.Flatten(),
+                         nn.Linear(4 * 6 * 6, 3)).to(device)
 
 
-def _batch() -> tuple[torch.Tensor, torch.Tensor]:
+def _batch(device: str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
     generator = torch.Generator().manual_seed(1)
-    return torch.randn(8, 3, 8, 8, generator=generator), torch.randint(0, 3, (8,), generator=generator)
+    images, labels = torch.randn(8, 3, 8, 8, generator=generator), torch.randint(0, 3, (8,), generator=generator)
+    return images.to(device), labels.to(device)
 
 
 def _step(model: nn.Module, optimizer: torch.optim.Optimizer, scaler: Any, overflow: bool = False) -> float:
-    images, labels = _batch()
+    images, labels = _batch(next(model.parameters()).device.type)
     loss = nn.functional.cross_entropy(model(images), labels)
     scaled = scaler.scale(loss * float("inf") if overflow else loss)
     scaled.backward()
@@ -65,11 +71,12 @@ def _same(a: tuple[dict[str, torch.Tensor], list[Any]], b: tuple[dict[str, torch
     return True
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("precision", ["fp16", "O1", "O2"])
-def test_the_gpu_fp16_step_skips_an_overflow_cleanly_and_trains_on(precision: str) -> None:
+def test_the_gpu_fp16_step_skips_an_overflow_cleanly_and_trains_on(precision: str, device: str) -> None:
     """The recipe's own factory, for a GPU policy: an inf gradient changes nothing, training goes on."""
     policy = resolve_policy(precision, "cuda")
-    model = _model()
+    model = _model(device)
     optimizer, scaler = make_optimizer(policy, model.parameters(), lr=0.1, momentum=0.9, weight_decay=5e-4)
     assert isinstance(scaler, torch.amp.GradScaler) and optimizer.defaults.get("fused") is True  # the GPU path
 
@@ -85,13 +92,14 @@ def test_the_gpu_fp16_step_skips_an_overflow_cleanly_and_trains_on(precision: st
         assert torch.isfinite(optimizer.state[p]["momentum_buffer"]).all()
 
 
-def test_the_fused_gpu_step_equals_plain_sgd_through_overflows() -> None:
+@pytest.mark.parametrize("device", DEVICES)
+def test_the_fused_gpu_step_equals_plain_sgd_through_overflows(device: str) -> None:
     """Zeroed momentum buffers change nothing but the skipped step: the same trajectory as unfused SGD."""
     policy = resolve_policy("fp16", "cuda")
-    fused_model, plain_model = _model(), _model()
+    fused_model, plain_model = _model(device), _model(device)
     fused, fused_scaler = make_optimizer(policy, fused_model.parameters(), lr=0.1, momentum=0.9, weight_decay=5e-4)
-    plain = torch.optim.SGD(plain_model.parameters(), lr=0.1, momentum=0.9, weight_decay=5e-4)
-    plain_scaler = torch.amp.GradScaler("cpu")
+    plain = torch.optim.SGD(plain_model.parameters(), lr=0.1, momentum=0.9, weight_decay=5e-4, foreach=False)
+    plain_scaler = torch.amp.GradScaler(device)
     for step in range(6):
         overflow = step in (0, 3)
         _step(fused_model, fused, fused_scaler, overflow)
@@ -100,11 +108,12 @@ def test_the_fused_gpu_step_equals_plain_sgd_through_overflows() -> None:
         torch.testing.assert_close(a, b)
 
 
-def test_the_ceiling_benchmarks_fused_sgd_survives_an_overflowing_first_step() -> None:
+@pytest.mark.parametrize("device", DEVICES)
+def test_the_ceiling_benchmarks_fused_sgd_survives_an_overflowing_first_step(device: str) -> None:
     """``make_sgd(fused=True)`` under GradScaler, as benchmarks/gpu_ceiling.py steps fp16."""
-    model = _model()
+    model = _model(device)
     optimizer = make_sgd(model.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-4, fused=True)
-    scaler = torch.amp.GradScaler("cpu")
+    scaler = torch.amp.GradScaler(device)
     _step(model, optimizer, scaler, overflow=True)
     losses = [_step(model, optimizer, scaler) for _ in range(4)]
     for p in model.parameters():
