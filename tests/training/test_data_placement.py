@@ -78,11 +78,13 @@ def test_the_summary_reports_where_the_data_was(placement: str, tmp_path: Path) 
     assert json.loads((tmp_path / "summary.json").read_text())["data_placement"] == placement
 
 
-def test_a_synthetic_set_made_on_the_device_is_the_one_made_per_batch() -> None:
+@pytest.mark.parametrize("kept_prototypes", [True, False])
+def test_a_synthetic_set_made_on_the_device_is_the_one_made_per_batch(kept_prototypes: bool) -> None:
     source = SyntheticImages(300, 10, 32, 3, "train")
     source._cache = None  # as a set too large to keep: images made per batch
+    if not kept_prototypes:
+        source._prototypes = None  # as with many classes: prototypes interpolated per batch
     made = source.whole_on(torch.device("cpu"))
-    assert made is not None
     expected = source.get_batch(torch.arange(300))
     assert torch.equal(made[0], expected[0]) and torch.equal(made[1], expected[1])
     feed = Feed(_cfg("device"), source, PerBatchImages(16, 1), torch.device("cpu"), in_memory=True, workers=0)

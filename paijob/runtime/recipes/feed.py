@@ -59,8 +59,8 @@ def _whole_on(source: Any, device: torch.device, chunk: int = 256) -> tuple[torc
     whole = dataset_tensors(source)
     if whole is not None:
         return whole[0].to(device), whole[1].to(device)
-    made = source.whole_on(device) if hasattr(source, "whole_on") else None
-    if made is not None:
+    if hasattr(source, "whole_on"):
+        made: tuple[torch.Tensor, torch.Tensor] = source.whole_on(device)
         return made
     size = len(source)
     first = source.get_batch(torch.zeros(1, dtype=torch.int64))
