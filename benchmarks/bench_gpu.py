@@ -12,7 +12,8 @@ Three sides, measured alternately in every round so drift hits them alike:
 Every precision in ``PRECISIONS``; ratios are recipe / ceiling (synthetic) and recipe /
 tutorial (JPEG). With several GPUs, the recipe's scaling 1 → N. Targets (issue 13):
 ≥ 0.9 × ceiling eager and compiled, ≥ 1.3 × the tutorial on JPEGs. On a machine without
-CUDA everything is recorded as skipped.
+CUDA everything is recorded as skipped. All of it takes far longer than a lent GPU's 15
+minutes: ``gpu_check.py --budget 480`` measures one sample of each pair within a budget.
 """
 
 from __future__ import annotations

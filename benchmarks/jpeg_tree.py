@@ -23,24 +23,39 @@ def pil_missing() -> str | None:
     return None
 
 
-def write_tree(root: Path, classes: int = 10, train_per_class: int = 100, val_per_class: int = 10,
-               size: tuple[int, int] = (500, 375), seed: int = 0) -> Path:
+def _write_class(folder: Path, prefix: str, count: int, base: tuple[int, int, int], size: tuple[int, int]) -> None:
     from PIL import Image, ImageFilter
 
-    rng = random.Random(seed)
     width, height = size
+    folder.mkdir(parents=True, exist_ok=True)
+    for index in range(count):
+        image = Image.effect_noise((width // 8, height // 8), 64).convert("RGB")
+        image = Image.blend(Image.new("RGB", image.size, base), image, 0.5)  # type: ignore[arg-type]
+        image = image.resize((width, height), Image.BILINEAR).filter(ImageFilter.SMOOTH)
+        noise = Image.effect_noise((width, height), 20).convert("RGB")
+        image = Image.blend(image, noise, 0.15)
+        image.save(folder / f"{prefix}_{index:05d}.jpg", quality=90)
+
+
+def write_tree(root: Path, classes: int = 10, train_per_class: int = 100, val_per_class: int = 10,
+               size: tuple[int, int] = (500, 375), seed: int = 0, workers: int = 1) -> Path:
+    """The tree under ``root``; ``workers`` processes write classes side by side (the GPU check's
+    minutes are counted)."""
+    rng = random.Random(seed)
+    jobs = []
     for split, count in (("train", train_per_class), ("val", val_per_class)):
         for cls in range(classes):
-            folder = root / split / f"class{cls:04d}"
-            folder.mkdir(parents=True, exist_ok=True)
-            base = tuple(rng.randrange(256) for _ in range(3))
-            for index in range(count):
-                image = Image.effect_noise((width // 8, height // 8), 64).convert("RGB")
-                image = Image.blend(Image.new("RGB", image.size, base), image, 0.5)  # type: ignore[arg-type]
-                image = image.resize((width, height), Image.BILINEAR).filter(ImageFilter.SMOOTH)
-                noise = Image.effect_noise((width, height), 20).convert("RGB")
-                image = Image.blend(image, noise, 0.15)
-                image.save(folder / f"{split}_{cls}_{index:05d}.jpg", quality=90)
+            base = (rng.randrange(256), rng.randrange(256), rng.randrange(256))
+            jobs.append((root / split / f"class{cls:04d}", f"{split}_{cls}", count, base, size))
+    if workers <= 1:
+        for job in jobs:
+            _write_class(*job)
+        return root
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(max_workers=workers) as pool:
+        for done in [pool.submit(_write_class, *job) for job in jobs]:
+            done.result()
     return root
 
 

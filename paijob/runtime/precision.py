@@ -252,19 +252,21 @@ class PrecisionPolicy:
             return tensor.to(self.dtype)
         return tensor
 
-    def make_scaler(self) -> Any:
+    def make_scaler(self, device_type: str | None = None) -> Any:
         """An object with GradScaler's interface (scale, step, update, unscale_, state_dict).
 
         fp16 with a dynamic scale gets ``torch.amp.GradScaler``; a fixed scale or a
         half-precision model (O3, whose fp16 gradients GradScaler refuses) gets
         :class:`LossScaler`; everything else a disabled scaler (pass-through).
+        ``device_type`` is where the gradients are (default: the policy's device); a
+        test builds a GPU policy's scaler on a CPU with it.
         """
         import torch
 
         if not self.scaler_enabled:
             return LossScaler(enabled=False)
         if self.loss_scale == "dynamic" and not self.cast_model:
-            return torch.amp.GradScaler(self.device_type)
+            return torch.amp.GradScaler(device_type or self.device_type)
         return LossScaler(loss_scale=self.loss_scale)
 
 
@@ -457,6 +459,30 @@ class LossScaler:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self._scale = float(state.get("loss_scale", self._scale))
         self.unskipped = int(state.get("unskipped", 0))
+
+
+def zero_momentum_buffers(optimizer: Any) -> None:
+    """Give a fused SGD its momentum buffers now, zeroed, so a skipped first step cannot corrupt them.
+
+    torch's fused SGD (checked on 2.11 and 2.13) allocates the buffers on the first step with
+    ``empty_like`` and lets the kernel write them. ``GradScaler.step`` hands a fused optimizer
+    the overflow flag (``_step_supports_amp_scaling``) instead of skipping the call, and on an
+    overflowing step the kernel writes nothing: the buffers stay uninitialised memory, read as
+    momentum on the next step, and the weights turn NaN a few steps later. fp16's dynamic scale
+    (2**16 at the start) routinely overflows the first step, so every fp16 / apex O1-O2 run on a
+    GPU hit it (issue 32). With buffers present the kernel takes its ordinary path, which leaves
+    weights and buffers untouched on an overflow; and with dampening 0 the first real step is
+    torch's own (``buf = momentum * 0 + grad = grad``), so nothing else changes.
+    """
+    import torch
+
+    for group in optimizer.param_groups:
+        if not group.get("momentum") or group.get("dampening"):
+            continue  # no buffer to corrupt, or a first step that zero buffers would change
+        for param in group["params"]:
+            state = optimizer.state[param]
+            if state.get("momentum_buffer") is None:
+                state["momentum_buffer"] = torch.zeros_like(param, memory_format=torch.preserve_format)
 
 
 def iter_params(optimizer: Any) -> Iterator[Any]:

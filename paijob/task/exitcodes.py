@@ -39,6 +39,7 @@ CONFIG_ERROR = 2
 INFRA_FAILURE = 143  # = 128 + SIGTERM: OpenPAI's transient, always-retried class
 INTERRUPTED = EXIT_INTERRUPTED  # 130, as the paijob command
 HANG = 124  # the hang watch ended the job (coreutils' timeout uses 124 for "timed out")
+DIVERGED = 136  # a built-in recipe's training went non-finite: 128 + SIGFPE, which OpenPAI never retries
 
 
 @dataclass(frozen=True)
@@ -65,6 +66,10 @@ RUNTIME_EXIT_CODES = (
     ExitCodeMeaning("124", "hang: no rank made progress for `--hang-timeout`, or a busy straggler kept the "
                     "others waiting past `--hang-hard-limit` times it (coreutils' `timeout` code); a hang can "
                     "be the script's own bug, which a retry repeats", (HANG,)),
+    ExitCodeMeaning("136", "a built-in recipe diverged: its loss was non-finite for `--max-nonfinite-steps` "
+                    "consecutive steps, its fp16 loss scale collapsed, or its weights went non-finite; "
+                    "one line names the step, the precision and what to try (128 + SIGFPE: a retry "
+                    "would diverge again; a worker killed by SIGFPE exits 136 too)", (DIVERGED,)),
 )
 
 

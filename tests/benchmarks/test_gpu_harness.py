@@ -98,3 +98,80 @@ def test_fast_collate_stacks_hwc_images_into_uint8_nchw() -> None:
     assert images.shape == (2, 3, 2, 3) and images.dtype == torch.uint8
     assert images[0].unique().tolist() == [5] and images[1].unique().tolist() == [7]
     assert targets.tolist() == [1, 0]
+
+
+# --- gpu_check.py: the budgeted check a lent GPU runs (issue 32) ---------------------------------
+
+import gpu_check  # noqa: E402
+
+TINY_CHECK = ["--allow-cpu", "--arch", "tinynet", "--batch-size", "8", "--image-size", "16", "--num-classes", "3",
+              "--steps", "6", "--warmup", "2", "--recipe-lr", "30", "--workers", "1"]
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU run of the harness")
+def test_gpu_check_measures_pairs_side_by_side_and_skips_what_would_not_fit(tmp_path: Path) -> None:
+    proc = subprocess.run([sys.executable, str(BENCH / "gpu_check.py"), *TINY_CHECK, "--budget", "400",
+                           "--pairs", "bf16,fp16,bf16-compiled", "--guess-eager", "20", "--guess-compiled", "1e6",
+                           "--out", str(tmp_path)], capture_output=True, text=True, timeout=400)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    plan_at = proc.stdout.index("plan (400 s budget, 6 steps a side")
+    assert plan_at < proc.stdout.index("bf16 ceiling:")  # the plan comes first
+    assert "bf16-compiled" in proc.stdout and "skip: over budget" in proc.stdout
+    (result_file,) = tmp_path.glob("*-cpu*.json")
+    found = json.loads(result_file.read_text())
+    assert found["machine"]["cpu_cores"] >= 1 and found["budget_seconds"] == 400
+    assert 0 < found["spent_seconds"] < 400
+    assert [row["pair"] for row in found["plan"]] == ["bf16", "fp16", "bf16-compiled"]
+    assert "of the budget left" in found["pairs"]["bf16-compiled"]["skipped"]
+    for name in ("bf16", "fp16"):
+        pair = found["pairs"][name]
+        ceiling, recipe = pair["sides"]["ceiling"], pair["sides"]["recipe"]
+        assert ceiling["steps"] == 6 and recipe["steps"] == 6  # after warm-up, on each side
+        assert pair["ratio"] == pytest.approx(recipe["images_per_second"] / ceiling["images_per_second"])
+        assert pair["target"] == 0.9 and pair["meets_target"] == (pair["ratio"] >= 0.9)
+        assert pair["losses_finite_and_falling"] and recipe["data_placement"] == "device"
+        assert ceiling["seconds"] > 0 and recipe["seconds"] > 0 and recipe["command"][1] == "train"
+
+
+def test_the_plan_counts_each_pair_against_what_the_pairs_before_it_leave() -> None:
+    guesses = {"eager": 40.0, "compiled": 150.0, "imagefolder": 60.0}
+    rows = gpu_check.plan(["bf16", "fp16", "bf16-compiled", "O2"], {"eager": [30.0, 50.0]}, guesses, {}, 250.0)
+    assert [(r["pair"], r["estimated_seconds"], r["fits"]) for r in rows] == [
+        ("bf16", 100.0, True), ("fp16", 100.0, True), ("bf16-compiled", 300.0, False), ("O2", 100.0, False)]
+    folder = gpu_check.plan(["imagefolder-O2"], {}, guesses, {"imagefolder-O2": 30.0}, 200.0)
+    assert folder == [{"pair": "imagefolder-O2", "estimated_seconds": 150.0, "fits": True}]
+
+
+def test_a_side_is_killed_when_the_budget_runs_out(tmp_path: Path) -> None:
+    side = gpu_check.Side("ceiling", "eager", [sys.executable, "-c", "import time; time.sleep(60)"],
+                          lambda out, tmp: {})
+    result = gpu_check.run_side(side, gpu_check.Budget(1.0), tmp_path)
+    assert result["error"] == "killed: the budget ran out" and not result["finite"] and result["seconds"] < 30
+
+
+def test_recipe_losses_must_be_finite_and_falling(tmp_path: Path) -> None:
+    def read(losses: list[str], status: str = "completed") -> dict[str, object]:
+        (tmp_path / "recipe-summary.json").write_text(json.dumps(
+            {"status": status, "steady_images_per_sec": 10.0, "data_placement": "device", "nonfinite": {"steps": 0}}))
+        lines = [f"[w0] paijob: epoch 1/1 step {i + 1}/{len(losses)} loss {v} lr 0.1 5.0 img/s"
+                 for i, v in enumerate(losses)]
+        return gpu_check._read_recipe("\n".join(lines), tmp_path)
+
+    good = read(["4.6", "4.4", "4.1"])
+    assert good["finite"] and good["falling"] and good["steps"] == 1 and good["images_per_second"] == 10.0
+    assert not read(["4.6", "4.7"])["falling"]
+    assert not read(["4.6", "nan", "4.1"])["finite"]
+    assert not read(["4.6", "4.1"], status="diverged")["finite"]
+
+
+def test_result_files_are_named_for_the_gpu() -> None:
+    assert gpu_check.machine_tag({"gpus": ["NVIDIA H100 80GB HBM3"]}) == "h100x1"
+    assert gpu_check.machine_tag({"gpus": ["NVIDIA H200", "NVIDIA H200"]}) == "h200x2"
+    assert gpu_check.machine_tag({"gpus": [], "cpu_cores": 2}) == "cpu2"
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message shown without CUDA")
+def test_gpu_check_without_cuda_says_where_to_run_it(tmp_path: Path) -> None:
+    proc = subprocess.run([sys.executable, str(BENCH / "gpu_check.py"), "--out", str(tmp_path)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "no CUDA GPU" in proc.stderr and not list(tmp_path.iterdir())

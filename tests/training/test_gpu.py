@@ -28,6 +28,24 @@ def test_fp16_policy_uses_grad_scaler_and_learns_on_gpu(tmp_path: Path, capsys: 
     assert losses[-1] < losses[0] and summary["device"] == "cuda"
 
 
+@pytest.mark.parametrize("precision", ["fp16", "O1", "O2", "O3", "bf16"])
+def test_every_precision_trains_finite_through_the_recipe_on_gpu(precision: str, tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 32: fp16 and O2 recipes trained NaN on an H100 and reported success."""
+    import math
+
+    from paijob.runtime.recipes.cli import main
+
+    code = main(["imagenet", "--arch", "tinyresnet", "--image-size", "64", "--num-classes", "10", "--epochs", "3",
+                 "--steps-per-epoch", "12", "--lr", "0.05", "--precision", precision,
+                 "--output-dir", str(tmp_path), *TINY])
+    summary = summary_of(capsys.readouterr().out)
+    assert code == 0 and summary["status"] == "completed", summary.get("nonfinite")
+    losses = [h["train_loss"] for h in summary["history"]]
+    assert all(math.isfinite(v) for v in losses) and losses[-1] < losses[0], losses
+    assert summary["nonfinite"]["diverged"] is None
+
+
 @pytest.mark.parametrize("level", ["O1", "O2", "O3"])
 def test_apex_levels_train_on_gpu_with_loss_scaling(level: str) -> None:
     apex_compat.install()

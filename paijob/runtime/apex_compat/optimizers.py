@@ -6,6 +6,8 @@ from typing import Any
 
 import torch
 
+from paijob.runtime.precision import zero_momentum_buffers
+
 __paijob_shim__ = True
 
 
@@ -26,10 +28,17 @@ def FusedAdam(params: Any, lr: float = 1e-3, bias_correction: bool = True,  # no
 
 def FusedSGD(params: Any, lr: float = 0.1, momentum: float = 0.0, dampening: float = 0.0,  # noqa: N802
              weight_decay: float = 0.0, nesterov: bool = False, **_: Any) -> torch.optim.Optimizer:
+    """torch's fused SGD, with zeroed momentum buffers: a script may step it with a GradScaler,
+    whose skipped first step would otherwise leave them uninitialised (see
+    :func:`~paijob.runtime.precision.zero_momentum_buffers`). With dampening, zero buffers would
+    change the first step, so that rare case runs unfused."""
     params = list(params)
-    return torch.optim.SGD(params, lr=lr, momentum=momentum, dampening=dampening,
-                           weight_decay=weight_decay, nesterov=nesterov,
-                           fused=_fused_ok(params) or None)
+    fused = _fused_ok(params) and not dampening
+    optimizer = torch.optim.SGD(params, lr=lr, momentum=momentum, dampening=dampening,
+                                weight_decay=weight_decay, nesterov=nesterov, fused=fused or None)
+    if fused:
+        zero_momentum_buffers(optimizer)
+    return optimizer
 
 
 def FusedLAMB(*args: Any, **kwargs: Any) -> Any:  # noqa: N802

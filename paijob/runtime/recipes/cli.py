@@ -11,6 +11,7 @@ from typing import Any, NoReturn
 
 from paijob.errors import PaijobError
 from paijob.runtime.precision import GRAMMAR, precision_from_env
+from paijob.runtime.recipes.divergence import DEFAULT_LIMIT
 from paijob.runtime.worker import finish
 from paijob.task.contract import OUTPUT_DIR, PRECISION
 
@@ -96,9 +97,10 @@ def _add_common(parser: argparse.ArgumentParser, *, arch: str, lr: float, epochs
                         help="torch.compile mode; reduce-overhead adds CUDA graphs (GPU)")
     parser.add_argument("--compile-backend", default="inductor", help=argparse.SUPPRESS)
     parser.add_argument("--data-placement", default="auto", choices=("auto", "device", "host"),
-                        help="in-memory data (synthetic, CIFAR-10): keep it on the GPU ('device'), or "
-                             "prefetch pinned batches on a side stream ('host'); auto: device when it "
-                             "takes at most a quarter of the free GPU memory")
+                        help="in-memory data (synthetic, CIFAR-10): keep it whole on the GPU ('device'; "
+                             "refused when it does not fit, or for an image folder), or prefetch pinned "
+                             "batches on a side stream ('host'); auto: device when it takes at most a "
+                             "quarter of the free GPU memory")
     parser.add_argument("--prefetch-depth", type=int, default=2, help="batches prepared ahead of the step")
     parser.add_argument("--prefetch-factor", type=int, default=4,
                         help="DataLoader batches in flight per worker (image folders)")
@@ -116,9 +118,19 @@ def _add_common(parser: argparse.ArgumentParser, *, arch: str, lr: float, epochs
                         help="steps between progress lines (default: about 10 lines an epoch, at most "
                              "one every 50 steps; each epoch's last step always has one)")
     parser.add_argument("--keep-checkpoints", type=int, default=3)
+    parser.add_argument("--max-nonfinite-steps", type=_positive, default=DEFAULT_LIMIT, metavar="N",
+                        help="stop with exit 136 when the training loss is inf/NaN for N consecutive steps "
+                             f"(default {DEFAULT_LIMIT}; non-finite weights at an epoch's end stop it at once)")
     parser.add_argument("--no-resume", action="store_true", help="ignore checkpoints in --output-dir")
     # torch.distributed.launch-style launchers append --local_rank=N; LOCAL_RANK is used instead
     parser.add_argument("--local_rank", "--local-rank", type=int, default=None, help=argparse.SUPPRESS)
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -147,7 +159,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     try:
         spec = precision_from_env(args.precision)
-        from paijob.runtime.recipes.engine import EXIT_PREEMPTED, TrainConfig, train
+        from paijob.runtime.recipes.engine import TrainConfig, train
 
         cfg = TrainConfig(
             recipe=args.recipe, data=args.data, epochs=args.epochs, batch_size=args.batch_size,
@@ -164,6 +176,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             prefetch_depth=max(1, args.prefetch_depth), prefetch_factor=max(1, args.prefetch_factor),
             ddp_bucket_mb=args.ddp_bucket_mb, ddp_static_graph=args.ddp_static_graph,
             bn_recalibration=not args.no_bn_recalibration, decode=getattr(args, "decode", "cpu"),
+            max_nonfinite_steps=args.max_nonfinite_steps,
         )
         if args.recipe == "cifar10":
             recipe = _cifar10_recipe()
@@ -179,7 +192,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except PaijobError as error:
         print(f"paijob recipes: error: {error}", file=sys.stderr)
         return error.exit_code
-    return EXIT_PREEMPTED if summary.get("exit_code") else 0
+    return int(summary.get("exit_code") or 0)  # 0, 143 (preempted: retry) or 136 (diverged)
 
 
 def main_and_exit(argv: Sequence[str] | None = None) -> NoReturn:

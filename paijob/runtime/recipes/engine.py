@@ -17,7 +17,8 @@ batches of the training shape, so a compiled model compiles once.
 ``train`` runs in named phases, as torch's elastic agent runs its loop: ``_set_up`` (process
 group, data, model and optimizer, resume, DDP/compile, feed), then per epoch ``_train_epoch``
 (the feed and ``_step``), ``_end_epoch`` (reduce, recalibrate, evaluate), ``_report_epoch`` and
-a checkpoint, then ``_summarise`` and ``_publish_summary``. What set-up made is a ``_Run``;
+a checkpoint, then ``_summarise`` and ``_publish_summary``; a run whose losses or weights went
+non-finite ends early (``divergence``: exit 136, no checkpoint). What set-up made is a ``_Run``;
 what the loop changes is a ``_RunState``. The console lines rank 0 prints (step, epoch and
 summary lines, a stable format the portal's chart reads) are defined in ``progress``; the full
 summary is ``OUTPUT_DIR/summary.json``.
@@ -43,7 +44,7 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 
-from paijob.runtime.precision import PrecisionPolicy, resolve_policy
+from paijob.runtime.precision import PrecisionPolicy, resolve_policy, zero_momentum_buffers
 from paijob.runtime.recipes import batchnorm
 from paijob.runtime.recipes import checkpoint as ckpt
 from paijob.runtime.recipes.data import (
@@ -55,6 +56,13 @@ from paijob.runtime.recipes.data import (
     train_batches,
     train_plan,
 )
+from paijob.runtime.recipes.divergence import (
+    DEFAULT_LIMIT,
+    Divergence,
+    DivergenceGuard,
+    advice,
+    divergence_line,
+)
 from paijob.runtime.recipes.feed import Feed, seed_for
 from paijob.runtime.recipes.progress import (
     SUMMARY_FILE,
@@ -64,6 +72,7 @@ from paijob.runtime.recipes.progress import (
     summary_line,
 )
 from paijob.task import contract
+from paijob.task.exitcodes import DIVERGED
 
 log = logging.getLogger("paijob.recipes")
 EXIT_PREEMPTED = 143  # 128 + SIGTERM: OpenPAI/k8s treat it as a retryable kill
@@ -104,6 +113,7 @@ class TrainConfig:
     ddp_static_graph: bool = False
     bn_recalibration: bool = True
     decode: str = "cpu"  # image folders: JPEG decoding in the loader workers (cpu) or on the GPU
+    max_nonfinite_steps: int = DEFAULT_LIMIT  # consecutive non-finite losses that stop the run (divergence)
 
 
 @dataclass
@@ -192,7 +202,8 @@ def _param_digest(model: nn.Module) -> str:
 class _Stepper:
     """backward + optimizer step under the precision policy (native scaler or real apex)."""
 
-    def __init__(self, policy: PrecisionPolicy, model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
+    def __init__(self, policy: PrecisionPolicy, model: nn.Module, optimizer: torch.optim.Optimizer,
+                 scaler: Any) -> None:
         self.policy = policy
         self.apex: Any = None
         if policy.use_real_apex:
@@ -205,7 +216,7 @@ class _Stepper:
             self.apex = amp
             self.scaler: Any = None
         else:
-            self.scaler = policy.make_scaler()
+            self.scaler = scaler
         self.model = model
         self.optimizer = optimizer
 
@@ -219,6 +230,13 @@ class _Stepper:
             self.scaler.step(self.optimizer)
             self.scaler.update()
         self.optimizer.zero_grad(set_to_none=True)
+
+    def loss_scale(self) -> float | None:
+        """The dynamic loss scale now (a host read on a GPU), or None: no dynamic scale, or apex's own."""
+        scaler = self.scaler
+        if scaler is None or not scaler.is_enabled() or getattr(scaler, "dynamic", True) is False:
+            return None
+        return float(scaler.get_scale())
 
     def state_dict(self) -> dict[str, Any]:
         if self.apex is not None:
@@ -236,12 +254,21 @@ class _Preempted(Exception):
     pass
 
 
+class _Diverged(Exception):
+    pass
+
+
 def _all_max(flag: bool, info: DistInfo) -> bool:
+    return _all_max_flags((flag,), info)[0]
+
+
+def _all_max_flags(flags: tuple[bool, ...], info: DistInfo) -> tuple[bool, ...]:
+    """Each flag, true when it is true on any rank (one all-reduce for all of them)."""
     if not info.distributed:
-        return flag
-    tensor = torch.tensor([1.0 if flag else 0.0], device=info.device)
+        return flags
+    tensor = torch.tensor([1.0 if flag else 0.0 for flag in flags], device=info.device)
     dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
-    return bool(tensor.item() > 0)
+    return tuple(bool(value > 0) for value in tensor.tolist())
 
 
 def _fault_hook() -> tuple[int, int, str] | None:
@@ -256,13 +283,38 @@ def _fault_hook() -> tuple[int, int, str] | None:
 def make_sgd(params: Any, *, lr: float, momentum: float, weight_decay: float, fused: bool
              ) -> torch.optim.Optimizer:
     """SGD; fused on a GPU where torch has it: one kernel, and GradScaler then checks fp16
-    overflow on the device (``_step_supports_amp_scaling``) instead of reading it back per step."""
+    overflow on the device (``_step_supports_amp_scaling``) instead of reading it back per step.
+
+    A fused SGD starts with zeroed momentum buffers (:func:`zero_momentum_buffers`): without
+    them, a first step GradScaler skips leaves the buffers uninitialised and fp16 trains NaN.
+    """
     import inspect
 
     kwargs: dict[str, Any] = {}
     if fused and "fused" in inspect.signature(torch.optim.SGD).parameters:
         kwargs["fused"] = True
-    return torch.optim.SGD(params, lr=lr, momentum=momentum, weight_decay=weight_decay, **kwargs)
+    optimizer = torch.optim.SGD(params, lr=lr, momentum=momentum, weight_decay=weight_decay, **kwargs)
+    if kwargs:
+        zero_momentum_buffers(optimizer)
+    return optimizer
+
+
+def make_optimizer(policy: PrecisionPolicy, params: Any, *, lr: float, momentum: float, weight_decay: float
+                   ) -> tuple[torch.optim.Optimizer, Any]:
+    """The optimizer and loss scaler a recipe steps with under ``policy``.
+
+    What to build follows the policy's device type: on a GPU the fused SGD (zeroed momentum,
+    see ``make_sgd``) with GradScaler's on-device overflow check for fp16 and apex O1/O2,
+    unfused under NVIDIA apex (whose amp wraps the optimizer itself, and whose scaler is its
+    own: the returned one is None). The objects are built where ``params`` are, so a test can
+    drive a GPU policy's exact optimizer and scaler on a CPU.
+    """
+    params = list(params)
+    fused = policy.device_type == "cuda" and not policy.use_real_apex
+    optimizer = make_sgd(params, lr=lr, momentum=momentum, weight_decay=weight_decay, fused=fused)
+    where = params[0].device.type if params else policy.device_type
+    scaler = None if policy.use_real_apex else policy.make_scaler(where)
+    return optimizer, scaler
 
 
 def ddp_options(cfg: TrainConfig) -> dict[str, Any]:
@@ -361,6 +413,7 @@ class _RunState:
     eval_metrics: dict[str, float] = field(default_factory=dict)
     last_checkpoint: Path | None = None
     exit_code: int = 0
+    status: str = "completed"  # | preempted | diverged
     throughput: _Throughput = field(default_factory=_Throughput)
 
 
@@ -474,6 +527,7 @@ class _Run:
     checkpoints: _Checkpoints
     progress: Progress
     writer: Any  # TensorBoard's SummaryWriter on rank 0, when installed
+    guard: DivergenceGuard  # non-finite losses and weights: see ``divergence``
     stop: _StopRequest = field(default_factory=_StopRequest)
     fault: tuple[int, int, str] | None = field(default_factory=lambda: _fault_hook())
     graphs: _CompiledGraphs | None = None
@@ -529,9 +583,9 @@ def _build_model(recipe: Recipe, cfg: TrainConfig, info: DistInfo) -> _Model:
                             keep_batchnorm_fp32=cfg.keep_batchnorm_fp32)
     policy.prepare_model(model)
     base_lr = cfg.lr * (cfg.batch_size * info.world_size / 256.0 if recipe.scale_lr else 1.0)
-    optimizer = make_sgd(model.parameters(), lr=base_lr, momentum=cfg.momentum,
-                         weight_decay=cfg.weight_decay, fused=on_gpu and not policy.use_real_apex)
-    stepper = _Stepper(policy, model, optimizer)
+    optimizer, scaler = make_optimizer(policy, model.parameters(), lr=base_lr, momentum=cfg.momentum,
+                                       weight_decay=cfg.weight_decay)
+    stepper = _Stepper(policy, model, optimizer, scaler)
     return _Model(raw=stepper.model, policy=policy, optimizer=stepper.optimizer, stepper=stepper,
                   base_lr=base_lr)
 
@@ -608,6 +662,7 @@ def _set_up(recipe: Recipe, cfg: TrainConfig) -> tuple[_Run, _RunState]:
         prepare=prepare, in_memory=in_memory, out_dir=out_dir,
         checkpoints=_Checkpoints(out_dir / "checkpoints", recipe, cfg, info, model),
         progress=Progress(info.is_main), writer=_tensorboard(out_dir) if info.is_main else None,
+        guard=DivergenceGuard(cfg.max_nonfinite_steps, info.device),
     )
     return run, state
 
@@ -633,11 +688,18 @@ def _train_epoch(run: _Run, state: _RunState, epoch: int) -> tuple[_EpochMeter, 
             meter.start_steady(info.device)
         _inject_fault(run.fault, epoch, step)
         at_interval = done % interval == 0 or done == steps
-        if (not info.distributed or at_interval) and _all_max(run.stop.requested, info):
-            _preempt(run, state, epoch, done)
         if info.is_main and at_interval:
             rate = meter.seen * info.world_size / max(time.perf_counter() - meter.start, 1e-9)
             run.progress.log_step(epoch + 1, cfg.epochs, done, steps, meter.loss_sum, meter.seen, lr, rate)
+        if at_interval:  # the log interval's host read: the guard reads its buffered losses here too
+            run.guard.check()
+            run.guard.check_scale(run.model.stepper.loss_scale(), epoch + 1, done)
+        if not info.distributed or at_interval:
+            stop, diverged = _all_max_flags((run.stop.requested, run.guard.tripped is not None), info)
+            if diverged:
+                _diverge(run, state, Divergence(epoch + 1, done, "another rank's training went non-finite"))
+            if stop:
+                _preempt(run, state, epoch, done)
     return meter, plan
 
 
@@ -656,6 +718,7 @@ def _step(run: _Run, meter: _EpochMeter, batch: Any, epoch: int, step: int, step
         loss = model.criterion(output.float(), labels)
     model.stepper.backward_step(loss)
     meter.add(loss, output, labels)
+    run.guard.record(loss, epoch + 1, step + 1)
     return lr
 
 
@@ -670,13 +733,26 @@ def _inject_fault(fault: tuple[int, int, str] | None, epoch: int, step: int) -> 
         os._exit(137)
 
 
+def _diverge(run: _Run, state: _RunState, found: Divergence) -> None:
+    """Training went non-finite: one line on rank 0, no checkpoint, out of the loop (exit DIVERGED)."""
+    guard, policy = run.guard, run.model.policy
+    guard.trip(found)
+    if run.info.is_main:
+        tripped = guard.tripped or found
+        hint = advice(policy.compute, policy.cast_model, policy.scaler_enabled)
+        detail = policy.describe().split(", ", 1)[-1]  # describe() starts with the policy's own text
+        log.error("%s", divergence_line(tripped, policy.spec.text, detail, hint, DIVERGED))
+    state.exit_code, state.status = DIVERGED, "diverged"
+    raise _Diverged()
+
+
 def _preempt(run: _Run, state: _RunState, epoch: int, step: int) -> None:
     """SIGTERM mid-epoch: a checkpoint at this step, then out of the loop (exit 143, retryable)."""
     saved = run.checkpoints.save(epoch, step, state.history)
     state.last_checkpoint = saved
     if run.info.is_main:
         log.warning("paijob: SIGTERM: checkpoint %s written; exiting for a retry", saved)
-    state.exit_code = EXIT_PREEMPTED
+    state.exit_code, state.status = EXIT_PREEMPTED, "preempted"
     raise _Preempted()
 
 
@@ -685,6 +761,11 @@ def _end_epoch(run: _Run, state: _RunState, epoch: int, meter: _EpochMeter, plan
     info, cfg, model = run.info, run.cfg, run.model
     seconds = state.throughput.add(meter, meter.finish(info.device), info.world_size)
     state.train_metrics = _reduce_metrics(meter.loss_sum, meter.correct, meter.seen, info)
+    steps = int(plan.indices.shape[0])
+    run.guard.check()
+    run.guard.check_model(model.raw, epoch + 1, steps)
+    if _all_max(run.guard.tripped is not None, info):
+        _diverge(run, state, Divergence(epoch + 1, steps, "another rank's model went non-finite"))
     recalibrated = 0
     if cfg.bn_recalibration and batchnorm.needs_recalibration(model.raw):
         recalibrated = _recalibrate_batchnorm(model.raw, run.feed, plan, run.recipe, run.prepare, model.policy,
@@ -721,7 +802,7 @@ def _run_epoch(run: _Run, state: _RunState, epoch: int) -> None:
     _report_epoch(run, _end_epoch(run, state, epoch, meter, plan))
     state.last_checkpoint = run.checkpoints.save(epoch + 1, 0, state.history)
     if _all_max(run.stop.requested, run.info):
-        state.exit_code = EXIT_PREEMPTED
+        state.exit_code, state.status = EXIT_PREEMPTED, "preempted"
         raise _Preempted()
 
 
@@ -742,7 +823,7 @@ def train(recipe: Recipe, cfg: TrainConfig) -> dict[str, Any]:
     try:
         for epoch in range(state.start_epoch, cfg.epochs):
             _run_epoch(run, state, epoch)
-    except _Preempted:
+    except (_Preempted, _Diverged):
         pass
     finally:
         run.stop.restore()
@@ -791,7 +872,7 @@ def _summarise(run: _Run, state: _RunState, wall_seconds: float) -> dict[str, An
     return {
         "recipe": run.recipe.name,
         "arch": cfg.arch,
-        "status": "preempted" if state.exit_code else "completed",
+        "status": state.status,
         "epochs": len(state.history),
         "epochs_requested": cfg.epochs,
         "world_size": info.world_size,
@@ -815,6 +896,7 @@ def _summarise(run: _Run, state: _RunState, wall_seconds: float) -> dict[str, An
         "replicas_in_sync": len(set(digests)) == 1,
         "history": state.history,
         "exit_code": state.exit_code,
+        "nonfinite": run.guard.summary(model.stepper.loss_scale()),
         "config": asdict(cfg),
     }
 

@@ -1,9 +1,11 @@
 """Where a run's batches come from: device-resident tensors, prefetched pinned batches, or a DataLoader.
 
-In-memory data (synthetic, CIFAR-10) lives on the device when it fits (``choose_placement``)
-and is gathered there by index, or is gathered on the host and prefetched on a side stream;
-image folders are read by DataLoader workers, their JPEGs decoded there or on the GPU. Either
-way a step receives its batch on the device, prepared ahead (see ``prefetch``).
+In-memory data (synthetic, CIFAR-10) lives on the device when it fits (``choose_placement``; a
+source that makes its images per batch, as large synthetic sets do, is generated there once) and
+is gathered there by index, or is gathered on the host and prefetched on a side stream; image
+folders are read by DataLoader workers, their JPEGs decoded there or on the GPU. Either way a
+step receives its batch on the device, prepared ahead (see ``prefetch``). ``placement`` is
+where the data really is, and the run's summary reports it.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from typing import Any, Protocol
 import torch
 
 from paijob.runtime.recipes.data import (
+    DataError,
     EvalPlan,
     FolderLoader,
     GpuJpegDecoder,
@@ -20,7 +23,7 @@ from paijob.runtime.recipes.data import (
     dataset_tensors,
     keep_list_collate,
 )
-from paijob.runtime.recipes.prefetch import Prefetcher, choose_placement, resident
+from paijob.runtime.recipes.prefetch import Prefetcher, choose_placement, free_memory, resident
 
 
 class FeedConfig(Protocol):
@@ -31,6 +34,44 @@ class FeedConfig(Protocol):
     prefetch_factor: int
     decode: str
     image_size: int
+
+
+def _nbytes(source: Any) -> int:
+    """The bytes of an in-memory source's images and labels, kept whole or not."""
+    whole = dataset_tensors(source)
+    if whole is None:
+        whole = source.get_batch(torch.zeros(1, dtype=torch.int64))
+        return len(source) * sum(t[0].numel() * t.element_size() for t in whole)
+    return sum(t.numel() * t.element_size() for t in whole)
+
+
+def _check_fits(nbytes: int, device: torch.device) -> None:
+    free = free_memory(device)
+    if nbytes > 0.9 * free:
+        raise DataError(f"--data-placement device: the data set takes {nbytes / 2**30:.1f} GiB, the {device.type} "
+                        f"has {free / 2**30:.1f} GiB free; use --data-placement host (or auto), or a smaller "
+                        "--synthetic-size")
+
+
+def _whole_on(source: Any, device: torch.device, chunk: int = 256) -> tuple[torch.Tensor, torch.Tensor]:
+    """The whole source on ``device``: its tensors, or (made per batch) generated once: on the device
+    where the source can (``whole_on``), else on the host a chunk at a time."""
+    whole = dataset_tensors(source)
+    if whole is not None:
+        return whole[0].to(device), whole[1].to(device)
+    if hasattr(source, "whole_on"):
+        made: tuple[torch.Tensor, torch.Tensor] = source.whole_on(device)
+        return made
+    size = len(source)
+    first = source.get_batch(torch.zeros(1, dtype=torch.int64))
+    images = torch.empty((size, *first[0].shape[1:]), dtype=first[0].dtype, device=device)
+    labels = torch.empty((size, *first[1].shape[1:]), dtype=first[1].dtype, device=device)
+    for start in range(0, size, chunk):
+        index = torch.arange(start, min(start + chunk, size))
+        batch_images, batch_labels = source.get_batch(index)
+        images[start:start + len(index)].copy_(batch_images)
+        labels[start:start + len(index)].copy_(batch_labels)
+    return images, labels
 
 
 def seed_for(*parts: int) -> int:
@@ -60,13 +101,16 @@ class Feed:
         self.loaders: dict[str, FolderLoader] = {}
         self.decoders: dict[str, GpuJpegDecoder] = {}
         if in_memory:
-            whole = {name: dataset_tensors(source) for name, source in (("train", train_set), ("eval", test_set))}
-            nbytes = sum(t.numel() * t.element_size() for pair in whole.values() if pair for t in pair)
-            can_reside = all(pair is not None for pair in whole.values())
-            self.placement = choose_placement(cfg.data_placement, nbytes, device) if can_reside else "host"
+            sources = {"train": train_set, "eval": test_set}
+            nbytes = sum(_nbytes(source) for source in sources.values())
+            kept = all(dataset_tensors(source) is not None for source in sources.values())
+            self.placement = choose_placement(cfg.data_placement, nbytes, device, kept)
             if self.placement == "device":
-                self.resident = {name: (pair[0].to(device), pair[1].to(device))
-                                 for name, pair in whole.items() if pair is not None}
+                _check_fits(nbytes, device)
+                self.resident = {name: _whole_on(source, device) for name, source in sources.items()}
+        elif cfg.data_placement == "device":
+            raise DataError("--data-placement device keeps in-memory data (synthetic, CIFAR-10) on the device; "
+                            "an image folder is read and decoded by DataLoader workers: drop the option")
         elif cfg.decode == "gpu":
             self.placement = "loader, GPU decode"
             self.loaders = {"train": FolderLoader(train_set, workers, self.cuda, cfg.prefetch_factor,

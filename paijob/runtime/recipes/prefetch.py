@@ -35,15 +35,32 @@ class _Failure:
         self.error = error
 
 
-def choose_placement(option: str, nbytes: int, device: torch.device, fraction: float = 0.25) -> str:
-    """'device' (resident) or 'host' (prefetched): ``auto`` keeps data on a GPU if it takes at most
-    ``fraction`` of the free memory; on a CPU the data already is in the device's memory."""
+def choose_placement(option: str, nbytes: int, device: torch.device, kept: bool = True,
+                     fraction: float = 0.25) -> str:
+    """'device' (resident) or 'host' (prefetched) for in-memory data of ``nbytes``.
+
+    An explicit option is kept (the caller checks it fits). ``auto`` keeps data on a GPU if it
+    takes at most ``fraction`` of the free memory; on a CPU the data already is in the device's
+    memory when the source keeps it whole (``kept``), and one generated per batch stays so.
+    """
     if option in ("device", "host"):
         return option
     if device.type != "cuda":
-        return "device"
+        return "device" if kept else "host"
     free, _total = torch.cuda.mem_get_info(device)
     return "device" if nbytes <= free * fraction else "host"
+
+
+def free_memory(device: torch.device) -> int:
+    """Bytes the device can still take: free GPU memory, or the host's available memory."""
+    if device.type == "cuda":
+        return int(torch.cuda.mem_get_info(device)[0])
+    import os
+
+    try:
+        return int(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+    except (ValueError, OSError, AttributeError):
+        return 2**62  # unknown: let the allocation say
 
 
 def resident(tensors: Sequence[torch.Tensor], index_rows: torch.Tensor,

@@ -17,7 +17,7 @@ anchor). Numbers are Python's ``format`` output (``nan`` and ``inf`` included)::
 * **epoch** (stderr, through logging): after each epoch's evaluation; losses and top-1 are
   all-reduced over the ranks, ``PCT`` is a percentage (``.2f``), ``RATE`` the epoch's images
   per second of all ranks (``.1f``).
-* **summary** (stdout, the run's last line): ``STATUS`` is ``completed`` or ``preempted``,
+* **summary** (stdout, the run's last line): ``STATUS`` is ``completed``, ``preempted`` or ``diverged``,
   ``E`` the epochs done (a resumed run counts those before it too) of ``N`` asked for; the
   ``eval`` part is absent when no epoch ran in this process; ``SECONDS`` is the wall time
   (``.1f``); ``PATH`` the full summary (JSON) in the output folder, ``summary.json``.
@@ -104,7 +104,7 @@ class ProgressPoint:
     train_top1: float | None = None
     eval_loss: float | None = None
     eval_top1: float | None = None
-    status: str | None = None  # summary lines: completed | preempted ...
+    status: str | None = None  # summary lines: completed | preempted | diverged ...
     seconds: float | None = None  # ... wall time ...
     path: str | None = None  # ... and where the summary JSON is
 
