@@ -8,16 +8,14 @@ what a server that died left behind.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import shutil
 import subprocess
 import threading
-import time
 from pathlib import Path
 
-from paijob.local import capacity
+from paijob.local import capacity, diagnostics
 from paijob.local.jobmodels import JobModels
 from paijob.local.runner import PROGRESS_NAME, JobRunner
 from paijob.local.store import Store
@@ -78,15 +76,11 @@ class LocalCluster:
     def stall(self, job_id: str, attempt: int) -> str | None:
         """paijob-runtime's line about a running job's stalled ranks (no progress for N s on
         rank R), when one of its tasks wrote one in the last 15 s; None otherwise."""
-        lines = []
-        for path in (self.state_dir / "work" / job_id / str(attempt)).glob(f"*/{PROGRESS_NAME}"):
-            try:
-                report = json.loads(path.read_text(encoding="utf-8"))
-                if time.time() - float(report["time"]) < 15 and report.get("line"):
-                    lines.append(str(report["line"]))
-            except (OSError, ValueError, KeyError, TypeError):
-                continue
-        return lines[0] if lines else None
+        for path in sorted((self.state_dir / "work" / job_id / str(attempt)).glob(f"*/{PROGRESS_NAME}")):
+            line = diagnostics.stall_report(path)  # bounded, and only in the runtime's own form
+            if line:
+                return line
+        return None
 
     def allocate_gpus(self, plan: Job) -> dict[tuple[str, int], str | None]:
         """role/index -> CUDA_VISIBLE_DEVICES (None: leave the variable alone; no GPUs here)."""
