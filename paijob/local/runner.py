@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from paijob.local import capacity, diagnostics, faults
-from paijob.local.plan import Ports, task_env, task_script
+from paijob.local.plan import Ports, inherited_env, task_env, task_script
 from paijob.local.settings import openpai_before_1_6, stop_grace, unlimited_retry_cap
 from paijob.local.store import Store, now_ms
 from paijob.local.tracking import TASK_MARKER
@@ -47,8 +47,6 @@ PROGRESS_NAME = ".paijob-progress.json"  # in a task's work folder (contract.PRO
 POLL = 0.05
 # What OpenPAI reports when a node runs out of disk (kubelet evicts the pod); the local cluster does not retry it.
 DISK_FULL_CODE = -1000
-# Server-side variables a task must not inherit from whoever started the server.
-_SCRUB = ("PAI_TOKEN", "PAI_CLUSTER_URL", "PAI_USER", contract.LOCAL_TOKEN)
 
 
 
@@ -529,7 +527,7 @@ class JobRunner(threading.Thread):
     def _process_env(self, task: Task, attempt: int, ports: Ports,
                      gpus: dict[tuple[str, int], str | None]) -> tuple[dict[str, str], Path]:
         """The task process's environment (OpenPAI's variables, its GPU, its own /tmp) and its working folder."""
-        env = {k: v for k, v in os.environ.items() if not k.startswith("PAI_") and k not in _SCRUB}
+        env = inherited_env(os.environ)  # no PAI_*, no token or cloud key of the shell that started it
         env.update(self._task_env(task, attempt, ports))
         python_bin = str(Path(sys.executable).parent)
         env["PATH"] = python_bin + os.pathsep + env.get("PATH", os.defpath)
