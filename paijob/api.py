@@ -160,6 +160,8 @@ def prepare(request: JobRequest, project: project_config.Project | None = None) 
     job = PreparedJob(renamed.text, renamed.name, source, cluster, warnings, [], target,
                       document=renamed.job, read_as=renamed.text)
     workdir = request.workdir or _value_workdir(result.values) or project.workdir
+    if workdir and not request.workdir:
+        project_config.check_workdir(project, workdir)  # a cloned project's choice stays in the project
     if workdir:
         private = [value for value in values if holds_secrets(value)]
         _carry_workdir(job, workdir, force=request.force, skip_unreadable=request.skip_unreadable, private=private)

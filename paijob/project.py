@@ -9,13 +9,14 @@
 
 It is looked up in the current folder only: a config that changes what a
 command does should be in plain sight. Paths in it are relative to its folder,
-and its template and values files stay in that folder (a cloned project's
-``paijob.yaml`` cannot name ``~/.docker/config.json`` as values, nor a template
-linked out of the project). Pure apart from reading the file.
+and its template, values files and workdir stay in that folder (a cloned
+project's ``paijob.yaml`` cannot name ``~/.docker/config.json`` as values, a
+template linked out of the project, or ``/etc`` as the folder its jobs ship). Pure apart from reading the file.
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -86,9 +87,19 @@ def _inside(path: Path, base: Path, name: str, what: str) -> str:
     if not real.is_relative_to(folder):
         raise ProjectError(
             f"{path}: {what} {name} is outside the project folder {folder} (it resolves to {real}); "
-            f"a paijob.yaml names files in its own folder: copy the file in, or give it on the command line"
+            + ("a project's workdir is in the project: pass --workdir DIR to ship another folder"
+               if what == "workdir" else
+               "a paijob.yaml names files in its own folder: copy the file in, or give it on the command line")
         )
     return str(file)
+
+
+def check_workdir(project: Project, workdir: str) -> None:
+    """A workdir a project chose (``paijob.yaml``'s, or its values' ``workdir``) must lie in the project
+    folder, as its other paths do: a cloned project cannot ship ``/etc`` with its jobs. ``--workdir`` is
+    the user's own choice and is not checked (``paijob.api.prepare`` calls this without one)."""
+    if project.path is not None:
+        _inside(project.path, project.path.parent, os.path.expanduser(workdir), "workdir")
 
 
 def load(folder: Path | None = None) -> Project:

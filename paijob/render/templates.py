@@ -71,6 +71,7 @@ class TemplateRef(NamedTuple):  # not a frozen dataclass: ~0.5 ms less start-up 
 
         values = Path(self.filename).with_name(self.name + VALUES_SUFFIX)
         if values.is_file():
+            self.check_beside(str(values), "default values file")
             return read_text(values, "default values file"), str(values)
         return None
 
@@ -82,7 +83,18 @@ class TemplateRef(NamedTuple):  # not a frozen dataclass: ~0.5 ms less start-up 
             from pathlib import Path
 
             file = str(Path(self.filename).parent / (self.name + SCHEMA_SUFFIX))
+            if os.path.isfile(file):
+                self.check_beside(file, "values schema")
         return file if os.path.isfile(file) else None
+
+    def check_beside(self, file: str, what: str) -> None:
+        """A user template's defaults or schema must be a file of their folder, not a link out of it: a
+        cloned project's ``t.values.yaml`` linked to ``~/.docker/config.json`` would hand its keys to the
+        template."""
+        folder, real = os.path.realpath(os.path.dirname(file) or "."), os.path.realpath(file)
+        if os.path.commonpath([real, folder]) != folder:
+            raise TemplateRefused(os.path.basename(file), f"the {what} of template {self.filename} is a link to "
+                                  f"{real}, outside its folder {folder}")
 
     def schema_path(self) -> Path | None:
         """``schema_file`` as a ``Path``."""

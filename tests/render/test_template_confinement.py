@@ -170,3 +170,44 @@ def test_a_project_config_names_files_in_its_own_folder(
     assert SECRET not in out + err
     assert code == 2 and "is outside the project folder" in err, err
 
+
+
+def test_a_user_templates_defaults_linked_out_of_its_folder_are_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # a cloned project's t.values.yaml linked to ~/.docker/config.json would hand its keys to the template
+    project = tmp_path / "cloned"
+    project.mkdir()
+    secrets = tmp_path / "docker-config.json"
+    secrets.write_text('{"auths": {"registry.example.com": {"auth": "' + SECRET + '"}}}')
+    (project / "t.yaml.j2").write_text("name: {{ auths | tojson }}\n")
+    (project / "t.values.yaml").symlink_to(secrets)
+    code, out, err = run_cli(capsys, "render", str(project / "t.yaml.j2"))
+    assert SECRET not in out + err
+    assert code == 2 and "default values file of template" in err and "is a link to" in err
+
+
+@pytest.mark.parametrize("where", ["paijob.yaml", "values"])
+def test_a_cloned_project_cannot_choose_a_workdir_outside_itself(
+    where: str, tmp_path: Path, outside: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    project = tmp_path / "cloned"
+    project.mkdir()
+    (project / "train.py").write_text("print(1)\n")
+    away = os.path.relpath(outside.parent, project)  # ~/.config/gh, by a relative path
+    if where == "paijob.yaml":
+        (project / "paijob.yaml").write_text(f"template: ddp\nworkdir: {away}\n")
+    else:
+        (project / "values.yaml").write_text(f"script: train.py\nworkdir: {away}\n")
+        (project / "paijob.yaml").write_text("template: ddp\nvalues: [values.yaml]\n")
+    monkeypatch.chdir(project)
+    monkeypatch.setenv("PAI_CLUSTER_URL", "http://127.0.0.1:9")
+    monkeypatch.setenv("PAI_TOKEN", "t")
+    monkeypatch.setenv("PAI_USER", "alice")
+    monkeypatch.setenv("HOME", str(tmp_path / "elsewhere"))  # so ~/.config is not what refuses it
+    code, out, err = run_cli(capsys, "submit", "--dry-run", "--set", "script=train.py")
+    assert SECRET not in out + err
+    assert code == 2 and "workdir" in err and "is outside the project folder" in err, err
+    # the user's own --workdir is theirs to choose
+    code, out, err = run_cli(capsys, "submit", "--dry-run", "--set", "script=train.py", "--workdir", ".")
+    assert code == 0, err
