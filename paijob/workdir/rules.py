@@ -55,7 +55,8 @@ SECRET_PATTERNS = (
     ".oci/", "**/.config/gh/",
     # what ~/.config holds, seen from a workdir that is ~/.config itself (shipped only with --force)
     "**/gcloud/credentials.db", "**/gcloud/access_tokens.db", "**/gcloud/legacy_credentials/", "**/gh/hosts.yml",
-    "**/git/credentials", "**/rclone/rclone.conf", "**/doctl/config.yaml",
+    "**/git/credentials", "**/rclone/rclone.conf", "**/doctl/config.yaml", "**/containers/auth.json",
+    "**/.config/hub", "**/.config/op/", "**/keyrings/",
     # kubeconfigs
     "kubeconfig", "kubeconfig.*", "*.kubeconfig",
     # private keys, keystores, certificates with keys

@@ -137,6 +137,10 @@ def test_force_on_a_credential_home_reads_the_paths_as_seen_from_home(tmp_path: 
     assert workdir.snapshot(apps, force=True).files == ("app/settings.ini",)
     ssh = make_tree(home / ".ssh", {"config": "Host x\n", "known_hosts": "x"})
     assert workdir.snapshot(ssh, force=True).files == ()
+    docker = make_tree(home / ".docker", {"config.json": '{"auths": {}}', "features.json": "{}"})
+    assert workdir.snapshot(docker, force=True).files == ("features.json",)
+    podman = make_tree(home / ".config" / "containers", {"auth.json": "{}", "registries.conf": ""})
+    assert workdir.snapshot(podman, force=True).files == ("registries.conf",)
 
 
 def test_a_token_under_any_name_or_a_file_named_token_is_left_out(tmp_path: Path) -> None:
