@@ -73,13 +73,16 @@ class LocalCluster:
     def work_dir(self, job_id: str, attempt: int, role: str, index: int) -> Path:
         return self.state_dir / "work" / job_id / str(attempt) / f"{role}-{index}"
 
-    def stall(self, job_id: str, attempt: int) -> str | None:
+    def stall(self, job_id: str, attempt: int, plan: Job) -> str | None:
         """paijob-runtime's line about a running job's stalled ranks (no progress for N s on
-        rank R), when one of its tasks wrote one in the last 15 s; None otherwise."""
-        for path in sorted((self.state_dir / "work" / job_id / str(attempt)).glob(f"*/{PROGRESS_NAME}")):
-            line = diagnostics.stall_report(path)  # bounded, and only in the runtime's own form
-            if line:
-                return line
+        rank R), when one of its tasks wrote one in the last 15 s; None otherwise. Only the
+        job's own task folders are looked in: a job cannot make this walk thousands it made."""
+        for role in plan.roles:
+            for index in range(role.instances):
+                path = self.work_dir(job_id, attempt, role.name, index) / PROGRESS_NAME
+                line = diagnostics.stall_report(path)  # bounded, and only in the runtime's own form
+                if line:
+                    return line
         return None
 
     def allocate_gpus(self, plan: Job) -> dict[tuple[str, int], str | None]:

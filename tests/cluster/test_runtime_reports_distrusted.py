@@ -17,12 +17,16 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml
+from cluster_helpers import job_yaml
 
 from paijob.local.diagnostics import root_cause
 from paijob.local.engine import LocalCluster
 from paijob.local.runner import PROGRESS_NAME
+from paijob.openpai.model import parse_job
 
 JOB = "alice~stalls"
+PLAN = parse_job(yaml.safe_load(job_yaml("stalls", ["true"], instances=2)))
 
 
 @pytest.fixture
@@ -46,7 +50,7 @@ def write_report(path: Path, line: str, **extra: object) -> None:
 
 def test_the_runtimes_own_stall_line_is_shown(cluster: LocalCluster) -> None:
     write_report(progress_file(cluster), "no progress for 95s on ranks 0, 2-7")
-    assert cluster.stall(JOB, 0) == "no progress for 95s on ranks 0, 2-7"
+    assert cluster.stall(JOB, 0, PLAN) == "no progress for 95s on ranks 0, 2-7"
 
 
 @pytest.mark.parametrize("line", [
@@ -57,7 +61,7 @@ def test_the_runtimes_own_stall_line_is_shown(cluster: LocalCluster) -> None:
 ])
 def test_a_line_a_job_wrote_is_not_shown(cluster: LocalCluster, line: str) -> None:
     write_report(progress_file(cluster), line)
-    assert cluster.stall(JOB, 0) is None
+    assert cluster.stall(JOB, 0, PLAN) is None
 
 
 def test_a_huge_progress_file_is_not_read(cluster: LocalCluster) -> None:
@@ -73,7 +77,7 @@ def test_a_huge_progress_file_is_not_read(cluster: LocalCluster) -> None:
 
     os.read = counting_read  # type: ignore[assignment]
     try:
-        assert cluster.stall(JOB, 0) is None
+        assert cluster.stall(JOB, 0, PLAN) is None
     finally:
         os.read = real_read  # type: ignore[assignment]
     assert sum(opened) <= 8192
@@ -86,7 +90,7 @@ def test_a_link_or_a_fifo_named_like_the_progress_file_is_not_followed(cluster: 
     progress_file(cluster, "worker-0").symlink_to(elsewhere)
     os.mkfifo(progress_file(cluster, "worker-1"))  # reading a FIFO nobody writes to blocked forever
     answer: list[str | None] = []
-    reader = threading.Thread(target=lambda: answer.append(cluster.stall(JOB, 0)), daemon=True)
+    reader = threading.Thread(target=lambda: answer.append(cluster.stall(JOB, 0, PLAN)), daemon=True)
     reader.start()
     reader.join(timeout=20)
     assert answer == [None]
@@ -94,7 +98,7 @@ def test_a_link_or_a_fifo_named_like_the_progress_file_is_not_followed(cluster: 
 
 def test_a_stale_report_is_a_stall_that_ended(cluster: LocalCluster) -> None:
     progress_file(cluster).write_text(json.dumps({"line": "no progress for 9s on rank 0", "time": time.time() - 60}))
-    assert cluster.stall(JOB, 0) is None
+    assert cluster.stall(JOB, 0, PLAN) is None
 
 
 HANG = ("paijob-runtime: error: hang: no rank made progress for 6s (--hang-timeout 6s): rank 1 (node rank 0, "
@@ -133,3 +137,10 @@ def test_the_launchers_closing_line_still_gives_way_to_the_account_it_sums_up() 
     # a worker's own headline is no closing line: an explained block before it is not preferred
     killed = "paijob-runtime: error: worker rank 0 (node rank 0, local rank 0) failed with signal SIGKILL\n"
     assert root_cause(FAKE + killed) == killed.strip()[len("paijob-runtime: error: "):]
+
+
+def test_only_the_jobs_own_task_folders_are_looked_in(cluster: LocalCluster) -> None:
+    # a task's folder is work/JOB/ATTEMPT/ROLE-INDEX; a job could make thousands more beside it
+    write_report(progress_file(cluster, "made-by-the-job"), "no progress for 95s on rank 0")
+    write_report(progress_file(cluster, "worker-9"), "no progress for 95s on rank 9")  # no such task
+    assert cluster.stall(JOB, 0, PLAN) is None
