@@ -49,6 +49,7 @@ from paijob.render.templates import (
     TemplateError,
     TemplateRef,
     TemplateRefused,
+    builtin_dir,
     builtin_include,
     find_template,
     is_job_file,
@@ -357,6 +358,8 @@ def _statement_at(template: TemplateRef, filename: str, line: int) -> str | None
     from jinja2 import nodes
 
     env = _environment(template.folder)
+    if template.folder is None:  # a built-in's frames carry its bare name
+        filename = os.path.join(builtin_dir(), os.path.basename(filename))
     try:
         with open(filename, encoding="utf-8") as file:
             tree = env.parse(file.read())
