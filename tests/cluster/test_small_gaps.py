@@ -139,3 +139,9 @@ def test_a_link_planted_as_the_server_log_is_never_written_through(tmp_path: Pat
     finally:
         daemon.down(state)
     assert victim.read_text() == "precious\n"
+
+
+def test_login_password_on_the_command_line_is_refused_and_not_echoed(capsys: pytest.CaptureFixture[str]) -> None:
+    # argparse read `--password PW` as --password-stdin and printed "unrecognized arguments: PW"
+    code, out, err = paijob(capsys, "login", "prod", "--url", "https://pai.example.com", "--password", PASTED)
+    assert code == 2 and "--password-stdin" in err and "shell history" in err and PASTED not in out + err
