@@ -209,7 +209,7 @@ class _Packer:
             data = handle.read(CHUNK + 1)
             body: BinaryIO = io.BytesIO(data)
             if not entry.named and _holds_key(handle, data):
-                self.sniffed.append(f"{entry.rel} (holds a private key or credential)")
+                self.sniffed.append(f"{entry.rel} (holds a private key, credential or access token)")
                 return
             if not entry.named and _holds_secrets_map(entry.rel, data):
                 self.sniffed.append(f"{entry.rel} (a top-level secrets: map)")

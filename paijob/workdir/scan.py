@@ -138,7 +138,7 @@ class _Walker:
             self.scan.secrets.append(rel)
             return None
         if (st.st_dev, st.st_ino) in self.private:
-            self.scan.secrets.append(f"{rel} (a values file with a secrets: map)")
+            self.scan.secrets.append(f"{rel} (a values file of this job with a secrets: map; never shipped)")
             return None
         if is_dir:
             self.add(Entry(rel, "dir", mode=stat.S_IMODE(st.st_mode)))

@@ -70,7 +70,7 @@ def test_the_projects_values_file_with_the_registry_login_stays_out_of_the_snaps
     job, files, content, err = dry_run(capsys, "--set", "script=train.py")
     assert "values.yaml" not in files and PASSWORD.encode() not in content
     assert sorted(files) == ["paijob.yaml", "train.py"]
-    assert "values.yaml (a values file with a secrets: map)" in err
+    assert "values.yaml (a values file of this job with a secrets: map; never shipped)" in err
     assert PASSWORD not in yaml.safe_dump(job["parameters"])
 
 
@@ -84,7 +84,7 @@ def test_a_values_file_given_with_f_stays_out_whatever_its_form(
     _, files, content, err = dry_run(capsys, "ddp", "--set", "script=train.py", "-f", str(project / "deploy/login.yaml"),
                                      "--workdir", str(project))
     assert files == ["train.py"] and PASSWORD.encode() not in content
-    assert "deploy/login.yaml (a values file with a secrets: map)" in err
+    assert "deploy/login.yaml (a values file of this job with a secrets: map; never shipped)" in err
 
 
 @pytest.mark.parametrize("text", [
