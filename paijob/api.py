@@ -142,6 +142,7 @@ def prepare(request: JobRequest, project: project_config.Project | None = None) 
     from paijob import project as project_config
     from paijob.render import templating
     from paijob.render.job_name import rename_job
+    from paijob.render.values import holds_secrets
     from paijob.validate.verdict import require_sendable
 
     project = project if project is not None else project_config.load()
@@ -159,8 +160,11 @@ def prepare(request: JobRequest, project: project_config.Project | None = None) 
     job = PreparedJob(renamed.text, renamed.name, source, cluster, warnings, [], target,
                       document=renamed.job, read_as=renamed.text)
     workdir = request.workdir or _value_workdir(result.values) or project.workdir
+    if workdir and not request.workdir:
+        project_config.check_workdir(project, workdir)  # a cloned project's choice stays in the project
     if workdir:
-        _carry_workdir(job, workdir, force=request.force, skip_unreadable=request.skip_unreadable)
+        private = [value for value in values if holds_secrets(value)]
+        _carry_workdir(job, workdir, force=request.force, skip_unreadable=request.skip_unreadable, private=private)
         require_sendable(job.text, source, job.document)  # the commands it added must leave a valid job
     elif job.text is not result.text:
         require_sendable(job.text, source)  # a new name: checked as it was written; the size may have grown
@@ -172,12 +176,16 @@ def _value_workdir(values: Any) -> str | None:
     return str(found) if found else None
 
 
-def _carry_workdir(job: PreparedJob, folder: str, *, force: bool, skip_unreadable: bool) -> None:
-    """Snapshot ``folder`` into ``job``: its text starts every task in it, its notes say what travels."""
+def _carry_workdir(job: PreparedJob, folder: str, *, force: bool, skip_unreadable: bool,
+                   private: Sequence[str | Path]) -> None:
+    """Snapshot ``folder`` into ``job``: its text starts every task in it, its notes say what travels.
+
+    ``private``: the job's values files holding a ``secrets:`` map, never shipped (listed as left out)."""
     from paijob import workdir
     from paijob.remote import profiles
 
-    snap = workdir.snapshot(folder, force=force, skip_unreadable=skip_unreadable, guarded=[profiles.config_path()])
+    snap = workdir.snapshot(folder, force=force, skip_unreadable=skip_unreadable, guarded=[profiles.config_path()],
+                            private=[Path(value) for value in private])
     home = None
     if job.target is None or job.target.is_local:
         from paijob.local import daemon

@@ -19,7 +19,8 @@ EXIT_HANGUP = 129  # 128 + SIGHUP
 EXIT_TERMINATED = 143  # 128 + SIGTERM
 EXIT_CODES: dict[int, str] = {
     EXIT_OK: "done (`submit --wait`, `run`, `logs -f`: the job SUCCEEDED; `stop --wait`: it ended)",
-    EXIT_JOB_FAILED: "the job ended but did not succeed (`submit --wait`, `run`, `logs -f`)",
+    EXIT_JOB_FAILED: "the job ended but did not succeed (`submit --wait`, `run`, `logs -f`); `cp`: copied, but "
+                     "skipped what it lists (links out, files that changed, files in the way)",
     EXIT_USER_ERROR: "a usage error (bad option or value, invalid job) or a cluster error (unreachable, timed out, "
                      "refused, unexpected answer); the message says which",
     EXIT_LOCAL_NOT_RUNNING: "`paijob local status`: the local cluster is not running (with `-o json`/`yaml` the "

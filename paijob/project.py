@@ -8,12 +8,15 @@
     workdir: .                 # ship this folder with every job (see paijob.workdir)
 
 It is looked up in the current folder only: a config that changes what a
-command does should be in plain sight. Paths in it are relative to its folder.
-Pure apart from reading the file.
+command does should be in plain sight. Paths in it are relative to its folder,
+and its template, values files and workdir stay in that folder (a cloned
+project's ``paijob.yaml`` cannot name ``~/.docker/config.json`` as values, a
+template linked out of the project, or ``/etc`` as the folder its jobs ship). Pure apart from reading the file.
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -66,15 +69,37 @@ def parse(text: str, path: Path) -> Project:
         raise ProjectError(f"{path}: values must be a list of values files, got {values!r}")
     template = rel(data.get("template"), "template")
     if template and (template.endswith(".j2") or "/" in template):
-        template = str(base / template)
+        template = _inside(path, base, template, "template")
     workdir = rel(data.get("workdir"), "workdir")
     return Project(
         path=path,
         template=template,
-        values=tuple(str(base / v) for v in values),
+        values=tuple(_inside(path, base, v, "values file") for v in values),
         cluster=rel(data.get("cluster"), "cluster"),
         workdir=str(base / workdir) if workdir else None,
     )
+
+
+def _inside(path: Path, base: Path, name: str, what: str) -> str:
+    """``base / name``, refused when it (links resolved) lies outside the project folder ``base``."""
+    file = base / name
+    real, folder = file.resolve(), base.resolve()
+    if not real.is_relative_to(folder):
+        raise ProjectError(
+            f"{path}: {what} {name} is outside the project folder {folder} (it resolves to {real}); "
+            + ("a project's workdir is in the project: pass --workdir DIR to ship another folder"
+               if what == "workdir" else
+               "a paijob.yaml names files in its own folder: copy the file in, or give it on the command line")
+        )
+    return str(file)
+
+
+def check_workdir(project: Project, workdir: str) -> None:
+    """A workdir a project chose (``paijob.yaml``'s, or its values' ``workdir``) must lie in the project
+    folder, as its other paths do: a cloned project cannot ship ``/etc`` with its jobs. ``--workdir`` is
+    the user's own choice and is not checked (``paijob.api.prepare`` calls this without one)."""
+    if project.path is not None:
+        _inside(project.path, project.path.parent, os.path.expanduser(workdir), "workdir")
 
 
 def load(folder: Path | None = None) -> Project:

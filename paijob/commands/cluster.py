@@ -25,6 +25,10 @@ def register(subparsers: Any) -> None:
     add.add_argument("--token-env", metavar="VAR",
                      help="environment variable holding an application token (read at each use; "
                           "the token itself is not written to the file)")
+    # Without it, argparse read `--token VALUE` as an abbreviation of --token-env and stored the token as a name.
+    add.add_argument("--token", metavar="TOKEN",
+                     help="refused, with how to do it instead: a token typed here stays in your shell history "
+                          "and shows in `ps`; use --token-env VAR or `paijob login NAME`")
     add.add_argument("--user", help="your OpenPAI user name (read from the token when it is a JWT)")
     add.add_argument("--api-path", default=None, help="REST path under the URL (default /rest-server/api/v2)")
     add.add_argument("--use", action="store_true", help="make it the default cluster")
@@ -44,11 +48,17 @@ def register(subparsers: Any) -> None:
 def run_add(args: argparse.Namespace) -> int:
     from paijob import api
 
+    if args.token is not None:
+        variable = "PAI_TOKEN_" + "".join(c if c.isalnum() else "_" for c in args.name.upper())
+        raise api.PaijobError(
+            f"cluster add --token: a token typed on the command line stays in your shell history and shows in "
+            f"`ps`; put it in an environment variable and name that: `read -rs {variable} && export {variable}`, "
+            f"then `paijob cluster add {args.name} --url URL --token-env {variable}`; or `paijob login {args.name}`")
+    path, user = api.add_cluster(args.name, args.url, user=args.user, token_env=args.token_env,
+                                 api_path=args.api_path, make_current=args.use)  # checks --token-env is a name
     if args.token_env and not os.environ.get(args.token_env):
         print(f"paijob: warning: ${args.token_env} is not set now; export it before using {args.name}",
               file=sys.stderr)
-    path, user = api.add_cluster(args.name, args.url, user=args.user, token_env=args.token_env,
-                                 api_path=args.api_path, make_current=args.use)
     print(f"cluster {args.name} saved in {path}")
     if not args.token_env:
         print(f"no token yet: run `paijob login {args.name}`, or add it again with --token-env VAR", file=sys.stderr)

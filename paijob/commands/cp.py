@@ -6,6 +6,7 @@ import argparse
 import sys
 from typing import Any
 
+from paijob.errors import EXIT_JOB_FAILED
 from paijob.task import contract
 
 
@@ -21,7 +22,8 @@ def register(subparsers: Any) -> None:
                     "with its size first, and one that would not fit is refused. "
                     "Links out of the output folder, dangling links, loops and FIFOs are listed and skipped "
                     "(links inside are copied as links); a file that changes while copied is listed, not "
-                    "half-copied. Reads the local cluster's state dir directly (no server needed).",
+                    "half-copied; then the exit is 1, with the list. Reads the local cluster's state dir "
+                    "directly (no server needed).",
     )
     parser.add_argument("source", metavar="JOB:PATH", help="e.g. demo1:checkpoints/epoch-2.pt")
     parser.add_argument("dest", metavar="DEST",
@@ -52,4 +54,5 @@ def run(args: argparse.Namespace) -> int:
         listed = ", ".join(map(shown, report.skipped[:10])) + (f" and {len(report.skipped) - 10} more"
                                                                if len(report.skipped) > 10 else "")
         print(f"paijob cp: skipped {len(report.skipped)}: {listed}", file=sys.stderr)
+        return EXIT_JOB_FAILED  # not all of it came: a script must not take it for a whole copy
     return 0

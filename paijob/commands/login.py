@@ -28,6 +28,10 @@ def register(subparsers: Any) -> None:
                         help="read the password from the first line of stdin (for scripts: "
                              "`paijob login NAME --user U --password-stdin < file`); otherwise it is asked "
                              "on the terminal")
+    # Without it, `--password PW` was read as --password-stdin and PW echoed back as an unknown argument.
+    parser.add_argument("--password", metavar="PASSWORD",
+                        help="refused, with how to do it instead: a password typed here stays in your shell "
+                             "history and shows in `ps`")
     parser.add_argument("--timeout", type=seconds, default=30.0, metavar="S",
                         help="the most seconds the login request may take (default 30)")
     parser.set_defaults(func=run)
@@ -72,6 +76,10 @@ def ask_credentials(args: argparse.Namespace, url: str) -> tuple[str, str]:
 def run(args: argparse.Namespace) -> int:
     from paijob import api
 
+    if args.password is not None:
+        raise LoginInputError("login --password: a password on the command line stays in your shell history and "
+                              f"shows in `ps`; leave it out to be asked, or `paijob login {args.name} --user USER "
+                              "--password-stdin < FILE` in scripts")
     url = api.login_url(args.name, args.url)
     user, password = ask_credentials(args, url)
     result = api.login(args.name, url, user, password, expiration=args.expiration,

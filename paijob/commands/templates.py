@@ -6,8 +6,6 @@ import argparse
 import sys
 from typing import Any
 
-from paijob.task import contract
-
 DESCRIPTION = """\
 List the built-in job templates with a one-line description.
 'paijob templates show NAME' prints the template, its documented default values
@@ -25,9 +23,11 @@ runtime_install_command(runtimeInstall), image_auth(imageCredentials),
 paijob_version, rendered_version_env; and the methods
 of plain values (list.append, dict.items, ...). It cannot reach Python
 internals (cycler.__init__.__globals__ is an error), import modules, or read
-files other than templates in its own folder, TEMPLATE_PATH and the
-built-ins (e.g. {% import "_job.yaml.j2" as job with context %}).
-""".replace("TEMPLATE_PATH", contract.TEMPLATE_PATH)
+files other than templates: include, import and extends read a template in
+the template's own folder or under it, else a built-in by its bare name (e.g.
+{% import "_job.yaml.j2" as job with context %}); an absolute name, '..' or a
+link out of the folder is refused.
+"""
 
 
 def register(subparsers: Any) -> None:

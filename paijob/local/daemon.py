@@ -10,10 +10,19 @@ everything already in it (directories 0700, files 0600 or 0700) and starts the
 server, and so its tasks, with umask 077. A pid in ``server.json`` is trusted
 only while ``/proc/<pid>/cmdline`` shows the server of this very state dir, so
 a stale file never gets an unrelated process signalled.
+
+It must be the user's own: a state dir that belongs to another user (a shared
+``PAIJOB_LOCAL_STATE_DIR`` someone else made) is refused before anything in it
+is read or written, since its owner could read the token and plant a
+``server.json`` that sends every job to a server of theirs; and the files
+``up`` opens there (``server.log``, ``up.lock``) are opened without following
+a link, so a link planted in their place never has the server's output
+written through it.
 """
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import os
@@ -88,9 +97,29 @@ def server_info(directory: Path | None = None) -> dict[str, Any] | None:
         return None
 
 
+def check_owned(directory: Path) -> None:
+    """Refuse a state dir that is not a folder of this user's (one that does not exist yet is fine)."""
+    try:
+        info = os.stat(directory)
+    except FileNotFoundError:
+        return
+    except OSError as error:
+        raise LocalClusterError(f"cannot use the local cluster's state dir {directory}: {error.strerror}") from None
+    if not stat.S_ISDIR(info.st_mode):
+        raise LocalClusterError(f"the local cluster's state dir {directory} is not a folder; "
+                                f"set {contract.LOCAL_STATE_DIR} to a folder of your own")
+    if info.st_uid != os.getuid():
+        raise LocalClusterError(
+            f"the local cluster's state dir {directory} belongs to another user (uid {info.st_uid}), not to you "
+            f"(uid {os.getuid()}): its owner could read the cluster's token and send your jobs elsewhere; set "
+            f"{contract.LOCAL_STATE_DIR} to a folder of your own")
+
+
 def secure(directory: Path) -> None:
     """Take group and other permissions off the state dir and everything in it (links untouched)."""
+    check_owned(directory)
     directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+    check_owned(directory)  # made just now, or by someone else meanwhile
     for root, dirs, files in os.walk(directory):
         for name in [*dirs, *files]:
             _private(Path(root) / name)
@@ -107,7 +136,19 @@ def _private(path: Path) -> None:
 
 
 def _open_private(path: Path, flags: int) -> int:
-    fd = os.open(path, flags | os.O_CREAT, 0o600)
+    """``path`` opened (created 0600) as the user's own regular file, never through a link."""
+    try:
+        fd = os.open(path, flags | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    except OSError as error:
+        if error.errno == errno.ELOOP:
+            raise LocalClusterError(f"{path} is a link, which the local cluster never writes through; "
+                                    "remove it (paijob makes its own)") from None
+        raise LocalClusterError(f"cannot open {path}: {error.strerror}") from None
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode) or info.st_uid != os.getuid() or info.st_nlink > 1:
+        os.close(fd)
+        raise LocalClusterError(f"{path} is not a file of the local cluster's own (another user's, a hard "
+                                "link or not a regular file); remove it (paijob makes its own)")
     os.fchmod(fd, 0o600)
     return fd
 
@@ -168,6 +209,7 @@ def _healthy(url: str) -> bool:
 def running(directory: Path | None = None) -> dict[str, Any] | None:
     """The running server's info, or None (a stale server.json is removed)."""
     directory = directory or state_dir()
+    check_owned(directory)  # its server.json names the server the token goes to
     info = server_info(directory)
     if not info:
         return None
@@ -292,6 +334,7 @@ def local_cluster_address(directory: Path | None = None) -> Cluster:
     """The local cluster's profile without starting it or reading its token (dry runs): its URL
     when it runs, a placeholder when it does not."""
     directory = directory or state_dir()
+    check_owned(directory)
     info = server_info(directory) or {}
     return Cluster(LOCAL, str(info.get("url", "http://127.0.0.1:<port>")), None, None,
                    token_source=str(directory / "token"))

@@ -8,16 +8,14 @@ what a server that died left behind.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import shutil
 import subprocess
 import threading
-import time
 from pathlib import Path
 
-from paijob.local import capacity
+from paijob.local import capacity, diagnostics
 from paijob.local.jobmodels import JobModels
 from paijob.local.processes import PROGRESS_NAME
 from paijob.local.runner import JobRunner
@@ -76,18 +74,17 @@ class LocalCluster:
     def work_dir(self, job_id: str, attempt: int, role: str, index: int) -> Path:
         return self.state_dir / "work" / job_id / str(attempt) / f"{role}-{index}"
 
-    def stall(self, job_id: str, attempt: int) -> str | None:
+    def stall(self, job_id: str, attempt: int, plan: Job) -> str | None:
         """paijob-runtime's line about a running job's stalled ranks (no progress for N s on
-        rank R), when one of its tasks wrote one in the last 15 s; None otherwise."""
-        lines = []
-        for path in (self.state_dir / "work" / job_id / str(attempt)).glob(f"*/{PROGRESS_NAME}"):
-            try:
-                report = json.loads(path.read_text(encoding="utf-8"))
-                if time.time() - float(report["time"]) < 15 and report.get("line"):
-                    lines.append(str(report["line"]))
-            except (OSError, ValueError, KeyError, TypeError):
-                continue
-        return lines[0] if lines else None
+        rank R), when one of its tasks wrote one in the last 15 s; None otherwise. Only the
+        job's own task folders are looked in: a job cannot make this walk thousands it made."""
+        for role in plan.roles:
+            for index in range(role.instances):
+                path = self.work_dir(job_id, attempt, role.name, index) / PROGRESS_NAME
+                line = diagnostics.stall_report(path)  # bounded, and only in the runtime's own form
+                if line:
+                    return line
+        return None
 
     def allocate_gpus(self, plan: Job) -> dict[tuple[str, int], str | None]:
         """role/index -> CUDA_VISIBLE_DEVICES (None: leave the variable alone; no GPUs here)."""

@@ -11,15 +11,35 @@ applies them to one job, adding what a local run needs instead of a container
 
 from __future__ import annotations
 
+import fnmatch
 import uuid
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 
 from paijob.openpai import taskenv
 from paijob.openpai.markers import task_command
 from paijob.openpai.model import Job, TaskRole
 from paijob.openpai.names import framework_object_name
+from paijob.task import contract
 
 HOST_IP = "127.0.0.1"
+# What a local task never inherits from the shell that started the local cluster (matched case-insensitively):
+# OpenPAI's own client variables and paijob's local token (the server's), and credentials. On OpenPAI a task
+# never sees the submitter's shell; here one would otherwise hand every job the GitHub token, cloud keys and
+# registry passwords exported there. A job that needs one names it (env in the values, or an OpenPAI secret).
+NOT_INHERITED = (
+    "PAI_*", contract.LOCAL_TOKEN,
+    "*_TOKEN", "*_TOKENS", "*_SECRET", "*_SECRET_*", "*_SECRETS", "*_PASSWORD", "*_PASSWD", "*_API_KEY",
+    "*_APIKEY", "*_ACCESS_KEY", "*_PRIVATE_KEY", "*_CREDENTIALS", "*_AUTH", "*_PAT",
+    "AWS_ACCESS_KEY_ID", "AWS_PROFILE", "AZURE_CLIENT_ID", "AZURE_TENANT_ID", "GOOGLE_APPLICATION_CREDENTIALS",
+    "GOOGLE_CREDENTIALS", "CLOUDSDK_AUTH_*", "KUBECONFIG", "DOCKER_AUTH_CONFIG", "NETRC", "SSH_AUTH_SOCK",
+    "VAULT_*", "OP_SESSION_*",
+)
+
+
+def inherited_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """What a local task keeps of the cluster process's environment: all but ``NOT_INHERITED``."""
+    return {name: value for name, value in environ.items()
+            if not any(fnmatch.fnmatchcase(name.upper(), pattern) for pattern in NOT_INHERITED)}
 Ports = dict[str, dict[int, dict[str, list[int]]]]  # role -> index -> label -> ports
 
 

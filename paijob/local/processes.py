@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Protocol
 
 from paijob.local import capacity, faults
-from paijob.local.plan import Ports, task_env, task_script
+from paijob.local.plan import Ports, inherited_env, task_env, task_script
 from paijob.local.settings import openpai_before_1_6, stop_grace
 from paijob.local.store import Store, now_ms
 from paijob.local.tasklog import LogSink
@@ -39,8 +39,6 @@ from paijob.task.ports import Reservation, reserve
 MARKER = TASK_MARKER
 JOB_MARKER = contract.LOCAL_JOB
 PROGRESS_NAME = ".paijob-progress.json"  # in a task's work folder (contract.PROGRESS_FILE)
-# Server-side variables a task must not inherit from whoever started the server.
-_SCRUB = ("PAI_TOKEN", "PAI_CLUSTER_URL", "PAI_USER", contract.LOCAL_TOKEN)
 
 Gpus = dict[tuple[str, int], str | None]  # role/index -> CUDA_VISIBLE_DEVICES (None: leave it alone)
 
@@ -209,7 +207,7 @@ class TaskProcesses:
 
     def _process_env(self, task: Task) -> tuple[dict[str, str], Path]:
         """The task process's environment (OpenPAI's variables, its GPU, its own /tmp) and its working folder."""
-        env = {k: v for k, v in os.environ.items() if not k.startswith("PAI_") and k not in _SCRUB}
+        env = inherited_env(os.environ)  # no PAI_*, no token or cloud key of the shell that started it
         env.update(self._task_env(task))
         python_bin = str(Path(sys.executable).parent)
         env["PATH"] = python_bin + os.pathsep + env.get("PATH", os.defpath)

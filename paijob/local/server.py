@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from flask import Blueprint, Flask, Response, jsonify, request
+from flask import Blueprint, Flask, Response, g, jsonify, request
 
 from paijob.local import faults, serving, settings
 from paijob.local.daemon import local_user
@@ -96,6 +96,8 @@ def create_app(cluster: LocalCluster, token: str, user: str | None = None) -> Fl
         response.headers["Access-Control-Allow-Origin"] = "*"
         # a log or a JSON answer holds what a job printed: never let a browser sniff it into HTML
         response.headers["X-Content-Type-Options"] = "nosniff"
+        if g.get("user") is not None:  # the token or a portal session: its connection is not evicted (serving)
+            serving.trust(request.environ)
         return response
 
     @api.before_request

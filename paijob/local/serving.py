@@ -15,6 +15,18 @@ Python does, and their own dependencies would ship with a client tool.
 
 A body over the limit is refused by waitress while it reads the headers (it
 never reads the rest), answered with rest-server's JSON, as the app would.
+
+The connection cap is shared, so it must not be a door others can hold shut.
+Every client of 127.0.0.1 has the same address, so a "peer" here is what a
+connection has shown: the app marks a connection *trusted* once one of its
+requests carried the cluster's token or a portal session (``trust``). A
+connection without one keeps an answered keep-alive connection idle for
+``UNTRUSTED_KEEPALIVE`` seconds at most (instead of ``INACTIVITY_TIMEOUT``), and
+when every slot is taken the untrusted connections idle the longest are
+closed to make room, so a new connection (the token holder's, the portal's)
+is accepted at once: 1,100 tokenless sockets each sending a keep-alive request
+every 15 s no longer stop the server answering anyone. A trusted connection is
+never evicted; a request being served never is.
 """
 
 from __future__ import annotations
@@ -29,13 +41,15 @@ from waitress import wasyncore
 from waitress.channel import HTTPChannel
 from waitress.parser import HTTPRequestParser
 from waitress.server import TcpWSGIServer
-from waitress.task import ErrorTask
+from waitress.task import ErrorTask, WSGITask
 from waitress.utilities import RequestEntityTooLarge
 
 THREADS = 8  # requests served at once; every other connection waits in the I/O loop, costing no thread
 MAX_CONNECTIONS = 1000  # sockets held open at once (more wait in the kernel's backlog)
 INACTIVITY_TIMEOUT = 30  # seconds without a byte from a client (an idle connection, a stalled request)
 REQUEST_DEADLINE = 30.0  # seconds for a request's headers and body to arrive, however steadily they trickle
+UNTRUSTED_KEEPALIVE = 5  # seconds an answered connection without the token or a portal session may idle
+EVICT_BATCH = 16  # slots freed at once when the cap is reached (untrusted connections idle the longest)
 CLEANUP_INTERVAL = 5  # how often those two are checked
 MAX_HEADER_BYTES = 32 * 1024
 # rest-server's express.js answer to a body over body-parser's limit (no code, the message alone)
@@ -54,8 +68,36 @@ class _TimedParser(HTTPRequestParser):
         self.started = time.monotonic()
 
 
+TRUST = "paijob.trust_connection"  # the WSGI environ's callable that marks the request's connection trusted
+
+
+def trust(environ: dict[str, Any]) -> None:
+    """Mark the connection that carried this request as the token holder's (the app calls it once a
+    request passed authentication): it is never evicted and may idle as long as any connection."""
+    mark = environ.get(TRUST)
+    if mark is not None:
+        mark()
+
+
+class _Task(WSGITask):
+    """A request handed to the app; its environ carries ``TRUST`` for its connection."""
+
+    def __init__(self, channel: Any, request: Any) -> None:
+        super().__init__(channel, request)
+        channel.answered = True
+
+    def get_environment(self) -> dict[str, Any]:
+        environ: dict[str, Any] = super().get_environment()
+        environ[TRUST] = self.channel.trust
+        return environ
+
+
 class _ErrorTask(ErrorTask):
     """waitress's own refusals; a body over the limit answered as rest-server answers it."""
+
+    def __init__(self, channel: Any, request: Any) -> None:
+        super().__init__(channel, request)
+        channel.answered = True
 
     def execute(self) -> None:
         if not isinstance(self.request.error, RequestEntityTooLarge):
@@ -74,7 +116,17 @@ class _ErrorTask(ErrorTask):
 
 class _Channel(HTTPChannel):
     parser_class = _TimedParser
+    task_class = _Task
     error_task_class = _ErrorTask
+    trusted = False  # one of its requests carried the token or a portal session (set by the app's thread)
+    answered = False  # it sent a request: idle from now on is keep-alive
+
+    def trust(self) -> None:
+        self.trusted = True
+
+    def evictable(self) -> bool:
+        """Untrusted, serving nothing and not already closing: it may be closed to make room."""
+        return not (self.trusted or self.requests or self.will_close or self.close_when_flushed)
 
 
 class BoundedServer(TcpWSGIServer):
@@ -84,8 +136,10 @@ class BoundedServer(TcpWSGIServer):
 
     def __init__(self, app: Any, *, host: str, port: int, body_limit: int,
                  inactivity_timeout: int = INACTIVITY_TIMEOUT, request_deadline: float = REQUEST_DEADLINE,
-                 cleanup_interval: int = CLEANUP_INTERVAL, threads: int = THREADS) -> None:
+                 cleanup_interval: int = CLEANUP_INTERVAL, threads: int = THREADS,
+                 untrusted_keepalive: float | None = None) -> None:
         self.request_deadline = request_deadline
+        self.untrusted_keepalive = UNTRUSTED_KEEPALIVE if untrusted_keepalive is None else untrusted_keepalive
         self._trigger_lock = threading.Lock()
         self._stopped = False
         super().__init__(
@@ -104,10 +158,51 @@ class BoundedServer(TcpWSGIServer):
     def maintenance(self, now: float) -> None:
         super().maintenance(now)  # closes channels idle for the inactivity timeout
         cutoff = time.monotonic() - self.request_deadline
+        keepalive_cutoff = now - self.untrusted_keepalive  # waitress's last_activity is time.time()
         for channel in list(self.active_channels.values()):
             partial = channel.request
             if isinstance(partial, _TimedParser) and not channel.requests and partial.started < cutoff:
                 channel.will_close = True
+            elif partial is None and channel.answered and channel.evictable() \
+                    and channel.last_activity < keepalive_cutoff:
+                channel.will_close = True
+
+    def readable(self) -> bool:
+        """waitress's own (maintenance on time, no accepting at the cap), but at the cap room is made for the
+        next wake-up, and without waitress's log line each time the cap is reached and left."""
+        now = time.time()
+        if now >= float(self.next_channel_cleanup):
+            self.next_channel_cleanup: float = now + self.adj.cleanup_interval
+            self.maintenance(now)
+        if not self.accepting:
+            return False
+        if len(self._map) >= self.adj.connection_limit:
+            self.make_room()
+            return False
+        return True
+
+    def make_room(self) -> None:
+        """Close the untrusted connections idle the longest, ``EVICT_BATCH`` slots' worth (those already
+        closing count), so the next connection is accepted: the cap is not a door tokenless clients hold."""
+        channels = list(self.active_channels.values())
+        closing = sum(1 for channel in channels if channel.will_close or channel.close_when_flushed)
+        wanted = len(self._map) - self.adj.connection_limit + EVICT_BATCH - closing
+        if wanted <= 0:
+            return
+        idle = sorted((channel for channel in channels if isinstance(channel, _Channel) and channel.evictable()),
+                      key=lambda channel: channel.last_activity)
+        for channel in idle[:wanted]:
+            channel.will_close = True
+
+    def handle_accept(self) -> None:
+        """Accept what is waiting, up to the free slots (waitress takes one per wake-up)."""
+        for _ in range(EVICT_BATCH):
+            if len(self._map) >= self.adj.connection_limit:
+                return
+            before = len(self._map)
+            super().handle_accept()
+            if len(self._map) == before:  # nothing was waiting
+                return
 
     def serve_forever(self) -> None:
         self.run()

@@ -186,7 +186,7 @@ def job_detail(cluster: LocalCluster, job: dict[str, Any], attempt_id: int | Non
             statuses.append(_task_view(mine, index, job_id, (attempt or {}).get("created_time")))
         roles[role.runtime_name] = {"taskRoleStatus": {"name": role.runtime_name}, "taskStatuses": statuses}
     status = _job_status(job, attempt, latest)
-    stall = cluster.stall(job_id, attempt_id) if latest and status.get("state") == "RUNNING" else None
+    stall = cluster.stall(job_id, attempt_id, plan) if latest and status.get("state") == "RUNNING" else None
     if stall:  # paijob's own field: paijob-runtime's hang watch sees ranks that stopped moving
         status["paijobStall"] = stall
     status["retryDetails"] = _retry_details(cluster.store.attempts(job["username"], job["name"]), job["retries"])

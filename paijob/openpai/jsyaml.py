@@ -23,7 +23,8 @@ object model. Concretely (``js-yaml/lib/js-yaml/type/*.js``):
 Bounds (js-yaml shares aliased objects, so it does not blow up itself, but
 the server's later JSON serialisation and paijob's own walks would): the text
 size, the nesting depth, and the number of values after alias expansion are
-capped; a recursive alias (``a: &a [*a]``) and non-UTF-8 bytes are refused.
+capped, a scalar weighing one value per ``CHARS_PER_VALUE`` characters besides
+(so aliases of a long string cannot turn a 90 kB job into a 370 MB answer); a recursive alias (``a: &a [*a]``) and non-UTF-8 bytes are refused.
 Each refusal is a :class:`YamlError` (a ``PaijobError``: exit 2, one line).
 
 ``load_values`` reads Helm-style values files with the same bounds and line
@@ -60,6 +61,7 @@ MAX_TEXT_BYTES = 4 * 1024 * 1024  # far above any job; the server takes 100 kB
 SERVER_BODY_LIMIT = 100 * 1024  # express bodyParser.text() default limit: 413 above it
 MAX_DEPTH = 256  # real jobs nest < 10 deep; libyaml/CPython recursion is not unbounded
 MAX_VALUES = 200_000  # values after alias expansion (a job has a few hundred)
+CHARS_PER_VALUE = 32  # a scalar weighs 1 + len // this: MAX_VALUES caps the expanded text near 6 MB too
 
 _Loader: type[Any] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
@@ -291,8 +293,8 @@ class _Composer:
         top.size += size
         if top.size > MAX_VALUES:
             raise self.fail(
-                f"the document expands to more than {MAX_VALUES} values (aliases of aliases?); "
-                "refusing it",
+                f"the document expands to more than {MAX_VALUES} values (aliases of aliases?; every "
+                f"{CHARS_PER_VALUE} characters of a text count as one); refusing it",
                 event.start_mark,
             )
         if isinstance(top.value, list):
@@ -407,9 +409,10 @@ def _compose(text: str, source: str, schema: str, duplicates: str) -> Loaded:
                 and event.tag is None
             )
             value = composer.scalar(event)
+            weight = 1 + len(event.value) // CHARS_PER_VALUE
             if event.anchor is not None:
-                composer.anchors[event.anchor] = (value, 1)
-            composer.add(value, 1, event, merge=merge)
+                composer.anchors[event.anchor] = (value, weight)
+            composer.add(value, weight, event, merge=merge)
         elif isinstance(event, yaml.SequenceStartEvent):
             composer.start(event, [])
         elif isinstance(event, yaml.MappingStartEvent):

@@ -41,6 +41,7 @@ from paijob.remote.errors import (  # the error types are re-exported: callers c
     RedirectError,
     ServerError,
     change_reply_problem,
+    hide_url_password,
     job_detail_problem,
 )
 from paijob.remote.reply import Reply
@@ -101,7 +102,7 @@ class PaiClient(Transport):
 
     def web_link(self, job_id: str) -> str:
         user, name = split_job_id(job_id, self.user)
-        return f"{self.cluster_url}/job-detail.html?username={quote(user)}&jobName={quote(name)}"
+        return f"{hide_url_password(self.cluster_url)}/job-detail.html?username={quote(user)}&jobName={quote(name)}"
 
     def submission(self, job_yaml: str, job: Any = None) -> HttpRequest:
         """The request ``submit(job_yaml)`` sends (``--dry-run`` prints the same object); ``job``: the

@@ -80,6 +80,8 @@ class OutcomeUnknownError(ClusterError):
 
 
 _TOKEN_QUERY = re.compile(r"(?i)(token=)[^&\s\"'<>]+")
+# the password of a URL's user part: https://alice:PASSWORD@host (userinfo ends at the last @ before the path)
+_URL_PASSWORD = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://[^/\s:@?#]*:)[^/\s?#]*@")
 _BEARER = re.compile(r"(?i)(bearer\s+)[A-Za-z0-9._~+/=-]{8,}")
 _HTML_DROP = re.compile(r"(?is)<(script|style|head)\b.*?</\1\s*>")
 _HTML_TAG = re.compile(r"(?s)<[^>]*>")
@@ -87,12 +89,18 @@ _HTML_TITLE = re.compile(r"(?is)<title\b[^>]*>(.*?)</title\s*>")
 
 
 def redact(text: str, secrets: Iterable[str] = ()) -> str:
-    """Hide ``token=...`` query values, ``Bearer ...`` credentials and each of ``secrets``."""
+    """Hide ``token=...`` query values, URL passwords, ``Bearer ...`` credentials and each of ``secrets``."""
     for secret in sorted({s for s in secrets if s}, key=len, reverse=True):
         for form in {secret, quote(secret, safe=""), html.escape(secret)}:
             text = text.replace(form, "***")
     text = _TOKEN_QUERY.sub(r"\1***", text)
+    text = hide_url_password(text)
     return _BEARER.sub(r"\1***", text)
+
+
+def hide_url_password(text: str) -> str:
+    """``https://alice:***@host/...``: a URL's password, wherever one is in ``text``, never shown."""
+    return _URL_PASSWORD.sub(r"\1***@", text) if "@" in text else text
 
 
 def one_line(text: str, secrets: Iterable[str] = (), limit: int = SERVER_TEXT_CHARS) -> str:

@@ -35,10 +35,12 @@ from urllib.parse import urlsplit
 import yaml
 
 from paijob.errors import PaijobError
+from paijob.remote.errors import hide_url_password
 from paijob.task.safefile import atomic_write
 
 LOCAL = "local"
 _NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
+_VARIABLE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # an environment variable's name, as a shell takes it
 
 
 class ProfileError(PaijobError):
@@ -101,7 +103,7 @@ def save(data: dict[str, Any]) -> Path:
 
 def check_url(url: str, where: str) -> str:
     """``url`` without a trailing slash when it is an http(s) URL with a host and a valid port."""
-    hint = f"{where}: the cluster URL {url!r} "
+    hint = f"{where}: the cluster URL {hide_url_password(url)!r} "
     try:
         parts = urlsplit(url.strip())
         port = parts.port  # raises ValueError when out of range or not a number
@@ -128,6 +130,8 @@ def add(name: str, url: str, *, user: str | None = None, token_env: str | None =
         token: str | None = None, api_path: str | None = None, make_current: bool = False) -> Path:
     check_name(name)
     url = check_url(url, f"cluster {name}")
+    if token_env is not None:
+        check_token_env(token_env)
     data = load()
     entry: dict[str, Any] = {"url": url}
     if user:
@@ -142,6 +146,15 @@ def add(name: str, url: str, *, user: str | None = None, token_env: str | None =
     if make_current or not data.get("current"):
         data["current"] = name
     return save(data)
+
+
+def check_token_env(variable: str) -> None:
+    """``--token-env`` names a variable (``PROD_PAI_TOKEN``); anything else is most likely the token itself,
+    which must then be neither stored as a name nor echoed in the message."""
+    if not _VARIABLE.fullmatch(variable):
+        raise ProfileError("--token-env takes the NAME of an environment variable holding the token (letters, "
+                           "digits and _, e.g. PROD_PAI_TOKEN), not the token itself (not shown here): "
+                           "`export PROD_PAI_TOKEN=...` then `--token-env PROD_PAI_TOKEN`")
 
 
 def remove(name: str) -> Path:
@@ -264,7 +277,9 @@ def describe(data: dict[str, Any] | None = None) -> list[dict[str, Any]]:
             source = "stored (paijob login)"
         else:
             source = "none"
-        rows.append({"name": cname, "url": entry.get("url"), "user": entry.get("user"),
+        url = entry.get("url")
+        rows.append({"name": cname, "url": hide_url_password(url) if isinstance(url, str) else url,
+                     "user": entry.get("user"),
                      "token": source, "current": cname == current})
     rows.append({"name": LOCAL, "url": "(embedded local cluster)", "user": None,
                  "token": "state dir", "current": current == LOCAL})

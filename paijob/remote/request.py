@@ -34,7 +34,9 @@ class HttpRequest:
 
     def text(self) -> str:
         """The request line and headers as ``#`` comments, then the body: a valid job YAML as a whole."""
-        lines = [f"# {self.method} {self.url}"] + [f"# {name}: {value}" for name, value in self.headers.items()]
+        from paijob.remote.errors import hide_url_password
+
+        lines = [f"# {self.method} {hide_url_password(self.url)}"] + [f"# {name}: {value}" for name, value in self.headers.items()]
         if AUTHORIZATION not in self.headers:
             lines.append(f"# {AUTHORIZATION}: (no token)")
         body = self.body if self.body.endswith("\n") else self.body + "\n"

@@ -32,6 +32,18 @@ class TemplateError(PaijobError):
     """A template that cannot be found, read or rendered."""
 
 
+class TemplateRefused(TemplateError):
+    """An ``include``, ``import`` or ``extends`` that names something a template may not read.
+
+    Raised by the loader, which knows the name and why; the renderer adds which
+    statement of which template asked (``templating._refusal``)."""
+
+    def __init__(self, name: str, why: str) -> None:
+        super().__init__(f"'{name}' refused: {why}")
+        self.name = name
+        self.why = why
+
+
 class TemplateRef(NamedTuple):  # not a frozen dataclass: ~0.5 ms less start-up for every render
     """Where a template lives: its name, its source text and its defaults."""
 
@@ -59,6 +71,7 @@ class TemplateRef(NamedTuple):  # not a frozen dataclass: ~0.5 ms less start-up 
 
         values = Path(self.filename).with_name(self.name + VALUES_SUFFIX)
         if values.is_file():
+            self.check_beside(str(values), "default values file")
             return read_text(values, "default values file"), str(values)
         return None
 
@@ -70,7 +83,18 @@ class TemplateRef(NamedTuple):  # not a frozen dataclass: ~0.5 ms less start-up 
             from pathlib import Path
 
             file = str(Path(self.filename).parent / (self.name + SCHEMA_SUFFIX))
+            if os.path.isfile(file):
+                self.check_beside(file, "values schema")
         return file if os.path.isfile(file) else None
+
+    def check_beside(self, file: str, what: str) -> None:
+        """A user template's defaults or schema must be a file of their folder, not a link out of it: a
+        cloned project's ``t.values.yaml`` linked to ``~/.docker/config.json`` would hand its keys to the
+        template."""
+        folder, real = os.path.realpath(os.path.dirname(file) or "."), os.path.realpath(file)
+        if os.path.commonpath([real, folder]) != folder:
+            raise TemplateRefused(os.path.basename(file), f"the {what} of template {self.filename} is a link to "
+                                  f"{real}, outside its folder {folder}")
 
     def schema_path(self) -> Path | None:
         """``schema_file`` as a ``Path``."""
@@ -107,6 +131,54 @@ def builtin_text(name: str) -> str:
     """A built-in template or defaults file, by file name."""
     with open(os.path.join(builtin_dir(), name), encoding="utf-8") as file:
         return file.read()
+
+
+def builtin_include(name: str) -> str:
+    """The file of the built-in template file ``name`` (``_job.yaml.j2``), for the loader.
+
+    Built-in names are names, never paths: one part, no folder, no ``..``, so a
+    template (built-in or the user's) cannot reach a file beside the package.
+    Raises ``TemplateRefused`` for a path, ``FileNotFoundError`` for a name that
+    is no built-in file."""
+    if not name or "/" in name or os.sep in name or "\0" in name or name in (".", ".."):
+        raise TemplateRefused(name, "built-in templates are names (like _job.yaml.j2), not paths")
+    file = os.path.join(builtin_dir(), name)
+    if not os.path.isfile(file):
+        raise FileNotFoundError(file)
+    return file
+
+
+def user_include(folder: str, name: str) -> str | None:
+    """The file a user template's ``include``/``import``/``extends`` of ``name`` reads, or None.
+
+    A user template reaches its own folder (``folder``, already resolved) and
+    what is under it, nothing else: an absolute name, a ``..`` part or a link
+    whose target lies outside the folder is a ``TemplateRefused`` naming why,
+    never a fall back to anything else. None: no such file in the folder (a bare
+    name may still be a built-in)."""
+    if "\0" in name:
+        raise TemplateRefused(name, "a template name holds a NUL character")
+    if name.startswith("/") or os.path.isabs(name):
+        raise TemplateRefused(
+            name, f"an absolute name; a template reads only templates in its own folder {folder}"
+        )
+    parts = [part for part in name.split("/") if part not in ("", ".")]
+    if ".." in parts:
+        raise TemplateRefused(
+            name, f"'..' climbs out of the template's folder {folder}; name a template in that folder"
+        )
+    if not parts:
+        return None
+    file = os.path.join(folder, *parts)
+    if not os.path.lexists(file):
+        return None
+    real = os.path.realpath(file)
+    if os.path.commonpath([real, folder]) != folder:
+        raise TemplateRefused(
+            name, f"it is a link to {real}, outside the template's folder {folder}; "
+            "copy the template into that folder instead"
+        )
+    return real if os.path.isfile(real) else None
 
 
 def read_text(path: Path, what: str, error_type: type[PaijobError] | None = None) -> str:

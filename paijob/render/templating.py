@@ -48,9 +48,12 @@ from paijob.render.templates import (
     VALUES_SUFFIX,
     TemplateError,
     TemplateRef,
-    builtin_text,
+    TemplateRefused,
+    builtin_dir,
+    builtin_include,
     find_template,
     is_job_file,
+    user_include,
 )
 from paijob.render.values import SetArg, Values, ValuesError, build_values
 from paijob.task import contract
@@ -127,15 +130,36 @@ class _Environment(SandboxedEnvironment):
         return super().getattr(obj, attribute)
 
 
-class _BuiltinLoader(jinja2.BaseLoader):
+class _TemplateLoader(jinja2.BaseLoader):
+    """What ``include``, ``import`` and ``extends`` read: templates, nothing else.
+
+    A user template's own folder first (``user_include``: confined to it, links
+    resolved and checked), then the built-ins by bare name (``builtin_include``).
+    A refused name raises ``TemplateRefused`` and never falls through to the next
+    place (Jinja's ``ChoiceLoader`` would try the built-ins with ``/etc/passwd``)."""
+
+    def __init__(self, folder: str | None) -> None:
+        self.folder = folder
+
     def get_source(
         self, environment: jinja2.Environment, template: str
     ) -> tuple[str, str, Callable[[], bool]]:
+        file = user_include(self.folder, template) if self.folder is not None else None
+        if file is None:
+            try:
+                file = builtin_include(template)
+            except FileNotFoundError:
+                raise jinja2.TemplateNotFound(template) from None
+            except TemplateRefused:
+                if self.folder is None:
+                    raise
+                raise jinja2.TemplateNotFound(template) from None  # "sub/x.j2": not in the folder
         try:
-            text = builtin_text(template)
-        except (FileNotFoundError, OSError):
+            with open(file, encoding="utf-8") as handle:
+                text = handle.read()
+        except OSError:
             raise jinja2.TemplateNotFound(template) from None
-        return text, template, lambda: True
+        return text, file if self.folder is not None else template, lambda: True
 
 
 class _QuietBytecodeCache(jinja2.FileSystemBytecodeCache):
@@ -176,12 +200,8 @@ def _bytecode_cache() -> jinja2.BytecodeCache | None:
 
 @lru_cache(maxsize=16)
 def _environment(folder: Path | None) -> jinja2.Environment:
-    loaders: list[jinja2.BaseLoader] = []
-    if folder is not None:
-        loaders.append(jinja2.FileSystemLoader(str(folder)))
-    loaders.append(_BuiltinLoader())
     env = _Environment(
-        loader=jinja2.ChoiceLoader(loaders),
+        loader=_TemplateLoader(None if folder is None else str(folder)),
         undefined=_Undefined,
         comment_start_string="{##",
         comment_end_string="##}",
@@ -232,7 +252,7 @@ def used_names(template: TemplateRef) -> set[str]:
         try:
             source = env.loader.get_source(env, name)[0] if env.loader else ""
             tree = env.parse(source)
-        except (jinja2.TemplateError, OSError, UnicodeDecodeError):  # render_text reports it
+        except (jinja2.TemplateError, TemplateRefused, OSError, UnicodeDecodeError):  # render_text reports it
             continue
         names |= meta.find_undeclared_variables(tree)
         todo.extend(t for t in meta.find_referenced_templates(tree) if t)
@@ -279,6 +299,8 @@ def render_text(template: TemplateRef, values: Mapping[str, Any]) -> str:
     context = {str(k): _wrap(v, str(k)) for k, v in values.items()}
     try:
         return jinja_template.render(context)
+    except TemplateRefused as error:
+        raise _refusal(error, template) from None
     except (SecurityError, RecursionError, UnicodeDecodeError, UndefinedValue, TemplateFailure,
             jinja2.TemplateError) as error:
         raise _render_error(error, template) from None
@@ -297,6 +319,8 @@ def _load(template: TemplateRef) -> jinja2.Template:
     name = template.name + TEMPLATE_SUFFIX if template.builtin else _file_name(template.filename)
     try:
         return env.get_template(name)
+    except TemplateRefused as error:
+        raise TemplateError(f"template {template.filename}: {error}") from None
     except jinja2.TemplateSyntaxError as error:
         where = error.filename or error.name or template.filename
         raise TemplateError(
@@ -311,6 +335,40 @@ def _load(template: TemplateRef) -> jinja2.Template:
             f"template {template.filename} (or one it imports) is not UTF-8 text "
             f"(byte {error.start}); save it as UTF-8"
         ) from None
+
+
+_LOADING_STATEMENTS = {"Include": "include", "Import": "import", "FromImport": "from-import", "Extends": "extends"}
+
+
+def _refusal(error: TemplateRefused, template: TemplateRef) -> TemplateError:
+    """A refused include as the user reads it: which statement of which template, the name, and why."""
+    found = _template_line(error.__traceback__)
+    where, statement = template.filename, "include, import or extends"
+    if found is not None:
+        filename, line = found
+        where = f"{_file_name(filename) if template.builtin else filename}, line {line}"
+        statement = _statement_at(template, filename, line) or statement
+    return TemplateError(
+        f"template {where}: {statement} of '{error.name}' refused: {error.why}"
+    )
+
+
+def _statement_at(template: TemplateRef, filename: str, line: int) -> str | None:
+    """``include`` / ``import`` / ``from-import`` / ``extends``: the statement on ``line`` of ``filename``."""
+    from jinja2 import nodes
+
+    env = _environment(template.folder)
+    if template.folder is None:  # a built-in's frames carry its bare name
+        filename = os.path.join(builtin_dir(), os.path.basename(filename))
+    try:
+        with open(filename, encoding="utf-8") as file:
+            tree = env.parse(file.read())
+    except (OSError, UnicodeDecodeError, jinja2.TemplateError):
+        return None
+    for node in tree.find_all((nodes.Include, nodes.Import, nodes.FromImport, nodes.Extends)):
+        if node.lineno == line:
+            return _LOADING_STATEMENTS[type(node).__name__]
+    return None
 
 
 def _render_error(error: BaseException, template: TemplateRef) -> TemplateError:

@@ -69,6 +69,18 @@ def load_values_file(path: str | Path) -> Values:
     return load_values_text(text, str(path))
 
 
+def holds_secrets(path: str | Path) -> bool:
+    """Does values file ``path`` hold a non-empty ``secrets:`` map (the job's OpenPAI secrets)?
+
+    Such a file never ships in a workdir snapshot (``paijob.api``): OpenPAI masks
+    a job's own ``secrets``, not a copy of them among the job's files."""
+    try:
+        secrets = load_values_file(path).get("secrets")
+    except PaijobError:
+        return False
+    return isinstance(secrets, Mapping) and bool(secrets)
+
+
 _SET_FORM = "expected KEY=VALUE with a dotted KEY, e.g. --set instances=4 or --set resources.gpu=8"
 _NULLS = {"null", "Null", "NULL", "~"}
 _BOOLS = {"true", "false"}

@@ -6,10 +6,13 @@ refused, never waited on. A file whose size or modification time changes
 while it is read is an error naming it (the snapshot would not be what was
 on disk). Every file is read for private-key and credential markers
 (``PRIVATE KEY-----``, a service account's ``"private_key"``, an npm token),
-as they are and base64-encoded, before it is packed; files of any size are
+as they are and base64-encoded, and for access tokens of known shapes (Hugging
+Face ``hf_...``, GitHub ``ghp_...``), before it is packed; files of any size are
 read in chunks (``KeySniffer``), a big one twice (sniffed, then packed). A key
 stored under an innocent name is left out and listed like a secret-looking
-name. Permission bits are kept (a 0600 file stays 0600 when unpacked);
+name, and so is a YAML or JSON file with a top-level ``secrets:`` map (a values
+file holding a job's OpenPAI secrets: the job masks its own ``secrets``, not a
+copy of them in the snapshot). Permission bits are kept (a 0600 file stays 0600 when unpacked);
 folders keep theirs with the owner's rwx added, so a task can always clean up.
 
 Sizes are what travels and what lands: ``tar_bytes`` (the archive before
@@ -28,6 +31,7 @@ import gzip
 import hashlib
 import io
 import os
+import re
 import stat
 import tarfile
 from collections.abc import Iterable
@@ -44,6 +48,16 @@ CHUNK = 1024 * 1024  # files up to this size are read once, into memory; bigger 
 SECRET_MARKERS = (b"PRIVATE KEY-----", b'"private_key":', b"aws_secret_access_key", b"PRIVATE KEY BLOCK-----",
                   b":_authToken=")
 _SPACE = b" \t\r\n\v\f"
+# Access tokens by their documented shapes: Hugging Face (hf_ + 34 letters), GitHub (classic, OAuth, app, fine-grained).
+TOKEN = re.compile(rb"(?<![A-Za-z0-9_])(?:hf_[A-Za-z]{30,40}|gh[pousr]_[A-Za-z0-9]{36}|github_pat_[A-Za-z0-9_]{59,90})"
+                   rb"(?![A-Za-z0-9_])")
+TOKEN_LONGEST = 101  # the longest TOKEN match: kept across chunks
+# A top-level `secrets:` key holding a map, block (`secrets:` then an indented line) or flow (`secrets: {a: b}`),
+# or an anchor, alias or tag that may stand for one; JSON's `"secrets": {"a"`.
+SECRETS_MAP = re.compile(rb"""^(?:secrets|"secrets"|'secrets')[ \t]*:[ \t]*(?:\{[ \t]*[^\s}]|[&*!]|"""
+                         rb"""(?:\#[^\n]*)?\r?\n(?:[ \t]*(?:\#[^\n]*)?\r?\n)*[ \t]+[^\s\#])""", re.MULTILINE)
+JSON_SECRETS_MAP = re.compile(rb'"secrets"\s*:\s*\{\s*"')
+VALUES_SUFFIXES = (".yaml", ".yml", ".json")
 
 
 def _base64_forms(marker: bytes) -> tuple[bytes, ...]:
@@ -65,16 +79,16 @@ class KeySniffer:
         self.found = False
         self._plain_tail = b""
         self._encoded_tail = b""
-        self._keep = max(len(marker) for marker in self.PLAIN + self.ENCODED) - 1
+        self._keep = max(TOKEN_LONGEST + 1, *(len(marker) for marker in self.PLAIN + self.ENCODED)) - 1
 
     def feed(self, chunk: bytes) -> bool:
-        """Look at the next chunk; True once a marker has been seen."""
+        """Look at the next chunk; True once a marker or a token has been seen."""
         if self.found:
             return True
         plain = self._plain_tail + chunk
         encoded = self._encoded_tail + chunk.translate(None, _SPACE)
         self.found = any(marker in plain for marker in self.PLAIN) or \
-            any(form in encoded for form in self.ENCODED)
+            any(form in encoded for form in self.ENCODED) or TOKEN.search(plain) is not None
         self._plain_tail, self._encoded_tail = plain[-self._keep:], encoded[-self._keep:]
         return self.found
 
@@ -195,7 +209,10 @@ class _Packer:
             data = handle.read(CHUNK + 1)
             body: BinaryIO = io.BytesIO(data)
             if not entry.named and _holds_key(handle, data):
-                self.sniffed.append(f"{entry.rel} (holds a private key or credential)")
+                self.sniffed.append(f"{entry.rel} (holds a private key, credential or access token)")
+                return
+            if not entry.named and _holds_secrets_map(entry.rel, data):
+                self.sniffed.append(f"{entry.rel} (a top-level secrets: map)")
                 return
             if len(data) > CHUNK:  # then pack it from the start
                 handle.seek(0)
@@ -219,6 +236,14 @@ def _holds_key(handle: BinaryIO, data: bytes) -> bool:
     return sniffer.found
 
 
+def _holds_secrets_map(rel: str, data: bytes) -> bool:
+    """Is ``rel`` a YAML or JSON file whose first ``data`` (a values file is small) has a top-level ``secrets:`` map?"""
+    if not rel.lower().endswith(VALUES_SUFFIXES):
+        return False
+    return SECRETS_MAP.search(data) is not None or \
+        (rel.lower().endswith(".json") and JSON_SECRETS_MAP.search(data) is not None)
+
+
 def check_limits(found: scan.Scan, limit: int) -> None:
     """Refuse a tree that would unpack to more than ``limit`` bytes on each task's disk."""
     unpacked = found.unpacked_bytes
@@ -234,12 +259,14 @@ def check_limits(found: scan.Scan, limit: int) -> None:
 
 def snapshot(root: str | Path, *, force: bool = False, limit: int = MAX_SNAPSHOT_BYTES,
              max_files: int = MAX_SNAPSHOT_FILES, skip_unreadable: bool = False,
-             guarded: Iterable[Path] = ()) -> Snapshot:
+             guarded: Iterable[Path] = (), private: Iterable[Path] = ()) -> Snapshot:
     """Pack ``root`` as it is now; refuse more than ``limit`` bytes or ``max_files`` files unless ``force``.
 
     ``guarded``: files that never ship (paijob's own profile store); a workdir
     holding one, or a credential home, is refused unless ``force``, and then
     the first line of ``left_out`` says so and lists what ships from it.
+    ``private``: files that never ship either, listed as left out (the values
+    files of this job that hold a ``secrets:`` map), whatever their form.
     The archive is deterministic (sorted names, zero mtimes and owners, the
     files' own permission bits), so the same tree gives the same digest.
     """
@@ -250,7 +277,7 @@ def snapshot(root: str | Path, *, force: bool = False, limit: int = MAX_SNAPSHOT
     folder = folder.resolve()
     forced = rules.refuse_root(folder, guarded=guarded, force=force)
     found = scan.walk(folder, max_files=None if force else max_files, skip_unreadable=skip_unreadable,
-                      guarded=guarded)
+                      guarded=guarded, private=private)
     if not force:
         check_limits(found, limit)
     if not found.files and found.ignored:

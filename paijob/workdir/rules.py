@@ -47,14 +47,16 @@ SECRET_PATTERNS = (
     "credentials.*.json", "client_secret*.json", "*service-account*.json", "*service_account*.json",
     "application_default_credentials.json", "secrets.yaml", "secrets.yml", "secrets.json", "secrets.toml",
     ".secrets",
-    # Hugging Face tokens: the old ~/.huggingface/token and the current $HF_HOME/token (~/.cache/huggingface)
-    "**/.huggingface/token", "**/huggingface/token", "**/huggingface/stored_tokens",
+    # Hugging Face tokens: the old ~/.huggingface/token and the current $HF_HOME/token (~/.cache/huggingface);
+    # any file named token (HF_HOME elsewhere, CLIs that keep one bare token)
+    "**/.huggingface/token", "**/huggingface/token", "**/huggingface/stored_tokens", "token", "*.token",
     # folders of credentials (ssh, cloud CLIs, kubernetes, gpg, pass)
     ".ssh/", ".aws/", ".azure/", ".gcloud/", "**/.config/gcloud/", ".kube/", ".gnupg/", ".password-store/",
     ".oci/", "**/.config/gh/",
     # what ~/.config holds, seen from a workdir that is ~/.config itself (shipped only with --force)
     "**/gcloud/credentials.db", "**/gcloud/access_tokens.db", "**/gcloud/legacy_credentials/", "**/gh/hosts.yml",
-    "**/git/credentials", "**/rclone/rclone.conf", "**/doctl/config.yaml",
+    "**/git/credentials", "**/rclone/rclone.conf", "**/doctl/config.yaml", "**/containers/auth.json",
+    "**/.config/hub", "**/.config/op/", "**/keyrings/",
     # kubeconfigs
     "kubeconfig", "kubeconfig.*", "*.kubeconfig",
     # private keys, keystores, certificates with keys
@@ -208,6 +210,19 @@ def _credential_home(real: str) -> str | None:
         if part in CREDENTIAL_FOLDERS or (index and (parts[index - 1], part) in CREDENTIAL_SUBFOLDERS):
             return os.path.join(*parts[:index + 1])
     return None
+
+
+def secret_prefix(real: str) -> str:
+    """What secret patterns read in front of a path of workdir ``real``: its place in its credential home.
+
+    Inside ``~/.cache/huggingface`` (shipped with ``--force``) the token's path
+    is just ``token``; matched as ``huggingface/token`` it looks like what it
+    is, whatever the workdir's root. "" for a workdir outside credential homes.
+    """
+    home = _credential_home(real)
+    if home is None:
+        return ""
+    return os.path.relpath(real, os.path.dirname(home)) + "/"
 
 
 def refuse_root(folder: Path, home: str | None = None, *, guarded: Iterable[Path] = (),

@@ -71,10 +71,13 @@ class _Folder:
 
 
 class _Walker:
-    def __init__(self, root: Path, max_files: int | None, skip_unreadable: bool, guarded: Iterable[Path]) -> None:
+    def __init__(self, root: Path, max_files: int | None, skip_unreadable: bool, guarded: Iterable[Path],
+                 private: Iterable[Path] = ()) -> None:
         self.root = root
         self.guarded = frozenset(_identity(path) for path in guarded if os.path.exists(path))
+        self.private = frozenset(_identity(path) for path in private if os.path.exists(path))
         self.real_root = os.path.realpath(root)
+        self.secret_prefix = rules.secret_prefix(self.real_root)
         self.scan = Scan(root)
         self.max_files = max_files
         self.skip_unreadable = skip_unreadable
@@ -127,11 +130,15 @@ class _Walker:
         if child.name in rules.ALWAYS_SKIPPED or here.ignored(rel, is_dir):
             self.scan.ignored += 1
             return None
-        if rules.looks_secret(rel, is_dir) and not here.is_named(rel) and not (is_dir and here.names_inside(rel)):
+        if rules.looks_secret(self.secret_prefix + rel, is_dir) and not here.is_named(rel) \
+                and not (is_dir and here.names_inside(rel)):
             self.scan.secrets.append(rel + ("/" if is_dir else ""))
             return None
         if (st.st_dev, st.st_ino) in self.guarded:
             self.scan.secrets.append(rel)
+            return None
+        if (st.st_dev, st.st_ino) in self.private:
+            self.scan.secrets.append(f"{rel} (a values file of this job with a secrets: map; never shipped)")
             return None
         if is_dir:
             self.add(Entry(rel, "dir", mode=stat.S_IMODE(st.st_mode)))
@@ -194,6 +201,7 @@ def _kind(mode: int) -> str:
 
 
 def walk(root: Path, *, max_files: int | None = None, skip_unreadable: bool = False,
-         guarded: Iterable[Path] = ()) -> Scan:
-    """Everything under ``root`` that goes into a snapshot, and what was left out (``guarded`` files always)."""
-    return _Walker(root, max_files, skip_unreadable, guarded).run()
+         guarded: Iterable[Path] = (), private: Iterable[Path] = ()) -> Scan:
+    """Everything under ``root`` that goes into a snapshot, and what was left out (``guarded`` and
+    ``private`` files always: see ``pack.snapshot``)."""
+    return _Walker(root, max_files, skip_unreadable, guarded, private).run()

@@ -78,5 +78,5 @@ def test_cp_lists_hostile_names_escaped_on_a_terminal(tmp_path: Path, monkeypatc
                           (True, "gone\r\x1b]0;pwned\x07ok.txt (dangling")):
         terminal = Terminal()
         monkeypatch.setattr(sys, "stderr", terminal)
-        assert cli.main(["cp", "job:.", str(dest / str(raw)), "-c", "local", *(["--raw"] if raw else [])]) == 0
+        assert cli.main(["cp", "job:.", str(dest / str(raw)), "-c", "local", *(["--raw"] if raw else [])]) == 1
         assert expected in terminal.getvalue()

@@ -1,0 +1,172 @@
+"""The local server keeps serving the token holder while tokenless clients hog it (issue 35).
+
+1,100 sockets, each sending one complete keep-alive request every 15 s without
+a token, held the whole connection cap: nobody else was accepted. Scaled down
+here: the cap lowered to 40 (``serving.MAX_CONNECTIONS``), 60 attackers each
+sending a request every second (well inside every idle limit, so only making
+room at the cap can let anyone in), for a bounded time.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import requests
+from cluster_helpers import TOKEN
+
+from paijob.local import serving
+from paijob.local.server import LocalServer
+
+API = "/rest-server/api/v2"
+CAP = 40
+ATTACKERS = 60
+TOKENLESS = b"GET " + API.encode() + b"/jobs HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+WITH_TOKEN = (b"GET " + API.encode() + b"/jobs HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer "
+              + TOKEN.encode() + b"\r\n\r\n")
+
+
+def answer(sock: socket.socket, request: bytes) -> bytes:
+    """Send one keep-alive request and read its (small) answer."""
+    sock.settimeout(10)
+    sock.sendall(request)
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = next((int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                   if line.lower().startswith(b"content-length:")), 0)
+    while len(body) < length:
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        body += chunk
+    return head
+
+
+def closed_within(sock: socket.socket, seconds: float) -> float | None:
+    start = time.monotonic()
+    sock.settimeout(seconds)
+    try:
+        while sock.recv(4096):
+            pass
+    except TimeoutError:
+        return None
+    except ConnectionResetError:
+        pass
+    return time.monotonic() - start
+
+
+class Attack:
+    """``ATTACKERS`` tokenless keep-alive sockets, each sending a complete request every ``every`` seconds and
+    reconnecting when the server closes it; ends by itself after ``seconds`` (or at ``stop``)."""
+
+    def __init__(self, port: int, every: float = 1.0, seconds: float = 60.0) -> None:
+        self.port, self.every, self.until = port, every, time.monotonic() + seconds
+        self.stopped = threading.Event()
+        self.reconnects = 0
+        self.thread = threading.Thread(target=self.run, daemon=True)
+
+    def connect(self) -> socket.socket:
+        sock = socket.create_connection(("127.0.0.1", self.port), timeout=5)
+        sock.setblocking(False)
+        return sock
+
+    def run(self) -> None:
+        socks = [self.connect() for _ in range(ATTACKERS)]
+        due = [0.0] * len(socks)
+        try:
+            while not self.stopped.is_set() and time.monotonic() < self.until:
+                now = time.monotonic()
+                for i, sock in enumerate(socks):
+                    try:
+                        while True:  # drain the answers; b"" is the server closing it
+                            if not sock.recv(65536):
+                                raise ConnectionError
+                    except BlockingIOError:
+                        pass
+                    except OSError:
+                        sock.close()
+                        socks[i], due[i] = self.connect(), 0.0
+                        self.reconnects += 1
+                        continue
+                    if due[i] <= now:
+                        try:
+                            sock.send(TOKENLESS)
+                        except OSError:
+                            pass
+                        due[i] = now + self.every
+                self.stopped.wait(0.02)
+        finally:
+            for sock in socks:
+                sock.close()
+
+    def __enter__(self) -> Attack:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stopped.set()
+        self.thread.join(timeout=30)
+
+
+@pytest.fixture
+def capped(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[LocalServer]:
+    monkeypatch.setattr(serving, "MAX_CONNECTIONS", CAP)
+    srv = LocalServer(tmp_path / "state", TOKEN, cleanup_interval=1, threads=2).start()
+    try:
+        yield srv
+    finally:
+        srv.stop()
+
+
+def test_the_token_holder_is_answered_while_tokenless_keep_alive_sockets_fill_the_cap(capped: LocalServer) -> None:
+    assert capped.server.adj.connection_limit == CAP
+    trusted = socket.create_connection(("127.0.0.1", capped.port))
+    assert answer(trusted, WITH_TOKEN).startswith(b"HTTP/1.1 200")  # an open keep-alive connection of the CLI's
+    with Attack(capped.port) as attack:
+        deadline = time.monotonic() + 20
+        while len(capped.server._map) < CAP and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(capped.server._map) >= CAP, "the attack never filled the cap"
+        took = []
+        for _ in range(3):
+            start = time.monotonic()  # a fresh connection each: the cap is full of tokenless sockets
+            reply = requests.get(f"{capped.url}{API}/jobs", headers={"Authorization": f"Bearer {TOKEN}"},
+                                 timeout=10)
+            took.append(time.monotonic() - start)
+            assert reply.status_code == 200
+        page = requests.get(f"{capped.url}/", timeout=10)  # the portal's page, no credentials at all
+        assert page.status_code == 200
+        # well under a second on a quiet machine; a generous bound for a busy one
+        assert max(took) < 5.0, took
+        # the token holder's own keep-alive connection was never the one closed to make room
+        assert answer(trusted, WITH_TOKEN).startswith(b"HTTP/1.1 200")
+        assert attack.reconnects > 0  # room was made by closing tokenless sockets
+    trusted.close()
+
+
+def test_an_answered_tokenless_connection_idles_briefly_a_trusted_one_as_long_as_any(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(serving, "UNTRUSTED_KEEPALIVE", 1, raising=False)
+    srv = LocalServer(tmp_path / "state", TOKEN, cleanup_interval=1, threads=2, inactivity_timeout=600).start()
+    try:
+        silent = socket.create_connection(("127.0.0.1", srv.port))  # never sends: only the inactivity timeout
+        tokenless = socket.create_connection(("127.0.0.1", srv.port))
+        trusted = socket.create_connection(("127.0.0.1", srv.port))
+        assert answer(tokenless, TOKENLESS).startswith(b"HTTP/1.1 401")
+        assert answer(trusted, WITH_TOKEN).startswith(b"HTTP/1.1 200")
+        assert closed_within(tokenless, 20) is not None, "a tokenless keep-alive connection idled on"
+        assert closed_within(trusted, 3) is None and closed_within(silent, 0.1) is None
+        assert answer(trusted, WITH_TOKEN).startswith(b"HTTP/1.1 200")
+        for sock in (silent, tokenless, trusted):
+            sock.close()
+    finally:
+        srv.stop()
