@@ -27,8 +27,8 @@ import torch.nn as nn
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from paijob.runtime.recipes.engine import make_sgd  # noqa: E402
 from paijob.runtime.recipes.models import build_model  # noqa: E402
+from paijob.runtime.recipes.stepper import make_sgd  # noqa: E402
 
 DTYPES = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16, "O1": torch.float16, "O2": torch.float16}
 

@@ -68,17 +68,22 @@ def parse(args: Mapping[str, str]) -> ListQuery:
     contain, not_contain = rest.list_filter(args.get("tagsContain")), rest.list_filter(args.get("tagsNotContain"))
 
     def keep(row: dict[str, Any], tags: list[str]) -> bool:
-        return ((users is None or row["username"] in users)
-                and (vcs is None or VIRTUAL_CLUSTER in vcs)
-                and (states is None or row["state"] in states)
+        return (_admits(users, row["username"])
+                and _admits(vcs, VIRTUAL_CLUSTER)
+                and _admits(states, row["state"])
                 and (keyword is None or any(keyword in text for text in (row["username"], row["name"],
                                                                          VIRTUAL_CLUSTER)))
-                and (priorities is None or "default" in priorities)
+                and _admits(priorities, "default")
                 and (contain is None or any(tag in contain for tag in tags))
                 and (not_contain is None or not any(tag in not_contain for tag in tags)))
 
     return ListQuery(offset=_number(args, "offset", 0), limit=limit, with_total=args.get("withTotalCount") == "true",
                      keep=keep, order=_order(args.get("order")))
+
+
+def _admits(allowed: list[str] | None, value: str) -> bool:
+    """An exact-match comma list admits ``value``: it is absent, or ``value`` is one of its items."""
+    return allowed is None or value in allowed
 
 
 def _order(value: str | None) -> tuple[str, bool] | None:

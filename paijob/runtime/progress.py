@@ -71,7 +71,7 @@ _C10D_MODULE = "torch.distributed.distributed_c10d"
 # Every process group the sampler has read, kept until the process ends. Were the sampler's
 # thread to drop a group's last reference (the main thread destroyed the group while it read),
 # the group's destructor would run here, joining gloo's threads with the GIL held: the deadlock
-# paijob.runtime.recipes.engine._leave_process_group describes. Kept, the group also outlives
+# paijob.runtime.recipes.distributed.leave_process_group describes. Kept, the group also outlives
 # a user's DDP model freed after destroy_process_group (torch 2.4's reducer is another last
 # owner). Workers end without finalisation (paijob.runtime.worker.finish): these go with them.
 _READ_GROUPS: dict[int, object] = {}

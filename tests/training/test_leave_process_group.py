@@ -18,7 +18,7 @@ from training_helpers import run_single
 SCRIPT = textwrap.dedent("""
     import gc, os, sys
     import torch, torch.distributed as dist, torch.nn as nn
-    from paijob.runtime.recipes import engine
+    from paijob.runtime.recipes import distributed
     from paijob.task.ports import draw
 
     def threads():
@@ -27,7 +27,7 @@ SCRIPT = textwrap.dedent("""
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{draw()[0]}", rank=0, world_size=1)
     model = nn.parallel.DistributedDataParallel(nn.Linear(4, 1))
     model(torch.randn(8, 4)).sum().backward()
-    engine._leave_process_group()
+    distributed.leave_process_group()
     alive = threads()
     del model
     gc.collect()

@@ -19,7 +19,7 @@ import torch
 import torch.nn as nn
 
 from paijob.runtime.precision import resolve_policy
-from paijob.runtime.recipes.engine import make_optimizer, make_sgd
+from paijob.runtime.recipes.stepper import make_optimizer, make_sgd
 
 # Each overflow test runs on the CPU's fused kernel, and on CUDA's too where there is a GPU.
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(),
@@ -193,23 +193,23 @@ def test_the_recipe_trains_on_the_gpus_fp16_optimizer_and_scaler(tmp_path: Path,
     """
     from training_helpers import TINY
 
-    from paijob.runtime.recipes import engine
+    from paijob.runtime.recipes import startup
     from paijob.runtime.recipes.cli import main
 
-    real = engine.resolve_policy
+    real = startup.resolve_policy
     built: list[Any] = []
 
     def as_on_a_gpu(spec: Any, device: Any, **kwargs: Any) -> Any:
         return real(spec, "cuda", **kwargs)
 
-    real_make = engine.make_optimizer
+    real_make = startup.make_optimizer
 
     def recording(*args: Any, **kwargs: Any) -> Any:
         built.append(real_make(*args, **kwargs))
         return built[-1]
 
-    monkeypatch.setattr(engine, "resolve_policy", as_on_a_gpu)
-    monkeypatch.setattr(engine, "make_optimizer", recording)
+    monkeypatch.setattr(startup, "resolve_policy", as_on_a_gpu)
+    monkeypatch.setattr(startup, "make_optimizer", recording)
     out = tmp_path / "run"
     assert main(["cifar10", "--epochs", "2", "--precision", "fp16", "--output-dir", str(out), *TINY]) == 0
     optimizer, scaler = built[0]

@@ -23,7 +23,7 @@ from paijob.runtime.recipes.data import (
     read_cifar_batch,
     write_cifar_batch,
 )
-from paijob.runtime.recipes.engine import step_decay_with_warmup
+from paijob.runtime.recipes.schedules import step_decay_with_warmup
 
 pytestmark = pytest.mark.usefixtures("clean_torch_state")
 HAS_TORCHVISION = importlib.util.find_spec("torchvision") is not None
@@ -420,7 +420,8 @@ class _SyncCounter:
 
 def _count_syncs_in_steps(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, extra: list[str]) -> tuple[int, list[str]]:
     """Run cifar10 in-process; count sync calls from each step's start until the epoch's log line."""
-    from paijob.runtime.recipes import cli, engine
+    from paijob.runtime.recipes import cli
+    from paijob.runtime.recipes.progress import Progress
 
     counter = _SyncCounter(monkeypatch)
     steps = {"n": 0}
@@ -438,14 +439,14 @@ def _count_syncs_in_steps(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, extra
         recipe.lr_at = step_starts
         return recipe
 
-    real_log = engine.Progress.log_step
+    real_log = Progress.log_step
 
     def log_point(self: Any, *args: Any, **kwargs: Any) -> None:
         counter.active = False  # the log interval's one read of the loss
         real_log(self, *args, **kwargs)
 
     monkeypatch.setattr(cli, "_cifar10_recipe", counted_recipe)
-    monkeypatch.setattr(engine.Progress, "log_step", log_point)
+    monkeypatch.setattr(Progress, "log_step", log_point)
     code = main(["cifar10", "--epochs", "2", "--steps-per-epoch", "5", "--output-dir", str(tmp_path),
                  "--no-resume", *TINY, *extra])
     assert code == 0
@@ -477,7 +478,8 @@ def test_sync_counter_sees_a_boolean_mask_flip(monkeypatch: pytest.MonkeyPatch) 
 @pytest.mark.parametrize("precision", ["bf16", "fp16"])
 def test_training_steps_on_a_gpu_pass_sync_debug_mode_error(precision: str, tmp_path: Path,
                                                             monkeypatch: pytest.MonkeyPatch) -> None:
-    from paijob.runtime.recipes import cli, engine
+    from paijob.runtime.recipes import cli
+    from paijob.runtime.recipes.progress import Progress
 
     real_recipe = cli._cifar10_recipe
 
@@ -492,14 +494,14 @@ def test_training_steps_on_a_gpu_pass_sync_debug_mode_error(precision: str, tmp_
         recipe.lr_at = step_starts
         return recipe
 
-    real_log = engine.Progress.log_step
+    real_log = Progress.log_step
 
     def log_point(self: Any, *args: Any, **kwargs: Any) -> None:
         torch.cuda.set_sync_debug_mode("default")
         real_log(self, *args, **kwargs)
 
     monkeypatch.setattr(cli, "_cifar10_recipe", strict_recipe)
-    monkeypatch.setattr(engine.Progress, "log_step", log_point)
+    monkeypatch.setattr(Progress, "log_step", log_point)
     try:
         for placement in ("host", "device"):
             code = main(["cifar10", "--epochs", "1", "--steps-per-epoch", "5", "--precision", precision,

@@ -18,8 +18,9 @@ from paijob.task.contract import OUTPUT_DIR, PRECISION
 
 def _cifar10_recipe() -> Any:
     from paijob.runtime.recipes import data
-    from paijob.runtime.recipes.engine import Recipe, constant_lr
+    from paijob.runtime.recipes.config import Recipe
     from paijob.runtime.recipes.models import build_model
+    from paijob.runtime.recipes.schedules import constant_lr
 
     def load(cfg: Any, info: Any) -> tuple[Any, Any]:
         if cfg.data == "synthetic":
@@ -41,8 +42,9 @@ def _cifar10_recipe() -> Any:
 
 def _imagenet_recipe(num_classes: int) -> Any:
     from paijob.runtime.recipes import data
-    from paijob.runtime.recipes.engine import Recipe, step_decay_with_warmup
+    from paijob.runtime.recipes.config import Recipe
     from paijob.runtime.recipes.models import build_model
+    from paijob.runtime.recipes.schedules import step_decay_with_warmup
 
     def load(cfg: Any, info: Any) -> tuple[Any, Any]:
         if cfg.data == "synthetic":
@@ -159,7 +161,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     try:
         spec = precision_from_env(args.precision)
-        from paijob.runtime.recipes.engine import TrainConfig, train
+        from paijob.runtime.recipes.config import TrainConfig
+        from paijob.runtime.recipes.engine import train
 
         cfg = TrainConfig(
             recipe=args.recipe, data=args.data, epochs=args.epochs, batch_size=args.batch_size,

@@ -27,7 +27,7 @@ from paijob.runtime.recipes.prefetch import Prefetcher, choose_placement, free_m
 
 
 class FeedConfig(Protocol):
-    """The settings a feed reads (``engine.TrainConfig`` has them)."""
+    """The settings a feed reads (``config.TrainConfig`` has them)."""
 
     data_placement: str
     prefetch_depth: int

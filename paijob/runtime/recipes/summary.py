@@ -1,0 +1,85 @@
+"""The run's summary: what it trained, how fast, whether the replicas agree, how it ended.
+
+Rank 0 writes it as ``OUTPUT_DIR/summary.json`` (and ``--summary-json``) and prints one line
+(``progress.summary_line``, a format the portal reads); ``engine.train`` returns it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import json
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import torch.distributed as dist
+import torch.nn as nn
+
+from paijob.runtime.recipes.progress import SUMMARY_FILE, summary_line
+from paijob.runtime.recipes.startup import Run
+from paijob.runtime.recipes.state import RunState
+
+
+def summarise(run: Run, state: RunState, wall_seconds: float) -> dict[str, Any]:
+    """The run's summary; every rank's parameter digest is gathered (are the replicas in sync?)."""
+    cfg, info, model = run.cfg, run.info, run.model
+    digest = _param_digest(model.raw)
+    digests = [digest]
+    if info.distributed:
+        gathered_digests: list[Any] = [None] * info.world_size
+        dist.all_gather_object(gathered_digests, digest)
+        digests = gathered_digests
+    images_per_sec, steady_images_per_sec = state.throughput.rates()
+    return {
+        "recipe": run.recipe.name,
+        "arch": cfg.arch,
+        "status": state.status,
+        "epochs": len(state.history),
+        "epochs_requested": cfg.epochs,
+        "world_size": info.world_size,
+        "device": info.device.type,
+        "precision": model.policy.spec.text,
+        "precision_detail": model.policy.describe(),
+        "batch_size": cfg.batch_size,
+        "global_batch_size": cfg.batch_size * info.world_size,
+        "final": {**{f"train_{k}": v for k, v in state.train_metrics.items()},
+                  **{f"eval_{k}": v for k, v in state.eval_metrics.items()}},
+        "images_per_sec": images_per_sec,
+        "steady_images_per_sec": steady_images_per_sec,
+        "train_time_s": state.throughput.seconds,
+        "wall_time_s": wall_seconds,
+        "resumed_from": state.resumed_from,
+        "checkpoint": str(state.last_checkpoint) if state.last_checkpoint else None,
+        "data_placement": run.feed.placement,
+        "compile": {"enabled": cfg.compile, "mode": cfg.compile_mode, "backend": cfg.compile_backend}
+        if cfg.compile else None,
+        "param_digest": digest,
+        "replicas_in_sync": len(set(digests)) == 1,
+        "history": state.history,
+        "exit_code": state.exit_code,
+        "nonfinite": run.guard.summary(model.stepper.loss_scale()),
+        "config": asdict(cfg),
+    }
+
+
+def publish_summary(run: Run, summary: dict[str, Any]) -> None:
+    """Rank 0: the summary JSON in the output folder (and --summary-json); one short line on stdout."""
+    text = json.dumps(summary, sort_keys=True, default=str)
+    written = run.out_dir / SUMMARY_FILE
+    targets = [written]
+    if run.cfg.summary_json:
+        targets.append(Path(run.cfg.summary_json))
+    for target in targets:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text + "\n")
+    print(summary_line(summary, str(written)), flush=True)
+
+
+def _param_digest(model: nn.Module) -> str:
+    digest = hashlib.sha256()
+    for name, tensor in sorted(model.named_parameters()):  # buffers (BN stats) are per rank
+        digest.update(name.encode())
+        data = tensor.detach().cpu().contiguous()
+        digest.update(ctypes.string_at(data.data_ptr(), data.numel() * data.element_size()))
+    return digest.hexdigest()
