@@ -7,7 +7,7 @@ the files as Docker reads them.
 from __future__ import annotations
 
 import re
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import yaml
 
@@ -55,6 +55,23 @@ def test_the_image_stage_has_no_layer_from_the_build_context() -> None:
     copies = [i for i in final if i.split()[0].upper() in ("COPY", "ADD")]
     assert not copies, f"the final stage must mount the wheel, not copy files into a layer: {copies}"
     assert any("--mount=type=bind,from=wheel" in i for i in final if i.upper().startswith("RUN "))
+
+
+def test_the_install_steps_mount_points_lie_directly_under_root() -> None:
+    """Builders remove the empty mount points they make for a RUN step, but buildah 1.28 (Debian 12's podman 4.3)
+    misses a target whose leading folder its storage path shares (/tmp/... with a storage under /tmp), leaving an
+    empty folder and a 0-byte file in the image; a target right under / is removed wherever the storage lies."""
+    final = stages(DOCKERFILE.read_text())[-1]
+    targets = [
+        option.split("=", 1)[1]
+        for instruction in final
+        if instruction.upper().startswith("RUN ")
+        for mount in re.findall(r"--mount=(\S+)", instruction)
+        for option in mount.split(",")
+        if option.split("=", 1)[0] in ("target", "dst", "destination")
+    ]
+    assert len(targets) == 2, targets  # the wheel and the setup script
+    assert all(PurePosixPath(target).parent == PurePosixPath("/") for target in targets), targets
 
 
 def test_the_wheel_stage_holds_only_the_wheel_so_a_build_context_can_replace_it() -> None:
