@@ -102,6 +102,7 @@ class PreparedJob:
     # every edit (name, workdir), so nothing reads the text again. ``read_as`` is the text it describes.
     document: Any = field(default=None, repr=False)
     read_as: str | None = field(default=None, repr=False)
+    install_route: str | None = None  # how the tasks get paijob-runtime, as validate says it
 
     def sent_job(self) -> Any:
         """``document`` while it still describes ``text`` (None once a caller replaced the text)."""
@@ -157,7 +158,7 @@ def prepare(request: JobRequest, project: project_config.Project | None = None) 
     target = resolve_cluster(cluster, start_local=False)
     renamed = rename_job(result.text, request.name, request.unique_suffix, result.report.job, result.report.lines)
     job = PreparedJob(renamed.text, renamed.name, source, cluster, warnings, [], target,
-                      document=renamed.job, read_as=renamed.text)
+                      document=renamed.job, read_as=renamed.text, install_route=result.report.install_route)
     workdir = request.workdir or _value_workdir(result.values) or project.workdir
     if workdir:
         _carry_workdir(job, workdir, force=request.force, skip_unreadable=request.skip_unreadable)

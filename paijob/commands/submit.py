@@ -85,5 +85,7 @@ def dry_run(job: PreparedJob) -> int:
     source = f"token from {target.token_source}" if target is not None and target.token_source != "none" \
         else "no token"
     print(f"# dry run: would POST to {where} ({source}); nothing was sent", file=sys.stderr)
+    if job.install_route:
+        print(f"# {job.install_route}", file=sys.stderr)
     sys.stdout.write(api.dry_run(job).text())
     return 0

@@ -75,6 +75,8 @@ def run(args: argparse.Namespace) -> int:
             print(line)
         if not args.quiet or not report.ok:
             print(report.summary())
+        if not args.quiet and report.ok and report.install_route:
+            print(f"  {report.install_route}")
         if not report.ok:
             status = 2
     return status

@@ -24,6 +24,7 @@ from paijob.errors import PaijobError
 from paijob.openpai.jsyaml import SERVER_BODY_LIMIT, LineMap, Loaded, YamlError, load_job
 from paijob.openpai.model import Job, parse_job
 from paijob.task import contract
+from paijob.validate.install_route import route
 from paijob.validate.rules import (
     ERROR,
     PAIJOB_RULES,
@@ -103,6 +104,7 @@ class ValidationReport:
         self.plan = plan
         self.model = model
         self.lines = lines  # where each entry of the text is (``validate_text``): edits in place use it
+        self.install_route: str | None = None  # how the tasks get paijob-runtime (``install_route.route``)
 
     def __repr__(self) -> str:
         return (f"ValidationReport(source={self.source!r}, job={self.job!r}, problems={self.problems!r}, "
@@ -266,6 +268,7 @@ def _findings(
     yield from runtime_role_names(job, before_v1_6)
     yield from runtime_findings(job, master_role, port_label)
     report.plan = distributed_plan(job, master_role, port_label)
+    report.install_route = route((role.name, role.commands) for role in job.roles)
 
 
 def check_job(job: Any, *, source: str = "job", lines: LineMap | None = None) -> ValidationReport:

@@ -1,0 +1,83 @@
+"""Which way a job's tasks get ``paijob-runtime``: read from the job's own commands.
+
+The built-in templates start each task with one install step
+(``paijob.render.runtime_install`` writes it; its first words are
+``STEP_PREFIX``). ``paijob validate`` and ``paijob submit --dry-run`` print the
+route this module reads back, so a user learns before the queue that a task will
+reach for PyPI (or the index, wheel or VCS URL they set), or that the image
+must bring ``paijob-runtime`` itself.
+
+When the step cannot install paijob it prints one line and exits
+``INSTALL_FAILED_EXIT`` (127, the shell's "command not found"), with the words
+``command not found`` in that line: OpenPAI's runtime then reports exit code 220,
+``UserCommandExitWithError``, ``PERMANENT`` / ``NEVER_RETRY``
+(``paijob.openpai.exitspec``), so a task that cannot get paijob is not retried
+into the same failure.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Iterable
+
+STEP_PREFIX = "command -v paijob-runtime >/dev/null ||"
+INSTALL_FAILED_EXIT = 127
+DEFAULT_INDEX = "https://pypi.org/simple"
+_VCS_PREFIXES = ("git+", "hg+", "svn+", "bzr+")
+_ARCHIVE_SUFFIXES = (".whl", ".tar.gz", ".zip")
+
+
+def source_kind(source: str) -> str:
+    """``wheel`` (a wheel or sdist file/URL), ``vcs`` (``git+https://...``) or ``index`` (a pip index URL)."""
+    text = source.strip()
+    if text.startswith(_VCS_PREFIXES):
+        return "vcs"
+    if text.split("#", 1)[0].split("?", 1)[0].endswith(_ARCHIVE_SUFFIXES):
+        return "wheel"
+    return "index"
+
+
+def _words(step: str) -> list[str] | None:
+    try:
+        words = shlex.split(step[len(STEP_PREFIX):])
+    except ValueError:
+        return None
+    # the pip call ends where the failure message's `||` starts
+    return words[: words.index("||")] if "||" in words else words
+
+
+def describe_step(step: str) -> str:
+    """What one install step installs from, for people: ``paijob==0.1.0 from https://pypi.org/simple``."""
+    words = _words(step)
+    if not words or "install" not in words:
+        return "a custom install step"
+    target = words[-1]
+    if "--index-url" in words[:-1]:
+        return f"{target} from the index {words[words.index('--index-url') + 1]}"
+    if target.startswith("paijob=="):
+        return f"{target} from PyPI ({DEFAULT_INDEX}) or the index PIP_INDEX_URL in env names"
+    kind = {"vcs": "the VCS URL", "wheel": "the file"}.get(source_kind(target), "")
+    return f"paijob from {kind} {target}".replace("  ", " ")
+
+
+def route(roles_commands: Iterable[tuple[str, Iterable[str]]]) -> str | None:
+    """One line: how the tasks that run paijob-runtime get it; None when no role runs it.
+
+    ``roles_commands``: (role name, its commands) for every role.
+    """
+    steps: list[str] = []
+    runs_runtime = False
+    for _, commands in roles_commands:
+        for command in commands:
+            if not isinstance(command, str):
+                continue
+            if command.startswith(STEP_PREFIX):
+                steps.append(command)
+            elif "paijob-runtime" in command:
+                runs_runtime = True
+    if steps:
+        return ("paijob-runtime: the image's own, else installed at task start: " + describe_step(steps[0])
+                + f" (a failed install ends the task with exit {INSTALL_FAILED_EXIT}, never retried)")
+    if runs_runtime:
+        return "paijob-runtime: no install step, so the image must have it"
+    return None
