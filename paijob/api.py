@@ -58,7 +58,7 @@ if getattr(paijob, "__file__", None) is None:  # a namespace package: see Shadow
     )
 
 __all__ = ["JobRequest", "LoginResult", "PaijobError", "PreparedJob", "add_cluster", "clusters", "connect",
-           "copy_output", "dry_run", "dry_run_text", "follow_logs", "human_size", "list_jobs", "local_down", "local_status",
+           "copy_output", "dry_run", "openpai_before_1_6", "dry_run_text", "follow_logs", "human_size", "list_jobs", "local_down", "local_status",
            "local_up", "login", "login_url", "open_in_browser", "output_location", "portal_link", "prepare", "terminal_text", "prune_local", "remove_cluster",
            "render", "resolve_cluster", "ship", "status", "stop", "StopResult", "submit", "template", "template_names",
            "template_values", "use_cluster", "validate", "wait", "write_text"]
@@ -83,6 +83,10 @@ class JobRequest:
     skip_unreadable: bool = False
     cluster: str | None = None
     allow_unknown_values: bool = False  # values the template does not read: a warning instead of an error
+    # the cluster is older than OpenPAI v1.6 (role names); None: the cluster's version when ``ask_cluster``
+    # (``openpai_before_1_6``, which asks it), else the setting, else OpenPAI v1.6+
+    openpai_before_1_6: bool | None = None
+    ask_cluster: bool = False
 
 
 @dataclass
@@ -135,7 +139,8 @@ def prepare(request: JobRequest, project: project_config.Project | None = None) 
     """Render (or read) the job, rename it, snapshot the workdir, and check the result. Writes nothing.
 
     The cluster (``request.cluster``, else the project's, else the default) is
-    resolved here, once, without starting a local cluster: ``job.target`` is
+    resolved here, once, without starting a local cluster (and, with ``request.ask_cluster`` and no rule
+    given, asked its OpenPAI version for the role-name rule: :func:`openpai_before_1_6`): ``job.target`` is
     what ``dry_run`` and ``connect`` use. The workdir snapshot stays in memory
     (``job.snapshot``): a local cluster's copy is stored by :func:`ship`, which
     :func:`submit` calls, so ``--dry-run`` leaves every file as it was.
@@ -151,11 +156,15 @@ def prepare(request: JobRequest, project: project_config.Project | None = None) 
         raise PaijobError("no job given: name a job YAML or a template (see `paijob templates`), or run "
                           f"in a folder with a {project_config.FILENAME} (`paijob init` writes one)")
     values = [*project.values, *request.values] if not templating.is_job_file(spec) else list(request.values)
-    result = templating.render(spec, values, request.sets, allow_unknown=request.allow_unknown_values)
-    source = result.report.source
-    warnings = [problem.format(source) for problem in result.report.warnings]
     cluster = request.cluster or project.cluster
     target = resolve_cluster(cluster, start_local=False)
+    before_v1_6 = request.openpai_before_1_6
+    if before_v1_6 is None and request.ask_cluster:
+        before_v1_6 = openpai_before_1_6(target)
+    result = templating.render(spec, values, request.sets, allow_unknown=request.allow_unknown_values,
+                               openpai_before_1_6=before_v1_6)
+    source = result.report.source
+    warnings = [problem.format(source) for problem in result.report.warnings]
     renamed = rename_job(result.text, request.name, request.unique_suffix, result.report.job, result.report.lines)
     job = PreparedJob(renamed.text, renamed.name, source, cluster, warnings, [], target,
                       document=renamed.job, read_as=renamed.text, install_route=result.report.install_route)
@@ -226,6 +235,27 @@ def connect(cluster: str | Cluster | None = None, *, timeout: float = 30.0, star
         target = daemon.local_cluster(start=start_local, on_note=on_note)
     return PaiClient(target.url, target.token, user=target.user, api_path=target.api_path,
                      timeout=timeout, cluster_name=target.name)
+
+
+def openpai_before_1_6(cluster: str | Cluster | None = None, *, timeout: float = 10.0) -> bool | None:
+    """Whether ``cluster`` (default: the project's, else the default one) runs OpenPAI older than v1.6, from
+    its rest-server's version (``GET /api/v2/info``); None when it cannot tell.
+
+    The local cluster is not asked: it behaves as OpenPAI v1.6+ unless its own setting says otherwise
+    (None here). An unreachable or odd cluster is None too, once and without retries: the submit that
+    follows reports the connection itself.
+    """
+    from paijob.openpai.names import before_init_role_lookup
+
+    target = _target(cluster)
+    if target.is_local:
+        return None
+    client = connect(target, timeout=timeout, start_local=False)
+    client.retries = 0
+    try:
+        return before_init_role_lookup(client.info().get("version"))
+    except PaijobError:
+        return None
 
 
 def dry_run(job: PreparedJob, cluster: str | Cluster | None = None) -> HttpRequest:
@@ -437,7 +467,8 @@ def follow_logs(client: PaiClient, job_id: str, *, role: str | None = None, inde
 
 
 def render(template: str, values: Sequence[str | Path] = (), sets: Sequence[SetArg] = (), *,
-           check: bool = True, allow_unknown_values: bool = False) -> RenderResult:
+           check: bool = True, allow_unknown_values: bool = False,
+           openpai_before_1_6: bool | None = None) -> RenderResult:
     """``paijob render``: a template (or a plain job file) with values files and ``(kind, "key=value")`` sets.
 
     A value the template does not read is an error for a template with a values schema (the built-ins),
@@ -445,7 +476,8 @@ def render(template: str, values: Sequence[str | Path] = (), sets: Sequence[SetA
     """
     from paijob.render import templating
 
-    return templating.render(template, values, sets, check=check, allow_unknown=allow_unknown_values)
+    return templating.render(template, values, sets, check=check, allow_unknown=allow_unknown_values,
+                             openpai_before_1_6=openpai_before_1_6)
 
 
 def write_text(path: str | Path, text: str) -> None:
@@ -478,14 +510,15 @@ def template_values(name: str) -> list[ValueDoc]:
 
 
 def validate(source: str | Path, text: str | bytes | None = None, *, master_role: str | None = None,
-             port_label: str | None = None) -> ValidationReport:
+             port_label: str | None = None, openpai_before_1_6: bool | None = None) -> ValidationReport:
     """``paijob validate``: the server's verdict on a job file, or on ``text`` named ``source``.
 
-    A file that cannot be read is a report with one error, not an exception.
+    A file that cannot be read is a report with one error, not an exception. ``openpai_before_1_6``: the
+    cluster is older than OpenPAI v1.6 (None: the setting, else not; :func:`openpai_before_1_6` asks a cluster).
     """
     from paijob.validate.verdict import Problem, ValidationReport, validate_file, validate_text
 
-    options = {"master_role": master_role, "port_label": port_label}
+    options = {"master_role": master_role, "port_label": port_label, "openpai_before_1_6": openpai_before_1_6}
     if text is not None:
         return validate_text(text, str(source), **options)
     try:

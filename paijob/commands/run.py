@@ -107,7 +107,7 @@ def run(args: argparse.Namespace) -> int:
         args.cluster = "local"  # the name users type (`-c local`), which paijob.remote.profiles.LOCAL holds
     if not args.name:
         args.unique_suffix = True
-    job = api.prepare(_jobargs.request_from_args(args))
+    job = api.prepare(_jobargs.request_from_args(args, ask_cluster=True))
     _jobargs.report(job)
     client = api.connect(job.target, timeout=args.timeout, on_note=common.note)
     with _end_signals() as signals:

@@ -53,7 +53,7 @@ def register(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from paijob import api
 
-    job = api.prepare(_jobargs.request_from_args(args))  # resolves the cluster, once
+    job = api.prepare(_jobargs.request_from_args(args, ask_cluster=not args.dry_run))  # resolves the cluster, once
     _jobargs.report(job)
     if args.dry_run:
         return dry_run(job)

@@ -207,7 +207,7 @@ def create_app(cluster: LocalCluster, token: str, user: str | None = None) -> Fl
     @api.get("/info")
     def info() -> Response:
         # the swagger's launcherType is yarn or k8s: the local cluster answers like a k8s one
-        return jsonify({"name": "paijob local cluster", "version": __version__, "launcherType": "k8s",
+        return jsonify({"name": f"paijob local cluster {__version__}", "version": settings.openpai_version(), "launcherType": "k8s",
                         "authnMethod": "basic", "virtualClusters": [listing.VIRTUAL_CLUSTER]})
 
     @api.post("/authn/basic/login")

@@ -198,6 +198,15 @@ class PaiClient(Transport):
         detail: dict[str, Any] = data
         return detail
 
+    def info(self) -> dict[str, Any]:
+        """``GET /api/v2/info``: the rest-server's name, ``version`` (``v1.8.1``), launcherType, authnMethod."""
+        what = "reading the cluster's info"
+        data = self.errors.json(self._request("GET", "info", what=what), what)
+        if not isinstance(data, dict):
+            raise self.errors.bad_shape(what, f"an object was expected, got {type(data).__name__}")
+        info: dict[str, Any] = data
+        return info
+
     def get_config(self, job_id: str) -> str:
         what = f"reading config of {job_id}"
         return self._request("GET", self._job_path(job_id) + "/config", what=what).text

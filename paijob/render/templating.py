@@ -350,6 +350,7 @@ def render_template(
     ordered_sets: Sequence[SetArg] | None = None,
     check: bool = True,
     allow_unknown: bool = False,
+    openpai_before_1_6: bool | None = None,
 ) -> RenderResult:
     """Render a template to a checked OpenPAI job.
 
@@ -382,7 +383,7 @@ def render_template(
     # The rendered TEXT, re-read exactly as `paijob validate` reads a file: what
     # is checked is what is printed (a duplicate key, a value that broke the
     # YAML structure), not the values as the template meant them.
-    report = validate_text(text, source)
+    report = validate_text(text, source, openpai_before_1_6=openpai_before_1_6)
     if report.job is None:
         try:
             load_job(text, source)
@@ -398,7 +399,7 @@ def render_template(
     return RenderResult(ref, values, text, job if isinstance(job, dict) else {}, report)
 
 
-def load_job_file(path: str | Path, *, check: bool = True) -> RenderResult:
+def load_job_file(path: str | Path, *, check: bool = True, openpai_before_1_6: bool | None = None) -> RenderResult:
     """A job YAML that needs no rendering, read and checked like a rendered one."""
     from pathlib import Path
 
@@ -409,7 +410,7 @@ def load_job_file(path: str | Path, *, check: bool = True) -> RenderResult:
         raise PaijobError(f"job file {path} is not UTF-8 text (byte {error.start})") from None
     except OSError as error:
         raise PaijobError(f"cannot read job file {path}: {error.strerror or error}") from None
-    report = validate_text(text, str(path))  # the checks of `paijob validate`, duplicates included
+    report = validate_text(text, str(path), openpai_before_1_6=openpai_before_1_6)  # the checks of `paijob validate`, duplicates included
     job = report.job
     if check and not report.ok:
         raise JobValidationError(report)
@@ -419,7 +420,7 @@ def load_job_file(path: str | Path, *, check: bool = True) -> RenderResult:
 
 def render(
     template: str, values: Sequence[str | Path] = (), sets: Sequence[SetArg] = (), *, check: bool = True,
-    allow_unknown: bool = False,
+    allow_unknown: bool = False, openpai_before_1_6: bool | None = None,
 ) -> RenderResult:
     """Render ``template`` with ``values`` files and ``sets``, or read it when it is a plain job file.
 
@@ -427,7 +428,8 @@ def render(
     ``.yml`` job file, which is read and checked instead of rendered (values
     and sets are then an error). ``sets`` are ``("set" | "set-string",
     "key=value")`` in command-line order. Raises ``PaijobError`` subclasses
-    (see ``render_template``).
+    (see ``render_template``). ``openpai_before_1_6``: the cluster is older than OpenPAI v1.6 (None: the
+    ``PAIJOB_OPENPAI_BEFORE_1_6`` setting; see ``paijob.validate.verdict.validate_job``).
     """
     if not template:
         raise PaijobError("no template given; see 'paijob templates' for the built-ins")
@@ -442,5 +444,6 @@ def render(
                 f"{template} is a job YAML, not a template: -f/--set do not apply to it; "
                 "edit the file, or give a template (a built-in name or a .yaml.j2 file)"
             )
-        return load_job_file(template, check=check)
-    return render_template(template, values, ordered_sets=sets, check=check, allow_unknown=allow_unknown)
+        return load_job_file(template, check=check, openpai_before_1_6=openpai_before_1_6)
+    return render_template(template, values, ordered_sets=sets, check=check, allow_unknown=allow_unknown,
+                           openpai_before_1_6=openpai_before_1_6)
