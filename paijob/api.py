@@ -168,6 +168,8 @@ def prepare(request: JobRequest, project: project_config.Project | None = None) 
     renamed = rename_job(result.text, request.name, request.unique_suffix, result.report.job, result.report.lines)
     job = PreparedJob(renamed.text, renamed.name, source, cluster, warnings, [], target,
                       document=renamed.job, read_as=renamed.text, install_route=result.report.install_route)
+    if request.ask_cluster:
+        check_storages(renamed.job, target, source)
     workdir = request.workdir or _value_workdir(result.values) or project.workdir
     if workdir:
         _carry_workdir(job, workdir, force=request.force, skip_unreadable=request.skip_unreadable)
@@ -256,6 +258,28 @@ def openpai_before_1_6(cluster: str | Cluster | None = None, *, timeout: float =
         return before_init_role_lookup(client.info().get("version"))
     except PaijobError:
         return None
+
+
+def check_storages(job: Any, cluster: str | Cluster | None, source: str = "job") -> None:
+    """Refuse, before the queue, a job that mounts a storage the user may not use on ``cluster``
+    (OpenPAI's submit would answer ``NoStorageError``), naming the ones they may."""
+    from paijob.openpai.storages import job_storages
+
+    names = job_storages(job)
+    if not names:
+        return
+    target = _target(cluster)
+    if target.is_local:
+        from paijob.local import storage
+
+        mine = [entry["name"] for entry in storage.summary()["storages"]]
+    else:
+        mine = [entry.name for entry in connect(target, timeout=10.0, start_local=False).storages()]
+    unknown = [name for name in names if name not in mine]
+    if unknown:
+        yours = ", ".join(mine) if mine else "none: ask the cluster's admin for one"
+        raise PaijobError(f"{source}: storage '{unknown[0]}' is not one you may use on cluster {target.name} "
+                          f"(yours: {yours}); set storage to one of them")
 
 
 def dry_run(job: PreparedJob, cluster: str | Cluster | None = None) -> HttpRequest:
@@ -391,44 +415,104 @@ def stacks(client: PaiClient, job: str) -> tuple[str, int]:
 
 
 def output_location(cluster_name: str, job_id: str) -> str | None:
-    """Where the job's output folder (``PAIJOB_OUTPUT_DIR``) is, when paijob knows it (local cluster)."""
+    """Where the job's output folder (``PAIJOB_OUTPUT_DIR``) is, when paijob knows it (local cluster: its own
+    folder, or the job's folder on its storage)."""
     from paijob.remote.profiles import is_local
 
     if not is_local(cluster_name):
         return None
-    from paijob.local import daemon
-    from paijob.outputs import local_output_dir
-
-    return str(local_output_dir(daemon.state_dir(), job_id))
+    return str(_output_root(resolve_cluster(cluster_name, start_local=False), job_id)[0])
 
 
 def copy_output(source: str, dest: str | Path, cluster: str | None = None, *, force: bool = False,
                 on_plan: Callable[[CopyPlan], None] | None = None) -> CopyReport:
     """``paijob cp JOB:PATH DEST``: copy a file or folder out of a job's output folder (what landed where).
 
-    ``on_plan`` sees the checked, measured copy before a byte is written (the
-    CLI previews a big one); ``force`` replaces existing files and skips the
+    The output folder is the local cluster's own for its jobs, or, for a job with ``storage`` (the storage
+    route, ``paijob.render.storage_route``), the job's folder on that storage: the local cluster's storage
+    folder, or where this machine mounts the storage (the profile's ``--mount``); a storage it does not
+    mount is an error that says where the files are. ``on_plan`` sees the checked, measured copy before a
+    byte is written (the CLI previews a big one); ``force`` replaces existing files and skips the
     free-space check.
     """
     from paijob import outputs
-    from paijob.local import daemon
 
     job, path = outputs.split_source(source)
     target = resolve_cluster(cluster, start_local=False)
-    if not target.is_local:
-        raise outputs.OutputError(
-            f"paijob cp reads the local cluster's job output folders; on cluster {target.name} a job's "
-            f"{contract.OUTPUT_DIR} is the outputDir you set (a path on a storage the job mounts): copy from "
-            "that storage with its own tools")
-    if "~" not in job:
-        from paijob.local.daemon import local_user
-
-        job = f"{local_user()}~{job}"
-    root = outputs.local_output_dir(daemon.state_dir(), job)
+    root, job = _output_root(target, job)
     copy_plan = outputs.plan(root, path, Path(dest), job, force=force)
     if on_plan is not None:
         on_plan(copy_plan)
     return outputs.copy(copy_plan, job, path)
+
+
+def _output_root(target: Cluster, job: str) -> tuple[Path, str]:
+    """Job ``job``'s output folder on this machine (see ``copy_output``), and the job's full id."""
+    from paijob import outputs
+    from paijob.local import daemon, storage
+    from paijob.render.storage_route import job_route
+
+    if "~" not in job:
+        user = daemon.local_user() if target.is_local else target.user
+        if not user:
+            raise outputs.OutputError(f"give the job as USER~{job}: the profile of cluster {target.name} names "
+                                      "no user")
+        job = f"{user}~{job}"
+    user, name = job.split("~", 1)
+    route = job_route(_job_config(target, job))
+    if target.is_local:
+        local = route is not None and route.name in [s["name"] for s in storage.summary()["storages"]]
+        folder = (storage.folder(daemon.state_dir(), route.name) / route.folder(user, name) if local and route
+                  else outputs.local_output_dir(daemon.state_dir(), job))
+    elif route is None:
+        raise outputs.OutputError(
+            f"job {job} on cluster {target.name} keeps its {contract.OUTPUT_DIR} where paijob cannot reach it: "
+            "submit it with --set storage=NAME (a storage of yours, GET /api/v2/storages) and `paijob cp` reads "
+            "its output folder where this machine mounts that storage")
+    elif target.mount(route.name) is None:
+        raise outputs.OutputError(_unmounted(target, route, user, name))
+    else:
+        folder = Path(str(target.mount(route.name))) / route.folder(user, name)
+    return folder, job
+
+
+def _unmounted(target: Cluster, route: Any, user: str, name: str) -> str:
+    """Where a job's output folder is, on a storage this machine does not mount (for a one-line error)."""
+    from paijob.openpai.storages import where
+
+    try:
+        kind = where(connect(target, timeout=10.0, start_local=False).storage(route.name))
+    except PaijobError:
+        kind = "a storage"
+    return (f"job {user}~{name}'s output folder is on storage {route.name} ({kind}) at {route.folder(user, name)} "
+            f"(in its tasks {route.in_task(user, name)}); this machine does not mount it: mount it and add the "
+            f"profile again with --mount {route.name}=/where/it/is/mounted (`paijob cluster add {target.name} "
+            f"--url {target.url} ... --mount ...`), or copy that folder with the storage's own tools")
+
+
+def _job_config(target: Cluster, job_id: str) -> Any:
+    """The job ``job_id`` as its cluster stored it (the local cluster's store, read directly), or None."""
+    from paijob.openpai.jsyaml import YamlError, load_job
+
+    if target.is_local:
+        from paijob.local import daemon
+        from paijob.local.store import Store
+
+        database = daemon.state_dir() / "jobs.sqlite"
+        if not database.exists():
+            return None
+        store = Store(database)
+        try:
+            row = store.job(*job_id.split("~", 1))
+        finally:
+            store.close()
+        text = row["config"] if row else None
+    else:
+        text = connect(target, start_local=False).get_config(job_id)
+    try:
+        return load_job(text, job_id).value if text else None
+    except YamlError:
+        return None
 
 
 # --------------------------------------------------------------------------- logs
@@ -538,12 +622,17 @@ def clusters() -> list[dict[str, Any]]:
 
 
 def add_cluster(name: str, url: str, *, user: str | None = None, token_env: str | None = None,
-                api_path: str | None = None, make_current: bool = False) -> tuple[Path, str | None]:
-    """Save profile ``name``; returns (the profiles file, the user: given, else read from the token)."""
+                api_path: str | None = None, make_current: bool = False,
+                mounts: Sequence[str] = ()) -> tuple[Path, str | None]:
+    """Save profile ``name``; returns (the profiles file, the user: given, else read from the token).
+
+    ``mounts``: ``STORAGE=/local/path`` for each storage this machine mounts (``paijob cp`` reads jobs'
+    output folders there)."""
     from paijob.remote import profiles
 
     user = user or profiles.user_from_token(os.environ.get(token_env, "") if token_env else None)
-    path = profiles.add(name, url, user=user, token_env=token_env, api_path=api_path, make_current=make_current)
+    path = profiles.add(name, url, user=user, token_env=token_env, api_path=api_path, make_current=make_current,
+                        mounts=dict(profiles.parse_mount(text) for text in mounts))
     return path, user
 
 

@@ -28,6 +28,9 @@ def register(subparsers: Any) -> None:
     add.add_argument("--user", help="your OpenPAI user name (read from the token when it is a JWT)")
     add.add_argument("--api-path", default=None, help="REST path under the URL (default /rest-server/api/v2)")
     add.add_argument("--use", action="store_true", help="make it the default cluster")
+    add.add_argument("--mount", metavar="STORAGE=PATH", action="append", default=[],
+                     help="where this machine mounts an OpenPAI storage (NFS, SMB): `paijob cp` reads the output "
+                          "folders of jobs with storage: STORAGE from PATH (repeatable)")
     add.set_defaults(func=run_add)
     listing = actions.add_parser("list", help="list the profiles (tokens are never shown)")
     common.add_output_option(listing)
@@ -48,7 +51,7 @@ def run_add(args: argparse.Namespace) -> int:
         print(f"paijob: warning: ${args.token_env} is not set now; export it before using {args.name}",
               file=sys.stderr)
     path, user = api.add_cluster(args.name, args.url, user=args.user, token_env=args.token_env,
-                                 api_path=args.api_path, make_current=args.use)
+                                 api_path=args.api_path, make_current=args.use, mounts=args.mount)
     print(f"cluster {args.name} saved in {path}")
     if not args.token_env:
         print(f"no token yet: run `paijob login {args.name}`, or add it again with --token-env VAR", file=sys.stderr)

@@ -131,7 +131,8 @@ def run(args: argparse.Namespace) -> int:
     print(f"paijob: {api.terminal_text(sys.stderr, raw=args.raw)(common.outcome_line(job_id, detail))}", file=sys.stderr)
     output = api.output_location(client.cluster_name, job_id)
     if output:
-        print(f"paijob: output folder {output} (`paijob cp {job_id.split('~', 1)[1]}:PATH .` copies from it)",
+        print(f"paijob: output folder {output} (`paijob cp {job_id.split('~', 1)[1]}:PATH . -c {client.cluster_name}` "
+              "copies from it)",
               file=sys.stderr)
     if client.is_local:
         print(f"paijob: `paijob logs {job_id} -c local` shows it again; the local cluster keeps "

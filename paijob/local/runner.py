@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from paijob.local import capacity, diagnostics, faults
+from paijob.local import capacity, diagnostics, faults, storage
 from paijob.local.plan import Ports, task_env, task_script
 from paijob.local.settings import openpai_before_1_6, stop_grace, unlimited_retry_cap
 from paijob.local.store import Store, now_ms
@@ -549,6 +549,8 @@ class JobRunner(threading.Thread):
         output = local_output_dir(self.cluster.state_dir, self.job_id)  # shared, kept across attempts
         output.mkdir(parents=True, exist_ok=True)
         env[contract.OUTPUT_DIR] = str(output)
+        env[contract.STORAGE_MOUNT] = str(storage.mount_root(self.cluster.state_dir))  # the job's /mnt
+        storage.folder(self.cluster.state_dir).mkdir(parents=True, exist_ok=True)
         env[contract.PROGRESS_FILE] = str(workdir / PROGRESS_NAME)  # node 0's hang watch: a stall
         return env, workdir
 

@@ -6,7 +6,7 @@ with the swagger's paths, status codes and JSON shapes for: ``/info``,
 ``/jobs/{user}~{job}`` (+ ``/attempts/{a}``, ``/config``, ``/executionType``),
 task status and task logs under ``/jobs/{user}~{job}/attempts/...``, tags and
 events, and the few calls OpenPAI's web portal makes on every page (the current
-user, the one virtual cluster ``default``, an empty storage list). Log contents
+user, the one virtual cluster ``default``, the storages: ``storage_routes``). Log contents
 are served under ``/log-manager/`` (range requests supported) to URLs that carry
 their own ``token=`` (as the log manager's do), so a browser or an SDK script
 reads them without the API's bearer token.
@@ -40,7 +40,7 @@ from flask import Blueprint, Flask, Response, current_app, g, jsonify, request, 
 from werkzeug.routing import BaseConverter
 
 from paijob import __version__
-from paijob.local import faults, listing, serving, settings
+from paijob.local import faults, listing, serving, settings, storage_routes
 from paijob.local.daemon import local_user
 from paijob.local.engine import CannotHost, LocalCluster
 from paijob.local.portal import web as portal
@@ -343,10 +343,6 @@ def create_app(cluster: LocalCluster, token: str, user: str | None = None) -> Fl
             return error(404, "NoVirtualClusterError", f"Virtual cluster {name} is not found.")
         return jsonify(vc_status(cluster))
 
-    @api.get("/storages")
-    def storages() -> Response:
-        return jsonify({"storages": []})  # no storage is configured here (what upstream answers then)
-
     def task_rows(job: dict[str, Any], attempt: int, role: str, index: int) -> list[dict[str, Any]]:
         """Attempts of a task, oldest first; ``role`` is the REST (converted) role name, as on OpenPAI."""
         name = role_names(cluster.models.of(job)).get(role)
@@ -424,6 +420,7 @@ def create_app(cluster: LocalCluster, token: str, user: str | None = None) -> Fl
         response.status_code = 202
         return response
 
+    api.register_blueprint(storage_routes.blueprint())
     app.register_blueprint(api)
     app.register_blueprint(logs)
     portal.install(app)

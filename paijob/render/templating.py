@@ -40,7 +40,7 @@ from jinja2.sandbox import SandboxedEnvironment
 from paijob import __version__
 from paijob.errors import PaijobError
 from paijob.openpai.jsyaml import YamlError, load_job
-from paijob.render import filters
+from paijob.render import filters, storage_route
 from paijob.render.filters import TemplateFailure
 from paijob.render.runtime_install import InstallSettingsError, image_auth, install_command
 from paijob.render.templates import (
@@ -194,16 +194,17 @@ def _environment(folder: Path | None) -> jinja2.Environment:
     env.filters.update(filters.FILTERS)
     env.globals.update(filters.GLOBALS)
     env.globals.update(paijob_version=__version__, rendered_version_env=contract.RENDERED_VERSION, runtime_install_command=_failing(install_command),
-                       image_auth=_failing(image_auth))
+                       image_auth=_failing(image_auth), storage_output_export=_failing(storage_route.output_export),
+                       storage_plugin=storage_route.plugin)
     return env
 
 
 def _failing(function: Callable[..., Any]) -> Callable[..., Any]:
-    """``function`` for templates: its ``InstallSettingsError`` becomes a template failure (file and line)."""
+    """``function`` for templates: its value errors (install, storage) become a template failure (file and line)."""
     def call(*args: Any) -> Any:
         try:
             return function(*args)
-        except InstallSettingsError as error:
+        except (InstallSettingsError, storage_route.StorageValueError) as error:
             raise TemplateFailure(str(error)) from None
     return call
 

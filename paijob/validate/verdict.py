@@ -233,7 +233,7 @@ def validate_job(
     ``master_role`` / ``port_label`` override what the commands' own
     ``paijob-runtime`` flags say (as ``paijob validate --master-role`` does).
     ``openpai_before_1_6``: the cluster runs role names that OpenPAI v1.6+ cannot (None: the
-    ``PAIJOB_OPENPAI_BEFORE_1_6`` setting, which ``--openpai-before-1.6`` sets).
+    ``PAIJOB_OPENPAI_BEFORE_1_6`` setting; the commands pass ``--openpai-before-1.6`` or the cluster's answer).
     """
     lines = lines or LineMap()
     report = ValidationReport(source, job)
