@@ -414,14 +414,15 @@ def stacks(client: PaiClient, job: str) -> tuple[str, int]:
     return job_id, len(pids)
 
 
-def output_location(cluster_name: str, job_id: str) -> str | None:
+def output_location(cluster_name: str, job_id: str, job: Any = None) -> str | None:
     """Where the job's output folder (``PAIJOB_OUTPUT_DIR``) is, when paijob knows it (local cluster: its own
-    folder, or the job's folder on its storage)."""
+    folder, or the job's folder on its storage). ``job``: the job as sent, when the caller has it (else
+    the cluster's stored copy is read)."""
     from paijob.remote.profiles import is_local
 
     if not is_local(cluster_name):
         return None
-    return str(_output_root(resolve_cluster(cluster_name, start_local=False), job_id)[0])
+    return str(_output_root(resolve_cluster(cluster_name, start_local=False), job_id, job)[0])
 
 
 def copy_output(source: str, dest: str | Path, cluster: str | None = None, *, force: bool = False,
@@ -446,8 +447,9 @@ def copy_output(source: str, dest: str | Path, cluster: str | None = None, *, fo
     return outputs.copy(copy_plan, job, path)
 
 
-def _output_root(target: Cluster, job: str) -> tuple[Path, str]:
-    """Job ``job``'s output folder on this machine (see ``copy_output``), and the job's full id."""
+def _output_root(target: Cluster, job: str, document: Any = None) -> tuple[Path, str]:
+    """Job ``job``'s output folder on this machine (see ``copy_output``), and the job's full id;
+    ``document``: the job itself when the caller has it (None: read the cluster's copy)."""
     from paijob import outputs
     from paijob.local import daemon, storage
     from paijob.render.storage_route import job_route
@@ -459,7 +461,7 @@ def _output_root(target: Cluster, job: str) -> tuple[Path, str]:
                                       "no user")
         job = f"{user}~{job}"
     user, name = job.split("~", 1)
-    route = job_route(_job_config(target, job))
+    route = job_route(document if document is not None else _job_config(target, job))
     if target.is_local:
         local = route is not None and route.name in [s["name"] for s in storage.summary()["storages"]]
         folder = (storage.folder(daemon.state_dir(), route.name) / route.folder(user, name) if local and route

@@ -129,7 +129,7 @@ def run(args: argparse.Namespace) -> int:
             api.stop(client, job_id)
             return ENDING_SIGNALS[signal.Signals(ended.signum).name]
     print(f"paijob: {api.terminal_text(sys.stderr, raw=args.raw)(common.outcome_line(job_id, detail))}", file=sys.stderr)
-    output = api.output_location(client.cluster_name, job_id)
+    output = api.output_location(client.cluster_name, job_id, job.sent_job())
     if output:
         print(f"paijob: output folder {output} (`paijob cp {job_id.split('~', 1)[1]}:PATH . -c {client.cluster_name}` "
               "copies from it)",

@@ -46,7 +46,7 @@ def register(subparsers: Any) -> None:
     common.add_cluster_options(parser)
     parser.add_argument("--wait", action="store_true", help="wait for the job to end; exit 0 only on SUCCEEDED")
     parser.add_argument("--dry-run", action="store_true",
-                        help="print the request that would be sent (never the token) and stop")
+                        help="print the request that would be sent (the token and secret values masked) and stop")
     parser.set_defaults(func=run)
 
 
