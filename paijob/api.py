@@ -158,11 +158,7 @@ def prepare(request: JobRequest, project: project_config.Project | None = None) 
     values = [*project.values, *request.values] if not templating.is_job_file(spec) else list(request.values)
     cluster = request.cluster or project.cluster
     target = resolve_cluster(cluster, start_local=False)
-    before_v1_6 = request.openpai_before_1_6
-    if before_v1_6 is None and request.ask_cluster:
-        before_v1_6 = openpai_before_1_6(target)
-    result = templating.render(spec, values, request.sets, allow_unknown=request.allow_unknown_values,
-                               openpai_before_1_6=before_v1_6)
+    result = _render_for(target, request, spec, values)
     source = result.report.source
     warnings = [problem.format(source) for problem in result.report.warnings]
     renamed = rename_job(result.text, request.name, request.unique_suffix, result.report.job, result.report.lines)
@@ -177,6 +173,30 @@ def prepare(request: JobRequest, project: project_config.Project | None = None) 
     elif job.text is not result.text:
         require_sendable(job.text, source)  # a new name: checked as it was written; the size may have grown
     return job
+
+
+def _render_for(target: Cluster, request: JobRequest, spec: str, values: list[str]) -> RenderResult:
+    """``request``'s job rendered and checked for ``target``. With ``ask_cluster`` and no rule given, the
+    cluster is asked its version only for a job whose role names the rule is about (one a v1.6+
+    init container cannot find): every other job renders once and costs the cluster nothing."""
+    from paijob.openpai.names import role_name_breaks_init
+    from paijob.render import templating
+    from paijob.validate.verdict import JobValidationError
+
+    before = request.openpai_before_1_6
+    ask = before is None and request.ask_cluster
+    result = templating.render(spec, values, request.sets, allow_unknown=request.allow_unknown_values,
+                               openpai_before_1_6=True if ask else before, check=not ask)
+    if not ask:
+        return result
+    model = result.report.model
+    if model is not None and any(role_name_breaks_init(role.name) for role in model.roles) \
+            and not openpai_before_1_6(target):
+        return templating.render(spec, values, request.sets, allow_unknown=request.allow_unknown_values,
+                                 openpai_before_1_6=False)
+    if not result.report.ok:
+        raise JobValidationError(result.report)
+    return result
 
 
 def _value_workdir(values: Any) -> str | None:
