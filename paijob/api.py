@@ -164,7 +164,9 @@ def prepare(request: JobRequest, project: project_config.Project | None = None) 
     renamed = rename_job(result.text, request.name, request.unique_suffix, result.report.job, result.report.lines)
     job = PreparedJob(renamed.text, renamed.name, source, cluster, warnings, [], target,
                       document=renamed.job, read_as=renamed.text, install_route=result.report.install_route)
-    if request.ask_cluster:
+    if request.ask_cluster:  # what submit would refuse, refused here: before the render's warnings are shown
+        if not target.is_local:
+            refuse_placeholder_images(renamed.job, source, target.name)
         check_storages(renamed.job, target, source)
     workdir = request.workdir or _value_workdir(result.values) or project.workdir
     if workdir:
