@@ -493,22 +493,29 @@ def _output_root(target: Cluster, job: str, document: Any = None) -> tuple[Path,
             f"job {job} on cluster {target.name} keeps its {contract.OUTPUT_DIR} where paijob cannot reach it: "
             "submit it with --set storage=NAME (a storage of yours, GET /api/v2/storages) and `paijob cp` reads "
             "its output folder where this machine mounts that storage")
-    elif target.mount(route.name) is None:
-        raise outputs.OutputError(_unmounted(target, route, user, name))
     else:
-        folder = Path(str(target.mount(route.name))) / route.folder(user, name)
+        client = connect(target, timeout=10.0, start_local=False)
+        try:  # a storage that is not shared is mounted at its <user> folder (rest-server's subPath)
+            share = next((s.share for s in client.storages() if s.name == route.name), True)
+        except PaijobError:
+            share = True
+        on_storage = route.folder(user, name, share=share)
+        mount = target.mount(route.name)
+        if mount is None:
+            raise outputs.OutputError(_unmounted(client, target, route, on_storage, user, name))
+        folder = Path(mount) / on_storage
     return folder, job
 
 
-def _unmounted(target: Cluster, route: Any, user: str, name: str) -> str:
+def _unmounted(client: PaiClient, target: Cluster, route: Any, on_storage: str, user: str, name: str) -> str:
     """Where a job's output folder is, on a storage this machine does not mount (for a one-line error)."""
     from paijob.openpai.storages import where
 
     try:
-        kind = where(connect(target, timeout=10.0, start_local=False).storage(route.name))
+        kind = where(client.storage(route.name))
     except PaijobError:
         kind = "a storage"
-    return (f"job {user}~{name}'s output folder is on storage {route.name} ({kind}) at {route.folder(user, name)} "
+    return (f"job {user}~{name}'s output folder is on storage {route.name} ({kind}) at {on_storage} "
             f"(in its tasks {route.in_task(user, name)}); this machine does not mount it: mount it and add the "
             f"profile again with --mount {route.name}=/where/it/is/mounted (`paijob cluster add {target.name} "
             f"--url {target.url} ... --mount ...`), or copy that folder with the storage's own tools")

@@ -36,8 +36,10 @@ class Route(NamedTuple):
     name: str
     subpath: str
 
-    def folder(self, user: str, job: str) -> str:
-        return "/".join(part for part in (self.subpath, user, job) if part)
+    def folder(self, user: str, job: str, *, share: bool = True) -> str:
+        """The folder's path from the storage's root; ``share`` False: OpenPAI mounts the storage's
+        ``<user>`` folder at ``/mnt/NAME`` (rest-server k8s.js ``subPath``), so the path starts there."""
+        return "/".join(part for part in ("" if share else user, self.subpath, user, job) if part)
 
     def in_task(self, user: str, job: str) -> str:
         return f"{MOUNT_ROOT}/{self.name}/{self.folder(user, job)}"

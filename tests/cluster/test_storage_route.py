@@ -263,3 +263,19 @@ def test_a_mount_must_name_a_storage_and_an_absolute_folder(capsys: pytest.Captu
     for bad in ("nfs-home", "nfs-home=relative/dir", "=/mnt/x"):
         code, _, err = paijob(capsys, "cluster", "add", "pai", "--url", "https://pai.example.com", "--mount", bad)
         assert code == 2 and "--mount" in err
+
+
+def test_a_storage_that_is_not_shared_is_read_under_the_user_s_own_folder(
+        pai: tuple[FakePai, str], capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """rest-server mounts a storage with share: false at its <user> folder (subPath), so /mnt/NAME/x in a
+    task is <storage>/<user>/x on the storage."""
+    fake, url = pai
+    fake.storages[0]["share"] = False
+    fake.configs["me~exp"] = storage_job("exp", "nfs-home", ["true"])
+    mounted = tmp_path / "nfs"
+    (mounted / "me/runs/me/exp").mkdir(parents=True)
+    (mounted / "me/runs/me/exp/out.txt").write_text("mine")
+    profiles.add("pai", url, user="me", token_env="PAI_TEST_TOKEN", mounts={"nfs-home": str(mounted)})
+    code, _, err = paijob(capsys, "cp", "exp:out.txt", str(tmp_path / "out.txt"), "-c", "pai")
+    assert code == 0, err
+    assert (tmp_path / "out.txt").read_text() == "mine"
