@@ -280,3 +280,10 @@ def test_validate_and_dry_run_say_which_install_route_the_job_takes(
                          "from PyPI" in err
     code, _, err = run_cli(capsys, "submit", "ddp", "--dry-run", "-c", "local", "--set", "runtimeInstall.enabled=false")
     assert code == 0 and "# paijob-runtime: no install step, so the image must have it" in err
+
+
+def test_the_route_names_the_index_the_job_s_env_gives_pip(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run_cli(capsys, "submit", "ddp", "--dry-run", "-c", "local",
+                           "--set", "env.PIP_INDEX_URL=https://mirror.corp.test/simple")
+    assert code == 0 and f"paijob=={paijob.__version__} from the index https://mirror.corp.test/simple " \
+                         "(PIP_INDEX_URL in env)" in err
