@@ -24,6 +24,7 @@ from paijob import __version__
 from paijob.errors import PaijobError
 from paijob.validate.install_route import (
     DEFAULT_INDEX,
+    FAILURE_HEAD,
     INSTALL_FAILED_EXIT,
     STEP_PREFIX,
     source_kind,
@@ -77,7 +78,7 @@ def install_command(settings: Mapping[str, Any] | None, version: str = __version
 
 def _failure_line(source: str | None, version: str) -> str:
     """The failure line as a bash word; the default route names the index pip used (``PIP_INDEX_URL`` or PyPI)."""
-    head = "paijob-runtime: command not found, and pip could not install "
+    head = FAILURE_HEAD
     if source is None:
         tried = shlex.quote(head + f"{requirement(version)} from ") + f'"${{PIP_INDEX_URL:-{DEFAULT_INDEX}}}"'
     elif source_kind(source) == "index":

@@ -22,6 +22,7 @@ from collections.abc import Iterable
 
 STEP_PREFIX = "command -v paijob-runtime >/dev/null ||"
 INSTALL_FAILED_EXIT = 127
+FAILURE_HEAD = "paijob-runtime: command not found, and pip could not install "  # the failure line's start
 DEFAULT_INDEX = "https://pypi.org/simple"
 _VCS_PREFIXES = ("git+", "hg+", "svn+", "bzr+")
 _ARCHIVE_SUFFIXES = (".whl", ".tar.gz", ".zip")
