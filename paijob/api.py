@@ -57,7 +57,7 @@ if getattr(paijob, "__file__", None) is None:  # a namespace package: see Shadow
         "`-m`, `-` and its prompt; start Python in another folder, or run `python -P` (Python 3.11+)"
     )
 
-__all__ = ["JobRequest", "LoginResult", "PaijobError", "PreparedJob", "add_cluster", "clusters", "connect",
+__all__ = ["JobRequest", "LoginResult", "PaijobError", "PreparedJob", "add_cluster", "check_storages", "clusters", "connect",
            "copy_output", "dry_run", "openpai_before_1_6", "dry_run_text", "follow_logs", "human_size", "list_jobs", "local_down", "local_status",
            "local_up", "login", "login_url", "open_in_browser", "output_location", "portal_link", "prepare", "terminal_text", "prune_local", "remove_cluster",
            "render", "resolve_cluster", "ship", "status", "stop", "StopResult", "submit", "template", "template_names",
