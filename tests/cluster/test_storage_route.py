@@ -279,3 +279,13 @@ def test_a_storage_that_is_not_shared_is_read_under_the_user_s_own_folder(
     code, _, err = paijob(capsys, "cp", "exp:out.txt", str(tmp_path / "out.txt"), "-c", "pai")
     assert code == 0, err
     assert (tmp_path / "out.txt").read_text() == "mine"
+
+
+def test_horovod_passes_the_output_folder_on_to_every_rank() -> None:
+    job = yaml.safe_load(render_template("horovod", sets=["script=train.py", "instances=2", "storage=nfs-home",
+                                                          "image=registry.example.net/horovod:1"]).text)
+    (launch,) = [c for c in job["taskRoles"]["master"]["commands"] if c.startswith("mpirun") and "train" in c]
+    assert " -x PAIJOB_OUTPUT_DIR " in launch
+    plain = yaml.safe_load(render_template("horovod", sets=["script=train.py", "instances=2",
+                                                            "image=registry.example.net/horovod:1"]).text)
+    assert all("PAIJOB_OUTPUT_DIR" not in c for c in plain["taskRoles"]["master"]["commands"])
