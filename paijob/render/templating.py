@@ -40,7 +40,7 @@ from jinja2.sandbox import SandboxedEnvironment
 from paijob import __version__
 from paijob.errors import PaijobError
 from paijob.openpai.jsyaml import YamlError, load_job
-from paijob.render import filters, storage_route
+from paijob.render import filters
 from paijob.render.filters import TemplateFailure
 from paijob.render.runtime_install import InstallSettingsError, image_auth, install_command
 from paijob.render.templates import (
@@ -194,17 +194,34 @@ def _environment(folder: Path | None) -> jinja2.Environment:
     env.filters.update(filters.FILTERS)
     env.globals.update(filters.GLOBALS)
     env.globals.update(paijob_version=__version__, rendered_version_env=contract.RENDERED_VERSION, runtime_install_command=_failing(install_command),
-                       image_auth=_failing(image_auth), storage_output_export=_failing(storage_route.output_export),
-                       storage_plugin=storage_route.plugin)
+                       image_auth=_failing(image_auth), storage_output_export=_storage_output_export,
+                       storage_plugin=_storage_plugin)
     return env
 
 
+def _storage_output_export(*args: Any) -> str:
+    """``storage_route.output_export`` for templates, imported when a job has a storage (every other render
+    skips the module); its value errors become a template failure, as ``_failing`` does."""
+    from paijob.render.storage_route import StorageValueError, output_export
+
+    try:
+        return output_export(*args)
+    except StorageValueError as error:
+        raise TemplateFailure(str(error)) from None
+
+
+def _storage_plugin(name: str) -> dict[str, Any]:
+    from paijob.render.storage_route import plugin
+
+    return plugin(name)
+
+
 def _failing(function: Callable[..., Any]) -> Callable[..., Any]:
-    """``function`` for templates: its value errors (install, storage) become a template failure (file and line)."""
+    """``function`` for templates: its ``InstallSettingsError`` becomes a template failure (file and line)."""
     def call(*args: Any) -> Any:
         try:
             return function(*args)
-        except (InstallSettingsError, storage_route.StorageValueError) as error:
+        except InstallSettingsError as error:
             raise TemplateFailure(str(error)) from None
     return call
 

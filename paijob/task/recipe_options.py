@@ -11,9 +11,9 @@ with "did you mean" for a mistyped option.
 from __future__ import annotations
 
 import argparse
-import difflib
 import functools
 import os
+from typing import Any, NoReturn
 
 from paijob.task.contract import OUTPUT_DIR, PRECISION
 
@@ -75,6 +75,29 @@ def add_common(parser: argparse.ArgumentParser, *, arch: str, lr: float, epochs:
     parser.add_argument("--local_rank", "--local-rank", type=int, default=None, help=argparse.SUPPRESS)
 
 
+# Each recipe: its help line and its defaults (add_common), plus the options only it has (_add_own).
+RECIPES: dict[str, tuple[str, dict[str, Any]]] = {
+    "cifar10": ("the tutorials' CIFAR-10 ConvNet (--arch resnet18 with torchvision)",
+                {"arch": "convnet", "lr": 0.02, "epochs": 10, "batch_size": 128, "weight_decay": 5e-4,
+                 "image_size": 32}),
+    "imagenet": ("ResNet-50 on an ImageFolder tree (needs torchvision); lr scaled by global batch/256, "
+                 "5-epoch warmup, step decay",
+                 {"arch": "resnet50", "lr": 0.1, "epochs": 90, "batch_size": 64, "weight_decay": 1e-4,
+                  "image_size": 224}),
+}
+
+
+def _add_recipe(parser: argparse.ArgumentParser, name: str, precision_grammar: str) -> None:
+    """Every option of recipe ``name``."""
+    add_common(parser, **RECIPES[name][1], precision_grammar=precision_grammar)
+    if name == "imagenet":
+        parser.add_argument("--num-classes", type=int, default=1000)
+        parser.add_argument("--decode", default="cpu", choices=("cpu", "gpu"),
+                            help="image folders: decode JPEGs in the loader workers (cpu) or on the GPU with "
+                                 "torchvision's nvJPEG decode_jpeg (gpu; torchvision >= 0.19), for when the "
+                                 "CPUs cannot keep up")
+
+
 def build_parser(precision_grammar: str = "a precision policy") -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m paijob.runtime.recipes",
@@ -82,18 +105,8 @@ def build_parser(precision_grammar: str = "a precision policy") -> argparse.Argu
                     "or as a single process).",
     )
     sub = parser.add_subparsers(dest="recipe", metavar="RECIPE", required=True)
-    cifar = sub.add_parser("cifar10", help="the tutorials' CIFAR-10 ConvNet (--arch resnet18 with torchvision)")
-    add_common(cifar, arch="convnet", lr=0.02, epochs=10, batch_size=128, weight_decay=5e-4, image_size=32,
-               precision_grammar=precision_grammar)
-    imagenet = sub.add_parser("imagenet", help="ResNet-50 on an ImageFolder tree (needs torchvision); "
-                                               "lr scaled by global batch/256, 5-epoch warmup, step decay")
-    add_common(imagenet, arch="resnet50", lr=0.1, epochs=90, batch_size=64, weight_decay=1e-4,
-                image_size=224, precision_grammar=precision_grammar)
-    imagenet.add_argument("--num-classes", type=int, default=1000)
-    imagenet.add_argument("--decode", default="cpu", choices=("cpu", "gpu"),
-                          help="image folders: decode JPEGs in the loader workers (cpu) or on the GPU with "
-                               "torchvision's nvJPEG decode_jpeg (gpu; torchvision >= 0.19), for when the "
-                               "CPUs cannot keep up")
+    for name, (summary, _) in RECIPES.items():
+        _add_recipe(sub.add_parser(name, help=summary), name, precision_grammar)
     return parser
 
 
@@ -101,22 +114,34 @@ class _Refused(Exception):
     pass
 
 
-def _refuse(message: str) -> None:
-    raise _Refused(message)
+class _CheckingParser(argparse.ArgumentParser):
+    """The recipe's grammar for checking, never for printing: an error raises instead of exiting, and the
+    formatter argparse builds on every ``add_argument`` (to check the metavar; it asks the terminal's
+    size each time, most of the cost of building a parser) is built once."""
+
+    def error(self, message: str) -> NoReturn:
+        raise _Refused(message)
+
+    @functools.cached_property
+    def _formatter(self) -> argparse.HelpFormatter:
+        return argparse.HelpFormatter(self.prog, width=100)
+
+    def _get_formatter(self) -> argparse.HelpFormatter:
+        return self._formatter
 
 
-@functools.lru_cache(maxsize=1)
-def _checking_parsers() -> dict[str, argparse.ArgumentParser]:
-    """Each recipe's own parser, raising instead of exiting (cached: built once a process)."""
-    parser = build_parser()
-    (sub,) = (a for a in parser._actions if isinstance(a, argparse._SubParsersAction))  # noqa: SLF001
-    parsers = dict(sub.choices)
-    for each in parsers.values():
-        each.error = _refuse
-    return parsers
+@functools.lru_cache(maxsize=2)
+def _checking_parser(name: str) -> argparse.ArgumentParser:
+    """Recipe ``name``'s own parser (the sub-parser ``build_parser`` gives it), for checking; only the one a
+    job names is built (``paijob render`` of a recipe job pays for one)."""
+    parser = _CheckingParser(prog=f"python -m paijob.runtime.recipes {name}", add_help=False)
+    _add_recipe(parser, name, "a precision policy")
+    return parser
 
 
 def _did_you_mean(parser: argparse.ArgumentParser, unknown: list[str]) -> str:
+    import difflib  # only for a mistake: not on every render
+
     options = [o for o in parser._option_string_actions if o.startswith("--")]  # noqa: SLF001
     hints = []
     for word in unknown:
@@ -133,14 +158,15 @@ def recipe_arguments_error(recipe: str, args: list[str], *, filled_in_later: boo
     ``filled_in_later``: some words are filled in at run time (``$VAR``, ``<% %>``), so a
     value that does not parse yet is not an error; an unknown option still is.
     """
-    parsers = _checking_parsers()
-    parser = parsers.get(recipe)
-    if parser is None:
+    if recipe not in RECIPES:
         if filled_in_later:
             return None
-        close = difflib.get_close_matches(recipe, list(parsers), n=1)
-        hint = f"did you mean {close[0]}?" if close else "built-in recipes: " + ", ".join(parsers)
+        import difflib  # only for a mistake: not on every render
+
+        close = difflib.get_close_matches(recipe, list(RECIPES), n=1)
+        hint = f"did you mean {close[0]}?" if close else "built-in recipes: " + ", ".join(RECIPES)
         return f"no built-in recipe {recipe!r} ({hint})"
+    parser = _checking_parser(recipe)
     try:
         _, unknown = parser.parse_known_args(args)
     except _Refused as refused:

@@ -51,12 +51,11 @@ def source_kind(source: str) -> str:
 
 
 def _words(step: str) -> list[str] | None:
+    pip_call = step[len(STEP_PREFIX):].split(" || {", 1)[0]  # the failure message after it: not read
     try:
-        words = shlex.split(step[len(STEP_PREFIX):])
+        return shlex.split(pip_call)
     except ValueError:
         return None
-    # the pip call ends where the failure message's `||` starts
-    return words[: words.index("||")] if "||" in words else words
 
 
 def describe_step(step: str, pip_index: str | None = None) -> str:

@@ -24,7 +24,6 @@ from paijob.errors import PaijobError
 from paijob.openpai.jsyaml import SERVER_BODY_LIMIT, LineMap, Loaded, YamlError, load_job
 from paijob.openpai.model import Job, parse_job
 from paijob.task import contract
-from paijob.validate.install_route import route
 from paijob.validate.rules import (
     ERROR,
     PAIJOB_RULES,
@@ -104,11 +103,17 @@ class ValidationReport:
         self.plan = plan
         self.model = model
         self.lines = lines  # where each entry of the text is (``validate_text``): edits in place use it
-        self.install_route: str | None = None  # how the tasks get paijob-runtime (``install_route.route``)
 
     def __repr__(self) -> str:
         return (f"ValidationReport(source={self.source!r}, job={self.job!r}, problems={self.problems!r}, "
                 f"plan={self.plan!r}, model={self.model!r})")
+
+    @property
+    def install_route(self) -> str | None:
+        """How the tasks get paijob-runtime (``install_route.route``), read when asked: a render needs it not."""
+        from paijob.validate.install_route import route
+
+        return route((role.name, role.commands) for role in self.model.roles) if self.model is not None else None
 
     @property
     def errors(self) -> list[Problem]:
@@ -268,7 +273,6 @@ def _findings(
     yield from runtime_role_names(job, before_v1_6)
     yield from runtime_findings(job, master_role, port_label)
     report.plan = distributed_plan(job, master_role, port_label)
-    report.install_route = route((role.name, role.commands) for role in job.roles)
 
 
 def check_job(job: Any, *, source: str = "job", lines: LineMap | None = None) -> ValidationReport:
