@@ -57,8 +57,8 @@ if getattr(paijob, "__file__", None) is None:  # a namespace package: see Shadow
         "`-m`, `-` and its prompt; start Python in another folder, or run `python -P` (Python 3.11+)"
     )
 
-__all__ = ["JobRequest", "LoginResult", "PaijobError", "PreparedJob", "add_cluster", "clusters", "connect",
-           "copy_output", "dry_run", "dry_run_text", "follow_logs", "human_size", "list_jobs", "local_down", "local_status",
+__all__ = ["JobRequest", "LoginResult", "PaijobError", "PreparedJob", "add_cluster", "check_storages", "clusters", "connect",
+           "copy_output", "dry_run", "openpai_before_1_6", "dry_run_text", "follow_logs", "human_size", "list_jobs", "local_down", "local_status",
            "local_up", "login", "login_url", "open_in_browser", "output_location", "portal_link", "prepare", "terminal_text", "prune_local", "remove_cluster",
            "render", "resolve_cluster", "ship", "status", "stop", "StopResult", "submit", "template", "template_names",
            "template_values", "use_cluster", "validate", "wait", "write_text"]
@@ -83,6 +83,10 @@ class JobRequest:
     skip_unreadable: bool = False
     cluster: str | None = None
     allow_unknown_values: bool = False  # values the template does not read: a warning instead of an error
+    # the cluster is older than OpenPAI v1.6 (role names); None: the cluster's version when ``ask_cluster``
+    # (``openpai_before_1_6``, which asks it), else the setting, else OpenPAI v1.6+
+    openpai_before_1_6: bool | None = None
+    ask_cluster: bool = False
 
 
 @dataclass
@@ -102,6 +106,7 @@ class PreparedJob:
     # every edit (name, workdir), so nothing reads the text again. ``read_as`` is the text it describes.
     document: Any = field(default=None, repr=False)
     read_as: str | None = field(default=None, repr=False)
+    install_route: str | None = None  # how the tasks get paijob-runtime, as validate says it
 
     def sent_job(self) -> Any:
         """``document`` while it still describes ``text`` (None once a caller replaced the text)."""
@@ -134,7 +139,8 @@ def prepare(request: JobRequest, project: project_config.Project | None = None) 
     """Render (or read) the job, rename it, snapshot the workdir, and check the result. Writes nothing.
 
     The cluster (``request.cluster``, else the project's, else the default) is
-    resolved here, once, without starting a local cluster: ``job.target`` is
+    resolved here, once, without starting a local cluster (and, with ``request.ask_cluster`` and no rule
+    given, asked its OpenPAI version for the role-name rule: :func:`openpai_before_1_6`): ``job.target`` is
     what ``dry_run`` and ``connect`` use. The workdir snapshot stays in memory
     (``job.snapshot``): a local cluster's copy is stored by :func:`ship`, which
     :func:`submit` calls, so ``--dry-run`` leaves every file as it was.
@@ -151,14 +157,18 @@ def prepare(request: JobRequest, project: project_config.Project | None = None) 
         raise PaijobError("no job given: name a job YAML or a template (see `paijob templates`), or run "
                           f"in a folder with a {project_config.FILENAME} (`paijob init` writes one)")
     values = [*project.values, *request.values] if not templating.is_job_file(spec) else list(request.values)
-    result = templating.render(spec, values, request.sets, allow_unknown=request.allow_unknown_values)
-    source = result.report.source
-    warnings = [problem.format(source) for problem in result.report.warnings]
     cluster = request.cluster or project.cluster
     target = resolve_cluster(cluster, start_local=False)
+    result = _render_for(target, request, spec, values)
+    source = result.report.source
+    warnings = [problem.format(source) for problem in result.report.warnings]
     renamed = rename_job(result.text, request.name, request.unique_suffix, result.report.job, result.report.lines)
     job = PreparedJob(renamed.text, renamed.name, source, cluster, warnings, [], target,
-                      document=renamed.job, read_as=renamed.text)
+                      document=renamed.job, read_as=renamed.text, install_route=result.report.install_route)
+    if request.ask_cluster:  # what submit would refuse, refused here: before the render's warnings are shown
+        if not target.is_local:
+            refuse_placeholder_images(renamed.job, source, target.name)
+        check_storages(renamed.job, target, source)
     workdir = request.workdir or _value_workdir(result.values) or project.workdir
     if workdir and not request.workdir:
         project_config.check_workdir(project, workdir)  # a cloned project's choice stays in the project
@@ -169,6 +179,30 @@ def prepare(request: JobRequest, project: project_config.Project | None = None) 
     elif job.text is not result.text:
         require_sendable(job.text, source)  # a new name: checked as it was written; the size may have grown
     return job
+
+
+def _render_for(target: Cluster, request: JobRequest, spec: str, values: list[str]) -> RenderResult:
+    """``request``'s job rendered and checked for ``target``. With ``ask_cluster`` and no rule given, the
+    cluster is asked its version only for a job whose role names the rule is about (one a v1.6+
+    init container cannot find): every other job renders once and costs the cluster nothing."""
+    from paijob.openpai.names import role_name_breaks_init
+    from paijob.render import templating
+    from paijob.validate.verdict import JobValidationError
+
+    before = request.openpai_before_1_6
+    ask = before is None and request.ask_cluster
+    result = templating.render(spec, values, request.sets, allow_unknown=request.allow_unknown_values,
+                               openpai_before_1_6=True if ask else before, check=not ask)
+    if not ask:
+        return result
+    model = result.report.model
+    if model is not None and any(role_name_breaks_init(role.name) for role in model.roles) \
+            and not openpai_before_1_6(target):
+        return templating.render(spec, values, request.sets, allow_unknown=request.allow_unknown_values,
+                                 openpai_before_1_6=False)
+    if not result.report.ok:
+        raise JobValidationError(result.report)
+    return result
 
 
 def _value_workdir(values: Any) -> str | None:
@@ -233,6 +267,49 @@ def connect(cluster: str | Cluster | None = None, *, timeout: float = 30.0, star
         target = daemon.local_cluster(start=start_local, on_note=on_note)
     return PaiClient(target.url, target.token, user=target.user, api_path=target.api_path,
                      timeout=timeout, cluster_name=target.name)
+
+
+def openpai_before_1_6(cluster: str | Cluster | None = None, *, timeout: float = 10.0) -> bool | None:
+    """Whether ``cluster`` (default: the project's, else the default one) runs OpenPAI older than v1.6, from
+    its rest-server's version (``GET /api/v2/info``); None when it cannot tell.
+
+    The local cluster is not asked: it behaves as OpenPAI v1.6+ unless its own setting says otherwise
+    (None here). An unreachable or odd cluster is None too, once and without retries: the submit that
+    follows reports the connection itself.
+    """
+    from paijob.openpai.names import before_init_role_lookup
+
+    target = _target(cluster)
+    if target.is_local:
+        return None
+    client = connect(target, timeout=timeout, start_local=False)
+    client.retries = 0
+    try:
+        return before_init_role_lookup(client.info().get("version"))
+    except PaijobError:
+        return None
+
+
+def check_storages(job: Any, cluster: str | Cluster | None, source: str = "job") -> None:
+    """Refuse, before the queue, a job that mounts a storage the user may not use on ``cluster``
+    (OpenPAI's submit would answer ``NoStorageError``), naming the ones they may."""
+    from paijob.openpai.storages import job_storages
+
+    names = job_storages(job)
+    if not names:
+        return
+    target = _target(cluster)
+    if target.is_local:
+        from paijob.local import storage
+
+        mine = [entry["name"] for entry in storage.summary()["storages"]]
+    else:
+        mine = [entry.name for entry in connect(target, timeout=10.0, start_local=False).storages()]
+    unknown = [name for name in names if name not in mine]
+    if unknown:
+        yours = ", ".join(mine) if mine else "none: ask the cluster's admin for one"
+        raise PaijobError(f"{source}: storage '{unknown[0]}' is not one you may use on cluster {target.name} "
+                          f"(yours: {yours}); set storage to one of them")
 
 
 def dry_run(job: PreparedJob, cluster: str | Cluster | None = None) -> HttpRequest:
@@ -367,45 +444,114 @@ def stacks(client: PaiClient, job: str) -> tuple[str, int]:
     return job_id, len(pids)
 
 
-def output_location(cluster_name: str, job_id: str) -> str | None:
-    """Where the job's output folder (``PAIJOB_OUTPUT_DIR``) is, when paijob knows it (local cluster)."""
+def output_location(cluster_name: str, job_id: str, job: Any = None) -> str | None:
+    """Where the job's output folder (``PAIJOB_OUTPUT_DIR``) is, when paijob knows it (local cluster: its own
+    folder, or the job's folder on its storage). ``job``: the job as sent, when the caller has it (else
+    the cluster's stored copy is read)."""
     from paijob.remote.profiles import is_local
 
     if not is_local(cluster_name):
         return None
-    from paijob.local import daemon
-    from paijob.outputs import local_output_dir
-
-    return str(local_output_dir(daemon.state_dir(), job_id))
+    return str(_output_root(resolve_cluster(cluster_name, start_local=False), job_id, job)[0])
 
 
 def copy_output(source: str, dest: str | Path, cluster: str | None = None, *, force: bool = False,
                 on_plan: Callable[[CopyPlan], None] | None = None) -> CopyReport:
     """``paijob cp JOB:PATH DEST``: copy a file or folder out of a job's output folder (what landed where).
 
-    ``on_plan`` sees the checked, measured copy before a byte is written (the
-    CLI previews a big one); ``force`` replaces existing files and skips the
+    The output folder is the local cluster's own for its jobs, or, for a job with ``storage`` (the storage
+    route, ``paijob.render.storage_route``), the job's folder on that storage: the local cluster's storage
+    folder, or where this machine mounts the storage (the profile's ``--mount``); a storage it does not
+    mount is an error that says where the files are. ``on_plan`` sees the checked, measured copy before a
+    byte is written (the CLI previews a big one); ``force`` replaces existing files and skips the
     free-space check.
     """
     from paijob import outputs
-    from paijob.local import daemon
 
     job, path = outputs.split_source(source)
     target = resolve_cluster(cluster, start_local=False)
-    if not target.is_local:
-        raise outputs.OutputError(
-            f"paijob cp reads the local cluster's job output folders; on cluster {target.name} a job's "
-            f"{contract.OUTPUT_DIR} is the outputDir you set (a path on a storage the job mounts): copy from "
-            "that storage with its own tools")
-    if "~" not in job:
-        from paijob.local.daemon import local_user
-
-        job = f"{local_user()}~{job}"
-    root = outputs.local_output_dir(daemon.state_dir(), job)
+    root, job = _output_root(target, job)
     copy_plan = outputs.plan(root, path, Path(dest), job, force=force)
     if on_plan is not None:
         on_plan(copy_plan)
     return outputs.copy(copy_plan, job, path)
+
+
+def _output_root(target: Cluster, job: str, document: Any = None) -> tuple[Path, str]:
+    """Job ``job``'s output folder on this machine (see ``copy_output``), and the job's full id;
+    ``document``: the job itself when the caller has it (None: read the cluster's copy)."""
+    from paijob import outputs
+    from paijob.local import daemon, storage
+    from paijob.render.storage_route import job_route
+
+    if "~" not in job:
+        user = daemon.local_user() if target.is_local else target.user
+        if not user:
+            raise outputs.OutputError(f"give the job as USER~{job}: the profile of cluster {target.name} names "
+                                      "no user")
+        job = f"{user}~{job}"
+    user, name = job.split("~", 1)
+    route = job_route(document if document is not None else _job_config(target, job))
+    if target.is_local:
+        local = route is not None and route.name in [s["name"] for s in storage.summary()["storages"]]
+        folder = (storage.folder(daemon.state_dir(), route.name) / route.folder(user, name) if local and route
+                  else outputs.local_output_dir(daemon.state_dir(), job))
+    elif route is None:
+        raise outputs.OutputError(
+            f"job {job} on cluster {target.name} keeps its {contract.OUTPUT_DIR} where paijob cannot reach it: "
+            "submit it with --set storage=NAME (a storage of yours, GET /api/v2/storages) and `paijob cp` reads "
+            "its output folder where this machine mounts that storage")
+    else:
+        client = connect(target, timeout=10.0, start_local=False)
+        try:  # a storage that is not shared is mounted at its <user> folder (rest-server's subPath)
+            share = next((s.share for s in client.storages() if s.name == route.name), True)
+        except PaijobError:
+            share = True
+        on_storage = route.folder(user, name, share=share)
+        mount = target.mount(route.name)
+        if mount is None:
+            raise outputs.OutputError(_unmounted(client, target, route, on_storage, user, name))
+        folder = Path(mount) / on_storage
+    return folder, job
+
+
+def _unmounted(client: PaiClient, target: Cluster, route: Any, on_storage: str, user: str, name: str) -> str:
+    """Where a job's output folder is, on a storage this machine does not mount (for a one-line error)."""
+    from paijob.openpai.storages import where
+
+    try:
+        kind = where(client.storage(route.name))
+    except PaijobError:
+        kind = "a storage"
+    return (f"job {user}~{name}'s output folder is on storage {route.name} ({kind}) at {on_storage} "
+            f"(in its tasks {route.in_task(user, name)}); this machine does not mount it: mount it and add the "
+            f"profile again with --mount {route.name}=/where/it/is/mounted (`paijob cluster add {target.name} "
+            f"--url {target.url} ... --mount ...`), or copy that folder with the storage's own tools")
+
+
+def _job_config(target: Cluster, job_id: str) -> Any:
+    """The job ``job_id`` as its cluster stored it (the local cluster's store, read directly), or None."""
+    from paijob.openpai.jsyaml import YamlError, load_job
+
+    if target.is_local:
+        from paijob.local import daemon
+        from paijob.local.store import Store
+
+        database = daemon.state_dir() / "jobs.sqlite"
+        if not database.exists():
+            return None
+        store = Store(database)
+        try:
+            row = store.job(*job_id.split("~", 1))
+        finally:
+            store.close()
+        text = row["config"] if row else None
+    else:
+        text = connect(target, start_local=False).get_config(job_id)
+    try:
+        return load_job(text, job_id).value if text else None
+    except YamlError:
+        return None
 
 
 # --------------------------------------------------------------------------- logs
@@ -444,7 +590,8 @@ def follow_logs(client: PaiClient, job_id: str, *, role: str | None = None, inde
 
 
 def render(template: str, values: Sequence[str | Path] = (), sets: Sequence[SetArg] = (), *,
-           check: bool = True, allow_unknown_values: bool = False) -> RenderResult:
+           check: bool = True, allow_unknown_values: bool = False,
+           openpai_before_1_6: bool | None = None) -> RenderResult:
     """``paijob render``: a template (or a plain job file) with values files and ``(kind, "key=value")`` sets.
 
     A value the template does not read is an error for a template with a values schema (the built-ins),
@@ -452,7 +599,8 @@ def render(template: str, values: Sequence[str | Path] = (), sets: Sequence[SetA
     """
     from paijob.render import templating
 
-    return templating.render(template, values, sets, check=check, allow_unknown=allow_unknown_values)
+    return templating.render(template, values, sets, check=check, allow_unknown=allow_unknown_values,
+                             openpai_before_1_6=openpai_before_1_6)
 
 
 def write_text(path: str | Path, text: str) -> None:
@@ -485,14 +633,15 @@ def template_values(name: str) -> list[ValueDoc]:
 
 
 def validate(source: str | Path, text: str | bytes | None = None, *, master_role: str | None = None,
-             port_label: str | None = None) -> ValidationReport:
+             port_label: str | None = None, openpai_before_1_6: bool | None = None) -> ValidationReport:
     """``paijob validate``: the server's verdict on a job file, or on ``text`` named ``source``.
 
-    A file that cannot be read is a report with one error, not an exception.
+    A file that cannot be read is a report with one error, not an exception. ``openpai_before_1_6``: the
+    cluster is older than OpenPAI v1.6 (None: the setting, else not; :func:`openpai_before_1_6` asks a cluster).
     """
     from paijob.validate.verdict import Problem, ValidationReport, validate_file, validate_text
 
-    options = {"master_role": master_role, "port_label": port_label}
+    options = {"master_role": master_role, "port_label": port_label, "openpai_before_1_6": openpai_before_1_6}
     if text is not None:
         return validate_text(text, str(source), **options)
     try:
@@ -512,12 +661,17 @@ def clusters() -> list[dict[str, Any]]:
 
 
 def add_cluster(name: str, url: str, *, user: str | None = None, token_env: str | None = None,
-                api_path: str | None = None, make_current: bool = False) -> tuple[Path, str | None]:
-    """Save profile ``name``; returns (the profiles file, the user: given, else read from the token)."""
+                api_path: str | None = None, make_current: bool = False,
+                mounts: Sequence[str] = ()) -> tuple[Path, str | None]:
+    """Save profile ``name``; returns (the profiles file, the user: given, else read from the token).
+
+    ``mounts``: ``STORAGE=/local/path`` for each storage this machine mounts (``paijob cp`` reads jobs'
+    output folders there)."""
     from paijob.remote import profiles
 
     user = user or profiles.user_from_token(os.environ.get(token_env, "") if token_env else None)
-    path = profiles.add(name, url, user=user, token_env=token_env, api_path=api_path, make_current=make_current)
+    path = profiles.add(name, url, user=user, token_env=token_env, api_path=api_path, make_current=make_current,
+                        mounts=dict(profiles.parse_mount(text) for text in mounts))
     return path, user
 
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import os
 import sys
 from collections.abc import Sequence
 
@@ -112,19 +111,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     from paijob.task.guard import run_guarded
 
-    if not getattr(args, "openpai_before_1_6", False):
-        return run_guarded("paijob", lambda: args.func(args), shown=_shown)
-    # a setting every check reads (validate, render, submit's prepare), as if exported by the user, for this
-    # command only (main may run again in the same process: tests, the Python API's callers)
-    before = os.environ.get(contract.OPENPAI_BEFORE_1_6)
-    os.environ[contract.OPENPAI_BEFORE_1_6] = "1"
-    try:
-        return run_guarded("paijob", lambda: args.func(args), shown=_shown)
-    finally:
-        if before is None:
-            os.environ.pop(contract.OPENPAI_BEFORE_1_6, None)
-        else:
-            os.environ[contract.OPENPAI_BEFORE_1_6] = before
+    return run_guarded("paijob", lambda: args.func(args), shown=_shown)
 
 
 def _shown(message: str) -> str:

@@ -177,7 +177,18 @@ def exit_codes_page() -> str:
             reported, reaction = openpai_verdict(code)
             verdicts.append(f"{code} → {reported}" + (f" `{reaction}`" if code else ""))
         lines.append(f"| {entry.codes} | {_cell(entry.meaning)} | {'; '.join(verdicts)} |")
-    lines.append("")
+    from paijob.openpai.exitspec import container_exit
+    from paijob.validate.install_route import FAILURE_HEAD, INSTALL_FAILED_EXIT
+
+    failed = container_exit(INSTALL_FAILED_EXIT, FAILURE_HEAD + "paijob==...")
+    lines += ["", "## The templates' install step", "",
+              "A task whose image lacks `paijob-runtime` installs it first (`runtimeInstall`); when pip cannot, the "
+              "step prints one line starting `" + FAILURE_HEAD.strip() + "` (the version, the index, the ways out) "
+              "and exits as below (`paijob.validate.install_route`). The words `command not found` in that line "
+              "are what OpenPAI's exit spec matches.", "",
+              "| the step exits | meaning | OpenPAI reports, and retries |", "| --- | --- | --- |",
+              f"| {INSTALL_FAILED_EXIT} | pip could not install paijob (no route to the index, or the version is "
+              f"not on it) | {INSTALL_FAILED_EXIT} → {failed.code} `{failed.spec.reaction}` |", ""]
     return "\n".join(lines)
 
 

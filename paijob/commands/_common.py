@@ -128,8 +128,8 @@ def table(rows: list[list[str]], out: TextIO | None = None) -> None:
               file=out or sys.stdout)
 
 
-def failing_task(detail: dict[str, Any]) -> str | None:
-    """``role/index exited with code N`` for the task that failed the job, when known."""
+def _failed(detail: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
+    """(role, task) of the task that failed the job, when known."""
     status = detail["jobStatus"]
     role, index = status.get("appExitTriggerTaskRoleName"), status.get("appExitTriggerTaskIndex")
     for name, task in tasks_of(detail):
@@ -137,8 +137,31 @@ def failing_task(detail: dict[str, Any]) -> str | None:
             continue
         code = task.get("containerExitCode")
         if task.get("taskState") == "FAILED" or (role is not None and code not in (None, 0)):
-            return f"{name}/{task.get('taskIndex')} exited with code {code}"
+            return name, task
     return None
+
+
+def failing_task(detail: dict[str, Any]) -> str | None:
+    """``role/index exited with code N`` for the task that failed the job, when known."""
+    failed = _failed(detail)
+    if failed is None:
+        return None
+    name, task = failed
+    return f"{name}/{task.get('taskIndex')} exited with code {task.get('containerExitCode')}"
+
+
+# the local cluster's task diagnostics: "<what paijob-runtime said>; user command exited with N; OpenPAI reports ..."
+_TASK_REASON = re.compile(r"^(?P<reason>.+?); user command exited with .*$")
+
+
+def failing_task_reason(detail: dict[str, Any]) -> str | None:
+    """What the failing task itself said it died of (its exit diagnostics, as the local cluster records
+    paijob-runtime's error), for a task with no worker's root cause: a runtime that stopped before any
+    worker started (a missing script, an unreachable master)."""
+    failed = _failed(detail)
+    text = failed[1].get("containerExitDiagnostics") if failed else None
+    match = _TASK_REASON.match(" ".join(text.split())) if isinstance(text, str) else None
+    return match.group("reason").strip() if match else None
 
 
 # paijob-runtime's root-cause headline (runtime/failures.py) as the local cluster records it in a task's
@@ -201,8 +224,9 @@ def outcome_line(job_id: str, detail: dict[str, Any]) -> str:
     if state == "FAILED":
         cause = root_cause(detail)
         failing = failing_task(detail)
-        if cause and failing:
-            text += f": {cause} (OpenPAI: {failing})"
+        reason = None if cause else failing_task_reason(detail)
+        if (cause or reason) and failing:
+            text += f": {cause or reason} (OpenPAI: {failing})"
         elif cause or failing:
             text += f": {cause or failing}"
         elif status.get("appExitDiagnostics"):

@@ -24,8 +24,11 @@ def add_workdir_options(parser: argparse.ArgumentParser) -> None:
                        help="leave out (and list) workdir files paijob cannot read, instead of refusing")
 
 
-def request_from_args(args: argparse.Namespace) -> JobRequest:
+def request_from_args(args: argparse.Namespace, *, ask_cluster: bool = False) -> JobRequest:
+    """The request the options describe; ``ask_cluster``: when neither ``--openpai-before-1.6`` nor its
+    variable decides the role-name rule, the cluster's version does (``api.openpai_before_1_6``)."""
     from paijob.api import JobRequest
+    from paijob.commands import _options
 
     return JobRequest(
         job=getattr(args, "job", None),
@@ -38,6 +41,8 @@ def request_from_args(args: argparse.Namespace) -> JobRequest:
         skip_unreadable=bool(getattr(args, "skip_unreadable", False)),
         cluster=getattr(args, "cluster", None),
         allow_unknown_values=bool(getattr(args, "allow_unknown_values", False)),
+        openpai_before_1_6=_options.openpai_before_1_6(args),
+        ask_cluster=ask_cluster,
     )
 
 

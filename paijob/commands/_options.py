@@ -3,16 +3,29 @@
 from __future__ import annotations
 
 import argparse
+import os
 
 from paijob.task import contract
 
 
 def add_openpai_version_option(parser: argparse.ArgumentParser) -> None:
-    """``--openpai-before-1.6``: the cluster is older than OpenPAI v1.6 (``cli.main`` sets the setting)."""
+    """``--openpai-before-1.6``: the cluster is older than OpenPAI v1.6 (read with ``openpai_before_1_6``)."""
     parser.add_argument(
         "--openpai-before-1.6",
         dest="openpai_before_1_6",
-        action="store_true",
+        action="store_const",
+        const=True,
+        default=None,
         help="the cluster runs OpenPAI older than v1.6: allow role names its runtime rewrites (Worker_A); "
-        f"same as {contract.OPENPAI_BEFORE_1_6}=1",
+        f"same as {contract.OPENPAI_BEFORE_1_6}=1 (default: the cluster's version where paijob asks the "
+        "cluster, submit and validate -c; else v1.6 or later)",
     )
+
+
+def openpai_before_1_6(args: argparse.Namespace) -> bool | None:
+    """The role-name rule the user chose: the flag, else ``PAIJOB_OPENPAI_BEFORE_1_6`` when set (``1``:
+    older than v1.6, anything else: not), else None (the cluster's version decides, where it is asked)."""
+    if getattr(args, "openpai_before_1_6", None):
+        return True
+    raw = os.environ.get(contract.OPENPAI_BEFORE_1_6, "").strip()
+    return (raw == "1") if raw else None

@@ -32,6 +32,9 @@ def register(subparsers: Any) -> None:
     add.add_argument("--user", help="your OpenPAI user name (read from the token when it is a JWT)")
     add.add_argument("--api-path", default=None, help="REST path under the URL (default /rest-server/api/v2)")
     add.add_argument("--use", action="store_true", help="make it the default cluster")
+    add.add_argument("--mount", metavar="STORAGE=PATH", action="append", default=[],
+                     help="where this machine mounts an OpenPAI storage (NFS, SMB): `paijob cp` reads the output "
+                          "folders of jobs with storage: STORAGE from PATH (repeatable)")
     add.set_defaults(func=run_add)
     listing = actions.add_parser("list", help="list the profiles (tokens are never shown)")
     common.add_output_option(listing)
@@ -55,7 +58,8 @@ def run_add(args: argparse.Namespace) -> int:
             f"`ps`; put it in an environment variable and name that: `read -rs {variable} && export {variable}`, "
             f"then `paijob cluster add {args.name} --url URL --token-env {variable}`; or `paijob login {args.name}`")
     path, user = api.add_cluster(args.name, args.url, user=args.user, token_env=args.token_env,
-                                 api_path=args.api_path, make_current=args.use)  # checks --token-env is a name
+                                 api_path=args.api_path, make_current=args.use,
+                                 mounts=args.mount)  # checks --token-env is a name
     if args.token_env and not os.environ.get(args.token_env):
         print(f"paijob: warning: ${args.token_env} is not set now; export it before using {args.name}",
               file=sys.stderr)

@@ -22,8 +22,9 @@ def register(subparsers: Any) -> None:
                     "with its size first, and one that would not fit is refused. "
                     "Links out of the output folder, dangling links, loops and FIFOs are listed and skipped "
                     "(links inside are copied as links); a file that changes while copied is listed, not "
-                    "half-copied; then the exit is 1, with the list. Reads the local cluster's state dir "
-                    "directly (no server needed).",
+                    "half-copied; then the exit is 1, with the list. On the local cluster, reads its state dir directly (no server needed); on a real "
+                    "cluster, a job with `storage: NAME` is read where this machine mounts that storage "
+                    "(`paijob cluster add ... --mount NAME=PATH`), and any other says where its files are.",
     )
     parser.add_argument("source", metavar="JOB:PATH", help="e.g. demo1:checkpoints/epoch-2.pt")
     parser.add_argument("dest", metavar="DEST",

@@ -129,7 +129,8 @@ def register(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from paijob.render import templating
 
-    result = templating.render(args.template, args.values, args.sets, allow_unknown=args.allow_unknown_values)
+    result = templating.render(args.template, args.values, args.sets, allow_unknown=args.allow_unknown_values,
+                               openpai_before_1_6=_options.openpai_before_1_6(args))
     report = result.report
     for problem in report.warnings:
         print(f"paijob: {problem.format(report.source)}", file=sys.stderr)

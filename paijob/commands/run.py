@@ -107,7 +107,7 @@ def run(args: argparse.Namespace) -> int:
         args.cluster = "local"  # the name users type (`-c local`), which paijob.remote.profiles.LOCAL holds
     if not args.name:
         args.unique_suffix = True
-    job = api.prepare(_jobargs.request_from_args(args))
+    job = api.prepare(_jobargs.request_from_args(args, ask_cluster=True))
     _jobargs.report(job)
     client = api.connect(job.target, timeout=args.timeout, on_note=common.note)
     with _end_signals() as signals:
@@ -129,9 +129,10 @@ def run(args: argparse.Namespace) -> int:
             api.stop(client, job_id)
             return ENDING_SIGNALS[signal.Signals(ended.signum).name]
     print(f"paijob: {api.terminal_text(sys.stderr, raw=args.raw)(common.outcome_line(job_id, detail))}", file=sys.stderr)
-    output = api.output_location(client.cluster_name, job_id)
+    output = api.output_location(client.cluster_name, job_id, job.sent_job())
     if output:
-        print(f"paijob: output folder {output} (`paijob cp {job_id.split('~', 1)[1]}:PATH .` copies from it)",
+        print(f"paijob: output folder {output} (`paijob cp {job_id.split('~', 1)[1]}:PATH . -c {client.cluster_name}` "
+              "copies from it)",
               file=sys.stderr)
     if client.is_local:
         print(f"paijob: `paijob logs {job_id} -c local` shows it again; the local cluster keeps "

@@ -34,7 +34,8 @@ def run(args: argparse.Namespace) -> int:
     print_status(detail, job_id, wide=args.output == "wide", raw=args.raw)
     output = api.output_location(client.cluster_name, job_id)
     if output:
-        print(f"\noutput     {output} ({contract.OUTPUT_DIR}; `paijob cp {job_id}:PATH .` copies from it)")
+        print(f"\noutput     {output} ({contract.OUTPUT_DIR}; `paijob cp {job_id}:PATH . -c {client.cluster_name}` "
+              "copies from it)")
     return 0
 
 

@@ -46,14 +46,14 @@ def register(subparsers: Any) -> None:
     common.add_cluster_options(parser)
     parser.add_argument("--wait", action="store_true", help="wait for the job to end; exit 0 only on SUCCEEDED")
     parser.add_argument("--dry-run", action="store_true",
-                        help="print the request that would be sent (never the token) and stop")
+                        help="print the request that would be sent (the token and secret values masked) and stop")
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from paijob import api
 
-    job = api.prepare(_jobargs.request_from_args(args))  # resolves the cluster, once
+    job = api.prepare(_jobargs.request_from_args(args, ask_cluster=not args.dry_run))  # resolves the cluster, once
     _jobargs.report(job)
     if args.dry_run:
         return dry_run(job)
@@ -85,5 +85,7 @@ def dry_run(job: PreparedJob) -> int:
     source = f"token from {target.token_source}" if target is not None and target.token_source != "none" \
         else "no token"
     print(f"# dry run: would POST to {where} ({source}); nothing was sent", file=sys.stderr)
+    if job.install_route:
+        print(f"# {job.install_route}", file=sys.stderr)
     sys.stdout.write(api.dry_run(job).text())
     return 0

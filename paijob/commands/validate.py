@@ -49,12 +49,16 @@ def register(subparsers: Any) -> None:
         help="port label paijob-runtime reads (default: its --port-label in the commands, else SynPort)",
     )
     parser.add_argument("-q", "--quiet", action="store_true", help="print problems only, no summary")
+    parser.add_argument("-c", "--cluster", metavar="NAME",
+                        help="judge role names by this cluster's OpenPAI version (asks its GET /api/v2/info; "
+                             "--openpai-before-1.6 or its variable still decide when given)")
     _options.add_openpai_version_option(parser)
     parser.set_defaults(func=run)
 
 
 def check(
-    path: str, master_role: str | None = None, port_label: str | None = None
+    path: str, master_role: str | None = None, port_label: str | None = None,
+    openpai_before_1_6: bool | None = None,
 ) -> ValidationReport:
     # imported here: building the CLI parser must not load YAML or the checks
     from paijob import api
@@ -63,18 +67,26 @@ def check(
         # bytes: a non-UTF-8 stdin is a one-line error, not a UnicodeDecodeError traceback
         stdin = getattr(sys.stdin, "buffer", None)
         data: str | bytes = stdin.read() if stdin is not None else sys.stdin.read()
-        return api.validate("<stdin>", data, master_role=master_role, port_label=port_label)
-    return api.validate(path, master_role=master_role, port_label=port_label)
+        return api.validate("<stdin>", data, master_role=master_role, port_label=port_label,
+                            openpai_before_1_6=openpai_before_1_6)
+    return api.validate(path, master_role=master_role, port_label=port_label, openpai_before_1_6=openpai_before_1_6)
 
 
 def run(args: argparse.Namespace) -> int:
+    before = _options.openpai_before_1_6(args)
+    if before is None and args.cluster:
+        from paijob import api
+
+        before = api.openpai_before_1_6(args.cluster)
     status = 0
     for path in args.files:
-        report = check(path, args.master_role, args.port_label)
+        report = check(path, args.master_role, args.port_label, before)
         for line in report.formatted_problems():
             print(line)
         if not args.quiet or not report.ok:
             print(report.summary())
+        if not args.quiet and report.ok and report.install_route:
+            print(f"  {report.install_route}")
         if not report.ok:
             status = 2
     return status

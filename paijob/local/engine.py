@@ -126,11 +126,16 @@ class LocalCluster:
             self.forget(runner.job_id)
             self.store.end_job(username, name, 0, "FAILED", f"local cluster error: cannot run the job: {error}")
 
-    def stop(self, username: str, name: str) -> None:
-        """Stop a job in any state; it takes effect even when the disk is full (the stop is kept in memory)."""
+    def stop(self, username: str, name: str) -> bool:
+        """Stop a job that has not ended; it takes effect even when the disk is full (the stop is kept in
+        memory). False, and nothing changed, for a job that already ended (rest-server refuses to stop one)."""
         job_id = f"{username}~{name}"
         with self._lock:
             runner = self.runners.get(job_id)
+        if runner is None:
+            ended = self.store.job(username, name)
+            if ended is None or is_terminal(ended["state"]):
+                return False
         if runner is not None:
             runner.request_stop()  # first: the runner ends the job whether or not the next line can be written
         try:
@@ -138,11 +143,12 @@ class LocalCluster:
         except OSError as error:
             log.warning("job %s: the stop is not recorded yet (%s); it takes effect all the same", job_id, error)
         if runner is not None:
-            return
+            return True
         job = self.store.job(username, name)
         if job and not is_terminal(job["state"]):  # no runner: nothing runs, the job only needs its end
             self.store.end_job(username, name, job["attempt_id"], "STOPPED", "stopped by the user",
                                app_exit_code=exitspec.STOP_REQUESTED_CODE, execution_type="STOP")
+        return True
 
     def forget(self, job_id: str) -> None:
         with self._lock:

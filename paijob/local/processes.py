@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from paijob.local import capacity, faults
+from paijob.local import capacity, faults, storage
 from paijob.local.plan import Ports, inherited_env, task_env, task_script
 from paijob.local.settings import openpai_before_1_6, stop_grace
 from paijob.local.store import Store, now_ms
@@ -227,6 +227,8 @@ class TaskProcesses:
         output = local_output_dir(self.host.state_dir, self.job_id)  # shared, kept across attempts
         output.mkdir(parents=True, exist_ok=True)
         env[contract.OUTPUT_DIR] = str(output)
+        env[contract.STORAGE_MOUNT] = str(storage.mount_root(self.host.state_dir))  # the job's /mnt
+        storage.folder(self.host.state_dir).mkdir(parents=True, exist_ok=True)
         env[contract.PROGRESS_FILE] = str(workdir / PROGRESS_NAME)  # node 0's hang watch: a stall
         return env, workdir
 

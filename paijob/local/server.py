@@ -6,7 +6,7 @@ with the swagger's paths, status codes and JSON shapes for: ``/info``,
 ``/jobs/{user}~{job}`` (+ ``/attempts/{a}``, ``/config``, ``/executionType``),
 task status and task logs under ``/jobs/{user}~{job}/attempts/...``, tags and
 events, and the few calls OpenPAI's web portal makes on every page (the current
-user, the one virtual cluster ``default``, an empty storage list). Log contents
+user, the one virtual cluster ``default``, the storages: ``routes.storages``). Log contents
 are served under ``/log-manager/`` (range requests supported) to URLs that carry
 their own ``token=`` (as the log manager's do), so a browser or an SDK script
 reads them without the API's bearer token.
@@ -40,7 +40,7 @@ from paijob.local.daemon import local_user
 from paijob.local.engine import LocalCluster
 from paijob.local.portal import web as portal
 from paijob.local.routes import cluster as cluster_routes
-from paijob.local.routes import jobs, logs, tasks, users
+from paijob.local.routes import jobs, logs, storages, tasks, users
 from paijob.local.routes.shared import API, BoundedIntConverter, authorised, error
 
 log = logging.getLogger(__name__)
@@ -110,6 +110,7 @@ def create_app(cluster: LocalCluster, token: str, user: str | None = None) -> Fl
     api.register_blueprint(users.blueprint())
     api.register_blueprint(jobs.blueprint(cluster))
     api.register_blueprint(tasks.blueprint(cluster))
+    api.register_blueprint(storages.blueprint())
     app.register_blueprint(api)
     app.register_blueprint(logs.blueprint(cluster))
     portal.install(app)

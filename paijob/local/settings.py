@@ -69,6 +69,12 @@ def openpai_before_1_6() -> bool:
     return raw == "1"
 
 
+def openpai_version() -> str:
+    """The OpenPAI version the local cluster's ``GET /api/v2/info`` answers, the one it behaves as: a client that
+    asks (``paijob submit``) then judges role names as this cluster runs them."""
+    return "v1.5.0" if openpai_before_1_6() else "v1.8.0"
+
+
 def user_name() -> str:
     """The user the local cluster runs jobs as: the login name (``USER``, ``LOGNAME``, else the account's)."""
     try:

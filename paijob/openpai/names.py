@@ -68,6 +68,15 @@ def framework_object_name(job_id: str) -> str:
 INIT_ROLE_LOOKUP_SINCE = "OpenPAI v1.6.0 (openpai-runtime v0.1.10)"
 
 
+def before_init_role_lookup(version: object) -> bool | None:
+    """Whether a rest-server ``version`` (``GET /api/v2/info``: ``v1.5.0``, ``v1.8.1``) is older than
+    OpenPAI v1.6.0; None when it says nothing readable (a fork's own scheme, a missing field)."""
+    match = re.match(r"\s*v?(\d+)\.(\d+)", version) if isinstance(version, str) else None
+    if match is None:
+        return None
+    return (int(match.group(1)), int(match.group(2))) < (1, 6)
+
+
 def role_name_breaks_init(role: str) -> bool:
     """Whether OpenPAI v1.6+'s init container fails to find ``role`` in the job config."""
     return runtime_role_name(role) != role

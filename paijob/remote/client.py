@@ -29,6 +29,7 @@ from paijob.openpai import jsyaml
 from paijob.openpai.jobstate import is_terminal
 from paijob.openpai.model import parse_job
 from paijob.openpai.rest import rest_role_name
+from paijob.openpai.storages import Storage, parse_summary, summary_problem
 from paijob.remote.errors import (  # the error types are re-exported: callers catch them from here too
     AuthError,
     BadReplyError,
@@ -197,6 +198,33 @@ class PaiClient(Transport):
         problem = job_detail_problem(data)
         if problem:
             raise self.errors.bad_shape(what, problem)
+        detail: dict[str, Any] = data
+        return detail
+
+    def info(self) -> dict[str, Any]:
+        """``GET /api/v2/info``: the rest-server's name, ``version`` (``v1.8.1``), launcherType, authnMethod."""
+        what = "reading the cluster's info"
+        data = self.errors.json(self._request("GET", "info", what=what), what)
+        if not isinstance(data, dict):
+            raise self.errors.bad_shape(what, f"an object was expected, got {type(data).__name__}")
+        info: dict[str, Any] = data
+        return info
+
+    def storages(self) -> list[Storage]:
+        """``GET /api/v2/storages``: the storages this user may use (swagger ``StorageSummary``)."""
+        what = "listing your storages"
+        data = self.errors.json(self._request("GET", "storages", what=what), what)
+        problem = summary_problem(data)
+        if problem:
+            raise self.errors.bad_shape(what, problem)
+        return parse_summary(data)
+
+    def storage(self, name: str) -> dict[str, Any]:
+        """``GET /api/v2/storages/{name}``: what the storage is (``StorageDetail``; 403/404 are errors)."""
+        what = f"reading storage {name}"
+        data = self.errors.json(self._request("GET", f"storages/{quote(name, safe='')}", what=what), what)
+        if not isinstance(data, dict):
+            raise self.errors.bad_shape(what, f"an object was expected, got {type(data).__name__}")
         detail: dict[str, Any] = data
         return detail
 

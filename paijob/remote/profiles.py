@@ -62,6 +62,11 @@ class Cluster:
     token: str | None = field(repr=False)
     api_path: str = "/rest-server/api/v2"
     token_source: str = "none"
+    mounts: tuple[tuple[str, str], ...] = ()  # (storage, where this machine mounts it): what `paijob cp` reads
+
+    def mount(self, storage: str) -> str | None:
+        """Where this machine mounts ``storage`` (``cluster add --mount NAME=PATH``), or None."""
+        return dict(self.mounts).get(storage)
 
     @property
     def is_local(self) -> bool:
@@ -126,14 +131,30 @@ def check_name(name: str) -> str:
     return name
 
 
+def parse_mount(text: str) -> tuple[str, str]:
+    """``NAME=/local/path`` (``cluster add --mount``): a storage and where this machine mounts it."""
+    name, sep, path = text.partition("=")
+    if not sep or not _NAME.match(name) or not path:
+        raise ProfileError(f"--mount {text!r}: give STORAGE=/local/path, e.g. --mount nfs-home=/mnt/pai-home "
+                           "(the storage's name as GET /api/v2/storages lists it, and the folder where this "
+                           "machine mounts it)")
+    folder = Path(path).expanduser()
+    if not folder.is_absolute():
+        raise ProfileError(f"--mount {text!r}: the local path must be absolute")
+    return name, str(folder)
+
+
 def add(name: str, url: str, *, user: str | None = None, token_env: str | None = None,
-        token: str | None = None, api_path: str | None = None, make_current: bool = False) -> Path:
+        token: str | None = None, api_path: str | None = None, make_current: bool = False,
+        mounts: dict[str, str] | None = None) -> Path:
     check_name(name)
     url = check_url(url, f"cluster {name}")
     if token_env is not None:
         check_token_env(token_env)
     data = load()
     entry: dict[str, Any] = {"url": url}
+    if mounts:
+        entry["mounts"] = dict(mounts)
     if user:
         entry["user"] = user
     if token_env:
@@ -262,7 +283,15 @@ def named(name: str) -> Cluster:
         token=token,
         api_path=str(entry.get("api_path") or "/rest-server/api/v2"),
         token_source=source,
+        mounts=_mounts(entry.get("mounts")),
     )
+
+
+def _mounts(given: Any) -> tuple[tuple[str, str], ...]:
+    """A profile's ``mounts`` mapping, the entries that are text."""
+    if not isinstance(given, dict):
+        return ()
+    return tuple((str(k), v) for k, v in given.items() if isinstance(v, str) and v)
 
 
 def describe(data: dict[str, Any] | None = None) -> list[dict[str, Any]]:

@@ -214,8 +214,26 @@ def _environment(folder: Path | None) -> jinja2.Environment:
     env.filters.update(filters.FILTERS)
     env.globals.update(filters.GLOBALS)
     env.globals.update(paijob_version=__version__, rendered_version_env=contract.RENDERED_VERSION, runtime_install_command=_failing(install_command),
-                       image_auth=_failing(image_auth))
+                       image_auth=_failing(image_auth), storage_output_export=_storage_output_export,
+                       storage_plugin=_storage_plugin)
     return env
+
+
+def _storage_output_export(*args: Any) -> str:
+    """``storage_route.output_export`` for templates, imported when a job has a storage (every other render
+    skips the module); its value errors become a template failure, as ``_failing`` does."""
+    from paijob.render.storage_route import StorageValueError, output_export
+
+    try:
+        return output_export(*args)
+    except StorageValueError as error:
+        raise TemplateFailure(str(error)) from None
+
+
+def _storage_plugin(name: str) -> dict[str, Any]:
+    from paijob.render.storage_route import plugin
+
+    return plugin(name)
 
 
 def _failing(function: Callable[..., Any]) -> Callable[..., Any]:
@@ -408,6 +426,7 @@ def render_template(
     ordered_sets: Sequence[SetArg] | None = None,
     check: bool = True,
     allow_unknown: bool = False,
+    openpai_before_1_6: bool | None = None,
 ) -> RenderResult:
     """Render a template to a checked OpenPAI job.
 
@@ -440,7 +459,7 @@ def render_template(
     # The rendered TEXT, re-read exactly as `paijob validate` reads a file: what
     # is checked is what is printed (a duplicate key, a value that broke the
     # YAML structure), not the values as the template meant them.
-    report = validate_text(text, source)
+    report = validate_text(text, source, openpai_before_1_6=openpai_before_1_6)
     if report.job is None:
         try:
             load_job(text, source)
@@ -456,7 +475,7 @@ def render_template(
     return RenderResult(ref, values, text, job if isinstance(job, dict) else {}, report)
 
 
-def load_job_file(path: str | Path, *, check: bool = True) -> RenderResult:
+def load_job_file(path: str | Path, *, check: bool = True, openpai_before_1_6: bool | None = None) -> RenderResult:
     """A job YAML that needs no rendering, read and checked like a rendered one."""
     from pathlib import Path
 
@@ -467,7 +486,7 @@ def load_job_file(path: str | Path, *, check: bool = True) -> RenderResult:
         raise PaijobError(f"job file {path} is not UTF-8 text (byte {error.start})") from None
     except OSError as error:
         raise PaijobError(f"cannot read job file {path}: {error.strerror or error}") from None
-    report = validate_text(text, str(path))  # the checks of `paijob validate`, duplicates included
+    report = validate_text(text, str(path), openpai_before_1_6=openpai_before_1_6)  # the checks of `paijob validate`, duplicates included
     job = report.job
     if check and not report.ok:
         raise JobValidationError(report)
@@ -477,7 +496,7 @@ def load_job_file(path: str | Path, *, check: bool = True) -> RenderResult:
 
 def render(
     template: str, values: Sequence[str | Path] = (), sets: Sequence[SetArg] = (), *, check: bool = True,
-    allow_unknown: bool = False,
+    allow_unknown: bool = False, openpai_before_1_6: bool | None = None,
 ) -> RenderResult:
     """Render ``template`` with ``values`` files and ``sets``, or read it when it is a plain job file.
 
@@ -485,7 +504,8 @@ def render(
     ``.yml`` job file, which is read and checked instead of rendered (values
     and sets are then an error). ``sets`` are ``("set" | "set-string",
     "key=value")`` in command-line order. Raises ``PaijobError`` subclasses
-    (see ``render_template``).
+    (see ``render_template``). ``openpai_before_1_6``: the cluster is older than OpenPAI v1.6 (None: the
+    ``PAIJOB_OPENPAI_BEFORE_1_6`` setting; see ``paijob.validate.verdict.validate_job``).
     """
     if not template:
         raise PaijobError("no template given; see 'paijob templates' for the built-ins")
@@ -500,5 +520,6 @@ def render(
                 f"{template} is a job YAML, not a template: -f/--set do not apply to it; "
                 "edit the file, or give a template (a built-in name or a .yaml.j2 file)"
             )
-        return load_job_file(template, check=check)
-    return render_template(template, values, ordered_sets=sets, check=check, allow_unknown=allow_unknown)
+        return load_job_file(template, check=check, openpai_before_1_6=openpai_before_1_6)
+    return render_template(template, values, ordered_sets=sets, check=check, allow_unknown=allow_unknown,
+                           openpai_before_1_6=openpai_before_1_6)

@@ -107,6 +107,10 @@ PORT_RANGE = "PAIJOB_PORT_RANGE"
 """``LOW-HIGH``: where the local cluster's task ports and a standalone run's rendezvous port
 are drawn from (default 20000-28999), less the kernel's ephemeral range (:mod:`paijob.task.ports`)."""
 
+STORAGE_MOUNT = "PAIJOB_STORAGE_MOUNT"
+"""Where a task finds the storages its job mounts (default ``/mnt``, OpenPAI's ``/mnt/<name>``): the local cluster
+sets it to its own storages folder, as it runs tasks without a container to mount them in."""
+
 OPENPAI_BEFORE_1_6 = "PAIJOB_OPENPAI_BEFORE_1_6"
 """``1``: the cluster runs OpenPAI older than v1.6, whose runtime runs role names it rewrites (``--openpai-before-1.6``)."""
 

@@ -163,6 +163,8 @@ def _parse_call(role: str, index: int, argv: tuple[str, ...]) -> RuntimeCall:
             _raise(f"unrecognized arguments: {' '.join(unknown)}")
         if not command and not args.recipe:
             _raise("no training script, -m MODULE or --recipe NAME")
+        if args.recipe:
+            _check_recipe_args(args.recipe, command)
     except _RuntimeRefuses as refused:
         return RuntimeCall(role, index, error=str(refused))
     return RuntimeCall(
@@ -174,6 +176,16 @@ def _parse_call(role: str, index: int, argv: tuple[str, ...]) -> RuntimeCall:
         nproc=args.nproc_per_node,
         roles=args.roles,
     )
+
+
+def _check_recipe_args(recipe: str, args: list[str]) -> None:
+    """The recipe's own parser on its arguments (``recipeArgs``): a typo fails here, not at task start."""
+    from paijob.task.recipe_options import recipe_arguments_error
+
+    later = not all(is_literal(word) for word in (recipe, *args))
+    error = recipe_arguments_error(recipe, args, filled_in_later=later)
+    if error:
+        _raise(error)
 
 
 def runtime_calls(role: str, commands: Iterable[Any]) -> list[RuntimeCall]:

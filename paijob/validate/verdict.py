@@ -109,6 +109,13 @@ class ValidationReport:
                 f"plan={self.plan!r}, model={self.model!r})")
 
     @property
+    def install_route(self) -> str | None:
+        """How the tasks get paijob-runtime (``install_route.route``), read when asked: a render needs it not."""
+        from paijob.validate.install_route import route
+
+        return route((role.name, role.commands) for role in self.model.roles) if self.model is not None else None
+
+    @property
     def errors(self) -> list[Problem]:
         return [p for p in self.problems if p.severity == ERROR]
 
@@ -231,7 +238,7 @@ def validate_job(
     ``master_role`` / ``port_label`` override what the commands' own
     ``paijob-runtime`` flags say (as ``paijob validate --master-role`` does).
     ``openpai_before_1_6``: the cluster runs role names that OpenPAI v1.6+ cannot (None: the
-    ``PAIJOB_OPENPAI_BEFORE_1_6`` setting, which ``--openpai-before-1.6`` sets).
+    ``PAIJOB_OPENPAI_BEFORE_1_6`` setting; the commands pass ``--openpai-before-1.6`` or the cluster's answer).
     """
     lines = lines or LineMap()
     report = ValidationReport(source, job)

@@ -177,7 +177,8 @@ def test_the_verbs_reach_the_library_through_paijob_api_only() -> None:
 
 def test_nothing_below_the_cli_imports_the_cli_or_argparse() -> None:
     process_entries = {"local/server.py"}  # the server's own `python -m` entry point
-    own_command_lines = ("runtime/", "task/options.py", "validate/runtime_plan.py", "scaffold/")  # paijob-runtime's parsers
+    own_command_lines = ("runtime/", "task/options.py", "task/recipe_options.py", "validate/runtime_plan.py",
+                         "scaffold/")  # paijob-runtime's and the recipes' parsers
     for path in sorted(PACKAGE.rglob("*.py")):
         relative = path.relative_to(PACKAGE).as_posix()
         if relative.startswith("commands/") or relative == "cli.py":

@@ -70,6 +70,7 @@ def test_the_exit_code_page_is_the_codes_the_code_defines() -> None:
         assert f"| {entry.codes} | " in page, entry.codes
     assert "137 → 137 `ALWAYS_RETRY`" in page  # OpenPAI's exit spec, looked up, not written down
     assert "1 → 255 `RETRY_TO_MAX`" in page
+    assert "| 127 | pip could not install paijob" in page and "127 → 220 `NEVER_RETRY`" in page  # the install step
 
 
 def test_the_pages_do_not_depend_on_the_terminal_width(monkeypatch: pytest.MonkeyPatch) -> None:

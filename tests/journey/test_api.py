@@ -71,12 +71,6 @@ def test_prepare_without_a_job_or_project_says_what_to_do(tmp_path: Path) -> Non
         api.prepare(api.JobRequest())
 
 
-def test_cp_on_a_real_cluster_explains_where_outputs_are(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("PAI_CLUSTER_URL", "https://pai.example.com")
-    with pytest.raises(api.PaijobError, match="outputDir"):
-        api.copy_output("job:x", ".")
-
-
 def test_local_cluster_warns_about_what_the_machine_lacks() -> None:
     laptop = capacity.Machine(gpus=0, cpus=2, memory_mb=8192)
     lines = capacity.warnings([(4, 8, 48, 393216)], laptop)

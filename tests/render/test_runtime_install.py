@@ -33,13 +33,19 @@ def install_step(commands: list[str]) -> str:
     return step
 
 
+def pip_call(step: str) -> list[str]:
+    """The step's pip words: up to the `||` of its failure message."""
+    words = split_command(step)
+    return words[: words.index("||", words.index("pip"))]
+
+
 @pytest.mark.parametrize("template", TEMPLATES)
 def test_every_template_installs_the_exact_client_version_when_the_image_lacks_it(template: str) -> None:
     text = render_template(template, sets=SCRIPT).text
     commands = role_commands(text, first_role(template))
     step = install_step(commands)
-    assert split_command(step)[-1] == f"paijob=={paijob.__version__}"
-    assert "--no-deps" in split_command(step)  # the client's own dependencies stay out of the task
+    assert pip_call(step)[-1] == f"paijob=={paijob.__version__}"
+    assert "--no-deps" in pip_call(step)  # the client's own dependencies stay out of the task
     assert f"export PAIJOB_RENDERED_VERSION={paijob.__version__}" in commands
     assert commands.index(step) < len(commands) - 1  # before training
 
@@ -55,11 +61,11 @@ def test_install_off_leaves_only_the_version_export(template: str) -> None:
 
 def test_private_index_and_wheel_url_are_what_pip_is_given() -> None:
     index = render_template("ddp", sets=["runtimeInstall.indexUrl=https://pypi.corp.test/simple"]).text
-    words = split_command(install_step(role_commands(index, "worker")))
+    words = pip_call(install_step(role_commands(index, "worker")))
     assert words[words.index("--index-url") + 1] == "https://pypi.corp.test/simple"
     assert words[-1] == f"paijob=={paijob.__version__}"
     wheel = render_template("ddp", sets=["runtimeInstall.wheelUrl=file:///srv/paijob-0.1.0-py3-none-any.whl"]).text
-    words = split_command(install_step(role_commands(wheel, "worker")))
+    words = pip_call(install_step(role_commands(wheel, "worker")))
     assert words[-1] == "file:///srv/paijob-0.1.0-py3-none-any.whl" and "--index-url" not in words
 
 
@@ -152,3 +158,132 @@ def test_runtime_modules_import_none_of_the_client_dependencies() -> None:
     env = {key: value for key, value in os.environ.items() if not key.startswith("PAI_")}
     done = subprocess.run([os.sys.executable, "-c", blocker], env=env, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
+
+
+# --------------------------------------------------------------------------- a task that cannot get paijob
+
+
+def _fake_wheel(folder: Path, version: str) -> Path:
+    """A paijob wheel pip accepts (metadata and a record, no code): enough to see which version pip took."""
+    import base64
+    import hashlib
+    import zipfile
+
+    dist = f"paijob-{version}.dist-info"
+    files = {
+        f"{dist}/METADATA": f"Metadata-Version: 2.1\nName: paijob\nVersion: {version}\n",
+        f"{dist}/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    record = []
+    for name, text in files.items():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=").decode()
+        record.append(f"{name},sha256={digest},{len(text.encode())}")
+    files[f"{dist}/RECORD"] = "\n".join([*record, f"{dist}/RECORD,,"]) + "\n"
+    folder.mkdir(parents=True, exist_ok=True)
+    wheel = folder / f"paijob-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        for name, text in files.items():
+            archive.writestr(name, text)
+    return wheel
+
+
+def _simple_index(root: Path, version: str) -> str:
+    """A PEP 503 index in a folder holding one paijob wheel of ``version``; returns its file:// URL."""
+    wheel = _fake_wheel(root / "paijob", version)
+    (root / "paijob" / "index.html").write_text(f'<a href="{wheel.name}">{wheel.name}</a>\n', encoding="utf-8")
+    (root / "index.html").write_text('<a href="paijob/">paijob</a>\n', encoding="utf-8")
+    return root.as_uri()
+
+
+def _run_step(tmp_path: Path, step: str, extra_env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """The step under OpenPAI's shell options with a python3 whose pip installs into a folder (PIP_TARGET)."""
+    import sys
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    _fake_bin(bin_dir, "python3", f'exec {sys.executable} "$@"')
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "HOME": str(tmp_path), "PIP_CONFIG_FILE": os.devnull,
+           "PIP_TARGET": str(tmp_path / "target"), "PIP_NO_INPUT": "1", **(extra_env or {})}
+    return subprocess.run(["bash", "-c", f"set -o errexit -o nounset -o pipefail\n{step}"], env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
+def _installed(tmp_path: Path) -> list[str]:
+    return sorted(p.name for p in (tmp_path / "target").glob("paijob-*.dist-info"))
+
+
+def test_an_index_without_the_version_ends_the_task_in_one_line_never_retried(tmp_path: Path) -> None:
+    from paijob.openpai import exitspec
+
+    index = _simple_index(tmp_path / "index", "0.0.1")  # not this client's version
+    step = install_step(role_commands(render_template("ddp", sets=[f"runtimeInstall.source={index}"]).text, "worker"))
+    done = _run_step(tmp_path, step)
+    assert done.returncode == 127, done.stderr
+    last = done.stderr.strip().splitlines()[-1]
+    assert f"paijob=={paijob.__version__} from {index}" in last
+    assert "runtimeInstall.enabled: false" in last and "runtimeInstall.source" in last and "in env" in last
+    reported = exitspec.container_exit(done.returncode, done.stdout + done.stderr)
+    assert reported.code == 220 and reported.spec.never_retried  # OpenPAI's runtime: not retried
+    assert _installed(tmp_path) == []
+
+
+def test_the_default_step_names_the_index_pip_was_pointed_at_in_env(tmp_path: Path) -> None:
+    index = _simple_index(tmp_path / "index", "0.0.1")
+    step = install_step(role_commands(render_template("ddp").text, "worker"))
+    done = _run_step(tmp_path, step, {"PIP_INDEX_URL": index})
+    assert done.returncode == 127
+    assert f"paijob=={paijob.__version__} from {index} (" in done.stderr.strip().splitlines()[-1]
+
+
+def test_source_installs_from_a_local_index_and_from_a_wheel_file(tmp_path: Path) -> None:
+    index = _simple_index(tmp_path / "index", paijob.__version__)
+    step = install_step(role_commands(render_template("ddp", sets=[f"runtimeInstall.source={index}"]).text, "worker"))
+    (tmp_path / "a").mkdir()
+    done = _run_step(tmp_path / "a", step)
+    assert done.returncode == 0, done.stderr
+    assert _installed(tmp_path / "a") == [f"paijob-{paijob.__version__}.dist-info"]
+    wheel = _fake_wheel(tmp_path / "wheels", "9.9.9")
+    step = install_step(role_commands(render_template("ddp", sets=[f"runtimeInstall.source={wheel}"]).text, "worker"))
+    (tmp_path / "b").mkdir()
+    done = _run_step(tmp_path / "b", step)
+    assert done.returncode == 0, done.stderr
+    assert _installed(tmp_path / "b") == ["paijob-9.9.9.dist-info"]
+
+
+@pytest.mark.parametrize(("source", "expected"), [
+    ("https://pypi.corp.test/simple", ["--index-url", "https://pypi.corp.test/simple", f"paijob=={paijob.__version__}"]),
+    ("https://files.corp.test/paijob-0.1.0-py3-none-any.whl", ["https://files.corp.test/paijob-0.1.0-py3-none-any.whl"]),
+    ("git+https://git.corp.test/paijob.git@v0.1.0", ["git+https://git.corp.test/paijob.git@v0.1.0"]),
+])
+def test_source_is_an_index_a_wheel_or_a_vcs_url(source: str, expected: list[str]) -> None:
+    pip_words = pip_call(install_step(role_commands(
+        render_template("ddp", sets=[f"runtimeInstall.source={source}"]).text, "worker")))
+    assert pip_words[-len(expected):] == expected
+    if "--index-url" not in expected:
+        assert "--index-url" not in pip_words
+
+
+def test_source_and_an_older_spelling_together_are_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run_cli(capsys, "render", "ddp", "--set", "runtimeInstall.source=https://a.test/simple",
+                           "--set", "runtimeInstall.wheelUrl=https://a.test/p.whl")
+    assert code == 2 and "not both" in err and err.count("\n") == 1
+
+
+def test_validate_and_dry_run_say_which_install_route_the_job_takes(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    job = tmp_path / "job.yaml"
+    job.write_text(render_template("ddp", sets=["runtimeInstall.source=git+https://git.corp.test/p.git"]).text)
+    code, out, _ = run_cli(capsys, "validate", str(job))
+    assert code == 0 and "installed at task start: paijob from the VCS URL git+https://git.corp.test/p.git" in out
+    code, _, err = run_cli(capsys, "submit", "ddp", "--dry-run", "-c", "local")
+    assert code == 0 and f"# paijob-runtime: the image's own, else installed at task start: paijob=={paijob.__version__} " \
+                         "from PyPI" in err
+    code, _, err = run_cli(capsys, "submit", "ddp", "--dry-run", "-c", "local", "--set", "runtimeInstall.enabled=false")
+    assert code == 0 and "# paijob-runtime: no install step, so the image must have it" in err
+
+
+def test_the_route_names_the_index_the_job_s_env_gives_pip(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run_cli(capsys, "submit", "ddp", "--dry-run", "-c", "local",
+                           "--set", "env.PIP_INDEX_URL=https://mirror.corp.test/simple")
+    assert code == 0 and f"paijob=={paijob.__version__} from the index https://mirror.corp.test/simple " \
+                         "(PIP_INDEX_URL in env)" in err

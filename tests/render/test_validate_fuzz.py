@@ -74,4 +74,4 @@ def test_validate_answers_0_or_2_in_one_line_per_problem(data: bytes) -> None:
     text = out.getvalue() + err.getvalue()
     assert "Traceback" not in text
     for line in out.getvalue().splitlines():
-        assert line.startswith(("<stdin>", "ok: <stdin>", "invalid: <stdin>")), line
+        assert line.startswith(("<stdin>", "ok: <stdin>", "invalid: <stdin>", "  paijob-runtime: ")), line

@@ -82,6 +82,9 @@ async function main() {
   await record('getVirtualCluster(missing)', 'get', '/api/v2/virtual-clusters/{vc}', 404,
     () => client.virtualCluster.getVirtualCluster('nope'));
   await record('getStorages', 'get', '/api/v2/storages', 200, () => client.storage.getStorages());
+  await record('getStorage', 'get', '/api/v2/storages/{storage}', 200, () => client.storage.getStorage('shared'));
+  await record('getStorage(missing)', 'get', '/api/v2/storages/{storage}', 404,
+    () => client.storage.getStorage('nope'));
 
   // a job that fails with its own error, one with a secret, one to stop
   const secret = job('sdk-secret', ['echo <% $secrets.word %> > /dev/null'], { secrets: { word: 'hunter2' } });

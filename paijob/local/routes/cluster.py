@@ -1,11 +1,11 @@
-"""What the cluster is: ``/info``, its one virtual cluster ``default`` and its (no) storages."""
+"""What the cluster is: ``/info`` and its one virtual cluster ``default`` (its storages: ``storages``)."""
 
 from __future__ import annotations
 
 from flask import Blueprint, Response, jsonify
 
 from paijob import __version__
-from paijob.local import listing
+from paijob.local import listing, settings
 from paijob.local.engine import LocalCluster
 from paijob.local.routes.shared import error
 from paijob.local.views import vc_status
@@ -17,8 +17,9 @@ def blueprint(cluster: LocalCluster) -> Blueprint:
     @api.get("/info")
     def info() -> Response:
         # the swagger's launcherType is yarn or k8s: the local cluster answers like a k8s one
-        return jsonify({"name": "paijob local cluster", "version": __version__, "launcherType": "k8s",
-                        "authnMethod": "basic", "virtualClusters": [listing.VIRTUAL_CLUSTER]})
+        # "version" is the OpenPAI release it behaves as: a client judges role names by it (settings)
+        return jsonify({"name": f"paijob local cluster {__version__}", "version": settings.openpai_version(),
+                        "launcherType": "k8s", "authnMethod": "basic", "virtualClusters": [listing.VIRTUAL_CLUSTER]})
 
     @api.get("/virtual-clusters")
     def virtual_clusters() -> Response:
@@ -29,9 +30,5 @@ def blueprint(cluster: LocalCluster) -> Blueprint:
         if name != listing.VIRTUAL_CLUSTER:
             return error(404, "NoVirtualClusterError", f"Virtual cluster {name} is not found.")
         return jsonify(vc_status(cluster))
-
-    @api.get("/storages")
-    def storages() -> Response:
-        return jsonify({"storages": []})  # no storage is configured here (what upstream answers then)
 
     return api

@@ -113,9 +113,10 @@ def blueprint(cluster: LocalCluster) -> Blueprint:
             return job
         body = request.get_json(silent=True)
         value = body.get("value") if isinstance(body, dict) else None
-        if value == "STOP":
-            cluster.stop(job["username"], job["name"])
-        elif value != "START":
+        if value == "STOP" and not cluster.stop(job["username"], job["name"]):
+            # rest-server's answer to stopping a job that ended (its state and executionType stay)
+            return error(500, "UnknownError", "Unexpected end of JSON input")
+        if value not in ("START", "STOP"):
             return error(400, "InvalidParametersError", 'executionType value must be "START" or "STOP".')
         return accepted(f"Execute job {job_id} successfully.")
 

@@ -26,10 +26,12 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:  # torch is imported where it is used: the recipes' command line reads DEFAULT_LIMIT
+from paijob.task.recipe_options import MAX_NONFINITE_STEPS
+
+if TYPE_CHECKING:  # torch is imported where it is used
     import torch
 
-DEFAULT_LIMIT = 10  # consecutive non-finite losses that stop a run
+DEFAULT_LIMIT = MAX_NONFINITE_STEPS  # consecutive non-finite losses that stop a run (the option's default)
 MIN_LOSS_SCALE = 1.0  # a dynamic fp16 loss scale below this has collapsed
 CAPACITY = 256  # losses buffered on the device between reads (a longer interval reads early)
 RECORDED = 100  # non-finite steps listed in the summary (all are counted)

@@ -1,0 +1,40 @@
+"""The local cluster's storage: one folder that tasks see as OpenPAI's ``/mnt/<name>``.
+
+A real cluster lists the storages a user may use at ``GET /api/v2/storages`` and
+mounts the ones a job names (the ``teamwise_storage`` runtime plugin or
+``extras.storages``) at ``/mnt/<name>``. The local cluster runs tasks as plain
+processes, with nothing to mount into, so it serves one storage, ``shared``, as
+the folder ``<state dir>/storages/shared`` and tells each task where the mounts are
+(``PAIJOB_STORAGE_MOUNT``, which the templates read in place of ``/mnt``). The JSON
+shapes are rest-server's (swagger ``StorageSummary`` / ``StorageDetail``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+NAME = "shared"
+
+
+def mount_root(state_dir: Path) -> Path:
+    """The folder a local task finds its storages in (``PAIJOB_STORAGE_MOUNT``)."""
+    return state_dir / "storages"
+
+
+def folder(state_dir: Path, name: str = NAME) -> Path:
+    """Storage ``name``'s folder on this machine."""
+    return mount_root(state_dir) / name
+
+
+def summary() -> dict[str, Any]:
+    """``GET /api/v2/storages``: the storages the user may use (here: the one)."""
+    return {"storages": [{"name": NAME, "share": True, "volumeName": NAME, "default": False}]}
+
+
+def detail(state_dir: Path, name: str) -> dict[str, Any] | None:
+    """``GET /api/v2/storages/{name}``; None for a storage the cluster does not have."""
+    if name != NAME:
+        return None
+    return {"name": NAME, "share": True, "volumeName": NAME, "default": False, "type": "other",
+            "data": {"path": str(folder(state_dir))}}

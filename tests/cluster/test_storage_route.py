@@ -1,0 +1,291 @@
+"""The storage route: a job's output folder on an OpenPAI storage, checked at submit, read back by `paijob cp`.
+
+On the local cluster end to end (its storage 'shared', GET /api/v2/storages, the folder its tasks see as
+/mnt/shared, `paijob cp`), and against a fake OpenPAI whose answers have rest-server's shapes (the swagger's
+StorageSummary / StorageDetail): a storage that is not the user's is refused before the queue, naming theirs;
+`cp` reads the job's folder where the profile says this machine mounts the storage, else says where it is.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+import yaml
+from cluster_helpers import TOKEN, job_yaml
+from swagger_check import check, load_swagger
+
+from paijob import cli
+from paijob.local import daemon
+from paijob.local import storage as local_storage
+from paijob.local.server import LocalServer
+from paijob.openpai.storages import Storage, job_storages, parse_summary, summary_problem, where
+from paijob.remote import profiles
+from paijob.remote.client import PaiClient
+from paijob.render.storage_route import job_route, output_export, plugin
+from paijob.render.templating import render_template
+
+API = "/rest-server/api/v2"
+
+
+def storage_job(name: str, storage: str, commands: list[str], sub: str = "runs") -> str:
+    """A job on the storage route, as the templates write it (the export line and the plugin)."""
+    job = yaml.safe_load(job_yaml(name, [output_export(storage, sub), *commands]))
+    job["extras"] = {"com.microsoft.pai.runtimeplugin": [plugin(storage)]}
+    return yaml.safe_dump(job, sort_keys=False)
+
+
+def paijob(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = cli.main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+# --------------------------------------------------------------------------- the values and the job
+
+
+def test_storage_adds_the_plugin_and_points_the_output_folder_at_the_job_s_own_folder_there() -> None:
+    job = yaml.safe_load(render_template("ddp", sets=["storage=nfs-home", "storagePath=team/runs"]).text)
+    assert {"plugin": "teamwise_storage", "parameters": {"storageConfigNames": ["nfs-home"]}} in \
+        job["extras"]["com.microsoft.pai.runtimeplugin"]
+    route = job_route(job)
+    assert route is not None and route.in_task("me", "exp1") == "/mnt/nfs-home/team/runs/me/exp1"
+    assert job_storages(job) == ["nfs-home"]
+    plain = yaml.safe_load(render_template("ddp").text)
+    assert job_route(plain) is None and job_storages(plain) == []
+
+
+def test_the_export_line_names_the_folder_from_the_task_s_own_user_and_job(tmp_path: Path) -> None:
+    import subprocess
+
+    line = output_export("nfs-home", "runs")
+    env = {"PATH": "/usr/bin:/bin", "PAI_USER_NAME": "me", "PAI_JOB_NAME": "me~exp1",
+           "PAIJOB_STORAGE_MOUNT": str(tmp_path)}
+    done = subprocess.run(["bash", "-c", f"set -o errexit -o nounset -o pipefail\n{line}\necho \"$PAIJOB_OUTPUT_DIR\""],
+                          env=env, capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == f"{tmp_path}/nfs-home/runs/me/exp1" and (tmp_path / "nfs-home/runs/me/exp1").is_dir()
+
+
+def test_rest_server_reads_storages_from_extras_storages_else_from_the_plugin() -> None:
+    both = {"extras": {"storages": [{"name": "a"}], "com.microsoft.pai.runtimeplugin": [plugin("b")]}}
+    assert job_storages(both) == ["a"]
+    assert job_storages({"extras": {"com.microsoft.pai.runtimeplugin": [plugin("b"), {"plugin": "ssh"}]}}) == ["b"]
+
+
+def test_rest_server_shaped_storage_answers_are_parsed_and_their_secrets_never_shown() -> None:
+    swagger = load_swagger()
+    storages = swagger["paths"]["/api/v2/storages"]["get"]["responses"]["200"]["content"]["application/json"]
+    assert summary_problem(storages["example"]) is None
+    assert parse_summary(storages["example"]) == [Storage("name", True, True)]
+    assert summary_problem({"storages": [{"share": True}]}) and summary_problem([])
+    one = swagger["paths"]["/api/v2/storages/{storage}"]["get"]["responses"]["200"]["content"]["application/json"]
+    assert where(one["example"]) == "nfs <ip-address>:/data"
+    samba = where({"type": "samba", "data": {"address": "//files/share", "username": "u", "password": "hunter2"}})
+    azure = where({"type": "azureFile", "data": {"shareName": "s", "accountName": "acc", "accountKey": "k3y"}})
+    assert samba == "samba //files/share" and "hunter2" not in samba
+    assert azure == "azureFile s (account acc)" and "k3y" not in azure
+
+
+# --------------------------------------------------------------------------- the local cluster's storage
+
+
+def test_the_local_cluster_lists_its_storage_as_rest_server_does(client: PaiClient, server: LocalServer) -> None:
+    swagger = load_swagger()
+    assert client.storages() == [Storage(local_storage.NAME, True, False)]
+    listed = requests.get(f"{server.url}{API}/storages", headers={"Authorization": f"Bearer {TOKEN}"}, timeout=10)
+    check(swagger, "/api/v2/storages", "get", 200, listed.json())
+    detail = client.storage(local_storage.NAME)
+    check(swagger, "/api/v2/storages/{storage}", "get", 200, detail)
+    missing = requests.get(f"{server.url}{API}/storages/nosuch", headers={"Authorization": f"Bearer {TOKEN}"},
+                           timeout=10)
+    assert missing.status_code == 404 and missing.json()["code"] == "NoStorageError"
+    assert requests.get(f"{server.url}{API}/storages", timeout=10).status_code == 401  # the API's token check
+
+
+@pytest.fixture(scope="module")
+def state(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    directory = tmp_path_factory.mktemp("storage") / "state"
+    yield directory
+    daemon.down(directory)
+
+
+@pytest.fixture
+def local(state: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("PAIJOB_LOCAL_STATE_DIR", str(state))
+    return state
+
+
+def test_on_the_local_cluster_the_task_writes_to_the_storage_and_cp_brings_it_back(
+        capsys: pytest.CaptureFixture[str], local: Path, tmp_path: Path) -> None:
+    job = tmp_path / "job.yaml"
+    job.write_text(storage_job("st", local_storage.NAME, ['echo "result of $PAI_JOB_NAME" > "$PAIJOB_OUTPUT_DIR/result.txt"']))
+    code, _, err = paijob(capsys, "run", str(job), "--local", "--name", "st1")
+    assert code == 0, err
+    user = daemon.local_user()
+    written = local_storage.folder(local) / "runs" / user / "st1" / "result.txt"
+    assert written.read_text() == f"result of {user}~st1\n"
+    # the hint names the cluster: it must work when another cluster is the default
+    assert f"paijob: output folder {written.parent} (`paijob cp st1:PATH . -c local` copies from it)" in err
+    dest = tmp_path / "back"
+    dest.mkdir()
+    code, _, err = paijob(capsys, "cp", "st1:result.txt", str(dest), "-c", "local")
+    assert code == 0, err
+    assert (dest / "result.txt").read_text() == f"result of {user}~st1\n"
+
+
+def test_a_storage_that_is_not_yours_is_refused_before_the_queue(
+        capsys: pytest.CaptureFixture[str], local: Path, tmp_path: Path) -> None:
+    job = tmp_path / "job.yaml"
+    job.write_text(storage_job("nost", "team-nfs", ["true"]))
+    code, _, err = paijob(capsys, "submit", str(job), "-c", "local")
+    assert code == 2
+    assert f"storage 'team-nfs' is not one you may use on cluster local (yours: {local_storage.NAME})" in err
+    assert err.count("\n") == 1
+    code, _, err = paijob(capsys, "status", "nost", "-c", "local")
+    assert code != 0  # never submitted
+
+
+# --------------------------------------------------------------------------- a real cluster (a fake one)
+
+
+class FakePai:
+    def __init__(self) -> None:
+        self.storages: list[dict[str, Any]] = [
+            {"name": "nfs-home", "share": True, "volumeName": "nfs-home-pv", "default": True}]
+        self.configs: dict[str, str] = {}
+        self.posted: list[str] = []
+
+
+def _handler(fake: FakePai) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args: Any) -> None:
+            pass
+
+        def _answer(self, status: int, body: Any, content_type: str = "application/json") -> None:
+            data = (body if isinstance(body, str) else json.dumps(body)).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            path = self.path.removeprefix(API)
+            if path == "/info":
+                return self._answer(200, {"name": "PAI RESTful API", "version": "v1.8.1", "launcherType": "k8s",
+                                          "authnMethod": "basic"})
+            if path == "/storages":
+                return self._answer(200, {"storages": fake.storages})
+            if path == "/storages/nfs-home":
+                return self._answer(200, {"name": "nfs-home", "share": True, "volumeName": "nfs-home-pv",
+                                          "default": True, "type": "nfs",
+                                          "data": {"server": "10.0.0.5", "path": "/export/home"}})
+            if path.startswith("/jobs/") and path.endswith("/config"):
+                job_id = path.split("/")[2]
+                if job_id in fake.configs:
+                    return self._answer(200, fake.configs[job_id], "text/yaml")
+            return self._answer(404, {"code": "NoJobError", "message": "no"})
+
+        def do_POST(self) -> None:  # noqa: N802
+            fake.posted.append(self.path)
+            self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            self._answer(202, {"message": "ok"})
+
+    return Handler
+
+
+@pytest.fixture
+def pai(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[FakePai, str]]:
+    fake = FakePai()
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(fake))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    monkeypatch.setenv("PAI_TEST_TOKEN", TOKEN)
+    try:
+        yield fake, f"http://127.0.0.1:{server.server_port}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_submit_to_a_real_cluster_checks_the_storage_against_the_user_s_list(
+        pai: tuple[FakePai, str], capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    fake, url = pai
+    profiles.add("pai", url, user="me", token_env="PAI_TEST_TOKEN")
+    job = tmp_path / "job.yaml"
+    job.write_text(storage_job("exp", "scratch", ["true"]))
+    code, _, err = paijob(capsys, "submit", str(job), "-c", "pai")
+    assert code == 2 and "storage 'scratch' is not one you may use on cluster pai (yours: nfs-home)" in err
+    assert fake.posted == []
+    job.write_text(storage_job("exp", "nfs-home", ["true"]))
+    code, out, err = paijob(capsys, "submit", str(job), "-c", "pai")
+    assert code == 0, err
+    assert fake.posted == [f"{API}/jobs"]
+
+
+def test_cp_reads_a_real_cluster_s_job_from_where_this_machine_mounts_its_storage(
+        pai: tuple[FakePai, str], capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    fake, url = pai
+    fake.configs["me~exp"] = storage_job("exp", "nfs-home", ["true"])
+    mounted = tmp_path / "nfs"
+    (mounted / "runs/me/exp/ckpt").mkdir(parents=True)
+    (mounted / "runs/me/exp/ckpt/last.pt").write_text("weights")
+    code, _, err = paijob(capsys, "cluster", "add", "pai", "--url", url, "--user", "me", "--token-env",
+                          "PAI_TEST_TOKEN", "--mount", f"nfs-home={mounted}")
+    assert code == 0, err
+    dest = tmp_path / "here"
+    dest.mkdir()
+    code, _, err = paijob(capsys, "cp", "exp:ckpt/last.pt", str(dest), "-c", "pai")
+    assert code == 0, err
+    assert (dest / "last.pt").read_text() == "weights"
+
+
+def test_cp_without_a_mount_says_where_the_files_are_and_how_to_get_them(
+        pai: tuple[FakePai, str], capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    fake, url = pai
+    fake.configs["me~exp"] = storage_job("exp", "nfs-home", ["true"])
+    fake.configs["me~plain"] = job_yaml("plain", ["true"])
+    profiles.add("pai", url, user="me", token_env="PAI_TEST_TOKEN")
+    code, _, err = paijob(capsys, "cp", "exp:ckpt", str(tmp_path), "-c", "pai")
+    assert code == 2 and err.count("\n") == 1
+    assert "on storage nfs-home (nfs 10.0.0.5:/export/home) at runs/me/exp" in err
+    assert "/mnt/nfs-home/runs/me/exp" in err and "--mount nfs-home=" in err
+    code, _, err = paijob(capsys, "cp", "plain:x", str(tmp_path), "-c", "pai")
+    assert code == 2 and "--set storage=NAME" in err
+
+
+def test_a_mount_must_name_a_storage_and_an_absolute_folder(capsys: pytest.CaptureFixture[str]) -> None:
+    for bad in ("nfs-home", "nfs-home=relative/dir", "=/mnt/x"):
+        code, _, err = paijob(capsys, "cluster", "add", "pai", "--url", "https://pai.example.com", "--mount", bad)
+        assert code == 2 and "--mount" in err
+
+
+def test_a_storage_that_is_not_shared_is_read_under_the_user_s_own_folder(
+        pai: tuple[FakePai, str], capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """rest-server mounts a storage with share: false at its <user> folder (subPath), so /mnt/NAME/x in a
+    task is <storage>/<user>/x on the storage."""
+    fake, url = pai
+    fake.storages[0]["share"] = False
+    fake.configs["me~exp"] = storage_job("exp", "nfs-home", ["true"])
+    mounted = tmp_path / "nfs"
+    (mounted / "me/runs/me/exp").mkdir(parents=True)
+    (mounted / "me/runs/me/exp/out.txt").write_text("mine")
+    profiles.add("pai", url, user="me", token_env="PAI_TEST_TOKEN", mounts={"nfs-home": str(mounted)})
+    code, _, err = paijob(capsys, "cp", "exp:out.txt", str(tmp_path / "out.txt"), "-c", "pai")
+    assert code == 0, err
+    assert (tmp_path / "out.txt").read_text() == "mine"
+
+
+def test_horovod_passes_the_output_folder_on_to_every_rank() -> None:
+    job = yaml.safe_load(render_template("horovod", sets=["script=train.py", "instances=2", "storage=nfs-home",
+                                                          "image=registry.example.net/horovod:1"]).text)
+    (launch,) = [c for c in job["taskRoles"]["master"]["commands"] if c.startswith("mpirun") and "train" in c]
+    assert " -x PAIJOB_OUTPUT_DIR " in launch
+    plain = yaml.safe_load(render_template("horovod", sets=["script=train.py", "instances=2",
+                                                            "image=registry.example.net/horovod:1"]).text)
+    assert all("PAIJOB_OUTPUT_DIR" not in c for c in plain["taskRoles"]["master"]["commands"])
