@@ -22,7 +22,7 @@ from cluster_helpers import job_yaml
 
 from paijob.local.diagnostics import root_cause
 from paijob.local.engine import LocalCluster
-from paijob.local.runner import PROGRESS_NAME
+from paijob.local.processes import PROGRESS_NAME
 from paijob.openpai.model import parse_job
 
 JOB = "alice~stalls"
