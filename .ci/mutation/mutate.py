@@ -86,10 +86,10 @@ class _Sites(ast.NodeVisitor):
 
     def __init__(self, source: str) -> None:
         self.source = source
-        self.lines = source.splitlines(keepends=True)
+        self.lines = source.split("\n")  # as ast numbers lines (str.splitlines also splits at \f, \x1c, ...)
         self.offsets = [0]
         for line in self.lines:
-            self.offsets.append(self.offsets[-1] + len(line))
+            self.offsets.append(self.offsets[-1] + len(line) + 1)
         self.scope: list[str] = []
         # (qualname, operator, node, replacement text)
         self.found: list[tuple[str, str, ast.AST, str]] = []

@@ -99,6 +99,7 @@ def test_the_code_the_runtime_reports_and_the_log_text_it_matched(code, log, pla
     (232, 0, -1, RetryDecision(False, False, False)),
     (255, 0, -1, RetryDecision(True, True, True)),  # RETRY_TO_MAX with jobRetryCount -1: no limit
     (255, 99, -1, RetryDecision(True, True, True)),
+    (255, 0, 0, RetryDecision(False, True, False)),  # jobRetryCount 0 (the default): not retried
     (255, 0, 1, RetryDecision(True, True, False)),
     (255, 1, 1, RetryDecision(False, True, False)),  # the limit reached
     (255, 2, 1, RetryDecision(False, True, False)),
