@@ -85,7 +85,7 @@ def role_name_breaks_init(role: str) -> bool:
 def role_name_fix(role: str, setting: str) -> str:
     """How to fix a role name that OpenPAI v1.6+'s init container cannot find (one clause)."""
     converted = runtime_role_name(role)
-    rename = f"rename the role to '{converted}'" if converted else "rename the role (lowercase letters and digits)"
+    rename = f"rename the role to '{converted}'" if converted else "rename the role"
     return (f"{rename} (lowercase letters and digits only), or, for a cluster older than OpenPAI v1.6, "
             f"set {setting}=1 (or pass --openpai-before-1.6)")
 

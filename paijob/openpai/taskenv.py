@@ -42,6 +42,15 @@ RUNTIME_WORK_DIR = "/usr/local/pai"
 # role -> task index -> port label -> port numbers
 Ports = Mapping[str, Mapping[int, Mapping[str, Sequence[int]]]]
 
+# The fixed names paijob-runtime reads (spelled here only; the contract test checks it).
+PAI_JOB_NAME = "PAI_JOB_NAME"
+PAI_TASK_ROLE_LIST = "PAI_TASK_ROLE_LIST"
+PAI_CURRENT_TASK_ROLE_NAME = "PAI_CURRENT_TASK_ROLE_NAME"
+PAI_CURRENT_TASK_ROLE_CURRENT_TASK_INDEX = "PAI_CURRENT_TASK_ROLE_CURRENT_TASK_INDEX"
+PAI_TASK_INDEX = "PAI_TASK_INDEX"  # the older name of the task index, set beside it
+PAI_CURRENT_CONTAINER_IP = "PAI_CURRENT_CONTAINER_IP"
+PAI_CONTAINER_HOST_IP = "PAI_CONTAINER_HOST_IP"
+
 
 # --------------------------------------------------------------------------- variable names
 
@@ -93,11 +102,11 @@ def server_env(framework_name: str, job: Job) -> dict[str, str]:
     names = ",".join(job.role_names)
     env = {
         "PAI_FRAMEWORK_NAME": framework_name,
-        "PAI_JOB_NAME": framework_name,
+        PAI_JOB_NAME: framework_name,
         "PAI_USER_NAME": user,
         "PAI_DEFAULT_FS_URI": "",
         "PAI_TASK_ROLE_COUNT": str(len(job.roles)),
-        "PAI_TASK_ROLE_LIST": names,
+        PAI_TASK_ROLE_LIST: names,
         "PAI_VIRTUAL_CLUSTER": job.virtual_cluster,
     }
     for role in job.roles:
@@ -120,9 +129,9 @@ def server_env(framework_name: str, job: Job) -> dict[str, str]:
 def current_task_env(role: str, index: int) -> dict[str, str]:
     """k8s.js: the task's own role (as the job writes it: ``value: taskRole``) and index."""
     return {
-        "PAI_CURRENT_TASK_ROLE_NAME": role,
-        "PAI_CURRENT_TASK_ROLE_CURRENT_TASK_INDEX": str(index),
-        "PAI_TASK_INDEX": str(index),
+        PAI_CURRENT_TASK_ROLE_NAME: role,
+        PAI_CURRENT_TASK_ROLE_CURRENT_TASK_INDEX: str(index),
+        PAI_TASK_INDEX: str(index),
     }
 
 
@@ -172,9 +181,9 @@ def runtime_env(roles: Sequence[tuple[str, int]], current_role: str, current_ind
                 env[host_ip_name(role, index)] = ip
                 host_list.append(f"{ip}:{task_ports['http'][0]}")
             if name == current_fc and index == current_index:
-                env["PAI_CURRENT_CONTAINER_IP"] = str(ip)
+                env[PAI_CURRENT_CONTAINER_IP] = str(ip)
                 env["PAI_CURRENT_CONTAINER_PORT"] = task_ports["http"][0]
-                env["PAI_CONTAINER_HOST_IP"] = str(ip)
+                env[PAI_CONTAINER_HOST_IP] = str(ip)
                 env["PAI_CONTAINER_HOST_PORT"] = task_ports["http"][0]
                 env["PAI_CONTAINER_SSH_PORT"] = task_ports["ssh"][0]
                 for label, numbers in task_ports.items():

@@ -36,6 +36,11 @@ from dataclasses import dataclass, field
 from paijob.errors import PaijobError
 from paijob.openpai.names import DEFAULT_PORT_LABEL, runtime_role_name  # noqa: F401 - callers import runtime_role_name from here
 from paijob.openpai.taskenv import (
+    PAI_CURRENT_TASK_ROLE_CURRENT_TASK_INDEX,
+    PAI_CURRENT_TASK_ROLE_NAME,
+    PAI_JOB_NAME,
+    PAI_TASK_INDEX,
+    PAI_TASK_ROLE_LIST,
     host_ip_name,
     job_role_name,
     port_list_names,
@@ -278,7 +283,7 @@ def _training_roles(role_list: tuple[str, ...], current: str, options: LaunchOpt
     participating = _participating_roles(role_list, options.roles)
     if current not in participating:
         raise DistEnvError(
-            f"this task's role {current!r} (PAI_CURRENT_TASK_ROLE_NAME) is not among the "
+            f"this task's role {current!r} ({PAI_CURRENT_TASK_ROLE_NAME}) is not among the "
             f"roles taking part in training ({', '.join(participating)}, from --roles); "
             f"add it to --roles, or do not run 'paijob-runtime train' in that role's commands"
         )
@@ -286,7 +291,7 @@ def _training_roles(role_list: tuple[str, ...], current: str, options: LaunchOpt
     if master_role not in role_list:
         raise DistEnvError(
             f"--master-role {master_role!r} is not a task role of this job "
-            f"(PAI_TASK_ROLE_LIST={','.join(role_list)!r})"
+            f"({PAI_TASK_ROLE_LIST}={','.join(role_list)!r})"
         )
     if master_role not in participating:
         raise DistEnvError(
@@ -326,7 +331,7 @@ def _openpai_env(
         raise DistEnvError(
             f"task index {task_index} ({index_name}) is not below "
             f"the task count of role {current!r} "
-            f"(PAI_TASK_ROLE_TASK_COUNT_{current}={counts[current]}); the environment is "
+            f"({task_count_name(current)}={counts[current]}); the environment is "
             f"inconsistent: check the role's 'instances' in the job YAML"
         )
 
@@ -345,7 +350,7 @@ def _openpai_env(
     else:
         master_addr = _master_addr(environ, master_role)
         master_port = _master_port(environ, master_role, options.port_label)
-    job_name = environ.get("PAI_JOB_NAME")
+    job_name = environ.get(PAI_JOB_NAME)
     return DistEnv(
         master_addr=master_addr,
         master_port=master_port,
@@ -367,34 +372,34 @@ def _openpai_env(
 
 
 def _role_list(environ: Mapping[str, str]) -> tuple[str, ...]:
-    text = environ.get("PAI_TASK_ROLE_LIST", "")
+    text = environ.get(PAI_TASK_ROLE_LIST, "")
     roles = tuple(part.strip() for part in text.split(",") if part.strip())
     if roles:
         return roles
-    current = environ.get("PAI_CURRENT_TASK_ROLE_NAME", "").strip()
+    current = environ.get(PAI_CURRENT_TASK_ROLE_NAME, "").strip()
     if current:
         return (current,)
     raise DistEnvError(
-        "neither PAI_TASK_ROLE_LIST nor PAI_CURRENT_TASK_ROLE_NAME is set (found other PAI_* "
+        f"neither {PAI_TASK_ROLE_LIST} nor {PAI_CURRENT_TASK_ROLE_NAME} is set (found other PAI_* "
         "variables, so this looks like an OpenPAI task): OpenPAI's server sets both for every "
         "task; unset the stray PAI_* variables to run standalone"
     )
 
 
 def _current_role(environ: Mapping[str, str], role_list: tuple[str, ...]) -> str:
-    current = environ.get("PAI_CURRENT_TASK_ROLE_NAME", "").strip()
+    current = environ.get(PAI_CURRENT_TASK_ROLE_NAME, "").strip()
     if not current:
         if len(role_list) == 1:
             return role_list[0]
         raise DistEnvError(
-            f"PAI_CURRENT_TASK_ROLE_NAME is not set and the job has several task roles "
-            f"(PAI_TASK_ROLE_LIST={','.join(role_list)!r}): cannot tell which role this task is"
+            f"{PAI_CURRENT_TASK_ROLE_NAME} is not set and the job has several task roles "
+            f"({PAI_TASK_ROLE_LIST}={','.join(role_list)!r}): cannot tell which role this task is"
         )
     resolved = job_role_name(current, role_list)  # OpenPAI sets the converted name (Worker_A -> workera)
     if resolved is None:
         raise DistEnvError(
-            f"PAI_CURRENT_TASK_ROLE_NAME={current!r} is not in "
-            f"PAI_TASK_ROLE_LIST={','.join(role_list)!r}: the environment is inconsistent"
+            f"{PAI_CURRENT_TASK_ROLE_NAME}={current!r} is not in "
+            f"{PAI_TASK_ROLE_LIST}={','.join(role_list)!r}: the environment is inconsistent"
         )
     return resolved
 
@@ -408,7 +413,7 @@ def _participating_roles(
     if unknown:
         raise DistEnvError(
             f"--roles names {', '.join(repr(r) for r in unknown)}, not a task role of this job "
-            f"(PAI_TASK_ROLE_LIST={','.join(role_list)!r}); role names are case-sensitive and "
+            f"({PAI_TASK_ROLE_LIST}={','.join(role_list)!r}); role names are case-sensitive and "
             f"written as in the job YAML's taskRoles"
         )
     return tuple(role for role in role_list if role in requested)
@@ -417,19 +422,19 @@ def _participating_roles(
 def _task_index(environ: Mapping[str, str]) -> tuple[int, str]:
     found = [
         (_non_negative_int(environ, name, "the task index"), name)
-        for name in ("PAI_CURRENT_TASK_ROLE_CURRENT_TASK_INDEX", "PAI_TASK_INDEX")
+        for name in (PAI_CURRENT_TASK_ROLE_CURRENT_TASK_INDEX, PAI_TASK_INDEX)
         if name in environ
     ]
     if len(found) == 2 and found[0][0] != found[1][0]:
         raise DistEnvError(
-            f"PAI_CURRENT_TASK_ROLE_CURRENT_TASK_INDEX={found[0][0]} and "
-            f"PAI_TASK_INDEX={found[1][0]} disagree: OpenPAI sets both to this task's index; "
+            f"{PAI_CURRENT_TASK_ROLE_CURRENT_TASK_INDEX}={found[0][0]} and "
+            f"{PAI_TASK_INDEX}={found[1][0]} disagree: OpenPAI sets both to this task's index; "
             f"something in the job's commands overwrote one of them"
         )
     if found:
         return found[0]
     raise DistEnvError(
-        "PAI_CURRENT_TASK_ROLE_CURRENT_TASK_INDEX (older name PAI_TASK_INDEX) is not set: "
+        f"{PAI_CURRENT_TASK_ROLE_CURRENT_TASK_INDEX} (older name {PAI_TASK_INDEX}) is not set: "
         "OpenPAI sets it for every task; when running by hand, export it (0 for the first task)"
     )
 
@@ -497,15 +502,15 @@ def _nprocs(
                 and _multi_node(environ, ordered)
             ):
                 raise DistEnvError(
-                    f"this task sees {visible_gpus} GPU(s) but PAI_RESOURCE_{role}="
-                    f"{environ[f'PAI_RESOURCE_{role}']!r} declares {declared}; the other tasks "
+                    f"this task sees {visible_gpus} GPU(s) but {resource_name(role)}="
+                    f"{environ[resource_name(role)]!r} declares {declared}; the other tasks "
                     f"count {others_expect} worker(s) for this role, so the ranks would not line "
                     f"up. Pass an explicit --nproc-per-node, or fix CUDA_VISIBLE_DEVICES"
                 )
         else:
             if declared is None:
                 raise DistEnvError(
-                    f"PAI_RESOURCE_{role} is not set, so the number of workers on role {role!r}'s "
+                    f"{resource_name(role)} is not set, so the number of workers on role {role!r}'s "
                     f"tasks is unknown (--nproc-per-node auto): OpenPAI sets it from the role's "
                     f"resourcePerInstance; or pass an explicit --nproc-per-node"
                 )

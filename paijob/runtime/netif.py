@@ -21,7 +21,14 @@ import socket
 import struct
 from collections.abc import Callable, Iterator, Mapping
 
-from paijob.openpai.taskenv import host_ip_name
+from paijob.openpai.taskenv import (
+    PAI_CONTAINER_HOST_IP,
+    PAI_CURRENT_CONTAINER_IP,
+    PAI_CURRENT_TASK_ROLE_CURRENT_TASK_INDEX,
+    PAI_CURRENT_TASK_ROLE_NAME,
+    PAI_TASK_INDEX,
+    host_ip_name,
+)
 
 SOCKET_IFNAME_VARIABLES = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")
 _SIOCGIFADDR = 0x8915
@@ -30,16 +37,16 @@ _IFNAMSIZ = 16
 
 def task_address(environ: Mapping[str, str]) -> tuple[str, str] | None:
     """(address, the variable it came from) of the current task, or None outside OpenPAI."""
-    role = environ.get("PAI_CURRENT_TASK_ROLE_NAME", "").strip()
+    role = environ.get(PAI_CURRENT_TASK_ROLE_NAME, "").strip()
     index = (
-        environ.get("PAI_CURRENT_TASK_ROLE_CURRENT_TASK_INDEX")
-        or environ.get("PAI_TASK_INDEX")
+        environ.get(PAI_CURRENT_TASK_ROLE_CURRENT_TASK_INDEX)
+        or environ.get(PAI_TASK_INDEX)
         or ""
     ).strip()
     names = []
     if role and index:
         names.append(host_ip_name(role, index))
-    names += ["PAI_CURRENT_CONTAINER_IP", "PAI_CONTAINER_HOST_IP"]
+    names += [PAI_CURRENT_CONTAINER_IP, PAI_CONTAINER_HOST_IP]
     for name in names:
         value = environ.get(name, "").strip()
         if value:

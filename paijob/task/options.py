@@ -86,7 +86,7 @@ def _add_layout_options(parser: argparse.ArgumentParser) -> None:
     )
     group.add_argument(
         "--master-role", help="task role whose task 0 hosts the rendezvous "
-        "(default: the first participating role in PAI_TASK_ROLE_LIST)"
+        "(default: the first participating role, in the order of the job's taskRoles)"
     )
     group.add_argument(
         "--roles", help="comma list of task roles that form the training world (default: all)"

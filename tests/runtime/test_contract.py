@@ -1,4 +1,7 @@
-"""The launcher->worker contract: every PAIJOB_* name written once, one worker environment for every mode."""
+"""The launcher->worker contract: every PAIJOB_* name written once, one worker environment for every mode.
+
+Also OpenPAI's side of it: the fixed PAI_* names paijob-runtime reads are written once, in
+paijob.openpai.taskenv (the module that builds a task's environment), and imported from there."""
 
 from __future__ import annotations
 
@@ -6,12 +9,19 @@ import ast
 import re
 from pathlib import Path
 
+from paijob.openpai import taskenv
+from paijob.runtime.env import CLIENT_VARIABLES
 from paijob.task import contract
 from paijob.task.contract import worker_env
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "paijob"
 NAME = re.compile(r"\bPAIJOB_[A-Z0-9_]+")
+FIXED_PAI = {k: v for k, v in vars(taskenv).items() if k.startswith("PAI_") and isinstance(v, str)}
+ANY_PAI = re.compile(r"\bPAI_[A-Z0-9_]*[A-Z0-9]")
+# Not yet converted on this branch: agent.py is being reworked beside it (issue 34); drop it from here once
+# it imports its two PAI_* names from paijob.openpai.taskenv.
+NOT_YET = {PACKAGE / "runtime" / "agent.py"}
 LAYOUT = {"MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "29500", "WORLD_SIZE": "4",
           "LOCAL_WORLD_SIZE": "2", contract.BACKEND: "gloo"}
 
@@ -28,14 +38,14 @@ def _docstrings(tree: ast.AST) -> set[int]:
     return found
 
 
-def _spelled(path: Path) -> list[str]:
+def _spelled(path: Path, pattern: re.Pattern[str] = NAME) -> list[str]:
     tree = ast.parse(path.read_text(), filename=str(path))
     prose = _docstrings(tree)
     return [
         f"{path.relative_to(ROOT)}:{node.lineno}: {name}"
         for node in ast.walk(tree)
         if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in prose
-        for name in NAME.findall(node.value)
+        for name in pattern.findall(node.value)
     ]
 
 
@@ -56,6 +66,30 @@ def test_the_contract_names_every_variable_once_with_its_meaning():
     assert len(names) == len(set(names))
     for name in names:
         assert re.search(rf'= "{name}"\n"""[^"]+', source), f"{name} has no docstring"
+
+
+def test_the_fixed_pai_names_are_written_once_in_taskenv_as_themselves():
+    assert {"PAI_TASK_ROLE_LIST", "PAI_CURRENT_TASK_ROLE_NAME", "PAI_CURRENT_TASK_ROLE_CURRENT_TASK_INDEX",
+            "PAI_TASK_INDEX", "PAI_JOB_NAME", "PAI_CURRENT_CONTAINER_IP", "PAI_CONTAINER_HOST_IP"} <= set(FIXED_PAI)
+    assert all(name == value for name, value in FIXED_PAI.items())
+    source = (PACKAGE / "openpai" / "taskenv.py").read_text()
+    for name in FIXED_PAI:
+        assert source.count(f'"{name}"') == 1, f"{name} is spelled more than once in taskenv.py"
+
+
+def test_no_fixed_pai_name_is_spelled_outside_taskenv():
+    fixed = re.compile(r"\b(" + "|".join(sorted(FIXED_PAI, key=len, reverse=True)) + r")\b")
+    spelled = [hit for path in _paijob_modules() if path != PACKAGE / "openpai" / "taskenv.py"
+               and path not in NOT_YET for hit in _spelled(path, fixed)]
+    assert spelled == [], "import the name from paijob.openpai.taskenv:\n" + "\n".join(spelled)
+
+
+def test_the_runtime_spells_no_pai_name_but_the_clients_own():
+    """A PAI_* name the runtime reads comes from taskenv (a fixed one) or its functions (per role, per task)."""
+    runtime = [path for path in sorted((PACKAGE / "runtime").rglob("*.py")) if path not in NOT_YET]
+    spelled = [hit for path in runtime for hit in _spelled(path, ANY_PAI)
+               if hit.rsplit(": ", 1)[1] not in CLIENT_VARIABLES]
+    assert spelled == [], "name it in paijob.openpai.taskenv and import it:\n" + "\n".join(spelled)
 
 
 def test_per_gpu_workers_get_the_layout_the_launcher_and_thread_share():

@@ -276,7 +276,7 @@ def _without(env: dict[str, str], *names: str) -> dict[str, str]:
         (lambda e: _without(e, "PAI_TASK_ROLE_LIST", "PAI_CURRENT_TASK_ROLE_NAME"),
          r"neither PAI_TASK_ROLE_LIST nor PAI_CURRENT_TASK_ROLE_NAME"),
         (lambda e: {**e, "PAI_CURRENT_TASK_ROLE_CURRENT_TASK_INDEX": "2", "PAI_TASK_INDEX": "2"},
-         r"task index 2 .*PAI_TASK_ROLE_TASK_COUNT_worker=2"),
+         r"task index 2 \(PAI_CURRENT_TASK_ROLE_CURRENT_TASK_INDEX\) .*PAI_TASK_ROLE_TASK_COUNT_worker=2"),
         (lambda e: {**e, "PAI_CURRENT_TASK_ROLE_CURRENT_TASK_INDEX": "one"},
          r"PAI_CURRENT_TASK_ROLE_CURRENT_TASK_INDEX='one' is not an integer"),
         (lambda e: {**e, "PAI_CURRENT_TASK_ROLE_CURRENT_TASK_INDEX": "-1"},
@@ -422,3 +422,241 @@ def test_horovodrun_gloo_and_pmi_variables_are_understood():
 def test_mpi_variables_that_cannot_place_the_slot_are_errors(environ, gpus, pattern):
     with pytest.raises(DistEnvError, match=pattern):
         compute_mpi_slot(environ, visible_gpus=gpus)
+
+
+# -- the edges of each input (ranks, ports, counts), table by table ---------------------------------
+
+
+@pytest.mark.parametrize("local_rank", [-1, 4, 5])
+def test_a_local_rank_outside_the_node_has_no_global_rank(local_rank):
+    dist = compute_dist_env(pai_env(index=1), visible_gpus=4)
+    assert dist.rank(3) == 7
+    with pytest.raises(ValueError, match=rf"local rank {local_rank} outside 0..3"):
+        dist.rank(local_rank)
+
+
+@pytest.mark.parametrize(("port", "accepted"), [("0", False), ("1", True), ("65535", True), ("65536", False)])
+def test_a_master_port_variable_must_be_a_port(port, accepted):
+    env = pai_env(port=port)
+    if accepted:
+        assert compute_dist_env(env, visible_gpus=4).master_port == int(port)
+    else:
+        with pytest.raises(DistEnvError, match=rf"port {port} is outside 1..65535"):
+            compute_dist_env(env, visible_gpus=4)
+
+
+@pytest.mark.parametrize(("port", "accepted"), [(0, False), (1, True), (65535, True), (65536, False)])
+def test_a_master_port_option_must_be_a_port(port, accepted):
+    options = LaunchOptions(master_port=port)
+    if accepted:
+        assert compute_dist_env({}, options, free_port=40000).master_port == port
+    else:
+        with pytest.raises(DistEnvError, match=rf"--master-port {port} is outside 1..65535"):
+            compute_dist_env({}, options, free_port=40000)
+
+
+@pytest.mark.parametrize(("nnodes", "node_rank", "error"), [
+    (0, None, r"--nnodes must be at least 1, got 0"),
+    (2, -1, r"--node-rank must be in 0..1 \(--nnodes 2\), got -1"),
+    (2, 2, r"--node-rank must be in 0..1 \(--nnodes 2\), got 2"),
+    (1, 0, None),
+    (2, 1, None),
+])
+def test_torchrun_style_node_counts_and_ranks(nnodes, node_rank, error):
+    options = LaunchOptions(nnodes=nnodes, node_rank=node_rank, master_port=29400)
+    if error is None:
+        dist = compute_dist_env({}, options, free_port=1)
+        assert (dist.nnodes, dist.node_rank) == (nnodes, node_rank)
+    else:
+        with pytest.raises(DistEnvError, match=error):
+            compute_dist_env({}, options, free_port=1)
+
+
+@pytest.mark.parametrize(("nproc", "accepted"), [(-1, False), (0, False), (1, True), (2, True)])
+def test_an_explicit_worker_count_is_at_least_one(nproc, accepted):
+    options = LaunchOptions(nproc_per_node=nproc)
+    if accepted:
+        assert compute_dist_env({}, options, free_port=1).world_size == nproc
+    else:
+        with pytest.raises(DistEnvError, match=rf"--nproc-per-node must be at least 1, got {nproc}"):
+            compute_dist_env({}, options, free_port=1)
+
+
+@pytest.mark.parametrize(("text", "value"), [("1", 1), ("2", 2), ("auto", None), (None, None), (4, 4)])
+def test_the_nproc_option_parses(text, value):
+    assert parse_nproc_option(text) == value
+
+
+@pytest.mark.parametrize(("text", "roles"), [(None, None), ("", None), (" , ", None), ("worker", ("worker",))])
+def test_the_roles_option_parses(text, roles):
+    assert parse_roles_option(text) == roles
+
+
+@pytest.mark.parametrize(("nproc", "cores", "fits"), [
+    (4, 1, True), (5, 1, False), (4, 0, True), (5, 0, False), (8, 2, True), (9, 2, False), (1, 0, True),
+])
+def test_at_most_four_workers_per_core_and_a_task_without_cores_counts_as_one(nproc, cores, fits):
+    if fits:
+        check_nproc_fits(nproc, cpu_cores=cores)
+    else:
+        with pytest.raises(DistEnvError, match=rf"--nproc-per-node {nproc} is more than 4"):
+            check_nproc_fits(nproc, cpu_cores=cores)
+
+
+def test_a_negative_count_of_visible_gpus_is_a_bug_of_the_caller():
+    with pytest.raises(ValueError, match="visible_gpus must be >= 0"):
+        compute_dist_env({}, visible_gpus=-1, free_port=1)
+    assert compute_dist_env({}, visible_gpus=0, free_port=1).backend == "gloo"
+
+
+@pytest.mark.parametrize(("gpus", "backend"), [(0, "gloo"), (1, "nccl"), (2, "nccl")])
+def test_auto_backend_is_nccl_from_one_visible_gpu(gpus, backend):
+    assert compute_dist_env({}, visible_gpus=gpus, free_port=1).backend == backend
+    assert compute_dist_env(pai_env({"worker": (1, gpus)}), visible_gpus=gpus).backend == backend
+
+
+def test_a_negative_gpu_count_in_the_role_resource_is_an_error():
+    env = {**pai_env({"worker": (2, 0)}), "PAI_RESOURCE_worker": "-1,8,16384,512"}
+    with pytest.raises(DistEnvError, match=r"PAI_RESOURCE_worker='-1,8,16384,512': the GPU count is negative"):
+        compute_dist_env(env)
+
+
+@pytest.mark.parametrize(("current", "index", "node_rank", "ranks"), [
+    ("master", 0, 0, [0]),
+    ("worker", 0, 1, [1, 2, 3, 4]),
+    ("worker", 1, 2, [5, 6, 7, 8]),
+])
+def test_a_cpu_role_beside_gpu_roles_runs_one_worker_with_nproc_auto(current, index, node_rank, ranks):
+    roles = {"master": (1, 0), "worker": (2, 4)}
+    dist = compute_dist_env(pai_env(roles, current, index), visible_gpus=0 if current == "master" else 4)
+    assert dist.world_size == 9 and dist.nnodes == 3
+    assert dist.node_rank == node_rank and [dist.rank(i) for i in range(dist.nproc_per_node)] == ranks
+
+
+def test_dataparallel_in_an_openpai_task_is_one_process_per_task():
+    dist = compute_dist_env(pai_env({"worker": (3, 4)}, index=2), LaunchOptions(mode="dataparallel"),
+                            visible_gpus=4)
+    assert (dist.nproc_per_node, dist.world_size, dist.node_rank, dist.rank(0)) == (1, 3, 2, 2)
+
+
+def test_the_job_name_is_pai_job_name():
+    env = {**pai_env(), "PAI_JOB_NAME": "alice~run7", "PAI_USER_NAME": "bob"}
+    assert compute_dist_env(env, visible_gpus=4).job_name == "alice~run7"
+    assert compute_dist_env({}, free_port=1).job_name is None
+
+
+def test_without_pai_task_role_list_the_current_role_is_the_only_role():
+    env = _without(pai_env({"worker": (2, 1)}, index=1), "PAI_TASK_ROLE_LIST")
+    dist = compute_dist_env(env, visible_gpus=1)
+    assert (dist.roles, dist.role, dist.node_rank, dist.world_size) == (("worker",), "worker", 1, 2)
+
+
+def test_without_the_current_role_name_one_role_is_enough_and_several_are_an_error():
+    one = _without(pai_env({"trainer": (2, 1)}, "trainer", 1), "PAI_CURRENT_TASK_ROLE_NAME")
+    dist = compute_dist_env(one, visible_gpus=1)
+    assert (dist.role, dist.node_rank) == ("trainer", 1)
+    several = _without(pai_env(MASTER_WORKER, "worker", 1), "PAI_CURRENT_TASK_ROLE_NAME")
+    with pytest.raises(DistEnvError, match=r"PAI_CURRENT_TASK_ROLE_NAME is not set and the job has several "
+                                           r"task roles \(PAI_TASK_ROLE_LIST='master,worker'\)"):
+        compute_dist_env(several, visible_gpus=2)
+
+
+def test_a_single_task_with_a_declared_port_uses_it_not_a_free_one():
+    dist = compute_dist_env(pai_env({"worker": (1, 2)}, port="15009"), visible_gpus=2, free_port=34567)
+    assert (dist.master_addr, dist.master_port) == ("10.0.0.1", 15009)
+
+
+def test_a_single_task_with_only_the_legacy_port_variable_uses_it():
+    env = _without(pai_env({"worker": (1, 2)}, port="15009"), "PAI_PORT_LIST_worker_0_SynPort")
+    dist = compute_dist_env(env, visible_gpus=2, free_port=34567)
+    assert (dist.master_addr, dist.master_port) == ("10.0.0.1", 15009)
+
+
+def test_env_json_describes_an_openpai_task_key_by_key():
+    """Every key of ``paijob-runtime env --json`` (the CLI adds the two version keys)."""
+    dist = compute_dist_env(pai_env(MASTER_WORKER, "worker", 2), LaunchOptions(port_label="SynPort"),
+                            visible_gpus=2)
+    assert dist.describe() == {
+        "openpai": True,
+        "role": "worker",
+        "task_index": 2,
+        "master_role": "master",
+        "port_label": "SynPort",
+        "roles": ["master", "worker"],
+        "job_name": "alice~job1",
+        "master_addr": "10.0.0.1",
+        "master_port": 15000,
+        "node_rank": 3,
+        "nnodes": 4,
+        "nproc_per_node": 2,
+        "world_size": 8,
+        "ranks": [6, 7],
+        "backend": "nccl",
+        "gpus": 2,
+        "env": {"MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "15000", "WORLD_SIZE": "8", "NODE_RANK": "3",
+                "GROUP_RANK": "3", "NNODES": "4", "GROUP_WORLD_SIZE": "4", "NPROC_PER_NODE": "2",
+                "LOCAL_WORLD_SIZE": "2", "PAIJOB_BACKEND": "nccl"},
+    }
+
+
+def test_env_json_describes_a_standalone_run_key_by_key():
+    described = compute_dist_env({}, visible_gpus=0, free_port=23456).describe()
+    assert described == {
+        "openpai": False, "role": None, "task_index": 0, "master_role": None, "port_label": None, "roles": [],
+        "job_name": None, "master_addr": "127.0.0.1", "master_port": 23456, "node_rank": 0, "nnodes": 1,
+        "nproc_per_node": 1, "world_size": 1, "ranks": [0], "backend": "gloo", "gpus": 0,
+        "env": {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "23456", "WORLD_SIZE": "1", "NODE_RANK": "0",
+                "GROUP_RANK": "0", "NNODES": "1", "GROUP_WORLD_SIZE": "1", "NPROC_PER_NODE": "1",
+                "LOCAL_WORLD_SIZE": "1", "PAIJOB_BACKEND": "gloo"},
+    }
+
+
+# -- horovod: the edges of an MPI slot -----------------------------------------------------------
+
+
+def _slot(rank, size, local_rank, local_size, **extra):
+    return {"OMPI_COMM_WORLD_RANK": str(rank), "OMPI_COMM_WORLD_SIZE": str(size),
+            "OMPI_COMM_WORLD_LOCAL_RANK": str(local_rank), "OMPI_COMM_WORLD_LOCAL_SIZE": str(local_size), **extra}
+
+
+@pytest.mark.parametrize(("environ", "place"), [
+    (_slot(0, 8, 0, 4), (0, 8, 0, 4, 0)),  # the job's first rank
+    (_slot(0, 1, 0, 1), (0, 1, 0, 1, 0)),  # a single-slot job
+    (_slot(3, 4, 3, 4), (3, 4, 3, 4, 0)),  # a single-node job: every slot on this node
+    (_slot(7, 8, 3, 4), (7, 8, 3, 4, 1)),  # the last rank
+])
+def test_every_slot_of_a_horovod_job_has_its_place(environ, place):
+    slot = compute_mpi_slot(environ)
+    assert (slot.rank, slot.size, slot.local_rank, slot.local_size, slot.node_rank) == place
+
+
+@pytest.mark.parametrize(("environ", "pattern"), [
+    (_slot(8, 8, 0, 4), r"rank 8 of 8"),
+    (_slot(1, 8, 4, 4), r"local rank 4 of 4"),
+    (_slot(1, 4, 1, 8), r"local rank 1 of 8 on this node"),  # more slots on the node than in the job
+    ({"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_LOCAL_RANK": "0", "OMPI_COMM_WORLD_LOCAL_SIZE": "1"},
+     r"none of OMPI_COMM_WORLD_RANK"),  # a rank without the job's size
+    ({"OMPI_COMM_WORLD_SIZE": "2", "OMPI_COMM_WORLD_LOCAL_RANK": "0", "OMPI_COMM_WORLD_LOCAL_SIZE": "1"},
+     r"none of OMPI_COMM_WORLD_RANK"),  # a size without this slot's rank
+    ({**_slot(0, 2, 0, 1), "OMPI_COMM_WORLD_LOCAL_SIZE": ""}, r"is not an integer"),
+    ({k: v for k, v in _slot(0, 2, 0, 1).items() if k != "OMPI_COMM_WORLD_LOCAL_SIZE"},
+     r"not its place on the node"),  # a local rank without the node's slot count
+    ({k: v for k, v in _slot(0, 2, 0, 1).items() if k != "OMPI_COMM_WORLD_LOCAL_RANK"},
+     r"not its place on the node"),
+])
+def test_mpi_variables_that_do_not_add_up_are_refused(environ, pattern):
+    with pytest.raises(DistEnvError, match=pattern):
+        compute_mpi_slot(environ)
+
+
+def test_horovodrun_cross_rank_is_the_node_rank_even_where_placement_differs():
+    # horovodrun places by host, not by slot: rank 1 of 4 with 2 slots per host may sit on the second host.
+    slot = compute_mpi_slot(_slot(1, 4, 0, 2, HOROVOD_CROSS_RANK="1"))
+    assert slot.node_rank == 1 and slot.worker_env()["NODE_RANK"] == "1"
+    assert compute_mpi_slot(_slot(1, 4, 0, 2)).node_rank == 0  # without it: rank // local_size
+
+
+def test_an_unknown_backend_is_refused_in_horovod_mode_too():
+    with pytest.raises(DistEnvError, match=r"--backend must be one of .*got 'mpi'"):
+        compute_mpi_slot(_slot(0, 1, 0, 1), backend="mpi")
+    assert compute_mpi_slot(_slot(0, 1, 0, 1), backend="gloo", visible_gpus=1).backend == "gloo"
