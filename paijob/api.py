@@ -293,19 +293,18 @@ def openpai_before_1_6(cluster: str | Cluster | None = None, *, timeout: float =
 def check_storages(job: Any, cluster: str | Cluster | None, source: str = "job") -> None:
     """Refuse, before the queue, a job that mounts a storage the user may not use on ``cluster``
     (OpenPAI's submit would answer ``NoStorageError``), naming the ones they may."""
-    from paijob.openpai.storages import job_storages
+    from paijob.openpai.storages import job_storages, unknown_storages
 
-    names = job_storages(job)
-    if not names:
+    if not job_storages(job):
         return
     target = _target(cluster)
     if target.is_local:
         from paijob.local import storage
 
-        mine = [entry["name"] for entry in storage.summary()["storages"]]
+        mine = storage.names()
     else:
         mine = [entry.name for entry in connect(target, timeout=10.0, start_local=False).storages()]
-    unknown = [name for name in names if name not in mine]
+    unknown = unknown_storages(job, mine)
     if unknown:
         yours = ", ".join(mine) if mine else "none: ask the cluster's admin for one"
         raise PaijobError(f"{source}: storage '{unknown[0]}' is not one you may use on cluster {target.name} "

@@ -10,6 +10,7 @@ import argparse
 import importlib
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from paijob import __version__
 from paijob.task import contract
@@ -60,7 +61,14 @@ class VerbParser(argparse.ArgumentParser):
     which then prints ``usage: paijob [-h] ...``: no help for someone who
     mistyped an option of ``paijob logs``. Nested actions (``paijob cluster
     add``) inherit the class, so the innermost verb reports.
+
+    No abbreviations: a prefix or a typo must not reach another option
+    (``cluster add --token X`` was taken as ``--token-env X``).
     """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
 
     def parse_known_args(self, args: Sequence[str] | None = None,  # type: ignore[override]
                          namespace: argparse.Namespace | None = None) -> tuple[argparse.Namespace, list[str]]:
@@ -80,6 +88,7 @@ def build_parser(verb: str | None = None) -> argparse.ArgumentParser:
         prog="paijob",
         description=DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
+        allow_abbrev=False,
     )
     parser.add_argument("--version", action="version", version=f"paijob {__version__}")
     parser.add_argument("-v", "--verbose", action="store_true", help="log debug details")

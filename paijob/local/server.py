@@ -188,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of the background service started by ``paijob local up``."""
     from paijob.local import daemon
 
-    parser = argparse.ArgumentParser(prog="python -m paijob.local.server")
+    parser = argparse.ArgumentParser(prog="python -m paijob.local.server", allow_abbrev=False)
     parser.add_argument("--state-dir", type=Path, required=True)
     parser.add_argument("--port", type=int, default=0)
     args = parser.parse_args(argv)

@@ -27,9 +27,14 @@ def folder(state_dir: Path, name: str = NAME) -> Path:
     return mount_root(state_dir) / name
 
 
+def names() -> list[str]:
+    """The storages the user may use (a job that mounts another is refused at submit)."""
+    return [NAME]
+
+
 def summary() -> dict[str, Any]:
-    """``GET /api/v2/storages``: the storages the user may use (here: the one)."""
-    return {"storages": [{"name": NAME, "share": True, "volumeName": NAME, "default": False}]}
+    """``GET /api/v2/storages``: the storages the user may use, in rest-server's shape."""
+    return {"storages": [{"name": name, "share": True, "volumeName": name, "default": False} for name in names()]}
 
 
 def detail(state_dir: Path, name: str) -> dict[str, Any] | None:

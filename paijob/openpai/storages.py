@@ -18,6 +18,7 @@ Pure; no I/O.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any, NamedTuple
 
 PLUGIN = "teamwise_storage"
@@ -41,11 +42,21 @@ def job_storages(job: Any) -> list[str]:
     names: list[str] = []
     plugins = extras.get(PLUGINS_KEY)
     for plugin in plugins if isinstance(plugins, list) else ():
-        if isinstance(plugin, dict) and plugin.get("plugin") == PLUGIN:
+        if isinstance(plugin, dict) and plugin.get("plugin") == PLUGIN:  # rest-server: the last one sets the list
             parameters = plugin.get("parameters")
             given = parameters.get("storageConfigNames") if isinstance(parameters, dict) else None
-            names.extend(str(name) for name in given or () if name)
+            names = [str(name) for name in given if name] if isinstance(given, list) else []
     return names
+
+
+def unknown_storages(job: Any, available: Iterable[str]) -> list[str]:
+    """The storages ``job`` mounts that are not among ``available`` (the user's, ``GET /api/v2/storages``).
+
+    rest-server's submit refuses the first of them: 404 ``NoStorageError``,
+    ``Storage NAME is not found.``; the client checks the same before the queue.
+    """
+    mine = set(available)
+    return [name for name in job_storages(job) if name not in mine]
 
 
 def summary_problem(data: Any) -> str | None:

@@ -62,6 +62,7 @@ _TRAIN_PARSER: dict[str, Any] = {
     "epilog": EXIT_CODES_HELP,
     "usage": "paijob-runtime train [OPTIONS] (SCRIPT | -m MODULE | --recipe NAME) [ARGS...]",
     "formatter_class": argparse.RawDescriptionHelpFormatter,
+    "allow_abbrev": False,  # a prefix of an option is an error, never that option (nor a neighbour of it)
 }
 
 
@@ -206,6 +207,7 @@ def build_parsers() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
         description=DESCRIPTION,
         epilog=EXIT_CODES_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
+        allow_abbrev=False,
     )
     parser.add_argument(VERSION_FLAG, action="version", version=version_line(os.environ))
     parser.add_argument(*VERBOSE_FLAGS, action="store_true",
@@ -219,6 +221,7 @@ def build_parsers() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
         "env",
         help="print the computed layout (no torch import)",
         description="Print the layout paijob-runtime train would use, as shell exports or JSON.",
+        allow_abbrev=False,
     )
     _add_layout_options(show)
     show.add_argument("--json", action="store_true", help="print JSON instead of export lines")

@@ -117,10 +117,11 @@ def build_parser(precision_grammar: str = "a precision policy") -> argparse.Argu
         prog="python -m paijob.runtime.recipes",
         description="Built-in distributed trainers (one process per rank; run under paijob-runtime "
                     "or as a single process).",
+        allow_abbrev=False,
     )
     sub = parser.add_subparsers(dest="recipe", metavar="RECIPE", required=True)
     for name, (summary, _) in RECIPES.items():
-        _add_recipe(sub.add_parser(name, help=summary), name, precision_grammar)
+        _add_recipe(sub.add_parser(name, help=summary, allow_abbrev=False), name, precision_grammar)
     return parser
 
 
@@ -148,7 +149,8 @@ class _CheckingParser(argparse.ArgumentParser):
 def _checking_parser(name: str) -> argparse.ArgumentParser:
     """Recipe ``name``'s own parser (the sub-parser ``build_parser`` gives it), for checking; only the one a
     job names is built (``paijob render`` of a recipe job pays for one)."""
-    parser = _CheckingParser(prog=f"python -m paijob.runtime.recipes {name}", add_help=False)
+    parser = _CheckingParser(prog=f"python -m paijob.runtime.recipes {name}", add_help=False,
+                             allow_abbrev=False)
     _add_recipe(parser, name, "a precision policy")
     return parser
 

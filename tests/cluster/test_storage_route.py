@@ -108,6 +108,27 @@ def test_the_local_cluster_lists_its_storage_as_rest_server_does(client: PaiClie
     assert requests.get(f"{server.url}{API}/storages", timeout=10).status_code == 401  # the API's token check
 
 
+def test_the_local_cluster_refuses_at_submit_a_job_that_mounts_a_storage_it_does_not_have(
+        client: PaiClient, server: LocalServer) -> None:
+    """rest-server's submit (k8s.js put): 404 NoStorageError for the first storage that is not the user's,
+    named by the plugin (the last teamwise_storage entry sets the list) or by extras.storages."""
+    headers = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "text/yaml"}
+    by_plugin = storage_job("nost1", "team-nfs", ["true"])
+    listed = yaml.safe_load(job_yaml("nost2", ["true"]))
+    listed["extras"] = {"storages": [{"name": local_storage.NAME}, {"name": "other"}],
+                        "com.microsoft.pai.runtimeplugin": [plugin(local_storage.NAME)]}
+    last = yaml.safe_load(job_yaml("nost3", ["true"]))
+    last["extras"] = {"com.microsoft.pai.runtimeplugin": [plugin(local_storage.NAME), plugin("gone")]}
+    for text, missing in ((by_plugin, "team-nfs"), (yaml.safe_dump(listed), "other"), (yaml.safe_dump(last), "gone")):
+        answer = requests.post(f"{server.url}{API}/jobs", data=text, headers=headers, timeout=10)
+        assert answer.status_code == 404, answer.text
+        assert answer.json() == {"code": "NoStorageError", "message": f"Storage {missing} is not found."}
+    assert client.list_jobs() == []  # none of them was taken
+    mine = requests.post(f"{server.url}{API}/jobs", data=storage_job("ok", local_storage.NAME, ["true"]),
+                         headers=headers, timeout=10)
+    assert mine.status_code == 202, mine.text
+
+
 @pytest.fixture(scope="module")
 def state(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     directory = tmp_path_factory.mktemp("storage") / "state"

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import logging
 import math
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import torch
+from training_helpers import base_env
 
 from paijob.runtime.recipes.cli import main
 from paijob.runtime.recipes.progress import (
@@ -98,3 +101,24 @@ def test_a_laptop_sized_epoch_prints_several_parseable_progress_lines(
     summary = parse_line(last)
     assert summary is not None and summary.kind == "summary" and summary.path == str(tmp_path / "summary.json")
     assert (tmp_path / "summary.json").is_file() and len(last) < 200
+
+
+def test_under_paijob_runtime_the_lines_reach_one_log_in_order_and_the_summary_last(tmp_path: Path) -> None:
+    """A task's log is the runtime's stdout and stderr in one pipe; torch's agent tails each worker's stdout and
+    stderr in a thread of its own, so an epoch line on stderr came after the summary printed just after it."""
+    env = {k: v for k, v in base_env().items() if not k.startswith(("PAI_", "PAIJOB_", "TORCHELASTIC_"))}
+    env["CUDA_VISIBLE_DEVICES"] = ""
+    done = subprocess.run(
+        [sys.executable, "-m", "paijob.runtime.cli", "train", "--nproc-per-node", "1", "--recipe", "cifar10",
+         "--data", "synthetic", "--arch", "tinynet", "--synthetic-size", "64", "--batch-size", "8",
+         "--steps-per-epoch", "2", "--eval-steps", "1", "--epochs", "2", "--log-interval", "1",
+         "--output-dir", str(tmp_path)],
+        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300,
+        check=False)
+    assert done.returncode == 0, done.stdout[-3000:]
+    points = [point for point in map(parse_line, done.stdout.splitlines()) if point is not None]
+    assert [(p.kind, p.epoch, p.step) for p in points] == [
+        ("step", 1, 1), ("step", 1, 2), ("epoch", 1, None),
+        ("step", 2, 1), ("step", 2, 2), ("epoch", 2, None),
+        ("summary", 2, None)], done.stdout[-3000:]
+    assert (tmp_path / "summary.json").is_file()

@@ -6,7 +6,7 @@ import json
 
 from flask import Blueprint, Response, g, jsonify, request
 
-from paijob.local import listing
+from paijob.local import listing, storage
 from paijob.local.engine import CannotHost, LocalCluster
 from paijob.local.routes.shared import error, find_job
 from paijob.local.store import JobExists
@@ -15,6 +15,7 @@ from paijob.openpai import rest
 from paijob.openpai.jsyaml import YamlError, load_job
 from paijob.openpai.markers import TemplateError, role_entrypoint
 from paijob.openpai.model import Job
+from paijob.openpai.storages import unknown_storages
 
 
 def validate(text: str) -> tuple[Job | None, list[str]]:
@@ -56,6 +57,9 @@ def blueprint(cluster: LocalCluster) -> Blueprint:
                 role_entrypoint(job.raw, role.name)  # the rest-server renders commands before it accepts the job
         except TemplateError as problem:
             return error(400, "InvalidProtocolError", str(problem))
+        missing = unknown_storages(job.raw, storage.names())
+        if missing:  # rest-server's submit (k8s.js put): the first storage that is not the user's
+            return error(404, "NoStorageError", f"Storage {missing[0]} is not found.")
         name = job.name
         try:
             cluster.submit(g.user, name, job, text)

@@ -70,9 +70,25 @@ def build_parser() -> argparse.ArgumentParser:
     return recipe_options.build_parser(precision_grammar=GRAMMAR)
 
 
+def _console_logging() -> None:
+    """Log records under WARNING (the epoch lines) on stdout, with the step and summary lines; the rest on stderr.
+
+    Under paijob-runtime, torch's agent tails a worker's stdout and stderr files in two
+    threads, each every 0.1 s, so lines of the two streams reach the task log in no set
+    order: the summary, printed just after the last epoch line, often came before it.
+    One stream for every progress line keeps their order; warnings and errors stay on
+    stderr, whose last lines a failure's root cause shows.
+    """
+    out = logging.StreamHandler(sys.stdout)
+    out.addFilter(lambda record: record.levelno < logging.WARNING)
+    err = logging.StreamHandler(sys.stderr)
+    err.setLevel(logging.WARNING)
+    logging.basicConfig(level=logging.INFO, format="%(message)s", handlers=[out, err])
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+    _console_logging()
     try:
         spec = precision_from_env(args.precision)
         from paijob.runtime.recipes.config import TrainConfig

@@ -14,13 +14,17 @@ anchor). Numbers are Python's ``format`` output (``nan`` and ``inf`` included)::
   ``LOSS`` is rank 0's mean training loss over the epoch so far (``.4f``), ``LR`` the learning
   rate of that step (``.4g``), ``RATE`` the images per second of all ranks together since the
   epoch began (``.1f``).
-* **epoch** (stderr, through logging): after each epoch's evaluation; losses and top-1 are
+* **epoch** (stdout, through logging): after each epoch's evaluation; losses and top-1 are
   all-reduced over the ranks, ``PCT`` is a percentage (``.2f``), ``RATE`` the epoch's images
   per second of all ranks (``.1f``).
 * **summary** (stdout, the run's last line): ``STATUS`` is ``completed``, ``preempted`` or ``diverged``,
   ``E`` the epochs done (a resumed run counts those before it too) of ``N`` asked for; the
   ``eval`` part is absent when no epoch ran in this process; ``SECONDS`` is the wall time
   (``.1f``); ``PATH`` the full summary (JSON) in the output folder, ``summary.json``.
+
+All three go to stdout, so that under paijob-runtime (whose agent tails a worker's stdout and
+stderr separately) they reach the task log in the order they were printed, the summary last;
+warnings and errors (a divergence, a preemption) go to stderr.
 
 The log interval: ``--log-interval N`` prints a step line every N steps; without it the
 interval is :func:`log_interval` of the epoch's length, so a short epoch still shows a few
