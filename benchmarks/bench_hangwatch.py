@@ -64,7 +64,7 @@ def measure_sample(samples: int = 2000) -> tuple[float, float]:
     counts waiting for a core on a busy machine."""
     import torch.distributed as dist
 
-    from paijob.runtime.progress import Sampler, collectives_issued
+    from paijob.runtime.watch.progress import Sampler, collectives_issued
 
     # a process group as a worker has one: the sampler reads its collective count every look
     dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)

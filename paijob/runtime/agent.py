@@ -13,7 +13,7 @@ in the workers joins it as a client.
 What torch alone does not do is tell the *other* nodes (their workers would
 sit in a collective until a timeout) or bound its own waits on a real
 network. :class:`PaijobAgent` adds, over that same store (see
-:mod:`paijob.runtime.nodewatch` for the threads that do it):
+:mod:`paijob.runtime.watch.nodewatch` for the threads that do it):
 
 * a failure record (``paijob/failure/<node>``): written by the node whose
   worker failed, polled by every other node about once a second, which then
@@ -58,7 +58,8 @@ from torch.distributed.elastic.rendezvous import registry as rdzv_registry  # no
 
 from paijob.runtime.config import LaunchConfig  # noqa: E402
 from paijob.runtime.console import say  # noqa: E402
-from paijob.runtime.failures import (  # noqa: E402
+from paijob.runtime.netif import task_address  # noqa: E402
+from paijob.runtime.watch.failures import (  # noqa: E402
     Failure,
     choose_root_cause,
     looks_secondary,
@@ -66,9 +67,8 @@ from paijob.runtime.failures import (  # noqa: E402
     stopped_by_signal,
     strip_rank_prefix,
 )
-from paijob.runtime.hangwatch import Channel, HangWatch, StoreChannel, stacks_folder  # noqa: E402
-from paijob.runtime.netif import task_address  # noqa: E402
-from paijob.runtime.nodewatch import NodeWatch, first_line  # noqa: E402
+from paijob.runtime.watch.hangwatch import Channel, HangWatch, StoreChannel, stacks_folder  # noqa: E402
+from paijob.runtime.watch.nodewatch import NodeWatch, first_line  # noqa: E402
 from paijob.task import contract, exitcodes, procfs  # noqa: E402
 
 if _user_cpp_log_level is None:

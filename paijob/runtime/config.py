@@ -2,7 +2,7 @@
 
 Like torch's ``launcher/api.py`` ``LaunchConfig``, one frozen object carries
 everything the launcher, torch's elastic agent (:mod:`paijob.runtime.agent`)
-and the node watch (:mod:`paijob.runtime.nodewatch`) need: the layout
+and the node watch (:mod:`paijob.runtime.watch.nodewatch`) need: the layout
 (:class:`~paijob.runtime.env.DistEnv`), the command, the mode and the limits.
 ``paijob-runtime train`` parses its options once
 (:mod:`paijob.task.options`), builds one config, and hands it down; nothing
@@ -170,13 +170,13 @@ def local_rank_style(requested: str, source: str | None) -> str:
 
 @dataclass(frozen=True)
 class HangSettings:
-    """The hang watch's limits in seconds (:mod:`paijob.runtime.hangwatch`); ``timeout`` 0: off.
+    """The hang watch's limits in seconds (:mod:`paijob.runtime.watch.hangwatch`); ``timeout`` 0: off.
 
     ``first_timeout`` applies until every rank has completed a collective (data loading,
     ``torch.compile``); a busy straggler is ended at ``hard_limit`` times the timeout.
     ``calibrate`` (``timeout`` is the default, not the user's): a stall with every rank inside
     a ``torch.distributed`` call is judged on ``calibration_multiple`` times the longest such
-    wait seen, at least ``calibration_floor`` (:func:`paijob.runtime.hangwatch.calibrated_limit`).
+    wait seen, at least ``calibration_floor`` (:func:`paijob.runtime.watch.hangwatch.calibrated_limit`).
     """
 
     timeout: float = DEFAULT_HANG_TIMEOUT

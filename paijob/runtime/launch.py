@@ -17,7 +17,7 @@ Modes (``--mode``):
     The command runs once per node with ``MASTER_ADDR``, ``MASTER_PORT``,
     ``NODE_RANK``, ``NNODES``, ``NPROC_PER_NODE``, ``WORLD_SIZE`` set, for
     scripts that ``mp.spawn`` their own workers (each child gets the worker
-    wrapper's sampler and clean exit: :mod:`paijob.runtime.spawnwatch`).
+    wrapper's sampler and clean exit: :mod:`paijob.runtime.watch.spawnwatch`).
 ``dataparallel``
     One process that sees every GPU (``nn.DataParallel``); one node only.
 ``horovod``
@@ -58,12 +58,12 @@ from paijob.errors import PaijobError
 from paijob.runtime.config import LaunchConfig, LaunchError, WorkerCommand
 from paijob.runtime.console import line_buffered_stdio, say
 from paijob.runtime.env import MpiSlot
-from paijob.runtime.failures import Failure, report_root_cause, stopped_by_signal
-from paijob.runtime.hangwatch import Channel, HangWatch, StoreChannel, stacks_folder
 from paijob.runtime.netif import socket_ifname_env, task_address
-from paijob.runtime.portwatch import MasterPortWatch, read_abort_notice, serve_abort_notice
 from paijob.runtime.probe import wait_for_master
-from paijob.runtime.storelink import StoreLink
+from paijob.runtime.watch.failures import Failure, report_root_cause, stopped_by_signal
+from paijob.runtime.watch.hangwatch import Channel, HangWatch, StoreChannel, stacks_folder
+from paijob.runtime.watch.portwatch import MasterPortWatch, read_abort_notice, serve_abort_notice
+from paijob.runtime.watch.storelink import StoreLink
 from paijob.runtime.worker import finish, run_as_main
 from paijob.task import contract, exitcodes
 from paijob.task.contract import worker_env
@@ -170,8 +170,8 @@ def _one_process_hang_watch(config: LaunchConfig, env: Mapping[str, str]) -> _On
     """The hang watch of the one process (SIGUSR1: every rank's stack).
 
     ``dataparallel``: the process is rank 0, judged alone. ``per-node``: the ranks are its
-    ``mp.spawn`` children, each with a sampler (:mod:`paijob.runtime.spawnwatch`); on several
-    nodes the watches talk through the script's own store (:mod:`paijob.runtime.storelink`).
+    ``mp.spawn`` children, each with a sampler (:mod:`paijob.runtime.watch.spawnwatch`); on several
+    nodes the watches talk through the script's own store (:mod:`paijob.runtime.watch.storelink`).
     """
     dist = config.dist
     if not config.hang.enabled:

@@ -49,7 +49,7 @@ HANG_INTERVAL = "PAIJOB_HANG_INTERVAL"
 SPAWN_HOOK = "PAIJOB_SPAWN_HOOK"
 """``"1"`` (``per-node`` mode): the ranks are the ``mp.spawn`` children of the one process; its worker
 wrapper hooks into each child the sampler (where ``PAIJOB_HANG_DIR`` is set) and the wrapper's clean
-exit (:mod:`paijob.runtime.spawnwatch`)."""
+exit (:mod:`paijob.runtime.watch.spawnwatch`)."""
 
 PROGRESS_FILE = "PAIJOB_PROGRESS_FILE"
 """Set by the local cluster: node 0's hang watch keeps its one-line account of a stall there

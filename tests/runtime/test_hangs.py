@@ -21,11 +21,11 @@ import pytest
 from runtime_helpers import base_env, free_port, task_env, wait_all
 
 from paijob.local.diagnostics import root_cause
-from paijob.runtime import progress
 from paijob.runtime.cli import hang_settings
 from paijob.runtime.config import HangSettings, LaunchError
-from paijob.runtime.failures import Failure
-from paijob.runtime.hangwatch import (
+from paijob.runtime.watch import progress
+from paijob.runtime.watch.failures import Failure
+from paijob.runtime.watch.hangwatch import (
     RankState,
     judge,
     process_ended,
@@ -34,9 +34,9 @@ from paijob.runtime.hangwatch import (
     stall_line,
     waiting_phrase,
 )
-from paijob.runtime.progress import Sampler, classify_wait, collectives_issued
-from paijob.runtime.spawnwatch import child_rank
-from paijob.runtime.storelink import VERDICT_KEY, StoreLink
+from paijob.runtime.watch.progress import Sampler, classify_wait, collectives_issued
+from paijob.runtime.watch.spawnwatch import child_rank
+from paijob.runtime.watch.storelink import VERDICT_KEY, StoreLink
 from paijob.task import exitcodes
 from paijob.task.options import build_parsers
 

@@ -32,9 +32,11 @@ def _imports(path: Path, package: str) -> set[str]:
 
 def _runtime_graph() -> dict[str, set[str]]:
     modules = {
-        "paijob.runtime." + p.stem: p for p in RUNTIME_DIR.glob("*.py") if p.stem != "__init__"
+        ".".join(("paijob", "runtime", *p.relative_to(RUNTIME_DIR).with_suffix("").parts)): p
+        for p in [*RUNTIME_DIR.glob("*.py"), *(RUNTIME_DIR / "watch").glob("*.py")]
+        if p.stem != "__init__"
     }
-    return {name: _imports(path, "paijob.runtime") & modules.keys() for name, path in modules.items()}
+    return {name: _imports(path, name.rsplit(".", 1)[0]) & modules.keys() for name, path in modules.items()}
 
 
 def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
@@ -68,7 +70,17 @@ def test_the_runtime_modules_import_each_other_without_a_circle():
 def test_the_agent_does_not_reach_back_into_the_launcher():
     graph = _runtime_graph()
     assert "paijob.runtime.launch" not in graph["paijob.runtime.agent"]
-    assert "paijob.runtime.launch" not in graph["paijob.runtime.nodewatch"]
+    assert "paijob.runtime.launch" not in graph["paijob.runtime.watch.nodewatch"]
+
+
+def test_the_watch_folder_imports_nothing_of_the_launcher_above_it():
+    # watch/ is "how a node knows it is healthy"; launch, agent, cli and worker start the node
+    graph = _runtime_graph()
+    launcher = {f"paijob.runtime.{name}" for name in ("launch", "agent", "cli", "worker")}
+    watch = {name for name in graph if name.startswith("paijob.runtime.watch.")}
+    assert len(watch) >= 7
+    for name in watch:
+        assert not graph[name] & launcher, name
 
 
 def test_the_shared_torch_free_package_imports_nothing_of_the_runtime():

@@ -34,7 +34,7 @@ from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from paijob.runtime.failures import Failure, choose_root_cause
+from paijob.runtime.watch.failures import Failure, choose_root_cause
 from paijob.task import exitcodes
 
 if TYPE_CHECKING:

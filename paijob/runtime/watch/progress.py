@@ -20,7 +20,7 @@ main thread from the outside:
 
 It writes what it saw, atomically, to one small JSON file per worker
 (``rank<N>.json`` in the folder the launcher names) that the node's agent reads
-(:mod:`paijob.runtime.hangwatch`). A rank is *active* in a sample when its
+(:mod:`paijob.runtime.watch.hangwatch`). A rank is *active* in a sample when its
 stack moved, its main thread used CPU or it did storage I/O; the file carries
 when it was last active, so the agent needs no history.
 

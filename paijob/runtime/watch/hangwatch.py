@@ -1,10 +1,10 @@
 """The hang watch: which ranks make progress, node 0's verdict, and the one report that names the culprit.
 
-Each worker's sampler (:mod:`paijob.runtime.progress`) writes where its main
+Each worker's sampler (:mod:`paijob.runtime.watch.progress`) writes where its main
 thread is and when it was last active. Each node's agent runs one
 :class:`HangWatch` thread that reads its workers' files once a second and
 publishes a short summary per rank over the channel the nodes already share
-(the rendezvous store, through :class:`~paijob.runtime.nodewatch.NodeWatch`);
+(the rendezvous store, through :class:`~paijob.runtime.watch.nodewatch.NodeWatch`);
 node 0 gathers every node's summary and judges (:func:`judge`, pure):
 
 * **hang**: no rank has been active for the timeout (``--hang-timeout``, or the
@@ -41,8 +41,8 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from paijob.runtime.config import HangSettings
-from paijob.runtime.failures import Failure
-from paijob.runtime.progress import STACK_SIGNAL, is_library
+from paijob.runtime.watch.failures import Failure
+from paijob.runtime.watch.progress import STACK_SIGNAL, is_library
 from paijob.task import contract, exitcodes, procfs
 
 HANG_EXIT = exitcodes.HANG
