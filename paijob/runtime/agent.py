@@ -68,6 +68,7 @@ from paijob.runtime.watch.failures import (  # noqa: E402
     strip_rank_prefix,
 )
 from paijob.runtime.watch.hangwatch import Channel, HangWatch, StoreChannel, stacks_folder  # noqa: E402
+from paijob.runtime.watch.launched import Launched  # noqa: E402
 from paijob.runtime.watch.nodewatch import NodeWatch, first_line  # noqa: E402
 from paijob.task import contract, exitcodes, procfs  # noqa: E402
 
@@ -112,6 +113,7 @@ class PaijobAgent(LocalElasticAgent):
         self.nnodes = config.dist.nnodes
         self.local_failure: Failure | None = None
         self.assigned_ranks: list[int] = []
+        self.rank_pids: dict[int, int] = {}
         self._pgids: set[int] = set()
         self.watch: NodeWatch | None = None  # set by run_per_gpu before run()
         self.log_root: str | None = None  # a folder of our own, removed when the node ends
@@ -124,6 +126,8 @@ class PaijobAgent(LocalElasticAgent):
         pids = super()._start_workers(worker_group)
         self._pgids.update(int(pid) for pid in pids.values())
         self.assigned_ranks = [w.global_rank for w in worker_group.workers]
+        self.rank_pids = {w.global_rank: int(pids[w.local_rank]) for w in worker_group.workers
+                          if w.local_rank in pids}  # what the hang watch believes (watch.launched)
         return pids
 
     def _setup_local_watchdog(self, envs: dict[int, dict[str, str]]) -> None:
@@ -143,6 +147,8 @@ class PaijobAgent(LocalElasticAgent):
         here with ``PContext.close`` so that ``--grace-period`` holds (torch would wait
         its fixed 30 s); torch's own close then finds them gone.
         """
+        for pgid in self._pgids:  # a stopped worker handles the SIGTERM below only once continued
+            _signal_group(pgid, signal.SIGCONT)
         if not _SHUTDOWN_TAKES_TIMEOUT and self._pcontext is not None:
             death_sig = kwargs.get("death_sig", args[0] if args else signal.SIGTERM)
             self._pcontext.close(death_sig, timeout=self.grace_period)
@@ -226,6 +232,7 @@ class PaijobAgent(LocalElasticAgent):
         report_root_cause(failure, self.node_rank)
         for pgid in self._pgids:
             _signal_group(pgid, signal.SIGTERM)
+            _signal_group(pgid, signal.SIGCONT)  # a stopped worker (T state) handles SIGTERM only once continued
         deadline = time.monotonic() + min(10.0, self._watch().grace_period)
         while time.monotonic() < deadline and any(_group_alive(p) for p in self._pgids):
             time.sleep(0.1)
@@ -403,7 +410,7 @@ def run_per_gpu(config: LaunchConfig, worker_env: Mapping[str, str] | None = Non
     )
     os.environ.setdefault("TORCHELASTIC_SIGNALS_TO_HANDLE", "SIGTERM,SIGINT,SIGHUP,SIGQUIT")
     _quiet_torch_elastic(config.verbose)
-    hang = _start_hang_watch(config, agent.watch, agent.worker_env)
+    hang = _start_hang_watch(config, agent)
     agent.hang = hang
     try:
         return _run_agent(agent, config)
@@ -414,13 +421,13 @@ def run_per_gpu(config: LaunchConfig, worker_env: Mapping[str, str] | None = Non
         agent.remove_logs()
 
 
-def _start_hang_watch(config: LaunchConfig, watch: NodeWatch,
-                      worker_env: dict[str, str]) -> HangWatch | None:
+def _start_hang_watch(config: LaunchConfig, agent: PaijobAgent) -> HangWatch | None:
     """The workers' samplers report into a folder of this node's; one thread judges (node 0).
 
     SIGUSR1 asks it for every rank's stack on every node (the job goes on).
     """
     settings = config.hang
+    watch, worker_env = agent._watch(), agent.worker_env  # noqa: SLF001 - set by run_per_gpu
     if not settings.enabled:
         signal.signal(signal.SIGUSR1, lambda *_: say(
             "stacks on request: the hang watch is off (--hang-timeout 0), no stacks to print"))
@@ -440,7 +447,7 @@ def _start_hang_watch(config: LaunchConfig, watch: NodeWatch,
         world_size=dist.world_size, host=found[0] if found else socket.gethostname(),
         stacks_dir=stacks_folder(config.log_dir, os.environ),
         channel=StoreChannel(watch.call) if dist.nnodes > 1 else Channel(),
-        declare=declare, say=say,
+        declare=declare, say=say, launched=Launched(ranks=lambda: agent.rank_pids),
     )
     signal.signal(signal.SIGUSR1, lambda *_: hang.request_stacks())
     hang.start()

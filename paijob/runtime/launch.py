@@ -62,6 +62,7 @@ from paijob.runtime.netif import socket_ifname_env, task_address
 from paijob.runtime.probe import wait_for_master
 from paijob.runtime.watch.failures import Failure, report_root_cause, stopped_by_signal
 from paijob.runtime.watch.hangwatch import Channel, HangWatch, StoreChannel, stacks_folder
+from paijob.runtime.watch.launched import Launched
 from paijob.runtime.watch.portwatch import MasterPortWatch, read_abort_notice, serve_abort_notice
 from paijob.runtime.watch.storelink import StoreLink
 from paijob.runtime.worker import finish, run_as_main
@@ -137,7 +138,8 @@ def _launch_one_process(config: LaunchConfig, env: Mapping[str, str]) -> int:
     try:
         code = supervise(cmd, hang.env if hang else env, grace_period=config.grace_period,
                          what=f"node rank {dist.node_rank}", watch=watch,
-                         hung=hang.verdict if hang else None)
+                         hung=hang.verdict if hang else None,
+                         started=hang.pids.append if hang else None)
     finally:
         if hang is not None:
             hang.stop()
@@ -155,6 +157,7 @@ class _OneProcessWatch:
     watch: HangWatch
     env: dict[str, str]  # the command's environment: where its samplers write
     link: StoreLink | None  # per-node on several nodes: the channel and node 0's verdict
+    pids: list[int]  # the one process, once started: its samplers are believed (watch.launched)
 
     def verdict(self) -> Failure | None:
         return self.link.verdict() if self.link else self.watch.take_verdict()
@@ -186,16 +189,20 @@ def _one_process_hang_watch(config: LaunchConfig, env: Mapping[str, str]) -> _On
         link = StoreLink(dist.master_addr, dist.master_port, prefix=config.run_id,
                          node_rank=dist.node_rank, nnodes=dist.nnodes)
     found = task_address(os.environ)
+    pids: list[int] = []
+    launched = Launched(ranks=lambda: {0: pids[0]} if pids and not spawned else {},
+                        roots=lambda: pids if spawned else ())
     hang = HangWatch(config.hang, folder=folder, node_rank=dist.node_rank if spawned else 0,
                      nnodes=dist.nnodes if spawned else 1,
                      world_size=dist.world_size if spawned else 1,
                      host=found[0] if found else socket.gethostname(),
                      stacks_dir=stacks_folder(config.log_dir, os.environ),
                      channel=StoreChannel(link.call) if link else Channel(),
-                     declare=link.declare if link else lambda failure: None, say=say)
+                     declare=link.declare if link else lambda failure: None, say=say,
+                     launched=launched)
     signal.signal(signal.SIGUSR1, lambda *_: hang.request_stacks())
     hang.start()
-    return _OneProcessWatch(hang, env, link)
+    return _OneProcessWatch(hang, env, link, pids)
 
 
 def _has_proc_net() -> bool:
@@ -260,6 +267,7 @@ def supervise(
     what: str = "worker",
     watch: MasterPortWatch | None = None,
     hung: Callable[[], Failure | None] | None = None,
+    started: Callable[[int], None] | None = None,
 ) -> int:
     """Run one process in its own process group; forward SIGTERM/SIGINT/SIGHUP with a grace period.
 
@@ -267,8 +275,11 @@ def supervise(
     it says so, the command is stopped like on SIGTERM and the exit code is 2. ``hung()``
     is the hang watch's verdict: the command is stopped the same way, the verdict is the
     root cause and the exit code 124; it is asked once more when the command failed on its own.
+    ``started(pid)`` learns the command's pid.
     """
     proc = subprocess.Popen(list(cmd), env=dict(env), start_new_session=True)
+    if started is not None:
+        started(proc.pid)
     received: list[int] = []
 
     def forward(signum: int, _frame: object) -> None:
@@ -317,6 +328,7 @@ def _wait(proc: subprocess.Popen[bytes], received: list[int], watch: MasterPortW
             pass
         if not received and _must_stop(proc.pid, watch, hung, verdicts):
             _signal_group(proc.pid, signal.SIGTERM)
+            _signal_group(proc.pid, signal.SIGCONT)  # a stopped process handles it once continued
             deadline = time.monotonic() + grace_period
         if received and deadline is None:
             deadline = time.monotonic() + grace_period

@@ -7,6 +7,8 @@ The verdict rules are pinned on plain data (fast); the five hangs of issue 26 ru
 from __future__ import annotations
 
 import gc
+import re
+import shutil
 import signal
 import sys
 import textwrap
@@ -25,23 +27,36 @@ from paijob.runtime.cli import hang_settings
 from paijob.runtime.config import HangSettings, LaunchError
 from paijob.runtime.watch import progress
 from paijob.runtime.watch.failures import Failure
-from paijob.runtime.watch.hangwatch import (
+from paijob.runtime.watch.hangwatch import process_ended
+from paijob.runtime.watch.progress import Sampler, classify_wait, collectives_issued
+from paijob.runtime.watch.spawnwatch import child_rank
+from paijob.runtime.watch.storelink import VERDICT_KEY, StoreLink
+from paijob.runtime.watch.verdict import (
     RankState,
     judge,
-    process_ended,
     rank_ranges,
     report_frames,
     stall_line,
     waiting_phrase,
 )
-from paijob.runtime.watch.progress import Sampler, classify_wait, collectives_issued
-from paijob.runtime.watch.spawnwatch import child_rank
-from paijob.runtime.watch.storelink import VERDICT_KEY, StoreLink
 from paijob.task import exitcodes
 from paijob.task.options import build_parsers
 
 C10D = "/venv/site-packages/torch/distributed/distributed_c10d.py"
 SETTINGS = HangSettings(timeout=20, first_timeout=60, hard_limit=3)
+
+
+def stacks_of(output: str, cwd: Path) -> str:
+    """The stacks file a verdict names (``every rank's full stack: PATH``), read and removed; it is
+    never in the working directory (the user's checkout)."""
+    found = re.findall(r"every rank's full stack: (\S+)", output)
+    assert found, output
+    path = Path(found[-1])
+    assert not (cwd / "paijob-stacks.txt").exists() and cwd not in path.parents
+    text = path.read_text()
+    if path.parent.name.startswith("paijob-stacks-"):
+        shutil.rmtree(path.parent)
+    return text
 
 
 def state(rank: int, idle: float, *, wait: str | None = "all_reduce", line: int = 42,
@@ -180,8 +195,9 @@ def test_every_rank_idle_in_a_collective_is_judged_on_the_calibrated_timeout_and
     line = verdict.headline(CALIBRATED)
     assert line.startswith(
         "hang: no rank made progress for 125s (calibrated 120s: every rank waits in a "
-        "torch.distributed call, and the longest wait in one so far was 3s; 10 x that, at least "
-        "120s; --hang-timeout 600s holds outside collectives); "), line
+        "torch.distributed call, the longest wait in one so far was 3s, 10 x that, at least "
+        "120s, --hang-timeout 600s holds outside collectives); "), line
+    assert line.count("(") == line.count(")")
     # a longer wait seen before raises it: 10 x 30 s
     assert judge([state(0, 250, longest_wait=30), state(1, 250)], CALIBRATED) is None
     verdict = judge([state(0, 301, longest_wait=30), state(1, 301)], CALIBRATED)
@@ -380,7 +396,7 @@ def test_one_node_a_rank_asleep_before_its_all_reduce_is_named_and_the_job_ends_
     assert cause is not None and cause.startswith("hang: no rank made progress for"), out
     assert "rank 1 (node rank 0, host " in cause and "local rank 1) is stuck at sleeps.py:8" in cause
     assert "rank 0 waits in all_reduce at sleeps.py:9" in cause
-    stacks = (tmp_path / "paijob-stacks.txt").read_text()
+    stacks = stacks_of(task.output, tmp_path)
     assert "--- rank 0 " in stacks and "--- rank 1 " in stacks and "time.sleep(600)" in stacks
 
 
@@ -393,7 +409,7 @@ def test_dataparallel_mode_is_watched_too(tmp_path: Path, start_task):
     cause = root_cause(task.output)
     assert cause is not None and "rank 0 (node rank 0, host " in cause, task.output
     assert "is stuck at loads.py:3 in <module>, outside any collective" in cause
-    assert (tmp_path / "paijob-stacks.txt").exists()
+    assert stacks_of(task.output, tmp_path)
 
 
 SPAWNS_AND_SLEEPS = textwrap.dedent(
@@ -451,7 +467,7 @@ def test_per_node_mode_watches_the_mp_spawn_children_and_names_the_stuck_one(
     assert "rank 1 (node rank 0, host " in cause and "local rank 1) is stuck at spawns.py:15 in train" \
         ", outside any collective" in cause, out
     assert "rank 0 waits in all_reduce at spawns.py:16" in cause, out
-    stacks = (tmp_path / "paijob-stacks.txt").read_text()
+    stacks = stacks_of(task.output, tmp_path)
     assert "--- rank 0 " in stacks and "--- rank 1 " in stacks and "time.sleep(pause)" in stacks
     assert len(children) == 2 and all(process_ended_within(pid, 10) for pid in children)
 
@@ -558,7 +574,7 @@ def test_per_node_mode_on_two_nodes_names_the_stuck_mp_spawn_child_and_ends_both
         assert "rank 3 (node rank 1, host 127.0.0.1, local rank 1) is stuck at spawns.py:15 in " \
             "train, outside any collective" in cause, task.output
         assert "ranks 0-2 wait in all_reduce at spawns.py:16" in cause, task.output
-    stacks = (tmp_path / "paijob-stacks.txt").read_text()
+    stacks = stacks_of(tasks[0].output, tmp_path)
     assert "--- rank 0 " in stacks and "--- rank 3 " in stacks and "time.sleep(pause)" in stacks
     children = [int(p.name) for p in pids.iterdir()]
     assert len(children) == 4 and all(process_ended_within(pid, 10) for pid in children)
@@ -683,7 +699,7 @@ def test_each_hang_of_the_issue_names_its_rank_and_ends_both_nodes_124(
         assert "(on another node)" not in task.output
     if busy:
         assert "warning: straggler: rank 1" in tasks[0].output
-    stacks = (tmp_path / "paijob-stacks.txt").read_text()
+    stacks = stacks_of(tasks[0].output, tmp_path)
     assert "--- rank 0 " in stacks and "--- rank 1 " in stacks
 
 

@@ -1,30 +1,22 @@
-"""The hang watch: which ranks make progress, node 0's verdict, and the one report that names the culprit.
+"""The hang watch: the thread on every node that reads its workers' sampler files, shares them, and (node 0)
+acts on the verdict; the verdict itself is pure (:mod:`paijob.runtime.watch.verdict`).
 
 Each worker's sampler (:mod:`paijob.runtime.watch.progress`) writes where its main
-thread is and when it was last active. Each node's agent runs one
-:class:`HangWatch` thread that reads its workers' files once a second and
-publishes a short summary per rank over the channel the nodes already share
-(the rendezvous store, through :class:`~paijob.runtime.watch.nodewatch.NodeWatch`);
-node 0 gathers every node's summary and judges (:func:`judge`, pure):
-
-* **hang**: no rank has been active for the timeout (``--hang-timeout``, or the
-  longer ``--hang-first-timeout`` until every rank has completed a collective).
-  The culprits are the ranks that are not where the others wait: outside any
-  collective (a sleep, a blocking read, a DataLoader worker that never answers),
-  silent (a C call holding the GIL), or in a different collective than most.
-  One stall is judged sooner, on a timeout *calibrated* from the job's own
-  rhythm (:func:`calibrated_limit`): every rank idle inside a
-  ``torch.distributed`` call, which no checkpoint save or evaluation can look like.
-* **straggler**: some ranks wait for the timeout while others are busy (CPU,
-  I/O, a moving stack). Reported once at the timeout, ended only when the
-  wait reaches ``--hang-hard-limit`` times the timeout: a long checkpoint save
-  or evaluation on one rank is not a hang.
+thread is and when it was last active. Each node runs one :class:`HangWatch`
+thread that reads its workers' files once a second (only those it can vouch
+for: :mod:`paijob.runtime.watch.launched`) and publishes a short summary per
+rank over the channel the nodes already share (the rendezvous store); node 0
+gathers every node's summary and judges (:func:`~paijob.runtime.watch.verdict.judge`).
 
 A verdict is reported first (one report in node 0's log; every node prints it
-as its root cause), every rank's full stack is written to a file, and then the
-job ends with :data:`HANG_EXIT` on every node.
+as its root cause), every rank's full stack (every Python thread) is written to
+a file, and then the job ends with :data:`HANG_EXIT` on every node.
 
-No torch import.
+What it does to a worker: nothing. It reads files and ``/proc``; it never sends
+a worker a signal (a signal wakes a C call that holds the GIL: the user's code
+would see EINTR). A worker whose sampler is silent is read from the dump
+faulthandler's own watchdog thread writes (armed by the sampler), a stopped one
+from ``/proc``. No torch import.
 """
 
 from __future__ import annotations
@@ -33,102 +25,99 @@ import json
 import linecache
 import os
 import re
-import signal
+import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from collections.abc import Callable, Sequence
+from dataclasses import asdict
 from typing import Any
 
 from paijob.runtime.config import HangSettings
 from paijob.runtime.watch.failures import Failure
-from paijob.runtime.watch.progress import STACK_SIGNAL, is_library
-from paijob.task import contract, exitcodes, procfs
+from paijob.runtime.watch.launched import Launched, read_file, read_reports
+from paijob.runtime.watch.verdict import (
+    HANG_EXIT,
+    STALE_AFTER,
+    RankState,
+    Verdict,
+    first_timed_out,
+    judge,
+    never_arrived,
+    report_frames,
+    stall_line,
+)
+from paijob.task import contract, procfs
 
-HANG_EXIT = exitcodes.HANG
-STALE_AFTER = 10.0  # a sampler silent this long (seconds, at least 5 intervals) cannot run
+__all__ = ["HANG_EXIT", "Channel", "HangWatch", "StoreChannel", "read_reports", "stacks_folder",
+           "summarise"]
+
 STACKS_FILE = "paijob-stacks.txt"
-_TIMED_OUT = re.compile(r"timed out|timeout|Timeout|Watchdog caught collective operation")
 STACKS_WAIT = 5.0  # how long node 0 waits for the other nodes' full stacks
+MAX_THREADS = 8  # other threads of a rank kept in its summary
 
 PROGRESS_KEY = "paijob/progress/{node}"
 STACKS_WANTED_KEY = "paijob/stacks/wanted"  # a counter: SIGUSR1 or a verdict asks every node
 STACKS_KEY = "paijob/stacks/{node}/{request}"
 
-
-@dataclass
-class RankState:
-    """What node 0 knows about one rank (the summary a node publishes)."""
-
-    rank: int
-    node_rank: int
-    host: str
-    local_rank: int | None
-    idle_for: float  # seconds since it was last active (stack moved, CPU, storage I/O)
-    busy: bool
-    cpu_share: float
-    wait: str | None  # all_reduce, barrier, backward, DataLoader... None: its own code
-    collective: bool
-    first_progress: bool  # completed a collective since it started
-    stale_for: float  # seconds its sampler has been silent beyond the interval
-    where: list[list[Any]] = field(default_factory=list)  # innermost frames, user code first
-    loader_worker: list[int | None] | None = None  # (id, pid) of the DataLoader worker it waits for
-    exited: bool = False  # its process has ended: it waits for nothing (judged no more)
-    c10d: bool = False  # it waits inside a torch.distributed call (all_reduce, barrier, recv...)
-    longest_wait: float = 0.0  # its longest wait inside one such call so far (seconds)
-    quiet_for: float = 0.0  # seconds since any of its threads last moved data (a transfer)
-
-    @property
-    def silent(self) -> bool:
-        return self.stale_for >= STALE_AFTER
-
-    @property
-    def location(self) -> str:
-        """``train.py:42`` of the innermost user frame (or the innermost frame)."""
-        if not self.where:
-            return "an unknown place"
-        file, line, _function = self.where[0]
-        return f"{os.path.basename(file)}:{line}"
-
-    def name(self) -> str:
-        local = "" if self.local_rank is None else f", local rank {self.local_rank}"
-        return f"rank {self.rank} (node rank {self.node_rank}, host {self.host}{local})"
+_DUMP_THREAD = re.compile(r"^(?:Current thread|Thread) 0x([0-9a-fA-F]+)")
+_DUMP_FRAME = re.compile(r'^\s+File "(.*)", line (\d+) in (.*)$')
 
 
-def report_frames(frames: Sequence[Sequence[Any]], *, limit: int = 5) -> list[list[Any]]:
-    """The innermost frames, user code first: the user's innermost lines, then the library call."""
-    inner = list(reversed(frames))
-    user = [list(f) for f in inner if not is_library(str(f[0]))]
-    library: list[list[Any]] = []
-    for f in inner:  # library frames inside the innermost user frame
-        if not is_library(str(f[0])):
-            break
-        library.append(list(f))
-    return (user[:3] + library[-2:])[:limit] if user else [list(f) for f in inner[:limit]]
+def parse_dump(text: str) -> dict[int, list[list[Any]]]:
+    """faulthandler's dump (every thread, innermost frame first) as thread id -> frames,
+    outermost first like a sampler's."""
+    threads: dict[int, list[list[Any]]] = {}
+    current: list[list[Any]] | None = None
+    for line in text.splitlines():
+        header = _DUMP_THREAD.match(line)
+        if header:
+            current = threads.setdefault(int(header.group(1), 16), [])
+            continue
+        frame = _DUMP_FRAME.match(line)
+        if frame and current is not None:
+            current.insert(0, [frame.group(1), int(frame.group(2)), frame.group(3)])
+    return threads
 
 
 def summarise(report: dict[str, Any], *, node_rank: int, host: str, now: float,
-              interval: float, exited: bool = False) -> RankState:
-    """A worker's sampler file as the rank state node 0 judges (durations, not clock times)."""
+              interval: float, exited: bool = False, stopped: bool = False,
+              dump: str = "") -> RankState:
+    """A worker's sampler file as the rank state node 0 judges (durations, not clock times).
+
+    ``dump``: faulthandler's watchdog dump of the rank, used when its sampler is silent: the
+    main thread is where the dump says, not where the last sample saw it."""
     age = max(0.0, now - float(report.get("time", now)))
+    stale_for = max(0.0, age - interval)
+    frames = report.get("frames") or []
+    threads = [[t.get("name", "?"), t.get("frames") or []] for t in report.get("threads") or []]
+    dumped = False
+    if dump and stale_for >= STALE_AFTER / 2:
+        found = parse_dump(dump)
+        main = found.pop(int(report.get("main_thread") or 0), None)
+        if main:
+            frames, dumped = main, True
+            threads = [[f"thread 0x{ident:x}", stack] for ident, stack in found.items()]
     return RankState(
         rank=int(report["rank"]),
         node_rank=node_rank,
         host=host,
         local_rank=report.get("local_rank"),
-        idle_for=max(0.0, now - float(report.get("active_at", now))),
+        idle_for=max(0.0, now - min(now, float(report.get("active_at", now)))),
         busy=bool(report.get("busy")) and age < STALE_AFTER,
         cpu_share=float(report.get("cpu_share", 0.0)),
         wait=report.get("wait"),
         collective=bool(report.get("collective")),
-        first_progress=int(report.get("collectives_done", 0)) > 0,
-        stale_for=max(0.0, age - interval),
-        where=report_frames(report.get("frames") or []),
+        first_progress=bool(report.get("first_progress")),
+        stale_for=stale_for,
+        where=report_frames(frames),
         loader_worker=report.get("loader_worker"),
         exited=exited,
         c10d=bool(report.get("c10d")),
         longest_wait=float(report.get("longest_wait", 0.0)),
-        quiet_for=max(0.0, now - float(report.get("data_moved_at", now))),
+        quiet_for=max(0.0, now - min(now, float(report.get("data_moved_at", now)))),
+        stopped=stopped,
+        dumped=dumped,
+        threads=[[name, report_frames(stack)] for name, stack in threads[:MAX_THREADS]],
     )
 
 
@@ -140,326 +129,34 @@ def process_ended(pid: object) -> bool:
     return stat is None or stat.zombie
 
 
-def read_reports(folder: str) -> dict[int, dict[str, Any]]:
-    """Every worker's latest sampler file in ``folder``, by global rank."""
-    found: dict[int, dict[str, Any]] = {}
-    try:
-        names = os.listdir(folder)
-    except OSError:
-        return found
-    for name in names:
-        if not (name.startswith("rank") and name.endswith(".json")):
-            continue
-        try:
-            with open(os.path.join(folder, name), encoding="utf-8") as handle:
-                report = json.load(handle)
-            found[int(report["rank"])] = report
-        except (OSError, ValueError, KeyError, TypeError):
-            continue
-    return found
-
-
-# -- the verdict ------------------------------------------------------------------------
-
-
-CALIBRATED = "calibrated"
-
-
-@dataclass(frozen=True)
-class Limit:
-    """The timeout a verdict is judged on, and where it comes from: an option, or
-    ``calibrated`` (then ``why`` says from what)."""
-
-    seconds: float
-    source: str  # --hang-timeout, --hang-first-timeout or calibrated
-    why: str = ""
-
-    def said(self) -> str:
-        """``--hang-timeout 600s``, or ``calibrated 120s: ...``."""
-        head = f"{self.source} {self.seconds:.0f}s"
-        return f"{head}: {self.why}" if self.why else head
-
-
-@dataclass
-class Verdict:
-    """Node 0's judgement: ``kind`` hang or straggler; ``final`` ends the job."""
-
-    kind: str
-    final: bool
-    waited: float  # how long the waiting ranks have waited
-    limit: Limit
-    culprits: list[RankState]
-    others: list[RankState]
-    why: str  # how the culprits were told apart
-
-    def headline(self, settings: HangSettings) -> str:
-        if self.kind == "straggler":
-            return self._straggler_headline(settings.hard_limit)
-        parts = [f"hang: no rank made progress for {self.waited:.0f}s ({self.limit.said()})"]
-        if self.culprits:
-            parts.append(_join(stuck_phrase(s, self.why) for s in self.culprits))
-        else:
-            parts.append(self.why)
-        if self.others:
-            parts.append(waiting_phrase(self.others))
-        return "; ".join(parts) + f"; exit {HANG_EXIT}"
-
-    def _straggler_headline(self, hard_limit: float) -> str:
-        option, seconds = self.limit.source, self.limit.seconds
-        head = (f"straggler: {_join(straggler_phrase(s) for s in self.culprits)} while "
-                f"{waiting_phrase(self.others)}")
-        if self.final:
-            return (f"hang: {head}; ended at the hard limit ({hard_limit:g} x "
-                    f"{option} {seconds:.0f}s); exit {HANG_EXIT}")
-        return (f"{head}; not a hang while it works: ended at {hard_limit:g} x "
-                f"{option} ({hard_limit * seconds:.0f}s) unless it finishes")
-
-    def detail(self) -> list[str]:
-        return culprit_detail(self.culprits)
-
-
-def culprit_detail(culprits: Sequence[RankState]) -> list[str]:
-    """The culprits' innermost frames, user code first, with their source lines."""
-    lines = []
-    for state in culprits:
-        lines.append(f"{state.name()}, inactive for {state.idle_for:.0f}s, CPU "
-                     f"{state.cpu_share:.0%}:")
-        for file, line, function in state.where:
-            source = linecache.getline(str(file), int(line)).strip()
-            lines.append(f"  {file}:{line} in {function}" + (f": {source}" if source else ""))
-    return lines
-
-
-def _join(phrases: Iterable[str]) -> str:
-    return "; ".join(phrases)
-
-
-def rank_ranges(ranks: Iterable[int]) -> str:
-    """``0, 2-7``: sorted ranks with runs folded."""
-    values = sorted(set(ranks))
-    parts: list[str] = []
-    start = prev = None
-    for value in values:
-        if start is None:
-            start = prev = value
-        elif prev is not None and value == prev + 1:
-            prev = value
-        else:
-            parts.append(f"{start}" if start == prev else f"{start}-{prev}")
-            start = prev = value
-    if start is not None:
-        parts.append(f"{start}" if start == prev else f"{start}-{prev}")
-    return ", ".join(parts)
-
-
-def waiting_phrase(states: Sequence[RankState]) -> str:
-    """``ranks 0, 2-7 wait in all_reduce at train.py:42 for 312s``, one group per place."""
-    groups: dict[tuple[str, str], list[RankState]] = {}
-    for state in states:
-        groups.setdefault((state.wait or "", state.location), []).append(state)
-    phrases = []
-    for (wait, location), members in sorted(groups.items(), key=lambda item: -len(item[1])):
-        ranks = rank_ranges(s.rank for s in members)
-        noun = "ranks" if len(members) > 1 else "rank"
-        verb = "wait" if len(members) > 1 else "waits"
-        what = f" in {wait}" if wait else ""
-        waited = min(s.idle_for for s in members)
-        phrases.append(f"{noun} {ranks} {verb}{what} at {location} for {waited:.0f}s")
-    return ", ".join(phrases)
-
-
-def stuck_phrase(state: RankState, why: str) -> str:
-    if state.silent:
-        return (f"{state.name()} does not answer (its sampler has been silent for "
-                f"{state.stale_for:.0f}s: a C call holding the GIL?), last seen at {state.location}")
-    if state.wait == "DataLoader":
-        worker = ""
-        if state.loader_worker:
-            worker_id, pid = state.loader_worker
-            worker = f" {worker_id}" + (f" (pid {pid})" if pid else "")
-        return f"{state.name()} waits for its DataLoader worker{worker} at {state.location}"
-    if state.collective:
-        return f"{state.name()} waits in {state.wait} at {state.location} ({why})"
-    return f"{state.name()} is stuck at {state.location} in {_function(state)}, outside any collective"
-
-
-def straggler_phrase(state: RankState) -> str:
-    return (f"{state.name()} is busy at {state.location} in {_function(state)} "
-            f"(CPU {state.cpu_share:.0%})")
-
-
-def _function(state: RankState) -> str:
-    return str(state.where[0][2]) if state.where else "?"
-
-
-def pick_culprits(states: Sequence[RankState]) -> tuple[list[RankState], str]:
-    """The ranks not where the others wait, and how they were told apart."""
-    odd = [s for s in states if s.silent or not s.collective]
-    if odd:
-        return odd, "outside any collective"
-    groups: dict[tuple[str, str], list[RankState]] = {}
-    for state in states:
-        groups.setdefault((state.wait or "", state.location), []).append(state)
-    if len(groups) == 1:
-        (wait, location), _members = next(iter(groups.items()))
-        return [], (f"every rank waits in {wait} at {location}: the collective itself does not "
-                    f"complete (a lost message, a network or GPU fault)")
-    largest = max(len(members) for members in groups.values())
-    minority = [s for members in groups.values() if len(members) < largest for s in members]
-    if minority:
-        return minority, "a different collective than the other ranks: mismatched collectives"
-    return [], "the ranks wait in different collectives: mismatched collectives"
-
-
-def stall_line(states: Sequence[RankState], settings: HangSettings) -> str | None:
-    """``no progress for 95s on rank 1``: ranks inactive for half the timeout (at most 30 s),
-    while the job runs; when every rank is, the ones not where the others wait. None: none."""
-    shown_after = min(30.0, settings.timeout / 2) if settings.enabled else 30.0
-    running = [s for s in states if not s.exited]
-    idle = [s for s in running if s.idle_for >= shown_after]
-    if not idle:
-        return None
-    if len(idle) == len(running):
-        culprits, _why = pick_culprits(idle)
-        idle = culprits or idle
-    noun = "ranks" if len(idle) > 1 else "rank"
-    return f"no progress for {min(s.idle_for for s in idle):.0f}s on {noun} {rank_ranges(s.rank for s in idle)}"
-
-
-def judge(states: Sequence[RankState], settings: HangSettings,
-          expected_ranks: int | None = None) -> Verdict | None:
-    """Node 0's verdict on every rank's state; None while the job makes progress.
-
-    ``expected_ranks``: the world size; a rank not seen yet counts as starting (active).
-    """
-    running = judged_ranks(states, settings, expected_ranks)
-    if not running:
-        return None
-    calibrated = calibrated_limit(running, settings)
-    if calibrated is not None and all(min(s.idle_for, s.quiet_for) >= calibrated.seconds
-                                      for s in running):
-        verdict = verdict_at(running, calibrated, settings)
-    else:
-        verdict = verdict_at(running, configured_limit(running, settings), settings)
-    if verdict is not None and verdict.kind == "hang" and ended_lately(states, verdict.limit):
-        return None
-    return verdict
-
-
-def ended_lately(states: Sequence[RankState], limit: Limit) -> bool:
-    """Whether a rank whose process has ended was active within ``limit``: until it ended, the
-    job moved. Without this, the moment a busy rank finishes, the ranks that waited for it
-    (their last report, a second or two old, still says they wait) look like a hang with no
-    one active; seen under load with a rank 0 that saved a checkpoint for 14 s."""
-    return any(s.exited and s.idle_for < limit.seconds for s in states)
-
-
-def judged_ranks(states: Sequence[RankState], settings: HangSettings,
-                 expected_ranks: int | None) -> list[RankState]:
-    """The ranks to judge: none while the watch is off or a rank has not reported yet; a rank
-    whose process has ended waits for nothing and is left out."""
-    if not settings.enabled or not states:
-        return []
-    if expected_ranks is not None and len(states) < expected_ranks:
-        return []
-    return [s for s in states if not s.exited]
-
-
-def configured_limit(states: Sequence[RankState], settings: HangSettings) -> Limit:
-    """``--hang-timeout``, or the longer ``--hang-first-timeout`` until every rank has completed
-    a collective."""
-    started = all(s.first_progress for s in states)
-    if started or settings.first_timeout <= settings.timeout:
-        return Limit(settings.timeout, "--hang-timeout")
-    return Limit(settings.first_timeout, "--hang-first-timeout")
-
-
-def calibrated_limit(states: Sequence[RankState], settings: HangSettings) -> Limit | None:
-    """A timeout from the job's own rhythm, for the one stall nothing healthy looks like; None:
-    the configured timeout holds.
-
-    Only when ``--hang-timeout`` was not set, every rank has made progress, and every rank
-    waits inside a ``torch.distributed`` call (all_reduce, barrier, recv...): a checkpoint save,
-    an evaluation or ``torch.compile`` runs outside one, on at least one rank. Then the
-    ranks wait for each other only (a lost message, mismatched collectives); :func:`judge`
-    also wants no data moving in any rank's process for as long (a huge collective's
-    transfer runs in gloo's own threads while the main thread waits). The timeout is ``calibration_multiple`` times the longest wait any rank had in one call so
-    far, at least ``calibration_floor``, never above ``--hang-timeout``.
-    """
-    if not settings.calibrate:
-        return None
-    if not all(s.first_progress and s.c10d and not s.silent for s in states):
-        return None
-    longest = max(s.longest_wait for s in states)
-    seconds = max(settings.calibration_floor, settings.calibration_multiple * longest)
-    if seconds >= settings.timeout:
-        return None
-    return Limit(seconds, CALIBRATED, (
-        f"every rank waits in a torch.distributed call, and the longest wait in one so far "
-        f"was {longest:.0f}s; {settings.calibration_multiple:g} x that, at least "
-        f"{settings.calibration_floor:.0f}s; --hang-timeout {settings.timeout:.0f}s holds "
-        f"outside collectives"))
-
-
-def verdict_at(states: Sequence[RankState], limit: Limit, settings: HangSettings) -> Verdict | None:
-    """The verdict with ``limit`` as the timeout: a hang when no rank is active, a straggler when
-    some are busy while the others wait; None before the timeout or while a rank is between."""
-    waiting = [s for s in states if s.idle_for >= limit.seconds]
-    if not waiting:
-        return None
-    active = [s for s in states if s.idle_for < limit.seconds]
-    waited = min(s.idle_for for s in waiting)
-    recent = max(3.0, 3 * settings.interval)  # a straggler was active this recently
-    if any(s.idle_for > recent for s in active):
-        return None  # a rank between busy and idle: judge again at the next look
-    if not active:
-        culprits, why = pick_culprits(states)
-        others = [s for s in states if s not in culprits]
-        return Verdict("hang", True, waited, limit, culprits, others, why)
-    final = waited >= settings.hard_limit * limit.seconds
-    return Verdict("straggler", final, waited, limit, active, waiting, "busy while the others wait")
-
-
-def first_timed_out(failures: Sequence[Failure]) -> Failure | None:
-    """The earliest worker failure whose output says a collective timed out (torch's own
-    process-group timeout); None: none did."""
-    timed_out = [f for f in failures if f.rank is not None and _TIMED_OUT.search(f.tail or "")]
-    return min(timed_out, key=lambda f: f.time) if timed_out else None
-
-
-def never_arrived(failed: Failure, last_states: Sequence[RankState]) -> Failure | None:
-    """The root cause for ``failed`` (a rank whose collective timed out): the rank(s) not where
-    the others waited at the last look. None: ``failed`` was not in a collective, or every rank
-    was."""
-    # the dead ranks' samplers fall silent as they exit: judge by where each one was
-    states = [replace(s, stale_for=0.0) for s in last_states]
-    waiter = next((s for s in states if s.rank == failed.rank), None)
-    culprits, why = pick_culprits(states)
-    culprits = [s for s in culprits if s.rank != failed.rank]
-    if waiter is None or not waiter.collective or not culprits:
-        return None
-    reason = (
-        f"torch's process-group timeout fired in rank {failed.rank}'s {waiter.wait} at "
-        f"{waiter.location}; the rank that never arrived: "
-        + _join(stuck_phrase(s, why) for s in culprits)
-    )
-    return Failure(node_rank=culprits[0].node_rank, rank=None, local_rank=None,
-                   returncode=failed.returncode, secondary=False, time=failed.time - 1e-3,
-                   reason=reason, detail="\n".join(culprit_detail(culprits)), overrides=True)
+def process_stopped(pid: object) -> bool:
+    """Whether a worker's process is stopped (T state: SIGSTOP, a debugger): it runs nothing."""
+    stat = procfs.read_stat(pid) if isinstance(pid, int) else None
+    return stat is not None and stat.stopped
 
 
 # -- full stacks -------------------------------------------------------------------------
 
 
 def stack_text(report: dict[str, Any], header: str) -> str:
-    """A rank's whole main-thread stack as Python prints a traceback (outermost first)."""
-    lines = [header, "Stack (most recent call last):"]
-    for file, line, function in report.get("frames") or []:
+    """A rank's whole stack as Python prints a traceback (outermost first): the main thread, then
+    every other Python thread its sampler saw while the main thread stood still."""
+    lines = [header, "Stack of the main thread (most recent call last):"]
+    lines.extend(_traceback(report.get("frames") or []))
+    for thread in report.get("threads") or []:
+        lines.append(f"Stack of thread {thread.get('name', '?')!r} (most recent call last):")
+        lines.extend(_traceback(thread.get("frames") or []))
+    return "\n".join(lines)
+
+
+def _traceback(frames: Sequence[Sequence[Any]]) -> list[str]:
+    lines = []
+    for file, line, function in frames:
         lines.append(f'  File "{file}", line {line}, in {function}')
         source = linecache.getline(str(file), int(line)).strip()
         if source:
             lines.append(f"    {source}")
-    return "\n".join(lines)
+    return lines
 
 
 # -- the thread on every node ------------------------------------------------------------
@@ -555,10 +252,11 @@ class HangWatch:
         nnodes: int,
         world_size: int,
         host: str,
-        stacks_dir: str,
+        stacks_dir: str | None,
         channel: Channel,
         declare: Callable[[Failure], None],
         say: Callable[[str], None],
+        launched: Launched | None = None,
     ) -> None:
         self.settings = settings
         self.folder = folder
@@ -573,7 +271,7 @@ class HangWatch:
         self._stop = threading.Event()
         self._stacks_request = threading.Event()
         self._stacks_seen = 0
-        self._signalled: set[int] = set()  # pids sent STACK_SIGNAL while silent
+        self.launched = launched  # None: every file in the folder is believed (tests)
         self._straggler_reported = False
         self.verdict: Verdict | None = None
         self.last_states: list[RankState] = []
@@ -585,6 +283,7 @@ class HangWatch:
         self._thread = threading.Thread(target=self._run, name="paijob-hangwatch", daemon=True)
 
     def start(self) -> None:
+        self._say(self.settings.described())
         self._thread.start()
 
     def stop(self) -> None:
@@ -612,11 +311,8 @@ class HangWatch:
 
     def tick(self) -> None:
         now = time.time()
-        reports = read_reports(self.folder)
-        local = [summarise(r, node_rank=self.node_rank, host=self.host, now=now,
-                           interval=self.settings.interval, exited=process_ended(r.get("pid")))
-                 for r in reports.values()]
-        self._dump_silent(local, reports)
+        reports = read_reports(self.folder, self.launched)
+        local = [self._summarise(rank, report, now) for rank, report in reports.items()]
         if self.nnodes > 1:
             self.channel.publish(self.node_rank, local)
         if self._stacks_request.is_set():
@@ -648,11 +344,17 @@ class HangWatch:
         self.verdict = verdict
         self._end(verdict, reports)
 
+    def _summarise(self, rank: int, report: dict[str, Any], now: float) -> RankState:
+        pid = report.get("pid")
+        return summarise(report, node_rank=self.node_rank, host=self.host, now=now,
+                         interval=self.settings.interval, exited=process_ended(pid),
+                         stopped=process_stopped(pid), dump=self._faulthandler_dump(rank))
+
     def _end(self, verdict: Verdict, reports: dict[int, dict[str, Any]]) -> None:
         """Report first (every stack to a file), end second (every node, exit HANG_EXIT)."""
         headline = verdict.headline(self.settings)
-        self._say(f"hang watch: {headline.split('; ')[0]}; collecting every rank's stack, then "
-                  f"stopping the job")
+        self._say(f"hang watch: hang: no rank made progress for {verdict.waited:.0f}s "
+                  f"({verdict.limit.short()}); collecting every rank's stack, then stopping the job")
         path = self.write_all_stacks(reports)
         detail = verdict.detail()
         if path:
@@ -673,12 +375,8 @@ class HangWatch:
         if line == self._progress_line and now - self._progress_written < 5.0:
             return
         self._progress_line, self._progress_written = line, now
-        text = json.dumps({"line": line, "time": time.time()})
         try:
-            temp = f"{self.progress_file}.tmp"
-            with open(temp, "w", encoding="utf-8") as handle:
-                handle.write(text)
-            os.replace(temp, self.progress_file)
+            replace_file(self.progress_file, json.dumps({"line": line, "time": time.time()}))
         except OSError:
             self.progress_file = None
 
@@ -690,56 +388,30 @@ class HangWatch:
         failed = first_timed_out(failures)
         return None if failed is None else never_arrived(failed, self.last_states)
 
-    def _dump_silent(self, local: list[RankState], reports: dict[int, dict[str, Any]]) -> None:
-        """A rank whose sampler cannot run: faulthandler writes its stack (once per silence)."""
-        for state in local:
-            pid = reports[state.rank].get("pid")
-            if not isinstance(pid, int) or state.exited:
-                continue
-            if state.silent and pid not in self._signalled:
-                self._signalled.add(pid)
-                try:
-                    os.kill(pid, STACK_SIGNAL)
-                except OSError:
-                    pass
-            elif not state.silent:
-                self._signalled.discard(pid)
-
     def local_stacks(self, reports: dict[int, dict[str, Any]], why: str) -> str:
-        """Every local rank's stack, as text (a silent rank: its faulthandler dump)."""
+        """Every local rank's stack, every Python thread, as text (a silent rank: faulthandler's
+        watchdog dump; a stopped one: so said)."""
         parts = [f"{why}: node rank {self.node_rank} ({self.host}), {len(reports)} rank(s)"]
         now = time.time()
         for rank in sorted(reports):
             report = reports[rank]
-            state = summarise(report, node_rank=self.node_rank, host=self.host, now=now,
-                              interval=self.settings.interval)
+            state = self._summarise(rank, report, now)
             header = (f"--- {state.name()}, pid {report.get('pid')}, inactive for "
                       f"{state.idle_for:.0f}s, CPU {state.cpu_share:.0%}"
-                      + (f", waits in {state.wait}" if state.wait else ""))
-            parts.append(stack_text(report, header))
-            if state.wait == "DataLoader" and state.loader_worker and state.loader_worker[1]:
-                self._signal_for_stack(int(state.loader_worker[1]))  # the worker it waits for
+                      + (f", waits in {state.wait}" if state.wait else "")
+                      + (", stopped (T state)" if state.stopped else ""))
             dump = self._faulthandler_dump(rank)
-            if dump and (state.silent or state.wait == "DataLoader"):
-                parts.append(f"faulthandler dump of rank {rank}'s process (its sampler is silent) "
-                             f"or of the DataLoader worker it waits for:\n{dump}")
+            if dump and state.silent:
+                parts.append(f"{header}, its sampler silent for {state.stale_for:.0f}s: every thread "
+                             f"as faulthandler's watchdog wrote it (most recent call first):\n{dump}")
+            else:
+                parts.append(stack_text(report, header))
         return "\n".join(parts)
 
-    def _signal_for_stack(self, pid: int) -> None:
-        """faulthandler in ``pid`` (registered before the fork) writes its stack to rank<N>.stack."""
-        try:
-            os.kill(pid, STACK_SIGNAL)
-        except OSError:
-            return
-        time.sleep(0.3)
-
     def _faulthandler_dump(self, rank: int) -> str:
-        try:
-            with open(os.path.join(self.folder, f"rank{rank}.stack"), encoding="utf-8",
-                      errors="replace") as handle:
-                return handle.read().strip()
-        except OSError:
-            return ""
+        """What faulthandler's watchdog wrote for ``rank`` (its sampler missed a few samples)."""
+        data = read_file(os.path.join(self.folder, f"rank{rank}.stack"))
+        return data.decode("utf-8", "replace").strip() if data else ""
 
     def write_all_stacks(self, reports: dict[int, dict[str, Any]]) -> str | None:
         """Node 0: every rank's full stack in one file (the other nodes' sent over the store)."""
@@ -754,22 +426,46 @@ class HangWatch:
         return write_stacks_file(self.stacks_dir, STACKS_FILE, "\n\n".join(texts) + "\n")
 
 
-def write_stacks_file(folder: str, name: str, text: str) -> str | None:
-    """Write ``text`` to ``folder/name``; its path, or None when the folder cannot be written."""
-    path = os.path.join(folder, name)
+def write_stacks_file(folder: str | None, name: str, text: str) -> str | None:
+    """Write ``text`` to a new file ``folder/name`` (``name-1``... when taken); its path, or None
+    when the folder cannot be written. Created exclusively and never through a link: a link
+    planted under that name is left alone. ``folder`` None: a new temporary folder."""
     try:
+        folder = folder or tempfile.mkdtemp(prefix="paijob-stacks-")
         os.makedirs(folder, exist_ok=True)
-        with open(path, "w", encoding="utf-8") as handle:
-            handle.write(text)
     except OSError:
         return None
-    return os.path.abspath(path)
+    stem, dot, ext = name.rpartition(".")
+    for attempt in range(100):
+        path = os.path.join(folder, name if attempt == 0 else f"{stem}-{attempt}{dot}{ext}")
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                         0o644)
+        except FileExistsError:
+            continue
+        except OSError:
+            return None
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        return os.path.abspath(path)
+    return None
 
 
-def stacks_folder(log_dir: str | None, environ: dict[str, str] | os._Environ[str]) -> str:
-    """Where the stacks file goes: ``--log-dir``, else the job's output folder, else the working directory."""
-    return log_dir or environ.get(contract.OUTPUT_DIR) or os.getcwd()
+def replace_file(path: str, text: str) -> None:
+    """Replace ``path`` by a file holding ``text``, atomically and never through a link: the
+    temporary file is created exclusively (a link planted under its name is removed first)."""
+    temp = f"{path}.tmp"
+    try:
+        os.unlink(temp)
+    except FileNotFoundError:
+        pass
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write(text)
+    os.replace(temp, path)
 
 
-def stack_signal_name() -> str:
-    return signal.Signals(STACK_SIGNAL).name
+def stacks_folder(log_dir: str | None, environ: dict[str, str] | os._Environ[str]) -> str | None:
+    """Where the stacks file goes: ``--log-dir``, else the job's output folder, else None (a
+    new temporary folder); never the working directory, the user's checkout."""
+    return log_dir or environ.get(contract.OUTPUT_DIR) or None
