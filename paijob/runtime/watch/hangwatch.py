@@ -91,7 +91,7 @@ def summarise(report: dict[str, Any], *, node_rank: int, host: str, now: float,
     frames = report.get("frames") or []
     threads = [[t.get("name", "?"), t.get("frames") or []] for t in report.get("threads") or []]
     dumped = False
-    if dump and stale_for >= STALE_AFTER / 2:
+    if dump:  # the sampler clears it before each sample: a dump is newer than the report
         found = parse_dump(dump)
         main = found.pop(int(report.get("main_thread") or 0), None)
         if main:

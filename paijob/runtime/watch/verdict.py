@@ -65,7 +65,9 @@ class RankState:
 
     @property
     def silent(self) -> bool:
-        return self.stale_for >= STALE_AFTER
+        """Its sampler cannot run (a C call holding the GIL): faulthandler's watchdog wrote its
+        stack, or no sample came for :data:`STALE_AFTER` seconds."""
+        return self.dumped or self.stale_for >= STALE_AFTER
 
     @property
     def odd(self) -> bool:
@@ -262,8 +264,8 @@ def waiting_phrase(states: Sequence[RankState]) -> str:
 
 def stuck_phrase(state: RankState, why: str) -> str:
     if state.stopped:
-        return (f"{state.name()} is stopped (T state in /proc: SIGSTOP or a debugger) at "
-                f"{state.location} in {_function(state)}")
+        return (f"{state.name()} is stopped (T state in /proc: SIGSTOP or a debugger), last seen "
+                f"at {state.location} in {_function(state)}")
     if state.silent:
         seen = "is at" if state.dumped else "last seen at"
         return (f"{state.name()} does not answer (its sampler has been silent for "
