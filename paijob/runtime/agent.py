@@ -70,12 +70,14 @@ from paijob.runtime.watch.failures import (  # noqa: E402
 from paijob.runtime.watch.hangwatch import Channel, HangWatch, StoreChannel, stacks_folder  # noqa: E402
 from paijob.runtime.watch.launched import Launched  # noqa: E402
 from paijob.runtime.watch.nodewatch import NodeWatch, first_line  # noqa: E402
+from paijob.runtime.watch.verdict import first_timed_out  # noqa: E402
 from paijob.task import contract, exitcodes, procfs  # noqa: E402
 
 if _user_cpp_log_level is None:
     os.environ.pop(_CPP_LOG_LEVEL, None)
 
 log = logging.getLogger("paijob.runtime")
+ACCOUNT_WAIT = 15.0  # seconds a node waits for node 0's account of a collective's timeout
 
 _TAIL_BYTES = 64 * 1024
 _TAIL_LINES = 40
@@ -481,6 +483,9 @@ def _run_agent(agent: PaijobAgent, config: LaunchConfig) -> tuple[int, Failure |
     if explained is not None:  # torch's timeout fired in a rank that waited: name the absent one
         watch.publish(explained)
         records.append(explained)
+    elif agent.hang is not None and config.multi_node and first_timed_out([*local, *records]):
+        # node 0 explains it (the one who saw every rank): wait for its account, not our waiter
+        records = watch.wait_for_account(timeout=ACCOUNT_WAIT)
     if config.multi_node and not any(not f.secondary for f in [*local, *records]):
         # A peer's connection broke under our workers: wait for the cause (its record,
         # or node 0's verdict that it was lost, which takes --heartbeat-timeout).

@@ -784,6 +784,23 @@ def test_when_torchs_own_timeout_fires_first_the_rank_that_never_arrived_is_name
             "pg.py:12"), task.output
 
 
+@pytest.mark.slow
+def test_when_torchs_timeout_fires_on_the_other_node_every_node_prints_the_same_root_cause(
+    tmp_path: Path, start_task
+):
+    """2 x 2, rank 1 (node 0) never arrives, timeout 15 s: node 1's ranks time out waiting for
+    it; node 1 used to blame its own healthy rank. Now it waits for node 0's account."""
+    source = PG_TIMEOUT_FIRST.replace("seconds=8", "seconds=15")
+    tasks = start_two_nodes(start_task, tmp_path, "pg.py", source, ["--nproc-per-node", "2"])
+    codes = wait_all(tasks, timeout=200)
+    outputs = "\n".join(t.output for t in tasks)
+    assert codes[0] != 0 and codes[1] != 0, outputs
+    causes = [root_cause(task.output) for task in tasks]
+    assert causes[0] is not None and causes[0] == causes[1], outputs
+    assert "the rank that never arrived: rank 1 (node rank 0, host 127.0.0.1, local rank 1) is " \
+        "stuck at pg.py:12" in causes[0], outputs
+
+
 TRAINS_A_WHILE = textwrap.dedent(
     """
     import os, sys, time

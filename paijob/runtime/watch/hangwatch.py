@@ -275,6 +275,7 @@ class HangWatch:
         self._straggler_reported = False
         self.verdict: Verdict | None = None
         self.last_states: list[RankState] = []
+        self._running: dict[int, RankState] = {}
         self.progress_file = os.environ.get(contract.PROGRESS_FILE) or None
         self._progress_line: str | None = None
         self._progress_written = 0.0
@@ -330,7 +331,10 @@ class HangWatch:
             return
         states = local + (self.channel.gather(self.nnodes, self.node_rank) if self.nnodes > 1 else [])
         states.sort(key=lambda s: s.rank)
-        self.last_states = states
+        for state in states:  # where each rank was while it ran: the evidence for a timeout's account
+            if not state.exited:
+                self._running[state.rank] = state
+        self.last_states = [self._running[rank] for rank in sorted(self._running)]
         self._keep_progress_file(states)
         verdict = judge(states, self.settings, expected_ranks=self.world_size)
         if verdict is None:

@@ -422,6 +422,17 @@ class NodeWatch:
                 return records
             time.sleep(0.2)
 
+    def wait_for_account(self, timeout: float) -> list[Failure]:
+        """Wait for node 0's account of a timeout (a record that ``overrides``): torch's timeout
+        fired in a rank of ours that waited, and node 0 names the rank that never arrived, from
+        the states every node shares. Every node then prints that one root cause."""
+        deadline = time.monotonic() + timeout
+        while True:
+            records = self.records()
+            if any(f.overrides for f in records) or time.monotonic() >= deadline:
+                return records
+            time.sleep(0.2)
+
     def finish_after_failure(self, linger: float) -> None:
         """Count this node out; node 0 (the store host) lingers so the others can read why."""
         self.enter("finishing")
