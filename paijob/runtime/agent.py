@@ -35,7 +35,6 @@ import logging
 import os
 import shutil
 import signal
-import socket
 import sys
 import tempfile
 import time
@@ -68,7 +67,9 @@ from paijob.runtime.watch.failures import (  # noqa: E402
     strip_rank_prefix,
 )
 from paijob.runtime.watch.hangwatch import Channel, HangWatch, StoreChannel, stacks_folder  # noqa: E402
+from paijob.runtime.watch.health import answer_stacks_requests, host_name  # noqa: E402
 from paijob.runtime.watch.launched import Launched  # noqa: E402
+from paijob.runtime.watch.lifecycle import Watchers  # noqa: E402
 from paijob.runtime.watch.nodewatch import NodeWatch, first_line  # noqa: E402
 from paijob.runtime.watch.verdict import first_timed_out  # noqa: E402
 from paijob.task import contract, exitcodes, procfs  # noqa: E402
@@ -336,7 +337,6 @@ def _port_taken(error: BaseException) -> bool:
 
 def _who() -> str:
     """``role:index at address`` of this task, for other nodes' messages about it."""
-    from paijob.runtime.netif import task_address
 
     role = os.environ.get("PAI_CURRENT_TASK_ROLE_NAME", "")
     index = os.environ.get("PAI_CURRENT_TASK_ROLE_CURRENT_TASK_INDEX", "")
@@ -412,47 +412,39 @@ def run_per_gpu(config: LaunchConfig, worker_env: Mapping[str, str] | None = Non
     )
     os.environ.setdefault("TORCHELASTIC_SIGNALS_TO_HANDLE", "SIGTERM,SIGINT,SIGHUP,SIGQUIT")
     _quiet_torch_elastic(config.verbose)
-    hang = _start_hang_watch(config, agent)
-    agent.hang = hang
+    agent.hang = _start_hang_watch(config, agent)
+    watchers = Watchers(agent.hang)
+    watchers.start()
     try:
         return _run_agent(agent, config)
     finally:
-        if hang is not None:
-            hang.stop()
-            shutil.rmtree(hang.folder, ignore_errors=True)
+        watchers.stop()
         agent.remove_logs()
 
 
 def _start_hang_watch(config: LaunchConfig, agent: PaijobAgent) -> HangWatch | None:
-    """The workers' samplers report into a folder of this node's; one thread judges (node 0).
-
-    SIGUSR1 asks it for every rank's stack on every node (the job goes on).
-    """
-    settings = config.hang
-    watch, worker_env = agent._watch(), agent.worker_env  # noqa: SLF001 - set by run_per_gpu
-    if not settings.enabled:
-        signal.signal(signal.SIGUSR1, lambda *_: say(
-            "stacks on request: the hang watch is off (--hang-timeout 0), no stacks to print"))
+    """The workers' samplers report into the folder the launcher named in their environment
+    (:func:`paijob.task.contract.worker_env`); one thread judges (node 0). SIGUSR1 asks it for
+    every rank's stack on every node (the job goes on)."""
+    watch = agent._watch()  # noqa: SLF001 - set by run_per_gpu
+    folder = agent.worker_env.get(contract.HANG_DIR) or os.environ.get(contract.HANG_DIR)
+    if not config.hang.enabled or not folder:
+        answer_stacks_requests(None, say)
         return None
-    folder = tempfile.mkdtemp(prefix="paijob-hang-")
-    worker_env[contract.HANG_DIR] = folder  # the workers' samplers write there
-    worker_env[contract.HANG_INTERVAL] = f"{settings.interval:g}"
     dist = config.dist
 
     def declare(failure: Failure) -> None:
         watch.publish(failure)
         watch.declare(failure)
 
-    found = task_address(os.environ)
     hang = HangWatch(
-        settings, folder=folder, node_rank=dist.node_rank, nnodes=dist.nnodes,
-        world_size=dist.world_size, host=found[0] if found else socket.gethostname(),
+        config.hang, folder=folder, node_rank=dist.node_rank, nnodes=dist.nnodes,
+        world_size=dist.world_size, host=host_name(os.environ),
         stacks_dir=stacks_folder(config.log_dir, os.environ),
         channel=StoreChannel(watch.call) if dist.nnodes > 1 else Channel(),
         declare=declare, say=say, launched=Launched(ranks=lambda: agent.rank_pids),
     )
-    signal.signal(signal.SIGUSR1, lambda *_: hang.request_stacks())
-    hang.start()
+    answer_stacks_requests(hang, say)
     return hang
 
 

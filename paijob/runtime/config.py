@@ -24,6 +24,7 @@ from importlib.machinery import ModuleSpec, PathFinder
 
 from paijob.errors import PaijobError
 from paijob.runtime.env import DistEnv
+from paijob.task import contract
 from paijob.task.cwd_safe import module_args
 from paijob.task.options import (
     DEFAULT_HANG_FIRST_TIMEOUT,
@@ -213,7 +214,7 @@ class HangSettings:
             return "watching for hangs: off (--hang-timeout 0)"
         first = max(self.first_timeout, self.timeout)
         line = (f"watching for hangs: --hang-timeout {self.timeout:g}s ({self.source}"
-                + ("; --hang-timeout N or $PAIJOB_HANG_TIMEOUT changes it, 0 turns the watch off"
+                + (f"; --hang-timeout N or ${contract.HANG_TIMEOUT} changes it, 0 turns the watch off"
                    if self.source == "the default" else "")
                 + f"); until a rank's first training step, --hang-first-timeout {first:g}s; a busy "
                   f"straggler is ended at {self.hard_limit:g} x the timeout")

@@ -25,6 +25,7 @@ import json
 import linecache
 import os
 import re
+import shutil
 import tempfile
 import threading
 import time
@@ -35,6 +36,7 @@ from typing import Any
 from paijob.runtime.config import HangSettings
 from paijob.runtime.watch.failures import Failure
 from paijob.runtime.watch.launched import Launched, read_file, read_reports
+from paijob.runtime.watch.lifecycle import Ticker
 from paijob.runtime.watch.verdict import (
     HANG_EXIT,
     STALE_AFTER,
@@ -240,8 +242,9 @@ class StoreChannel(Channel):
         return found
 
 
-class HangWatch:
-    """One node's hang watch thread (node 0 also judges)."""
+class HangWatch(Ticker):
+    """One node's hang watch thread (node 0 also judges): a :class:`Ticker` reading its workers'
+    files every ``settings.interval`` seconds."""
 
     def __init__(
         self,
@@ -258,6 +261,7 @@ class HangWatch:
         say: Callable[[str], None],
         launched: Launched | None = None,
     ) -> None:
+        super().__init__("paijob-hangwatch", settings.interval, say)
         self.settings = settings
         self.folder = folder
         self.node_rank = node_rank
@@ -268,7 +272,6 @@ class HangWatch:
         self.channel = channel
         self._declare = declare
         self._say = say
-        self._stop = threading.Event()
         self._stacks_request = threading.Event()
         self._stacks_seen = 0
         self.launched = launched  # None: every file in the folder is believed (tests)
@@ -280,15 +283,14 @@ class HangWatch:
         self._progress_line: str | None = None
         self._progress_written = 0.0
         self._declared: Failure | None = None
-        self._said: set[str] = set()
-        self._thread = threading.Thread(target=self._run, name="paijob-hangwatch", daemon=True)
 
     def start(self) -> None:
         self._say(self.settings.described())
-        self._thread.start()
+        super().start()
 
-    def stop(self) -> None:
-        self._stop.set()
+    def finish(self) -> None:
+        """The workers' sampler files go with the node (the stacks file stays)."""
+        shutil.rmtree(self.folder, ignore_errors=True)
 
     def take_verdict(self) -> Failure | None:
         """The failure a final verdict declared, once (for a launcher that polls, not listens)."""
@@ -298,17 +300,6 @@ class HangWatch:
     def request_stacks(self) -> None:
         """SIGUSR1: print every rank's stack on every node (from a signal handler: set a flag)."""
         self._stacks_request.set()
-
-    # -- the loop -----------------------------------------------------------------
-    def _run(self) -> None:
-        while not self._stop.wait(self.settings.interval):
-            try:
-                self.tick()
-            except Exception as error:  # noqa: BLE001 - never take the node down
-                message = f"hang watch: {type(error).__name__}: {error}"
-                if message not in self._said:  # once, not once a second
-                    self._said.add(message)
-                    self._say(message)
 
     def tick(self) -> None:
         now = time.time()

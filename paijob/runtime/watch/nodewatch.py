@@ -35,6 +35,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from paijob.runtime.watch.failures import Failure, choose_root_cause
+from paijob.runtime.watch.lifecycle import StoreTimeout, bounded
 from paijob.task import exitcodes
 
 if TYPE_CHECKING:
@@ -52,36 +53,13 @@ RELEASED_KEY = "paijob/released"  # passed torch's exit barrier; node 0 may clos
 STORE_OP_TIMEOUT = 10.0
 WAIT_MESSAGE_EVERY = 30.0
 T = TypeVar("T")
-
-
-class StoreTimeout(Exception):
-    """A store call did not return within its deadline."""
+__all__ = ["NodeWatch", "StoreTimeout", "bounded", "first_line"]
 
 
 def first_line(error: BaseException) -> str:
     """c10d errors carry pages of C++ frames after their first line; keep that line."""
     text = str(error).strip()
     return text.splitlines()[0] if text else type(error).__name__
-
-
-def bounded(fn: Callable[[], T], timeout: float) -> T:
-    """``fn()`` in a daemon thread; its result, its exception, or :class:`StoreTimeout`."""
-    box: dict[str, Any] = {}
-
-    def run() -> None:
-        try:
-            box["value"] = fn()
-        except BaseException as error:  # noqa: BLE001 - handed to the caller
-            box["error"] = error
-
-    thread = threading.Thread(target=run, name="paijob-store-call", daemon=True)
-    thread.start()
-    thread.join(timeout)
-    if thread.is_alive():
-        raise StoreTimeout(f"no answer within {timeout:.0f}s")
-    if "error" in box:
-        raise box["error"]
-    return box["value"]
 
 
 class NodeWatch:

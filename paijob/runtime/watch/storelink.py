@@ -27,7 +27,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from paijob.runtime.watch.failures import Failure
-from paijob.runtime.watch.nodewatch import StoreTimeout, bounded
+from paijob.runtime.watch.lifecycle import StoreTimeout, bounded
 
 T = TypeVar("T")
 VERDICT_KEY = "paijob/hang/verdict"
@@ -77,6 +77,15 @@ class StoreLink:
         finally:
             with self._lock:
                 self._in_flight -= 1
+
+    def start(self) -> None:
+        """Nothing to start: the link connects on its first call (the lifecycle's start)."""
+
+    def stop(self) -> None:
+        """No more calls from the watchers; :meth:`finish` closes."""
+
+    def finish(self) -> None:
+        self.close()
 
     def close(self) -> None:
         """No more calls; wait (bounded: the client's own timeout) for those running to return, so
