@@ -216,8 +216,8 @@ class HangSettings:
         line = (f"watching for hangs: --hang-timeout {self.timeout:g}s ({self.source}"
                 + (f"; --hang-timeout N or ${contract.HANG_TIMEOUT} changes it, 0 turns the watch off"
                    if self.source == "the default" else "")
-                + f"); until a rank's first training step, --hang-first-timeout {first:g}s; a busy "
-                  f"straggler is ended at {self.hard_limit:g} x the timeout")
+                + f"); until a rank's first training step, --hang-first-timeout {first:g}s; a rank busy "
+                  f"while the others wait is ended at {self.hard_limit:g} x the timeout")
         if self.calibrate:
             line += (f"; a stall with every rank inside a torch.distributed call is judged sooner, "
                      f"at {self.calibration_multiple:g} x the longest such wait seen (at least "

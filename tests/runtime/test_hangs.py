@@ -102,11 +102,15 @@ def test_a_rank_that_ended_within_the_timeout_is_progress_not_a_hang():
     assert verdict is not None and verdict.kind == "hang" and [s.rank for s in verdict.others] == [1]
 
 
-def test_before_the_first_collective_completes_the_longer_allowance_holds():
-    states = [state(0, 30, started=False), state(1, 30, wait=None, started=False)]
+def test_before_the_first_training_step_the_longer_allowance_holds():
+    # every rank outside a collective (building, loading): --hang-first-timeout
+    states = [state(0, 30, wait=None, started=False), state(1, 30, wait=None, started=False)]
     assert judge(states, SETTINGS) is None
-    verdict = judge([state(0, 61, started=False), state(1, 61, wait=None)], SETTINGS)
+    verdict = judge([state(0, 61, wait=None, started=False), state(1, 61, wait=None)], SETTINGS)
     assert verdict is not None and "(--hang-first-timeout 60s)" in verdict.headline(SETTINGS)
+    # ranks waiting inside a collective for one that never arrives: --hang-timeout
+    verdict = judge([state(0, 21, started=False), state(1, 21, wait=None, started=False)], SETTINGS)
+    assert verdict is not None and "(--hang-timeout 20s)" in verdict.headline(SETTINGS)
 
 
 def test_the_rank_in_a_different_collective_than_most_is_the_culprit():

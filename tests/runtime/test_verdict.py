@@ -46,8 +46,14 @@ TABLE = [
      ["its thread 'worker':", "/job/train.py:30 in holder"], []),
     ("every rank in the same collective: no culprit, says so", [rank(0), rank(1)], SETTINGS,
      "hang", ["every rank waits in all_reduce at train.py:42"], ["is stuck"]),
-    ("before the first training step the first allowance holds", [
-        rank(0, started=False), rank(1, wait=None, started=False)], SETTINGS, None, [], []),
+    ("before the first training step, every rank loading: the first allowance holds", [
+        rank(0, wait=None, started=False), rank(1, wait=None, line=9, started=False)], SETTINGS,
+     None, [], []),
+    ("before the first training step, a rank that never arrives: --hang-timeout holds", [
+        rank(0, started=False), rank(1, wait=None, started=False)], SETTINGS, "hang",
+     ["(--hang-timeout 20s)", "rank 1 (node rank 0, host 10.0.0.0, local rank 1) is stuck"], []),
+    ("before the first training step, every rank in one collective: the first allowance holds", [
+        rank(0, started=False), rank(1, started=False)], SETTINGS, None, [], []),
     ("a busy rank while the others wait: a straggler, not a hang", [
         rank(0), rank(1, idle=0, wait=None, busy=True)], SETTINGS, "straggler",
      ["not a hang while it works", "ended at 3 x --hang-timeout (60s)"], []),

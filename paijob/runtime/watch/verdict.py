@@ -365,12 +365,22 @@ def judged_ranks(states: Sequence[RankState], settings: HangSettings,
 
 
 def configured_limit(states: Sequence[RankState], settings: HangSettings) -> Limit:
-    """``--hang-timeout``, or the longer ``--hang-first-timeout`` until every rank has completed
-    a collective."""
+    """``--hang-timeout``, or the longer ``--hang-first-timeout`` until every rank is past its
+    first training step (a model built, data loaded: all of it before the first step).
+
+    Before the first step, ``--hang-timeout`` still holds for a rank that never arrives: some
+    ranks wait inside a collective while the others are outside any (or silent, or stopped).
+    Every rank loading data after building DDP is outside a collective: the allowance holds."""
     started = all(s.first_progress for s in states)
-    if started or settings.first_timeout <= settings.timeout:
+    if started or settings.first_timeout <= settings.timeout or never_arriving(states):
         return Limit(settings.timeout, "--hang-timeout")
     return Limit(settings.first_timeout, "--hang-first-timeout")
+
+
+def never_arriving(states: Sequence[RankState]) -> bool:
+    """Whether some ranks wait inside a collective for ranks that are not in one."""
+    waiting = [s for s in states if s.collective and not s.odd]
+    return bool(waiting) and len(waiting) < len(states)
 
 
 def calibrated_limit(states: Sequence[RankState], settings: HangSettings) -> Limit | None:
