@@ -470,14 +470,7 @@ def _run_agent(agent: PaijobAgent, config: LaunchConfig) -> tuple[int, Failure |
         watch.close()
         return exitcodes.OK, None
     local = [agent.local_failure] if agent.local_failure is not None else []
-    records = watch.records()
-    explained = agent.hang.explain_timeout([*local, *records]) if agent.hang else None
-    if explained is not None:  # torch's timeout fired in a rank that waited: name the absent one
-        watch.publish(explained)
-        records.append(explained)
-    elif agent.hang is not None and config.multi_node and first_timed_out([*local, *records]):
-        # node 0 explains it (the one who saw every rank): wait for its account, not our waiter
-        records = watch.wait_for_account(timeout=ACCOUNT_WAIT)
+    records = _with_timeout_account(agent, config, local, watch.records())
     if config.multi_node and not any(not f.secondary for f in [*local, *records]):
         # A peer's connection broke under our workers: wait for the cause (its record,
         # or node 0's verdict that it was lost, which takes --heartbeat-timeout).
@@ -491,6 +484,23 @@ def _run_agent(agent: PaijobAgent, config: LaunchConfig) -> tuple[int, Failure |
             secondary=False, time=time.time(), reason="the worker group failed for an unknown reason",
         )
     return root.exit_code, root
+
+
+def _with_timeout_account(agent: PaijobAgent, config: LaunchConfig, local: list[Failure],
+                          records: list[Failure]) -> list[Failure]:
+    """``records``, with the hang watch's account when torch's own timeout fired in a rank that
+    waited: node 0 names the rank that never arrived and publishes it; the other nodes wait
+    for that account, so every node prints the same root cause."""
+    if agent.hang is None:
+        return records
+    watch = agent._watch()  # noqa: SLF001 - set by run_per_gpu
+    explained = agent.hang.explain_timeout([*local, *records])
+    if explained is not None:
+        watch.publish(explained)
+        return [*records, explained]
+    if config.multi_node and first_timed_out([*local, *records]):
+        return watch.wait_for_account(timeout=ACCOUNT_WAIT)
+    return records
 
 
 def _stopped(watch: NodeWatch, config: LaunchConfig, signum: int) -> int:
