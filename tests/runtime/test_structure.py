@@ -83,6 +83,23 @@ def test_the_watch_folder_imports_nothing_of_the_launcher_above_it():
         assert not graph[name] & launcher, name
 
 
+def test_the_watch_sends_no_signal_to_anything():
+    # it reads files and /proc; a signal woke a worker's C call holding the GIL (issue 33)
+    for path in (RUNTIME_DIR / "watch").glob("*.py"):
+        calls = {f"{node.func.value.id}.{node.func.attr}" for node in ast.walk(ast.parse(path.read_text()))
+                 if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                 and isinstance(node.func.value, ast.Name)}
+        assert not calls & {"os.kill", "os.killpg", "signal.pthread_kill", "faulthandler.register"}, path.name
+
+
+def test_launch_starts_one_thing_and_stops_one_thing():
+    # a one-process node's watchers are built, started and stopped together (watch/health.py)
+    built = {node.func.id for node in ast.walk(ast.parse((RUNTIME_DIR / "launch.py").read_text()))
+             if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)}
+    assert not built & {"HangWatch", "StoreLink", "MasterPortWatch", "Channel", "StoreChannel"}
+    assert "OneProcessHealth" in built
+
+
 def test_the_shared_torch_free_package_imports_nothing_of_the_runtime():
     # the runtime's option grammar, procfs, atomic writes, the worker contract: both sides import them
     for path in (ROOT / "paijob" / "task").glob("*.py"):
