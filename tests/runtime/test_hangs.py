@@ -1,6 +1,6 @@
 """The hang watch: a stuck rank is found, named with its file:line, and the job ends with exit 124.
 
-The verdict rules are pinned on plain data (fast); the five hangs of issue 26 run as real
+The verdict's rules are pinned on plain data in test_verdict.py; the five hangs of issue 26 run as real
 2-node gloo jobs on loopback (slow stage), one of them also in the everyday suite on one node.
 """
 

@@ -70,6 +70,16 @@ TABLE = [
     ("a busy rank while the others wait: a straggler, not a hang", [
         rank(0), rank(1, idle=0, wait=None, busy=True)], SETTINGS, "straggler",
      ["not a hang while it works", "ended at 3 x --hang-timeout (60s)"], []),
+    ("a busy rank past the hard limit: ended, and the line says how to allow longer", [
+        rank(0, idle=61), rank(1, idle=0, wait=None, busy=True)], SETTINGS, "straggler",
+     ["ended at the hard limit (3 x --hang-timeout 20s; a larger --hang-hard-limit or "
+      "--hang-timeout allows longer); exit 124"], []),
+    ("the defaults, before the first step: a rank that never arrives is judged at 600 s", [
+        rank(0, idle=601, started=False), rank(1, idle=601, wait=None, started=False)],
+     HangSettings(calibrate=True), "hang", ["(--hang-timeout 600s)", "rank 1 (node rank 0"], []),
+    ("the defaults, before the first step: every rank loading for 20 min is healthy", [
+        rank(0, idle=1200, wait=None, started=False), rank(1, idle=1200, wait=None, started=False)],
+     HangSettings(calibrate=True), None, [], []),
     ("sixty ranks stuck in sixty places: one short line", [
         rank(n, wait=None, line=100 + n) for n in range(60)], SETTINGS, "hang",
      ["and 56 more: ranks 4-59"], []),
@@ -84,6 +94,7 @@ def test_the_verdict_table(name, states, settings, kind, said, unsaid):  # type:
         assert verdict is None
         return
     assert verdict is not None and verdict.kind == kind
+    assert verdict.kind != "straggler" or verdict.final == ("hard limit" in " ".join(said))
     text = verdict.headline(settings) + "\n" + "\n".join(verdict.detail())
     for phrase in said:
         assert phrase in text, text

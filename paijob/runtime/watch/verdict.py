@@ -169,7 +169,8 @@ class Verdict:
                 f"{waiting_phrase(self.others)}")
         if self.final:
             return (f"hang: {head}; ended at the hard limit ({hard_limit:g} x "
-                    f"{option} {seconds:.0f}s); exit {HANG_EXIT}")
+                    f"{option} {seconds:.0f}s; a larger --hang-hard-limit or {option} allows "
+                    f"longer); exit {HANG_EXIT}")
         return (f"{head}; not a hang while it works: ended at {hard_limit:g} x "
                 f"{option} ({hard_limit * seconds:.0f}s) unless it finishes")
 
