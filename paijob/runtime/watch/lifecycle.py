@@ -61,8 +61,11 @@ class Watcher(Protocol):
 class Ticker:
     """A watcher whose daemon thread calls :meth:`tick` every ``interval`` seconds until stopped."""
 
-    def __init__(self, name: str, interval: float, say: Callable[[str], None]) -> None:
+    def __init__(self, name: str, interval: float, say: Callable[[str], None], *,
+                 at_once: bool = False) -> None:
+        """``at_once``: the first tick runs as the thread starts, not one interval later."""
         self.interval = interval
+        self.at_once = at_once
         self._say_error = say
         self._stopped = threading.Event()
         self._said: set[str] = set()
@@ -81,19 +84,37 @@ class Ticker:
     def finish(self) -> None:
         """After :meth:`stop`: release what the watcher holds (folders, connections)."""
 
+    def join(self, timeout: float) -> None:
+        """Wait up to ``timeout`` for the tick in progress (never from the watcher's own thread)."""
+        if self._thread is not threading.current_thread() and self._thread.is_alive():
+            self._thread.join(timeout)
+
     @property
     def stopped(self) -> bool:
         return self._stopped.is_set()
 
+    def failed(self, error: Exception) -> bool:
+        """A tick raised ``error``: say it once (not once a second) and go on (True). A watcher
+        for which an error is a verdict overrides this and returns False to stop ticking."""
+        message = f"{self._thread.name}: {type(error).__name__}: {error}"
+        if message not in self._said:
+            self._said.add(message)
+            self._say_error(message)
+        return True
+
     def _run(self) -> None:
+        if self.at_once and not self._stopped.is_set() and not self._tick_once():
+            return
         while not self._stopped.wait(self.interval):
-            try:
-                self.tick()
-            except Exception as error:  # noqa: BLE001 - a watcher never takes the node down
-                message = f"{self._thread.name}: {type(error).__name__}: {error}"
-                if message not in self._said:  # once, not once a second
-                    self._said.add(message)
-                    self._say_error(message)
+            if not self._tick_once():
+                return
+
+    def _tick_once(self) -> bool:
+        try:
+            self.tick()
+        except Exception as error:  # noqa: BLE001 - a watcher never takes the node down by itself
+            return self.failed(error)
+        return True
 
 
 class Watchers:
