@@ -110,6 +110,9 @@ def test_a_silent_rank_is_placed_where_faulthandlers_dump_has_its_main_thread():
     state = summarise(last, node_rank=0, host="h", now=now, interval=1.0, dump=dump)
     assert state.silent and state.location == "train.py:77"  # not line 70, the one it left
     assert state.threads == [["thread 0x7f0000000002", [["/job/train.py", 30, "holder"]]]]
+    named = {**last, "threads": [{"name": "holder", "ident": 0x7F0000000002, "frames": []}]}
+    state = summarise(named, node_rank=0, host="h", now=now, interval=1.0, dump=dump)
+    assert state.threads[0][0] == "holder"  # the name the sampler saw it under
 
 
 def test_a_silent_sampler_file_naming_another_process_gets_it_no_signal(tmp_path: Path, child):

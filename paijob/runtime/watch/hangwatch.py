@@ -98,7 +98,8 @@ def summarise(report: dict[str, Any], *, node_rank: int, host: str, now: float,
         main = found.pop(int(report.get("main_thread") or 0), None)
         if main:
             frames, dumped = main, True
-            threads = [[f"thread 0x{ident:x}", stack] for ident, stack in found.items()]
+            named = {t.get("ident"): t.get("name") for t in report.get("threads") or []}
+            threads = [[named.get(ident) or f"thread 0x{ident:x}", stack] for ident, stack in found.items()]
     return RankState(
         rank=int(report["rank"]),
         node_rank=node_rank,
