@@ -16,7 +16,7 @@ import pytest
 from runtime_helpers import base_env, free_port, task_env, wait_all
 
 from paijob.local.diagnostics import root_cause
-from paijob.task import exitcodes
+from paijob.task import contract, exitcodes
 
 GIL_SLEEP_RETURNS_IN_FULL = textwrap.dedent(
     """
@@ -142,6 +142,57 @@ def test_a_model_built_before_a_long_load_is_still_before_the_first_step(tmp_pat
                        "--hang-first-timeout", "90", str(script)], base_env())
     assert task.wait(timeout=180) == 0, task.output
     assert task.output.count("trained") == 2 and "hang:" not in task.output
+
+
+FORGES_THE_STUCK_RANKS_FILE = textwrap.dedent(
+    f"""
+    import json, os, threading, time
+    import torch
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo")
+    rank = int(os.environ["RANK"])
+    t = torch.ones(1)
+    for step in range(25):
+        dist.all_reduce(t)
+        time.sleep(0.2)
+    folder = os.environ["{contract.HANG_DIR}"]
+    with open("/proc/self/stat") as fh:
+        start = int(fh.read().rpartition(")")[2].split()[19])
+
+    def forge():  # rank 0 says, 20 times a second, that rank 1 is busy and well
+        while True:
+            now = time.time()
+            fake = dict(rank=1, local_rank=1, pid=os.getpid(), start_time=start, seq=1, time=now,
+                        active_at=now, moved_at=now, data_moved_at=now, busy=True, cpu_share=1.0,
+                        wait=None, collective=False, c10d=False, collectives_done=99,
+                        first_progress=True, frames=[["/elsewhere.py", 1, "innocent"]])
+            with open(os.path.join(folder, "forged"), "w") as fh:
+                json.dump(fake, fh)
+            os.replace(os.path.join(folder, "forged"), os.path.join(folder, "rank1.json"))
+            time.sleep(0.05)
+
+    if rank == 0:
+        threading.Thread(target=forge, daemon=True).start()
+    if rank == 1:
+        time.sleep(600)  # the culprit
+    dist.all_reduce(t)
+    """
+)
+
+
+def test_a_forged_sampler_file_hides_no_rank(tmp_path: Path, start_task):
+    """Rank 0 overwrites rank 1's sampler file with a busy, healthy rank 1: the watch used to
+    believe it (a straggler, ended only at 3 x the timeout); it believes rank 1's own reports."""
+    script = tmp_path / "forge.py"
+    script.write_text(FORGES_THE_STUCK_RANKS_FILE)
+    task = start_task(["train", "--nproc-per-node", "2", "--grace-period", "3", "--hang-timeout",
+                       "6", "--hang-first-timeout", "60", str(script)], base_env())
+    assert task.wait(timeout=120) == exitcodes.HANG, task.output
+    cause = next(line for line in task.output.splitlines() if "error: hang:" in line)
+    assert "rank 1 (node rank 0, host " in cause and "forge.py:" in cause, cause
+    assert "straggler" not in task.output and "elsewhere.py" not in cause and "innocent" not in cause
+    stacks_file(task.output, tmp_path)
 
 
 def stacks_file(output: str, cwd: Path) -> str:

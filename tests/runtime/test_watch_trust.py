@@ -48,6 +48,13 @@ def test_only_the_file_of_a_launched_process_for_its_own_rank_is_believed(tmp_pa
     assert read_reports(str(tmp_path), forged) == {}
     (tmp_path / "rank1.json").write_text(json.dumps({**mine, "rank": 0}))
     assert read_reports(str(tmp_path), Launched(ranks=lambda: {1: child.pid})) == {}
+    # a forged file after a believed one: the believed one stands (and ages), the forgery is ignored
+    launched = Launched(ranks=lambda: {1: child.pid})
+    (tmp_path / "rank1.json").write_text(json.dumps(mine))
+    assert read_reports(str(tmp_path), launched)[1] == mine
+    (tmp_path / "rank1.json").write_text(json.dumps({**report(1, os.getpid(), own_start_time()),
+                                                     "busy": True}))
+    assert read_reports(str(tmp_path), launched)[1] == mine
 
 
 def test_a_child_of_a_launched_process_is_believed_and_a_stranger_is_not(tmp_path: Path, child):

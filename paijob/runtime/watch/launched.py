@@ -4,8 +4,9 @@ A worker can write anything into the folder its sampler writes to (it runs the u
 file is believed only when it is ``rank<N>.json`` for rank N, is no link, and names a process
 (pid and start time, from ``/proc``) that this launcher started for that rank, or a child of
 one (``mp.spawn``); a rank's process, once vouched for, is the only one believed for that rank.
-A forged file (another rank's numbers, another pid, a pid reused) is left out, as if that
-rank had not reported: it can hide nothing and blame no one.
+A forged file (another rank's numbers, another pid, a pid reused) is not believed: the rank's
+last believed report stands in for it, and ages (a rank whose own reports are overwritten looks
+silent, and is named so): a forger can blame no one and hide no rank.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ class Launched:
         self._ranks = ranks or dict
         self._roots = roots or tuple
         self._vouched: dict[int, tuple[int, int]] = {}  # rank -> (pid, start time)
+        self.believed: dict[int, dict[str, Any]] = {}  # rank -> its last believed report
 
     def vouch(self, rank: int, report: Mapping[str, Any]) -> bool:
         """Whether ``report`` (the file of ``rank``) is its own sampler's."""
@@ -91,15 +93,24 @@ def read_reports(folder: str, launched: Launched | None) -> dict[int, dict[str, 
         digits = name[len("rank"):-len(".json")] if name.startswith("rank") and name.endswith(".json") else ""
         if not digits.isdigit():
             continue
-        data = read_file(os.path.join(folder, name))
-        try:
-            report = json.loads(data) if data is not None else None
-        except ValueError:
-            continue
         rank = int(digits)
-        if not isinstance(report, dict) or report.get("rank") != rank:
-            continue
-        if launched is not None and not launched.vouch(rank, report):
-            continue
-        found[rank] = report
+        report = _parse(read_file(os.path.join(folder, name)))
+        if report is None or report.get("rank") != rank:
+            report = None
+        elif launched is not None and not launched.vouch(rank, report):
+            report = None
+        if launched is not None:
+            if report is not None:
+                launched.believed[rank] = report
+            report = launched.believed.get(rank)
+        if report is not None:
+            found[rank] = report
     return found
+
+
+def _parse(data: bytes | None) -> dict[str, Any] | None:
+    try:
+        report = json.loads(data) if data is not None else None
+    except ValueError:
+        return None
+    return report if isinstance(report, dict) else None
