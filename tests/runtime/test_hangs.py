@@ -536,6 +536,8 @@ def test_each_hang_of_the_issue_names_its_rank_and_ends_both_nodes_124(
         assert "warning: straggler: rank 1" in tasks[0].output
     stacks = stacks_of(tasks[0].output, tmp_path)
     assert "--- rank 0 " in stacks and "--- rank 1 " in stacks
+    if name == "dataloader-worker-hang":  # the worker's own report: no signal sent to it
+        assert "its DataLoader worker 0 (pid " in stacks and "this DataLoader worker hangs" in stacks
 
 
 CHECKPOINT_PAUSE = textwrap.dedent(

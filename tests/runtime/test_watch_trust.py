@@ -137,3 +137,40 @@ def test_a_silent_sampler_file_naming_another_process_gets_it_no_signal(tmp_path
         watch.tick()
     time.sleep(0.5)
     assert child.poll() is None  # SIGUSR2's default action would have ended it
+
+
+FORKS_A_DATA_WORKER = """
+import os, sys, time
+from paijob.runtime.watch.hangwatch import read_forked
+from paijob.runtime.watch.progress import Sampler
+
+folder = sys.argv[1]
+Sampler(folder, 0).start()
+
+def stuck_in_get_item():
+    time.sleep(3)
+
+child = os.fork()
+if child == 0:
+    stuck_in_get_item()
+    os._exit(0)
+deadline = time.time() + 10
+found = None
+while found is None and time.time() < deadline:
+    time.sleep(0.2)
+    found = read_forked(folder, child, os.getpid())
+print("frames", found and found["frames"])
+print("stranger", read_forked(folder, child, 1))
+os.waitpid(child, 0)
+"""
+
+
+def test_a_forked_data_worker_shows_where_it_is_without_a_signal(tmp_path: Path):
+    """The DataLoader worker a rank waits for used to get SIGUSR2; its own thread now reports."""
+    script = tmp_path / "forks.py"
+    script.write_text(FORKS_A_DATA_WORKER)
+    done = subprocess.run([sys.executable, str(script), str(tmp_path)], capture_output=True,
+                          text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    assert "stuck_in_get_item" in done.stdout, done.stdout  # believed from the rank's own child
+    assert "stranger None" in done.stdout  # not a child of the process named

@@ -37,6 +37,7 @@ from paijob.runtime.config import HangSettings
 from paijob.runtime.watch.failures import Failure
 from paijob.runtime.watch.launched import Launched, read_file, read_reports
 from paijob.runtime.watch.lifecycle import Ticker
+from paijob.runtime.watch.progress import write_new
 from paijob.runtime.watch.verdict import (
     HANG_EXIT,
     STALE_AFTER,
@@ -372,7 +373,7 @@ class HangWatch(Ticker):
             return
         self._progress_line, self._progress_written = line, now
         try:
-            replace_file(self.progress_file, json.dumps({"line": line, "time": time.time()}))
+            write_new(self.progress_file, json.dumps({"line": line, "time": time.time()}))
         except OSError:
             self.progress_file = None
 
@@ -402,7 +403,22 @@ class HangWatch(Ticker):
                              f"as faulthandler's watchdog wrote it (most recent call first):\n{dump}")
             else:
                 parts.append(stack_text(report, header))
+            loader = self._loader_stack(report, state)
+            if loader:
+                parts.append(loader)
         return "\n".join(parts)
+
+    def _loader_stack(self, report: dict[str, Any], state: RankState) -> str:
+        """The stack of the DataLoader worker a rank waits for, from that worker's own report
+        (``fork<pid>.json``), believed only from a child of the rank's process."""
+        if state.wait != "DataLoader" or not state.loader_worker:
+            return ""
+        worker_id, pid = state.loader_worker
+        forked = read_forked(self.folder, pid, report.get("pid")) if pid else None
+        if forked is None:
+            return ""
+        header = f"    its DataLoader worker {worker_id} (pid {pid}):"
+        return header + "\n" + "\n".join("    " + line for line in _traceback(forked.get("frames") or []))
 
     def _faulthandler_dump(self, rank: int) -> str:
         """What faulthandler's watchdog wrote for ``rank`` (its sampler missed a few samples)."""
@@ -447,18 +463,19 @@ def write_stacks_file(folder: str | None, name: str, text: str) -> str | None:
     return None
 
 
-def replace_file(path: str, text: str) -> None:
-    """Replace ``path`` by a file holding ``text``, atomically and never through a link: the
-    temporary file is created exclusively (a link planted under its name is removed first)."""
-    temp = f"{path}.tmp"
+def read_forked(folder: str, pid: int, parent: object) -> dict[str, Any] | None:
+    """``fork<pid>.json`` (:func:`~paijob.runtime.watch.progress.watch_forked_child`), when ``pid``
+    is a live child of ``parent`` with the start time the file says; None otherwise."""
+    data = read_file(os.path.join(folder, f"fork{pid}.json"))
     try:
-        os.unlink(temp)
-    except FileNotFoundError:
-        pass
-    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        handle.write(text)
-    os.replace(temp, path)
+        report = json.loads(data) if data else None
+    except ValueError:
+        return None
+    stat = procfs.read_stat(pid)
+    if (not isinstance(report, dict) or stat is None or report.get("pid") != pid
+            or stat.ppid != parent or report.get("start_time") != stat.start_time):
+        return None
+    return report
 
 
 def stacks_folder(log_dir: str | None, environ: dict[str, str] | os._Environ[str]) -> str | None:

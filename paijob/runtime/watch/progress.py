@@ -268,6 +268,8 @@ class Sampler:
     def start(self) -> None:
         self._open_stack_file()
         self._thread.start()
+        folder, interval = os.path.dirname(self.path), self.interval
+        os.register_at_fork(after_in_child=lambda: watch_forked_child(folder, interval))
 
     def _open_stack_file(self) -> None:
         """``rank<N>.stack``, created here and never through a link, for faulthandler's watchdog."""
@@ -399,14 +401,43 @@ class Sampler:
 
     def write(self, report: dict[str, Any]) -> None:
         text = json.dumps(report, separators=(",", ":"))
-        temp = f"{self.path}.tmp"
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(temp)  # a link planted there is removed, never written through
-        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.replace(temp, self.path)
+        write_new(self.path, text)
         self._own_io = len(text.encode("utf-8")) + 64  # + the io file read between (its length varies)
+
+
+def watch_forked_child(folder: str, interval: float) -> None:
+    """In a process forked from a watched worker (a DataLoader worker): a thread that writes its
+    main thread's stack to ``fork<pid>.json`` once per ``interval``, so a rank that waits for it
+    can show where it is without a signal. Threads do not survive a fork; this one is new."""
+    pid = os.getpid()
+    main = threading.main_thread()
+    path = os.path.join(folder, f"fork{pid}.json")
+    start = own_start_time()
+
+    def run() -> None:
+        while True:
+            time.sleep(interval)  # first look one interval on: the fork itself is over by then
+            try:
+                frame = sys._current_frames().get(main.ident or -1)  # noqa: SLF001
+                report = {"pid": pid, "ppid": os.getppid(), "start_time": start, "time": time.time(),
+                          "frames": main_stack(frame)}
+                write_new(path, json.dumps(report, separators=(",", ":")))
+            except Exception:  # noqa: BLE001 - the watch must never break a data worker
+                return
+
+    threading.Thread(target=run, name="paijob-progress", daemon=True).start()
+
+
+def write_new(path: str, text: str) -> None:
+    """Replace ``path`` by ``text`` atomically, never through a link (the temporary file is created
+    exclusively; a link planted under its name is removed first)."""
+    temp = f"{path}.tmp"
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(temp)
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write(text)
+    os.replace(temp, path)
 
 
 def other_threads(main: int | None, sampler: int | None) -> list[dict[str, Any]]:
