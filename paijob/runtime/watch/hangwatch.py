@@ -51,9 +51,6 @@ from paijob.runtime.watch.verdict import (
 )
 from paijob.task import contract, procfs
 
-__all__ = ["HANG_EXIT", "Channel", "HangWatch", "StoreChannel", "read_reports", "stacks_folder",
-           "summarise"]
-
 STACKS_FILE = "paijob-stacks.txt"
 STACKS_WAIT = 5.0  # how long node 0 waits for the other nodes' full stacks
 MAX_THREADS = 8  # other threads of a rank kept in its summary
