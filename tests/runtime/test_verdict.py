@@ -65,6 +65,11 @@ TABLE = [
     ("before the first training step, a rank that never arrives: --hang-timeout holds", [
         rank(0, started=False), rank(1, wait=None, started=False)], SETTINGS, "hang",
      ["(--hang-timeout 20s)", "rank 1 (node rank 0, host 10.0.0.0, local rank 1) is stuck"], []),
+    ("before the first training step, rank 0 busy preparing while the others wait: a straggler "
+     "under the first allowance (60 s), not ended at 3 x 20 s", [
+         rank(0, idle=0, wait=None, busy=True, started=False), rank(1, idle=65, started=False)],
+     SETTINGS, "straggler", ["not a hang while it works", "ended at 3 x --hang-first-timeout (180s)"],
+     []),
     ("before the first training step, every rank in one collective: the first allowance holds", [
         rank(0, started=False), rank(1, started=False)], SETTINGS, None, [], []),
     ("a busy rank while the others wait: a straggler, not a hang", [

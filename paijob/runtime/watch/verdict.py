@@ -373,15 +373,18 @@ def configured_limit(states: Sequence[RankState], settings: HangSettings) -> Lim
     ranks wait inside a collective while the others are outside any (or silent, or stopped).
     Every rank loading data after building DDP is outside a collective: the allowance holds."""
     started = all(s.first_progress for s in states)
-    if started or settings.first_timeout <= settings.timeout or never_arriving(states):
+    if started or settings.first_timeout <= settings.timeout or never_arriving(states, settings.timeout):
         return Limit(settings.timeout, "--hang-timeout")
     return Limit(settings.first_timeout, "--hang-first-timeout")
 
 
-def never_arriving(states: Sequence[RankState]) -> bool:
-    """Whether some ranks wait inside a collective for ranks that are not in one."""
+def never_arriving(states: Sequence[RankState], timeout: float) -> bool:
+    """Whether some ranks wait inside a collective for ranks that are not in one and have done
+    nothing for ``timeout`` (a rank busy preparing data before the first step is a straggler
+    under the first allowance, not a rank that never arrives)."""
     waiting = [s for s in states if s.collective and not s.odd]
-    return bool(waiting) and len(waiting) < len(states)
+    absent = [s for s in states if s not in waiting]
+    return bool(waiting) and bool(absent) and all(s.idle_for >= timeout for s in absent)
 
 
 def calibrated_limit(states: Sequence[RankState], settings: HangSettings) -> Limit | None:
