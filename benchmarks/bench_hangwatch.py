@@ -13,7 +13,7 @@ Three measures, printed with the machine they ran on:
 * **recipe**: steady-state images/s of ``--recipe cifar10`` (ConvNet, synthetic data, 2 workers,
   gloo) with the watch on and off, runs alternated, medians.
 
-    python benchmarks/bench_hangwatch.py [--runs 3] [--steps 2000]
+    python benchmarks/bench_hangwatch.py [--runs 3] [--steps 2000] [--sample-only]
 """
 
 from __future__ import annotations
@@ -59,12 +59,13 @@ if dist.get_rank() == 0:
 
 
 def measure_sample(samples: int = 2000) -> tuple[float, float]:
-    """Median (CPU seconds, wall seconds) of one Sampler.sample() + write, looking at a thread
+    """Median (CPU seconds, wall seconds) of one look: faulthandler's watchdog re-armed,
+    Sampler.sample() and its write, looking at a thread
     30 frames deep. The CPU time is what the sampler holds the GIL for; the wall time also
     counts waiting for a core on a busy machine."""
     import torch.distributed as dist
 
-    from paijob.runtime.progress import Sampler, collectives_issued
+    from paijob.runtime.watch.progress import Sampler, collectives_issued
 
     # a process group as a worker has one: the sampler reads its collective count every look
     dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
@@ -84,9 +85,11 @@ def measure_sample(samples: int = 2000) -> tuple[float, float]:
     with tempfile.TemporaryDirectory() as folder:
         sampler = Sampler(folder, 0)
         sampler.main = thread  # look at the deep thread as the sampler looks at a worker's main thread
+        sampler._open_stack_file()  # noqa: SLF001 - as start() does, without the thread
         cpu, wall = [], []
         for _ in range(samples):
             start, start_cpu = time.perf_counter(), time.thread_time()
+            sampler.arm_watchdog()  # faulthandler's watchdog re-armed, as every look does
             sampler.write(sampler.sample())
             cpu.append(time.thread_time() - start_cpu)
             wall.append(time.perf_counter() - start)
@@ -136,6 +139,8 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--steps", type=int, default=2000)
     parser.add_argument("--json", help="also write the results here")
+    parser.add_argument("--sample-only", action="store_true",
+                        help="measure one sample only (no training runs: seconds, not minutes)")
     args = parser.parse_args()
     machine = f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, " \
               f"Python {platform.python_version()}"
@@ -144,6 +149,12 @@ def main() -> None:
     print(f"machine: {machine}; load average {os.getloadavg()[0]:.1f}")
     print(f"one sample: {sample * 1e6:.0f} us of CPU ({sample_wall * 1e6:.0f} us wall); at one "
           f"sample per {interval:g}s: {sample / interval:.4%} of a Python-bound step")
+    if args.sample_only:
+        if args.json:
+            Path(args.json).write_text(json.dumps({
+                "machine": machine, "load_average": os.getloadavg(), "sample_cpu_seconds": sample,
+                "sample_wall_seconds": sample_wall, "interval": interval}, indent=2))
+        return
     on: list[float] = []
     off: list[float] = []
     for _ in range(args.runs):

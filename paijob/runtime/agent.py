@@ -13,7 +13,7 @@ in the workers joins it as a client.
 What torch alone does not do is tell the *other* nodes (their workers would
 sit in a collective until a timeout) or bound its own waits on a real
 network. :class:`PaijobAgent` adds, over that same store (see
-:mod:`paijob.runtime.nodewatch` for the threads that do it):
+:mod:`paijob.runtime.watch.nodewatch` for the threads that do it):
 
 * a failure record (``paijob/failure/<node>``): written by the node whose
   worker failed, polled by every other node about once a second, which then
@@ -35,7 +35,6 @@ import logging
 import os
 import shutil
 import signal
-import socket
 import sys
 import tempfile
 import time
@@ -58,7 +57,8 @@ from torch.distributed.elastic.rendezvous import registry as rdzv_registry  # no
 
 from paijob.runtime.config import LaunchConfig  # noqa: E402
 from paijob.runtime.console import say  # noqa: E402
-from paijob.runtime.failures import (  # noqa: E402
+from paijob.runtime.netif import task_address  # noqa: E402
+from paijob.runtime.watch.failures import (  # noqa: E402
     Failure,
     choose_root_cause,
     looks_secondary,
@@ -66,15 +66,19 @@ from paijob.runtime.failures import (  # noqa: E402
     stopped_by_signal,
     strip_rank_prefix,
 )
-from paijob.runtime.hangwatch import Channel, HangWatch, StoreChannel, stacks_folder  # noqa: E402
-from paijob.runtime.netif import task_address  # noqa: E402
-from paijob.runtime.nodewatch import NodeWatch, first_line  # noqa: E402
+from paijob.runtime.watch.hangwatch import Channel, HangWatch, StoreChannel, stacks_folder  # noqa: E402
+from paijob.runtime.watch.health import answer_stacks_requests, host_name  # noqa: E402
+from paijob.runtime.watch.launched import Launched  # noqa: E402
+from paijob.runtime.watch.lifecycle import Watchers  # noqa: E402
+from paijob.runtime.watch.nodewatch import NodeWatch, first_line  # noqa: E402
+from paijob.runtime.watch.verdict import first_timed_out  # noqa: E402
 from paijob.task import contract, exitcodes, procfs  # noqa: E402
 
 if _user_cpp_log_level is None:
     os.environ.pop(_CPP_LOG_LEVEL, None)
 
 log = logging.getLogger("paijob.runtime")
+ACCOUNT_WAIT = 15.0  # seconds a node waits for node 0's account of a collective's timeout
 
 _TAIL_BYTES = 64 * 1024
 _TAIL_LINES = 40
@@ -112,6 +116,7 @@ class PaijobAgent(LocalElasticAgent):
         self.nnodes = config.dist.nnodes
         self.local_failure: Failure | None = None
         self.assigned_ranks: list[int] = []
+        self.rank_pids: dict[int, int] = {}
         self._pgids: set[int] = set()
         self.watch: NodeWatch | None = None  # set by run_per_gpu before run()
         self.log_root: str | None = None  # a folder of our own, removed when the node ends
@@ -124,6 +129,8 @@ class PaijobAgent(LocalElasticAgent):
         pids = super()._start_workers(worker_group)
         self._pgids.update(int(pid) for pid in pids.values())
         self.assigned_ranks = [w.global_rank for w in worker_group.workers]
+        self.rank_pids = {w.global_rank: int(pids[w.local_rank]) for w in worker_group.workers
+                          if w.local_rank in pids}  # what the hang watch believes (watch.launched)
         return pids
 
     def _setup_local_watchdog(self, envs: dict[int, dict[str, str]]) -> None:
@@ -143,6 +150,8 @@ class PaijobAgent(LocalElasticAgent):
         here with ``PContext.close`` so that ``--grace-period`` holds (torch would wait
         its fixed 30 s); torch's own close then finds them gone.
         """
+        for pgid in self._pgids:  # a stopped worker handles the SIGTERM below only once continued
+            _signal_group(pgid, signal.SIGCONT)
         if not _SHUTDOWN_TAKES_TIMEOUT and self._pcontext is not None:
             death_sig = kwargs.get("death_sig", args[0] if args else signal.SIGTERM)
             self._pcontext.close(death_sig, timeout=self.grace_period)
@@ -226,6 +235,7 @@ class PaijobAgent(LocalElasticAgent):
         report_root_cause(failure, self.node_rank)
         for pgid in self._pgids:
             _signal_group(pgid, signal.SIGTERM)
+            _signal_group(pgid, signal.SIGCONT)  # a stopped worker (T state) handles SIGTERM only once continued
         deadline = time.monotonic() + min(10.0, self._watch().grace_period)
         while time.monotonic() < deadline and any(_group_alive(p) for p in self._pgids):
             time.sleep(0.1)
@@ -327,7 +337,6 @@ def _port_taken(error: BaseException) -> bool:
 
 def _who() -> str:
     """``role:index at address`` of this task, for other nodes' messages about it."""
-    from paijob.runtime.netif import task_address
 
     role = os.environ.get("PAI_CURRENT_TASK_ROLE_NAME", "")
     index = os.environ.get("PAI_CURRENT_TASK_ROLE_CURRENT_TASK_INDEX", "")
@@ -403,47 +412,39 @@ def run_per_gpu(config: LaunchConfig, worker_env: Mapping[str, str] | None = Non
     )
     os.environ.setdefault("TORCHELASTIC_SIGNALS_TO_HANDLE", "SIGTERM,SIGINT,SIGHUP,SIGQUIT")
     _quiet_torch_elastic(config.verbose)
-    hang = _start_hang_watch(config, agent.watch, agent.worker_env)
-    agent.hang = hang
+    agent.hang = _start_hang_watch(config, agent)
+    watchers = Watchers(agent.hang)
+    watchers.start()
     try:
         return _run_agent(agent, config)
     finally:
-        if hang is not None:
-            hang.stop()
-            shutil.rmtree(hang.folder, ignore_errors=True)
+        watchers.stop()
         agent.remove_logs()
 
 
-def _start_hang_watch(config: LaunchConfig, watch: NodeWatch,
-                      worker_env: dict[str, str]) -> HangWatch | None:
-    """The workers' samplers report into a folder of this node's; one thread judges (node 0).
-
-    SIGUSR1 asks it for every rank's stack on every node (the job goes on).
-    """
-    settings = config.hang
-    if not settings.enabled:
-        signal.signal(signal.SIGUSR1, lambda *_: say(
-            "stacks on request: the hang watch is off (--hang-timeout 0), no stacks to print"))
+def _start_hang_watch(config: LaunchConfig, agent: PaijobAgent) -> HangWatch | None:
+    """The workers' samplers report into the folder the launcher named in their environment
+    (:func:`paijob.task.contract.worker_env`); one thread judges (node 0). SIGUSR1 asks it for
+    every rank's stack on every node (the job goes on)."""
+    watch = agent._watch()  # noqa: SLF001 - set by run_per_gpu
+    folder = agent.worker_env.get(contract.HANG_DIR) or os.environ.get(contract.HANG_DIR)
+    if not config.hang.enabled or not folder:
+        answer_stacks_requests(None, say)
         return None
-    folder = tempfile.mkdtemp(prefix="paijob-hang-")
-    worker_env[contract.HANG_DIR] = folder  # the workers' samplers write there
-    worker_env[contract.HANG_INTERVAL] = f"{settings.interval:g}"
     dist = config.dist
 
     def declare(failure: Failure) -> None:
         watch.publish(failure)
         watch.declare(failure)
 
-    found = task_address(os.environ)
     hang = HangWatch(
-        settings, folder=folder, node_rank=dist.node_rank, nnodes=dist.nnodes,
-        world_size=dist.world_size, host=found[0] if found else socket.gethostname(),
+        config.hang, folder=folder, node_rank=dist.node_rank, nnodes=dist.nnodes,
+        world_size=dist.world_size, host=host_name(os.environ),
         stacks_dir=stacks_folder(config.log_dir, os.environ),
         channel=StoreChannel(watch.call) if dist.nnodes > 1 else Channel(),
-        declare=declare, say=say,
+        declare=declare, say=say, launched=Launched(ranks=lambda: agent.rank_pids),
     )
-    signal.signal(signal.SIGUSR1, lambda *_: hang.request_stacks())
-    hang.start()
+    answer_stacks_requests(hang, say)
     return hang
 
 
@@ -469,11 +470,7 @@ def _run_agent(agent: PaijobAgent, config: LaunchConfig) -> tuple[int, Failure |
         watch.close()
         return exitcodes.OK, None
     local = [agent.local_failure] if agent.local_failure is not None else []
-    records = watch.records()
-    explained = agent.hang.explain_timeout([*local, *records]) if agent.hang else None
-    if explained is not None:  # torch's timeout fired in a rank that waited: name the absent one
-        watch.publish(explained)
-        records.append(explained)
+    records = _with_timeout_account(agent, config, local, watch.records())
     if config.multi_node and not any(not f.secondary for f in [*local, *records]):
         # A peer's connection broke under our workers: wait for the cause (its record,
         # or node 0's verdict that it was lost, which takes --heartbeat-timeout).
@@ -487,6 +484,23 @@ def _run_agent(agent: PaijobAgent, config: LaunchConfig) -> tuple[int, Failure |
             secondary=False, time=time.time(), reason="the worker group failed for an unknown reason",
         )
     return root.exit_code, root
+
+
+def _with_timeout_account(agent: PaijobAgent, config: LaunchConfig, local: list[Failure],
+                          records: list[Failure]) -> list[Failure]:
+    """``records``, with the hang watch's account when torch's own timeout fired in a rank that
+    waited: node 0 names the rank that never arrived and publishes it; the other nodes wait
+    for that account, so every node prints the same root cause."""
+    if agent.hang is None:
+        return records
+    watch = agent._watch()  # noqa: SLF001 - set by run_per_gpu
+    explained = agent.hang.explain_timeout([*local, *records])
+    if explained is not None:
+        watch.publish(explained)
+        return [*records, explained]
+    if config.multi_node and first_timed_out([*local, *records]):
+        return watch.wait_for_account(timeout=ACCOUNT_WAIT)
+    return records
 
 
 def _stopped(watch: NodeWatch, config: LaunchConfig, signum: int) -> int:

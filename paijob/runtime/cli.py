@@ -170,8 +170,15 @@ def hang_settings(args: argparse.Namespace, environ: Mapping[str, str]) -> HangS
                 f"set it to e.g. 600, or 0 to turn the hang watch off"
             ) from None
 
-    chosen = args.hang_timeout is not None or bool(environ.get(contract.HANG_TIMEOUT, "").strip())
+    if args.hang_timeout is not None:
+        source = "--hang-timeout"
+    elif environ.get(contract.HANG_TIMEOUT, "").strip():
+        source = f"${contract.HANG_TIMEOUT}"
+    else:
+        source = "the default"
+    chosen = source != "the default"
     return HangSettings(
+        source=source,
         timeout=pick(args.hang_timeout, contract.HANG_TIMEOUT, options.DEFAULT_HANG_TIMEOUT,
                      "--hang-timeout"),
         calibrate=not chosen,

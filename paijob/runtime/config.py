@@ -2,7 +2,7 @@
 
 Like torch's ``launcher/api.py`` ``LaunchConfig``, one frozen object carries
 everything the launcher, torch's elastic agent (:mod:`paijob.runtime.agent`)
-and the node watch (:mod:`paijob.runtime.nodewatch`) need: the layout
+and the node watch (:mod:`paijob.runtime.watch.nodewatch`) need: the layout
 (:class:`~paijob.runtime.env.DistEnv`), the command, the mode and the limits.
 ``paijob-runtime train`` parses its options once
 (:mod:`paijob.task.options`), builds one config, and hands it down; nothing
@@ -24,6 +24,7 @@ from importlib.machinery import ModuleSpec, PathFinder
 
 from paijob.errors import PaijobError
 from paijob.runtime.env import DistEnv
+from paijob.task import contract
 from paijob.task.cwd_safe import module_args
 from paijob.task.options import (
     DEFAULT_HANG_FIRST_TIMEOUT,
@@ -168,15 +169,18 @@ def local_rank_style(requested: str, source: str | None) -> str:
     return "dash" if "-" in found else "underscore"
 
 
+MIN_HANG_TIMEOUT = 3.0  # seconds: below a few of the sampler's 1 s intervals a timeout judges noise
+
+
 @dataclass(frozen=True)
 class HangSettings:
-    """The hang watch's limits in seconds (:mod:`paijob.runtime.hangwatch`); ``timeout`` 0: off.
+    """The hang watch's limits in seconds (:mod:`paijob.runtime.watch.hangwatch`); ``timeout`` 0: off.
 
     ``first_timeout`` applies until every rank has completed a collective (data loading,
     ``torch.compile``); a busy straggler is ended at ``hard_limit`` times the timeout.
     ``calibrate`` (``timeout`` is the default, not the user's): a stall with every rank inside
     a ``torch.distributed`` call is judged on ``calibration_multiple`` times the longest such
-    wait seen, at least ``calibration_floor`` (:func:`paijob.runtime.hangwatch.calibrated_limit`).
+    wait seen, at least ``calibration_floor`` (:func:`paijob.runtime.watch.hangwatch.calibrated_limit`).
     """
 
     timeout: float = DEFAULT_HANG_TIMEOUT
@@ -186,19 +190,39 @@ class HangSettings:
     calibrate: bool = False
     calibration_multiple: float = HANG_CALIBRATION_MULTIPLE
     calibration_floor: float = HANG_CALIBRATION_FLOOR
+    source: str = "the default"  # how ``timeout`` was chosen: --hang-timeout, $PAIJOB_HANG_TIMEOUT
 
     @property
     def enabled(self) -> bool:
         return self.timeout > 0
 
     def check(self) -> None:
-        if not math.isfinite(self.timeout) or self.timeout < 0:
-            raise LaunchError(f"--hang-timeout must be 0 (off) or a positive number of seconds, "
-                              f"got {self.timeout}")
+        if not math.isfinite(self.timeout) or self.timeout < 0 or 0 < self.timeout < MIN_HANG_TIMEOUT:
+            raise LaunchError(f"--hang-timeout must be 0 (off) or at least {MIN_HANG_TIMEOUT:g} "
+                              f"seconds (a few of the watch's 1 s samples), got {self.timeout:g}")
         _positive_seconds(self.first_timeout, "--hang-first-timeout")
+        if self.first_timeout < MIN_HANG_TIMEOUT:
+            raise LaunchError(f"--hang-first-timeout must be at least {MIN_HANG_TIMEOUT:g} seconds, "
+                              f"got {self.first_timeout:g}")
         if not math.isfinite(self.hard_limit) or self.hard_limit < 1:
             raise LaunchError(f"--hang-hard-limit must be a multiple of --hang-timeout of at "
                               f"least 1, got {self.hard_limit}")
+
+    def described(self) -> str:
+        """The line a node logs as its watch starts: the timeouts in force and how they were chosen."""
+        if not self.enabled:
+            return "watching for hangs: off (--hang-timeout 0)"
+        first = max(self.first_timeout, self.timeout)
+        line = (f"watching for hangs: --hang-timeout {self.timeout:g}s ({self.source}"
+                + (f"; --hang-timeout N or ${contract.HANG_TIMEOUT} changes it, 0 turns the watch off"
+                   if self.source == "the default" else "")
+                + f"); until a rank's first training step, --hang-first-timeout {first:g}s; a rank busy "
+                  f"while the others wait is ended at {self.hard_limit:g} x the timeout")
+        if self.calibrate:
+            line += (f"; a stall with every rank inside a torch.distributed call is judged sooner, "
+                     f"at {self.calibration_multiple:g} x the longest such wait seen (at least "
+                     f"{self.calibration_floor:g}s)")
+        return line
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ Modes (``--mode``):
     The command runs once per node with ``MASTER_ADDR``, ``MASTER_PORT``,
     ``NODE_RANK``, ``NNODES``, ``NPROC_PER_NODE``, ``WORLD_SIZE`` set, for
     scripts that ``mp.spawn`` their own workers (each child gets the worker
-    wrapper's sampler and clean exit: :mod:`paijob.runtime.spawnwatch`).
+    wrapper's sampler and clean exit: :mod:`paijob.runtime.watch.spawnwatch`).
 ``dataparallel``
     One process that sees every GPU (``nn.DataParallel``); one node only.
 ``horovod``
@@ -46,26 +46,23 @@ import logging
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
 
 from paijob.errors import PaijobError
 from paijob.runtime.config import LaunchConfig, LaunchError, WorkerCommand
 from paijob.runtime.console import line_buffered_stdio, say
 from paijob.runtime.env import MpiSlot
-from paijob.runtime.failures import Failure, report_root_cause, stopped_by_signal
-from paijob.runtime.hangwatch import Channel, HangWatch, StoreChannel, stacks_folder
-from paijob.runtime.netif import socket_ifname_env, task_address
-from paijob.runtime.portwatch import MasterPortWatch, read_abort_notice, serve_abort_notice
+from paijob.runtime.netif import socket_ifname_env
 from paijob.runtime.probe import wait_for_master
-from paijob.runtime.storelink import StoreLink
+from paijob.runtime.watch.failures import Failure, report_root_cause, stopped_by_signal
+from paijob.runtime.watch.health import OneProcessHealth
+from paijob.runtime.watch.portwatch import MasterPortWatch, read_abort_notice, serve_abort_notice
 from paijob.runtime.worker import finish, run_as_main
-from paijob.task import contract, exitcodes
+from paijob.task import exitcodes
 from paijob.task.contract import worker_env
 
 log = logging.getLogger("paijob.runtime")
@@ -82,11 +79,26 @@ def launch(config: LaunchConfig) -> int:
     _announce(config)
     if dist.node_rank != 0 and config.multi_node:
         _wait_for_master(config)
-    env = _worker_env(config)
-    with _private_compile_cache(env):
-        if config.mode == "per-gpu":
-            return _launch_per_gpu(config, env)
-        return _launch_one_process(config, env)
+    with _hang_folder(config) as hang_dir:
+        env = _worker_env(config, hang_dir)
+        with _private_compile_cache(env):
+            if config.mode == "per-gpu":
+                return _launch_per_gpu(config, env)
+            return _launch_one_process(config, env)
+
+
+@contextlib.contextmanager
+def _hang_folder(config: LaunchConfig) -> Iterator[str | None]:
+    """Where the workers' samplers write (the hang watch reads it); removed when the node ends.
+    None: the watch is off."""
+    if not config.hang.enabled:
+        yield None
+        return
+    folder = tempfile.mkdtemp(prefix="paijob-hang-")
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 @contextlib.contextmanager
@@ -109,8 +121,9 @@ def _private_compile_cache(env: dict[str, str]) -> Iterator[None]:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def _worker_env(config: LaunchConfig) -> dict[str, str]:
-    """What every worker of this node starts with (:func:`paijob.task.contract.worker_env`)."""
+def _worker_env(config: LaunchConfig, hang_dir: str | None) -> dict[str, str]:
+    """What every worker of this node starts with (:func:`paijob.task.contract.worker_env`), the
+    hang watch's folder and interval included: assembled here once, for every mode."""
     dist = config.dist
     base = dict(os.environ)
     base.update(socket_ifname_env(base, say=say))  # the workers' collectives bind to our address
@@ -123,79 +136,30 @@ def _worker_env(config: LaunchConfig) -> dict[str, str]:
         world_size=dist.world_size,
         workers=dist.nproc_per_node,
         cores=len(os.sched_getaffinity(0)),
+        hang_dir=hang_dir,
+        hang_interval=config.hang.interval,
     )
 
 
 def _launch_one_process(config: LaunchConfig, env: Mapping[str, str]) -> int:
-    """``per-node`` and ``dataparallel``: the command once on this node, supervised here."""
+    """``per-node`` and ``dataparallel``: the command once on this node, supervised here, its
+    health watched by one thing (:class:`~paijob.runtime.watch.health.OneProcessHealth`)."""
     dist = config.dist
     cmd = [sys.executable, *config.command.python_args(0)]
-    watch = None
-    if config.mode == "per-node" and dist.node_rank == 0 and config.multi_node and _has_proc_net():
-        watch = MasterPortWatch(dist.master_port, port_label=dist.port_label)
-    hang = _one_process_hang_watch(config, env)
+    watch_port = config.mode == "per-node" and dist.node_rank == 0 and config.multi_node and _has_proc_net()
+    health = OneProcessHealth(config, env, say, watch_port=watch_port)
+    health.start()
     try:
-        code = supervise(cmd, hang.env if hang else env, grace_period=config.grace_period,
-                         what=f"node rank {dist.node_rank}", watch=watch,
-                         hung=hang.verdict if hang else None)
+        code = supervise(cmd, env, grace_period=config.grace_period, what=f"node rank {dist.node_rank}",
+                         watch=health.port, hung=health.verdict if health.hang else None,
+                         started=health.started)
     finally:
-        if hang is not None:
-            hang.stop()
-    if watch is not None and watch.diagnosis is not None:
+        health.stop()
+    if health.diagnosis is not None:
         # The declared port is free (that is the diagnosis): tell the waiting nodes there.
-        serve_abort_notice(dist.master_port, watch.diagnosis, peers=2 * (dist.nnodes - 1),
+        serve_abort_notice(dist.master_port, health.diagnosis, peers=2 * (dist.nnodes - 1),
                            linger=min(config.master_timeout, NOTICE_LINGER))
     return code
-
-
-@dataclass
-class _OneProcessWatch:
-    """The hang watch of ``per-node`` and ``dataparallel`` mode, and what ``supervise`` needs of it."""
-
-    watch: HangWatch
-    env: dict[str, str]  # the command's environment: where its samplers write
-    link: StoreLink | None  # per-node on several nodes: the channel and node 0's verdict
-
-    def verdict(self) -> Failure | None:
-        return self.link.verdict() if self.link else self.watch.take_verdict()
-
-    def stop(self) -> None:
-        self.watch.stop()
-        if self.link is not None:
-            self.link.close()
-        shutil.rmtree(self.watch.folder, ignore_errors=True)
-
-
-def _one_process_hang_watch(config: LaunchConfig, env: Mapping[str, str]) -> _OneProcessWatch | None:
-    """The hang watch of the one process (SIGUSR1: every rank's stack).
-
-    ``dataparallel``: the process is rank 0, judged alone. ``per-node``: the ranks are its
-    ``mp.spawn`` children, each with a sampler (:mod:`paijob.runtime.spawnwatch`); on several
-    nodes the watches talk through the script's own store (:mod:`paijob.runtime.storelink`).
-    """
-    dist = config.dist
-    if not config.hang.enabled:
-        signal.signal(signal.SIGUSR1, lambda *_: say(
-            "stacks on request: the hang watch is off (--hang-timeout 0), no stacks to print"))
-        return None
-    spawned = config.mode == "per-node"
-    folder = tempfile.mkdtemp(prefix="paijob-hang-")
-    env = {**env, contract.HANG_DIR: folder, contract.HANG_INTERVAL: f"{config.hang.interval:g}"}
-    link = None
-    if spawned and config.multi_node:
-        link = StoreLink(dist.master_addr, dist.master_port, prefix=config.run_id,
-                         node_rank=dist.node_rank, nnodes=dist.nnodes)
-    found = task_address(os.environ)
-    hang = HangWatch(config.hang, folder=folder, node_rank=dist.node_rank if spawned else 0,
-                     nnodes=dist.nnodes if spawned else 1,
-                     world_size=dist.world_size if spawned else 1,
-                     host=found[0] if found else socket.gethostname(),
-                     stacks_dir=stacks_folder(config.log_dir, os.environ),
-                     channel=StoreChannel(link.call) if link else Channel(),
-                     declare=link.declare if link else lambda failure: None, say=say)
-    signal.signal(signal.SIGUSR1, lambda *_: hang.request_stacks())
-    hang.start()
-    return _OneProcessWatch(hang, env, link)
 
 
 def _has_proc_net() -> bool:
@@ -260,6 +224,7 @@ def supervise(
     what: str = "worker",
     watch: MasterPortWatch | None = None,
     hung: Callable[[], Failure | None] | None = None,
+    started: Callable[[int], None] | None = None,
 ) -> int:
     """Run one process in its own process group; forward SIGTERM/SIGINT/SIGHUP with a grace period.
 
@@ -267,8 +232,11 @@ def supervise(
     it says so, the command is stopped like on SIGTERM and the exit code is 2. ``hung()``
     is the hang watch's verdict: the command is stopped the same way, the verdict is the
     root cause and the exit code 124; it is asked once more when the command failed on its own.
+    ``started(pid)`` learns the command's pid.
     """
     proc = subprocess.Popen(list(cmd), env=dict(env), start_new_session=True)
+    if started is not None:
+        started(proc.pid)
     received: list[int] = []
 
     def forward(signum: int, _frame: object) -> None:
@@ -317,6 +285,7 @@ def _wait(proc: subprocess.Popen[bytes], received: list[int], watch: MasterPortW
             pass
         if not received and _must_stop(proc.pid, watch, hung, verdicts):
             _signal_group(proc.pid, signal.SIGTERM)
+            _signal_group(proc.pid, signal.SIGCONT)  # a stopped process handles it once continued
             deadline = time.monotonic() + grace_period
         if received and deadline is None:
             deadline = time.monotonic() + grace_period

@@ -34,9 +34,9 @@ that plain ``python SCRIPT`` does not:
   stops the worker, it prints the traceback and exits 1 as before.
 * **Its progress is watched.** Where the launcher asks (``PAIJOB_HANG_DIR``), a
   sampler thread reports where the main thread is and whether it moves
-  (:mod:`paijob.runtime.progress`), for the hang watch. In ``per-node`` mode the
+  (:mod:`paijob.runtime.watch.progress`), for the hang watch. In ``per-node`` mode the
   ranks are ``mp.spawn`` children: the sampler and the clean exit above go into
-  each of them instead (:mod:`paijob.runtime.spawnwatch`).
+  each of them instead (:mod:`paijob.runtime.watch.spawnwatch`).
 """
 
 from __future__ import annotations
@@ -201,7 +201,7 @@ def _hold_knock_on(error: BaseException) -> int:
         return 0
     if hold <= 0:
         return 0
-    from paijob.runtime.failures import looks_secondary
+    from paijob.runtime.watch.failures import looks_secondary
 
     text = "".join(traceback.format_exception(type(error), error, error.__traceback__))
     if not looks_secondary(text):
@@ -260,12 +260,12 @@ def _start_progress_sampler() -> None:
     if os.environ.get(contract.SPAWN_HOOK) == "1":
         import importlib
 
-        from paijob.runtime.spawnwatch import install
+        from paijob.runtime.watch.spawnwatch import install
 
         # under its own name: a child unpickles it by name, and this module runs as __main__ here
         install(importlib.import_module(__spec__.name if __spec__ else __name__).finish)
         return
-    from paijob.runtime.progress import start_from_env
+    from paijob.runtime.watch.progress import start_from_env
 
     start_from_env(skip_files=(__file__, runpy.__file__ or ""))
 

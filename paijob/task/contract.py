@@ -49,7 +49,7 @@ HANG_INTERVAL = "PAIJOB_HANG_INTERVAL"
 SPAWN_HOOK = "PAIJOB_SPAWN_HOOK"
 """``"1"`` (``per-node`` mode): the ranks are the ``mp.spawn`` children of the one process; its worker
 wrapper hooks into each child the sampler (where ``PAIJOB_HANG_DIR`` is set) and the wrapper's clean
-exit (:mod:`paijob.runtime.spawnwatch`)."""
+exit (:mod:`paijob.runtime.watch.spawnwatch`)."""
 
 PROGRESS_FILE = "PAIJOB_PROGRESS_FILE"
 """Set by the local cluster: node 0's hang watch keeps its one-line account of a stall there
@@ -127,6 +127,8 @@ def worker_env(
     world_size: int = 1,
     workers: int = 1,
     cores: int = 1,
+    hang_dir: str | None = None,
+    hang_interval: float = 1.0,
 ) -> dict[str, str]:
     """The environment a worker starts with: ``base`` (the launcher's own) plus the contract.
 
@@ -134,6 +136,7 @@ def worker_env(
     them; ``mode`` is ``--mode``. Pure: the launcher's own environment is never changed,
     except in ``horovod`` mode, where the worker is the launcher's own process.
     A user's own ``PYTHONUNBUFFERED``, ``OMP_NUM_THREADS`` and ``PAIJOB_KNOCK_ON_HOLD`` win.
+    ``hang_dir``: where each worker's progress sampler writes (the hang watch on; None: off).
     """
     env = dict(base)
     env.update(layout)
@@ -142,6 +145,9 @@ def worker_env(
         env[PRECISION] = precision
     if launcher_pid is not None:
         env[LAUNCHER_PID] = str(launcher_pid)
+    if hang_dir:
+        env[HANG_DIR] = hang_dir
+        env[HANG_INTERVAL] = f"{hang_interval:g}"
     if mode == "per-node":
         env[SPAWN_HOOK] = "1"
     if mode == "dataparallel":

@@ -23,13 +23,19 @@ ZOMBIE = "Z"
 
 @dataclass(frozen=True)
 class ProcStat:
-    """The fields of ``/proc/<pid>/stat`` paijob reads (proc(5) fields 1 and 3-6)."""
+    """The fields of ``/proc/<pid>/stat`` paijob reads (proc(5) fields 1, 3-6 and 22)."""
 
     pid: int
     state: str  # R running, S sleeping, D disk sleep, Z zombie, T stopped, ...
     ppid: int
     pgrp: int
     session: int
+    start_time: int = 0  # clock ticks after boot: with the pid, it names one process (a pid is reused)
+
+    @property
+    def stopped(self) -> bool:
+        """Stopped by a signal (SIGSTOP, SIGTSTP) or a tracer: it runs no code until continued."""
+        return self.state in ("T", "t")
 
     @property
     def zombie(self) -> bool:
@@ -43,7 +49,9 @@ def parse_stat(pid: int, text: bytes) -> ProcStat | None:
     if len(fields) < 4:
         return None
     try:
-        return ProcStat(pid, fields[0].decode("ascii", "replace"), int(fields[1]), int(fields[2]), int(fields[3]))
+        start = int(fields[19]) if len(fields) > 19 else 0
+        return ProcStat(pid, fields[0].decode("ascii", "replace"), int(fields[1]), int(fields[2]),
+                        int(fields[3]), start)
     except ValueError:
         return None
 

@@ -122,6 +122,15 @@ def test_one_process_modes_get_no_rank_prefix_and_dataparallel_is_rank_zero_of_o
         "RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "LOCAL_WORLD_SIZE": "1"}
 
 
+def test_the_hang_watchs_folder_and_interval_are_part_of_the_one_worker_environment():
+    # assembled once here for every mode (launch.py and agent.py each used to add them)
+    for mode in ("per-gpu", "per-node", "dataparallel"):
+        env = worker_env({}, LAYOUT, mode=mode, launcher_pid=7, hang_dir="/tmp/h", hang_interval=0.5)
+        assert env[contract.HANG_DIR] == "/tmp/h" and env[contract.HANG_INTERVAL] == "0.5"
+    off = worker_env({}, LAYOUT, mode="per-gpu", launcher_pid=7, hang_dir=None)
+    assert contract.HANG_DIR not in off and contract.HANG_INTERVAL not in off
+
+
 def test_a_horovod_slot_is_its_own_launcher():
     env = worker_env({}, {"RANK": "1"}, mode="horovod", precision="O1")
     assert env == {"RANK": "1", "PYTHONUNBUFFERED": "1", contract.PRECISION: "O1"}

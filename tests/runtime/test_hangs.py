@@ -1,19 +1,20 @@
 """The hang watch: a stuck rank is found, named with its file:line, and the job ends with exit 124.
 
-The verdict rules are pinned on plain data (fast); the five hangs of issue 26 run as real
+The verdict's rules are pinned on plain data in test_verdict.py; the five hangs of issue 26 run as real
 2-node gloo jobs on loopback (slow stage), one of them also in the everyday suite on one node.
 """
 
 from __future__ import annotations
 
 import gc
+import re
+import shutil
 import signal
 import sys
 import textwrap
 import threading
 import time
 import weakref
-from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -21,22 +22,14 @@ import pytest
 from runtime_helpers import base_env, free_port, task_env, wait_all
 
 from paijob.local.diagnostics import root_cause
-from paijob.runtime import progress
 from paijob.runtime.cli import hang_settings
 from paijob.runtime.config import HangSettings, LaunchError
-from paijob.runtime.failures import Failure
-from paijob.runtime.hangwatch import (
-    RankState,
-    judge,
-    process_ended,
-    rank_ranges,
-    report_frames,
-    stall_line,
-    waiting_phrase,
-)
-from paijob.runtime.progress import Sampler, classify_wait, collectives_issued
-from paijob.runtime.spawnwatch import child_rank
-from paijob.runtime.storelink import VERDICT_KEY, StoreLink
+from paijob.runtime.watch import progress
+from paijob.runtime.watch.failures import Failure
+from paijob.runtime.watch.hangwatch import process_ended
+from paijob.runtime.watch.progress import Sampler, collectives_issued
+from paijob.runtime.watch.spawnwatch import child_rank
+from paijob.runtime.watch.storelink import VERDICT_KEY, StoreLink
 from paijob.task import exitcodes
 from paijob.task.options import build_parsers
 
@@ -44,112 +37,17 @@ C10D = "/venv/site-packages/torch/distributed/distributed_c10d.py"
 SETTINGS = HangSettings(timeout=20, first_timeout=60, hard_limit=3)
 
 
-def state(rank: int, idle: float, *, wait: str | None = "all_reduce", line: int = 42,
-          busy: bool = False, started: bool = True, stale: float = 0.0,
-          longest_wait: float = 0.0) -> RankState:
-    frames = [["/job/train.py", line, "main"]]
-    if wait:
-        frames.append([C10D, 3252, wait])
-    return RankState(
-        rank=rank, node_rank=rank // 2, host=f"10.0.0.{rank // 2}", local_rank=rank % 2,
-        idle_for=idle, busy=busy, cpu_share=1.0 if busy else 0.0, wait=wait,
-        collective=wait is not None, first_progress=started, stale_for=stale,
-        where=report_frames(frames), c10d=wait is not None, longest_wait=longest_wait,
-        quiet_for=idle,
-    )
-
-
-def test_a_rank_outside_any_collective_is_named_when_no_rank_moves_for_the_timeout():
-    states = [state(0, 25), state(1, 25, wait=None, line=7), state(2, 24), state(3, 26)]
-    verdict = judge(states, SETTINGS)
-    assert verdict is not None and verdict.kind == "hang" and verdict.final
-    assert [s.rank for s in verdict.culprits] == [1]
-    line = verdict.headline(SETTINGS)
-    assert line.startswith("hang: no rank made progress for 24s (--hang-timeout 20s); ")
-    assert "rank 1 (node rank 0, host 10.0.0.0, local rank 1) is stuck at train.py:7 in main" in line
-    assert "ranks 0, 2-3 wait in all_reduce at train.py:42 for 24s" in line
-    assert line.endswith(f"; exit {exitcodes.HANG}")
-
-
-def test_nothing_is_judged_before_the_timeout_or_while_a_rank_is_between_busy_and_idle():
-    assert judge([state(0, 19), state(1, 19, wait=None)], SETTINGS) is None
-    assert judge([state(0, 25), state(1, 10, wait=None)], SETTINGS) is None  # 10 s: neither
-    assert judge([state(0, 25)], SETTINGS, expected_ranks=2) is None  # rank 1 still starting
-    assert judge([state(0, 99), state(1, 99)], HangSettings(timeout=0)) is None  # off
-
-
-def test_a_rank_that_ended_within_the_timeout_is_progress_not_a_hang():
-    """Rank 0 finished its long save and exited; rank 1's last report still says it waits."""
-    ended = replace(state(0, 1, wait=None, busy=True), exited=True)
-    assert judge([ended, state(1, 25)], SETTINGS) is None
-    long_gone = replace(state(0, 21, wait=None), exited=True)  # ended longer than the timeout ago
-    verdict = judge([long_gone, state(1, 25)], SETTINGS)
-    assert verdict is not None and verdict.kind == "hang" and [s.rank for s in verdict.others] == [1]
-
-
-def test_before_the_first_collective_completes_the_longer_allowance_holds():
-    states = [state(0, 30, started=False), state(1, 30, wait=None, started=False)]
-    assert judge(states, SETTINGS) is None
-    verdict = judge([state(0, 61, started=False), state(1, 61, wait=None)], SETTINGS)
-    assert verdict is not None and "(--hang-first-timeout 60s)" in verdict.headline(SETTINGS)
-
-
-def test_the_rank_in_a_different_collective_than_most_is_the_culprit():
-    states = [state(0, 25), state(1, 25, wait="barrier", line=50), state(2, 25), state(3, 25)]
-    verdict = judge(states, SETTINGS)
-    assert verdict is not None and [s.rank for s in verdict.culprits] == [1]
-    assert "rank 1 (node rank 0, host 10.0.0.0, local rank 1) waits in barrier at train.py:50 " \
-        "(a different collective than the other ranks: mismatched collectives)" in (
-            verdict.headline(SETTINGS))
-
-
-def test_every_rank_in_the_same_collective_names_no_culprit_but_says_so():
-    verdict = judge([state(0, 25), state(1, 25)], SETTINGS)
-    assert verdict is not None and verdict.culprits == []
-    assert "every rank waits in all_reduce at train.py:42: the collective itself does not " \
-        "complete" in verdict.headline(SETTINGS)
-
-
-def test_a_silent_sampler_is_a_culprit_even_inside_a_collective():
-    verdict = judge([state(0, 25), state(1, 25, stale=15)], SETTINGS)
-    assert verdict is not None and [s.rank for s in verdict.culprits] == [1]
-    assert "does not answer (its sampler has been silent for 15s" in verdict.headline(SETTINGS)
-
-
-def test_a_busy_straggler_is_reported_at_the_timeout_and_ended_only_at_the_hard_limit():
-    reported = judge([state(0, 25), state(1, 0.5, wait=None, busy=True)], SETTINGS)
-    assert reported is not None and reported.kind == "straggler" and not reported.final
-    assert "ended at 3 x --hang-timeout (60s) unless it finishes" in reported.headline(SETTINGS)
-    ended = judge([state(0, 61), state(1, 0.5, wait=None, busy=True)], SETTINGS)
-    assert ended is not None and ended.final
-    assert ended.headline(SETTINGS).startswith(
-        "hang: straggler: rank 1 (node rank 0, host 10.0.0.0, local rank 1) is busy at train.py:42")
-
-
-def test_a_rank_that_finished_early_is_no_straggler_and_the_stall_line_names_the_culprit():
-    finished = state(1, 500, wait=None)
-    finished.exited = True
-    assert judge([state(0, 0.5, wait=None, busy=True), finished], SETTINGS) is None
-    assert stall_line([state(0, 0.5, busy=True), finished], SETTINGS) is None
-    assert stall_line([state(0, 95), state(1, 96, wait=None)], SETTINGS) == "no progress for 96s on rank 1"
-    assert stall_line([state(0, 12), state(1, 1, busy=True)], SETTINGS) == "no progress for 12s on rank 0"
-
-
-def test_waiting_ranks_are_grouped_by_place_and_ranges_folded():
-    assert rank_ranges([7, 0, 2, 3, 4, 5, 6]) == "0, 2-7"
-    phrase = waiting_phrase([state(0, 30), state(2, 31), state(3, 32), state(5, 40, line=9)])
-    assert phrase == ("ranks 0, 2-3 wait in all_reduce at train.py:42 for 30s, "
-                      "rank 5 waits in all_reduce at train.py:9 for 40s")
-
-
-def test_user_code_comes_first_in_the_reported_frames():
-    frames = [["/job/train.py", 10, "<module>"], ["/job/train.py", 30, "step"],
-              [threading.__file__, 320, "wait"]]
-    assert report_frames(frames)[0] == ["/job/train.py", 30, "step"]
-    assert classify_wait([["/job/train.py", 3, "m"], [C10D, 1, "barrier"]]) == ("barrier", True)
-    loader = "/venv/site-packages/torch/utils/data/dataloader.py"
-    assert classify_wait([["/job/train.py", 3, "m"], [loader, 1, "_next_data"]]) == (
-        "DataLoader", False)
+def stacks_of(output: str, cwd: Path) -> str:
+    """The stacks file a verdict names (``every rank's full stack: PATH``), read and removed; it is
+    never in the working directory (the user's checkout)."""
+    found = re.findall(r"every rank's full stack: (\S+)", output)
+    assert found, output
+    path = Path(found[-1])
+    assert not (cwd / "paijob-stacks.txt").exists() and cwd not in path.parents
+    text = path.read_text()
+    if path.parent.name.startswith("paijob-stacks-"):
+        shutil.rmtree(path.parent)
+    return text
 
 
 def test_hang_limits_come_from_the_option_else_the_environment_else_the_default():
@@ -168,53 +66,6 @@ def test_hang_limits_come_from_the_option_else_the_environment_else_the_default(
 
 
 # -- calibration: a shorter timeout only where every rank waits in a torch.distributed call -------
-
-CALIBRATED = HangSettings(timeout=600, first_timeout=1800, calibrate=True)
-
-
-def test_every_rank_idle_in_a_collective_is_judged_on_the_calibrated_timeout_and_says_why():
-    states = [state(0, 125, longest_wait=3), state(1, 125, wait="barrier", line=50, longest_wait=2)]
-    assert judge([state(0, 119), state(1, 119, wait="barrier")], CALIBRATED) is None  # the floor
-    verdict = judge(states, CALIBRATED)
-    assert verdict is not None and verdict.kind == "hang" and verdict.final
-    line = verdict.headline(CALIBRATED)
-    assert line.startswith(
-        "hang: no rank made progress for 125s (calibrated 120s: every rank waits in a "
-        "torch.distributed call, and the longest wait in one so far was 3s; 10 x that, at least "
-        "120s; --hang-timeout 600s holds outside collectives); "), line
-    # a longer wait seen before raises it: 10 x 30 s
-    assert judge([state(0, 250, longest_wait=30), state(1, 250)], CALIBRATED) is None
-    verdict = judge([state(0, 301, longest_wait=30), state(1, 301)], CALIBRATED)
-    assert verdict is not None and verdict.limit.seconds == 300
-    # data still moving (a huge collective's transfer, in gloo's threads): not yet
-    transferring = [state(0, 125), state(1, 125)]
-    transferring[1].quiet_for = 0.5
-    assert judge(transferring, CALIBRATED) is None
-
-
-def test_calibration_never_shortens_the_timeout_for_a_rank_outside_a_collective():
-    """A checkpoint save or evaluation on rank 0 (idle: blocked on storage) while the others wait
-    in a barrier: only --hang-timeout ends it, however short the steps were."""
-    checkpoint = [state(0, 500, wait=None, line=80), state(1, 500, wait="barrier")]
-    assert judge(checkpoint, CALIBRATED) is None
-    verdict = judge([state(0, 601, wait=None, line=80), state(1, 601, wait="barrier")], CALIBRATED)
-    assert verdict is not None and "(--hang-timeout 600s)" in verdict.headline(CALIBRATED)
-    # a straggler busy in a collective's neighbourhood (backward is no torch.distributed call)
-    backward = [state(0, 200), state(1, 200, wait=None)]
-    backward[1].collective, backward[1].wait = True, "backward"
-    assert judge(backward, CALIBRATED) is None
-
-
-def test_calibration_waits_for_first_progress_is_off_for_a_chosen_timeout_and_never_lengthens():
-    in_collectives = [state(0, 200, started=False), state(1, 200)]
-    assert judge(in_collectives, CALIBRATED) is None
-    chosen = HangSettings(timeout=600, first_timeout=1800)  # the user set --hang-timeout
-    assert judge([state(0, 200), state(1, 200)], chosen) is None
-    long_waits = [state(0, 599, longest_wait=70), state(1, 599)]  # 10 x 70 s > 600 s
-    assert judge(long_waits, CALIBRATED) is None
-    verdict = judge([state(0, 600, longest_wait=70), state(1, 600)], CALIBRATED)
-    assert verdict is not None and "(--hang-timeout 600s)" in verdict.headline(CALIBRATED)
-
 
 class _Group:
     def __init__(self, seq: int | None) -> None:
@@ -380,7 +231,7 @@ def test_one_node_a_rank_asleep_before_its_all_reduce_is_named_and_the_job_ends_
     assert cause is not None and cause.startswith("hang: no rank made progress for"), out
     assert "rank 1 (node rank 0, host " in cause and "local rank 1) is stuck at sleeps.py:8" in cause
     assert "rank 0 waits in all_reduce at sleeps.py:9" in cause
-    stacks = (tmp_path / "paijob-stacks.txt").read_text()
+    stacks = stacks_of(task.output, tmp_path)
     assert "--- rank 0 " in stacks and "--- rank 1 " in stacks and "time.sleep(600)" in stacks
 
 
@@ -393,7 +244,7 @@ def test_dataparallel_mode_is_watched_too(tmp_path: Path, start_task):
     cause = root_cause(task.output)
     assert cause is not None and "rank 0 (node rank 0, host " in cause, task.output
     assert "is stuck at loads.py:3 in <module>, outside any collective" in cause
-    assert (tmp_path / "paijob-stacks.txt").exists()
+    assert stacks_of(task.output, tmp_path)
 
 
 SPAWNS_AND_SLEEPS = textwrap.dedent(
@@ -451,7 +302,7 @@ def test_per_node_mode_watches_the_mp_spawn_children_and_names_the_stuck_one(
     assert "rank 1 (node rank 0, host " in cause and "local rank 1) is stuck at spawns.py:15 in train" \
         ", outside any collective" in cause, out
     assert "rank 0 waits in all_reduce at spawns.py:16" in cause, out
-    stacks = (tmp_path / "paijob-stacks.txt").read_text()
+    stacks = stacks_of(task.output, tmp_path)
     assert "--- rank 0 " in stacks and "--- rank 1 " in stacks and "time.sleep(pause)" in stacks
     assert len(children) == 2 and all(process_ended_within(pid, 10) for pid in children)
 
@@ -558,7 +409,7 @@ def test_per_node_mode_on_two_nodes_names_the_stuck_mp_spawn_child_and_ends_both
         assert "rank 3 (node rank 1, host 127.0.0.1, local rank 1) is stuck at spawns.py:15 in " \
             "train, outside any collective" in cause, task.output
         assert "ranks 0-2 wait in all_reduce at spawns.py:16" in cause, task.output
-    stacks = (tmp_path / "paijob-stacks.txt").read_text()
+    stacks = stacks_of(tasks[0].output, tmp_path)
     assert "--- rank 0 " in stacks and "--- rank 3 " in stacks and "time.sleep(pause)" in stacks
     children = [int(p.name) for p in pids.iterdir()]
     assert len(children) == 4 and all(process_ended_within(pid, 10) for pid in children)
@@ -683,8 +534,10 @@ def test_each_hang_of_the_issue_names_its_rank_and_ends_both_nodes_124(
         assert "(on another node)" not in task.output
     if busy:
         assert "warning: straggler: rank 1" in tasks[0].output
-    stacks = (tmp_path / "paijob-stacks.txt").read_text()
+    stacks = stacks_of(tasks[0].output, tmp_path)
     assert "--- rank 0 " in stacks and "--- rank 1 " in stacks
+    if name == "dataloader-worker-hang":  # the worker's own report: no signal sent to it
+        assert "its DataLoader worker 0 (pid " in stacks and "this DataLoader worker hangs" in stacks
 
 
 CHECKPOINT_PAUSE = textwrap.dedent(
@@ -766,6 +619,23 @@ def test_when_torchs_own_timeout_fires_first_the_rank_that_never_arrived_is_name
             "torch's process-group timeout fired in rank 0's all_reduce at pg.py:13; the rank "
             "that never arrived: rank 1 (node rank 1, host 127.0.0.1, local rank 0) is stuck at "
             "pg.py:12"), task.output
+
+
+@pytest.mark.slow
+def test_when_torchs_timeout_fires_on_the_other_node_every_node_prints_the_same_root_cause(
+    tmp_path: Path, start_task
+):
+    """2 x 2, rank 1 (node 0) never arrives, timeout 15 s: node 1's ranks time out waiting for
+    it; node 1 used to blame its own healthy rank. Now it waits for node 0's account."""
+    source = PG_TIMEOUT_FIRST.replace("seconds=8", "seconds=15")
+    tasks = start_two_nodes(start_task, tmp_path, "pg.py", source, ["--nproc-per-node", "2"])
+    codes = wait_all(tasks, timeout=200)
+    outputs = "\n".join(t.output for t in tasks)
+    assert codes[0] != 0 and codes[1] != 0, outputs
+    causes = [root_cause(task.output) for task in tasks]
+    assert causes[0] is not None and causes[0] == causes[1], outputs
+    assert "the rank that never arrived: rank 1 (node rank 0, host 127.0.0.1, local rank 1) is " \
+        "stuck at pg.py:12" in causes[0], outputs
 
 
 TRAINS_A_WHILE = textwrap.dedent(

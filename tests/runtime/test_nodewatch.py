@@ -10,12 +10,12 @@ from collections.abc import Iterator
 
 import pytest
 
-from paijob.runtime import nodewatch
 from paijob.runtime.config import LaunchConfig, WorkerCommand
 from paijob.runtime.env import DistEnv
-from paijob.runtime.failures import Failure
-from paijob.runtime.nodewatch import NodeWatch, StoreTimeout, bounded, first_line
 from paijob.runtime.probe import MasterUnreachableError, wait_for_master
+from paijob.runtime.watch import nodewatch
+from paijob.runtime.watch.failures import Failure
+from paijob.runtime.watch.nodewatch import NodeWatch, StoreTimeout, bounded, first_line
 
 
 class FakeStore:

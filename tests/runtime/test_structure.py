@@ -32,9 +32,11 @@ def _imports(path: Path, package: str) -> set[str]:
 
 def _runtime_graph() -> dict[str, set[str]]:
     modules = {
-        "paijob.runtime." + p.stem: p for p in RUNTIME_DIR.glob("*.py") if p.stem != "__init__"
+        ".".join(("paijob", "runtime", *p.relative_to(RUNTIME_DIR).with_suffix("").parts)): p
+        for p in [*RUNTIME_DIR.glob("*.py"), *(RUNTIME_DIR / "watch").glob("*.py")]
+        if p.stem != "__init__"
     }
-    return {name: _imports(path, "paijob.runtime") & modules.keys() for name, path in modules.items()}
+    return {name: _imports(path, name.rsplit(".", 1)[0]) & modules.keys() for name, path in modules.items()}
 
 
 def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
@@ -68,7 +70,34 @@ def test_the_runtime_modules_import_each_other_without_a_circle():
 def test_the_agent_does_not_reach_back_into_the_launcher():
     graph = _runtime_graph()
     assert "paijob.runtime.launch" not in graph["paijob.runtime.agent"]
-    assert "paijob.runtime.launch" not in graph["paijob.runtime.nodewatch"]
+    assert "paijob.runtime.launch" not in graph["paijob.runtime.watch.nodewatch"]
+
+
+def test_the_watch_folder_imports_nothing_of_the_launcher_above_it():
+    # watch/ is "how a node knows it is healthy"; launch, agent, cli and worker start the node
+    graph = _runtime_graph()
+    launcher = {f"paijob.runtime.{name}" for name in ("launch", "agent", "cli", "worker")}
+    watch = {name for name in graph if name.startswith("paijob.runtime.watch.")}
+    assert len(watch) >= 7
+    for name in watch:
+        assert not graph[name] & launcher, name
+
+
+def test_the_watch_sends_no_signal_to_anything():
+    # it reads files and /proc; a signal woke a worker's C call holding the GIL (issue 33)
+    for path in (RUNTIME_DIR / "watch").glob("*.py"):
+        calls = {f"{node.func.value.id}.{node.func.attr}" for node in ast.walk(ast.parse(path.read_text()))
+                 if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                 and isinstance(node.func.value, ast.Name)}
+        assert not calls & {"os.kill", "os.killpg", "signal.pthread_kill", "faulthandler.register"}, path.name
+
+
+def test_launch_starts_one_thing_and_stops_one_thing():
+    # a one-process node's watchers are built, started and stopped together (watch/health.py)
+    built = {node.func.id for node in ast.walk(ast.parse((RUNTIME_DIR / "launch.py").read_text()))
+             if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)}
+    assert not built & {"HangWatch", "StoreLink", "MasterPortWatch", "Channel", "StoreChannel"}
+    assert "OneProcessHealth" in built
 
 
 def test_the_shared_torch_free_package_imports_nothing_of_the_runtime():

@@ -87,7 +87,8 @@ def choose_root_cause(failures: list[Failure]) -> Failure | None:
 
 def report_root_cause(root: Failure, node_rank: int) -> None:
     """Say why the job failed, once, after every worker's own output: headline, then its tail."""
-    job_wide = root.exit_status == exitcodes.HANG  # the hang watch judges the whole job
+    # the hang watch judges the whole job, and accounts for a timeout from every rank's state
+    job_wide = root.exit_status == exitcodes.HANG or root.overrides
     where = "" if root.node_rank == node_rank or job_wide else " (on another node)"
     say(f"error: {root.headline()}{where}")
     for line in root.detail.splitlines():

@@ -20,13 +20,19 @@ main thread from the outside:
 
 It writes what it saw, atomically, to one small JSON file per worker
 (``rank<N>.json`` in the folder the launcher names) that the node's agent reads
-(:mod:`paijob.runtime.hangwatch`). A rank is *active* in a sample when its
+(:mod:`paijob.runtime.watch.hangwatch`). A rank is *active* in a sample when its
 stack moved, its main thread used CPU or it did storage I/O; the file carries
 when it was last active, so the agent needs no history.
 
 A worker whose sampler cannot run (a C call that holds the GIL) stops updating
-its file; for it, ``faulthandler`` is registered on :data:`STACK_SIGNAL`, and
-the agent sends that signal to get its stack written to ``rank<N>.stack``.
+its file. For it the sampler keeps faulthandler's own watchdog armed
+(``faulthandler.dump_traceback_later``, re-armed at every sample): a C thread
+that needs no GIL and sends no signal writes every thread's stack to
+``rank<N>.stack`` once the sampler has missed :data:`DUMP_AFTER` seconds. No
+signal is ever sent to a worker (a signal wakes a C call that holds the GIL,
+and the user's code sees EINTR): the watch never changes the program it watches.
+While the main thread stands still, the report also carries every other Python
+thread's stack (the other side of a deadlock).
 
 Cost: one sample is a stack walk of the main thread and three small /proc
 reads, about 0.1 ms once a second (see ``benchmarks/bench_hangwatch.py``).
@@ -35,22 +41,23 @@ No torch import: the sampler only reads ``sys.modules`` for what is loaded.
 
 from __future__ import annotations
 
+import contextlib
 import faulthandler
 import json
 import os
-import signal
 import sys
 import threading
 import time
 from types import FrameType
-from typing import Any, TextIO
+from typing import Any
 
 from paijob.task import contract
 
 DEFAULT_INTERVAL = 1.0
-STACK_SIGNAL = signal.SIGUSR2  # faulthandler dumps every thread's stack to rank<N>.stack
+DUMP_AFTER = 3.0  # seconds without a sample before faulthandler's watchdog writes rank<N>.stack
 BUSY_CPU_SHARE = 0.05  # main-thread CPU over a sample interval that counts as busy (a wait uses ~0)
 MOVING_DATA = 1 << 20  # bytes of the process's I/O in one sample interval: data on the move
+FIRST_PROGRESS_SAMPLES = 3  # samples that saw collectives complete: past the first training step
 MAX_FRAMES = 60  # deepest stack kept (innermost frames); recursion would make it endless
 
 # Library code a stack passes through; the first frame outside it is "the user's line".
@@ -250,32 +257,52 @@ class Sampler:
         self._in_collective_c10d = False
         self._seen_done = 0  # collectives the sampled stack was seen to leave
         self.collectives_done = 0
+        self.rising_samples = 0  # samples that saw more collectives done than the one before
         self.longest_wait = 0.0  # the longest wait inside one torch.distributed call (calibration)
         self.seq = 0
-        self._stack_file: TextIO | None = None
+        self.start_time = own_start_time()
+        self.dump_after = max(DUMP_AFTER, 3 * interval)
+        self._stack_fd: int | None = None
         self._thread = threading.Thread(target=self._run, name="paijob-progress", daemon=True)
 
     def start(self) -> None:
-        self._register_faulthandler()
+        self._open_stack_file()
         self._thread.start()
+        folder, interval = os.path.dirname(self.path), self.interval
+        os.register_at_fork(after_in_child=lambda: watch_forked_child(folder, interval))
 
-    def _register_faulthandler(self) -> None:
-        """For a worker whose sampler cannot run: its stack on STACK_SIGNAL, into rank<N>.stack."""
-        if not hasattr(faulthandler, "register"):
+    def _open_stack_file(self) -> None:
+        """``rank<N>.stack``, created here and never through a link, for faulthandler's watchdog."""
+        try:
+            self._stack_fd = os.open(self.stack_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC
+                                     | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        except OSError:
+            self._stack_fd = None
+
+    def arm_watchdog(self) -> None:
+        """(Re-)arm faulthandler's watchdog: unless the next sample re-arms it within
+        ``dump_after``, a C thread writes every thread's stack to ``rank<N>.stack`` (no GIL, no
+        signal). A dump left by an earlier silence is cleared first: the file holds only the
+        current one."""
+        if self._stack_fd is None:
             return
         try:
-            self._stack_file = open(self.stack_path, "w", encoding="utf-8")  # noqa: SIM115 - kept open for the signal
-            faulthandler.register(STACK_SIGNAL, file=self._stack_file, all_threads=True, chain=False)
+            if os.fstat(self._stack_fd).st_size:
+                os.ftruncate(self._stack_fd, 0)
+                os.lseek(self._stack_fd, 0, os.SEEK_SET)
+            faulthandler.dump_traceback_later(self.dump_after, repeat=False, file=self._stack_fd)
         except (OSError, ValueError, RuntimeError):
-            self._stack_file = None
+            self._stack_fd = None
 
     def _run(self) -> None:
         while self.main.is_alive():
             try:
+                self.arm_watchdog()
                 self.write(self.sample())
             except Exception:  # noqa: BLE001 - the watch must never break training
                 pass
             time.sleep(self.interval)
+        faulthandler.cancel_dump_traceback_later()
 
     def sample(self) -> dict[str, Any]:
         """One look at the main thread: where it is, whether it moved or worked since the last look."""
@@ -305,10 +332,13 @@ class Sampler:
         self.follow_collectives(wait if collective else None, c10d, frame, issued, now)
         waiting_for = loader_worker(frame) if wait == "DataLoader" else None
         self.seq += 1
+        still = now - self.moved_at >= 2 * self.interval
         return {
             "rank": self.rank,
             "local_rank": self.local_rank,
             "pid": os.getpid(),
+            "start_time": self.start_time,
+            "main_thread": self.main.ident,
             "seq": self.seq,
             "time": now,
             "active_at": self.active_at,
@@ -321,8 +351,10 @@ class Sampler:
             "c10d": c10d,
             "loader_worker": list(waiting_for) if waiting_for else None,
             "collectives_done": self.collectives_done,
+            "first_progress": self.first_progress,
             "longest_wait": round(self.longest_wait, 1),
             "frames": frames,
+            "threads": other_threads(self.main.ident, self._thread.ident) if still else [],
         }
 
     def _note_process_io(self, now: float) -> None:
@@ -353,15 +385,82 @@ class Sampler:
             self._in_collective, self._wait_started = key, now
         self._in_collective_c10d = c10d
         from_torch = 0 if issued is None else issued - (1 if wait is not None else 0)
-        self.collectives_done = max(self._seen_done, from_torch)
+        done = max(self._seen_done, from_torch)
+        if done > self.collectives_done:
+            self.rising_samples += 1
+        self.collectives_done = done
+
+    @property
+    def first_progress(self) -> bool:
+        """Past the first training step: collectives seen completing in
+        :data:`FIRST_PROGRESS_SAMPLES` samples. What a script does once before it trains (build
+        DDP, which broadcasts; a barrier; a process group) completes collectives in one or two
+        samples, then may load data for minutes: still before the first step. A training loop
+        completes some in every sample."""
+        return self.rising_samples >= FIRST_PROGRESS_SAMPLES
 
     def write(self, report: dict[str, Any]) -> None:
         text = json.dumps(report, separators=(",", ":"))
-        temp = f"{self.path}.tmp"
-        with open(temp, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.replace(temp, self.path)
+        write_new(self.path, text)
         self._own_io = len(text.encode("utf-8")) + 64  # + the io file read between (its length varies)
+
+
+def watch_forked_child(folder: str, interval: float) -> None:
+    """In a process forked from a watched worker (a DataLoader worker): a thread that writes its
+    main thread's stack to ``fork<pid>.json`` once per ``interval``, so a rank that waits for it
+    can show where it is without a signal. Threads do not survive a fork; this one is new."""
+    pid = os.getpid()
+    main = threading.main_thread()
+    path = os.path.join(folder, f"fork{pid}.json")
+    start = own_start_time()
+
+    def run() -> None:
+        while True:
+            time.sleep(interval)  # first look one interval on: the fork itself is over by then
+            try:
+                frame = sys._current_frames().get(main.ident or -1)  # noqa: SLF001
+                report = {"pid": pid, "ppid": os.getppid(), "start_time": start, "time": time.time(),
+                          "frames": main_stack(frame)}
+                write_new(path, json.dumps(report, separators=(",", ":")))
+            except Exception:  # noqa: BLE001 - the watch must never break a data worker
+                return
+
+    threading.Thread(target=run, name="paijob-progress", daemon=True).start()
+
+
+def write_new(path: str, text: str) -> None:
+    """Replace ``path`` by ``text`` atomically, never through a link (the temporary file is created
+    exclusively; a link planted under its name is removed first)."""
+    temp = f"{path}.tmp"
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(temp)
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write(text)
+    os.replace(temp, path)
+
+
+def other_threads(main: int | None, sampler: int | None) -> list[dict[str, Any]]:
+    """Every Python thread but the main one and the sampler: name and stack, outermost first
+    (a rank whose main thread stands still: the thread that holds what it waits for)."""
+    names = {thread.ident: thread.name for thread in threading.enumerate()}
+    found = []
+    for ident, frame in sorted(sys._current_frames().items()):  # noqa: SLF001
+        if ident in (main, sampler):
+            continue
+        found.append({"name": names.get(ident, f"thread {ident}"), "ident": ident,
+                      "frames": main_stack(frame)})
+    return found
+
+
+def own_start_time() -> int:
+    """This process's start time in clock ticks since boot (``/proc/self/stat`` field 22); with
+    the pid it names the process: a pid reused later has another. 0 without /proc."""
+    try:
+        with open("/proc/self/stat", "rb") as handle:
+            return int(handle.read().rpartition(b")")[2].split()[19])
+    except (OSError, IndexError, ValueError):
+        return 0
 
 
 def _walk(frame: FrameType | None) -> list[tuple[FrameType, int]]:

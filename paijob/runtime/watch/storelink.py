@@ -1,7 +1,7 @@
 """How the hang watches of a ``per-node`` job on several nodes talk: as clients of the script's own store.
 
 Why: in ``per-gpu`` mode node 0's agent hosts the rendezvous store and the
-nodes' hang watches share it (:class:`~paijob.runtime.hangwatch.StoreChannel`).
+nodes' hang watches share it (:class:`~paijob.runtime.watch.hangwatch.StoreChannel`).
 In ``per-node`` mode the script's rank 0 hosts the store (``init_process_group``
 on ``MASTER_ADDR:MASTER_PORT``); each node's paijob-runtime connects to it as
 one more client (``wait_for_workers=False``: it is not counted as a rank) under
@@ -26,8 +26,8 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from paijob.runtime.failures import Failure
-from paijob.runtime.nodewatch import StoreTimeout, bounded
+from paijob.runtime.watch.failures import Failure
+from paijob.runtime.watch.lifecycle import StoreTimeout, bounded
 
 T = TypeVar("T")
 VERDICT_KEY = "paijob/hang/verdict"
@@ -77,6 +77,15 @@ class StoreLink:
         finally:
             with self._lock:
                 self._in_flight -= 1
+
+    def start(self) -> None:
+        """Nothing to start: the link connects on its first call (the lifecycle's start)."""
+
+    def stop(self) -> None:
+        """No more calls from the watchers; :meth:`finish` closes."""
+
+    def finish(self) -> None:
+        self.close()
 
     def close(self) -> None:
         """No more calls; wait (bounded: the client's own timeout) for those running to return, so

@@ -34,7 +34,8 @@ from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from paijob.runtime.failures import Failure, choose_root_cause
+from paijob.runtime.watch.failures import Failure, choose_root_cause
+from paijob.runtime.watch.lifecycle import StoreTimeout, Ticker, bounded
 from paijob.task import exitcodes
 
 if TYPE_CHECKING:
@@ -50,38 +51,16 @@ FINISHED_KEY = "paijob/finished"
 RELEASED_KEY = "paijob/released"  # passed torch's exit barrier; node 0 may close the store
 
 STORE_OP_TIMEOUT = 10.0
+WATCHDOG_EVERY = 0.2  # seconds between the watchdog's looks
 WAIT_MESSAGE_EVERY = 30.0
 T = TypeVar("T")
-
-
-class StoreTimeout(Exception):
-    """A store call did not return within its deadline."""
+__all__ = ["NodeWatch", "StoreTimeout", "bounded", "first_line"]
 
 
 def first_line(error: BaseException) -> str:
     """c10d errors carry pages of C++ frames after their first line; keep that line."""
     text = str(error).strip()
     return text.splitlines()[0] if text else type(error).__name__
-
-
-def bounded(fn: Callable[[], T], timeout: float) -> T:
-    """``fn()`` in a daemon thread; its result, its exception, or :class:`StoreTimeout`."""
-    box: dict[str, Any] = {}
-
-    def run() -> None:
-        try:
-            box["value"] = fn()
-        except BaseException as error:  # noqa: BLE001 - handed to the caller
-            box["error"] = error
-
-    thread = threading.Thread(target=run, name="paijob-store-call", daemon=True)
-    thread.start()
-    thread.join(timeout)
-    if thread.is_alive():
-        raise StoreTimeout(f"no answer within {timeout:.0f}s")
-    if "error" in box:
-        raise box["error"]
-    return box["value"]
 
 
 class NodeWatch:
@@ -113,7 +92,6 @@ class NodeWatch:
         self._say = say
         self._client: Any = None
         self._lock = threading.Lock()
-        self._stop = threading.Event()
         self._ended = False
         self.fatal: Failure | None = None
         self._fatal_at = 0.0
@@ -132,9 +110,9 @@ class NodeWatch:
         self._next_wait_message = 0.0
         # the call blocking right now (heartbeat or bounded), if any: (start, what)
         self._blocked: dict[int, tuple[float, float]] = {}
-        self._watchdog = threading.Thread(target=self._watch, name="paijob-watchdog", daemon=True)
+        self._watchdog = _Watchdog(self)
         self._watchdog.start()
-        self._heartbeat: threading.Thread | None = None
+        self._heartbeat: _Heartbeat | None = None
 
     # -- phases of the main thread ------------------------------------------
     def enter(
@@ -160,24 +138,20 @@ class NodeWatch:
         """Connect our own store client and start beating (multi-node jobs only)."""
         if self.nnodes == 1 or self._heartbeat is not None:
             return
-        self._heartbeat = threading.Thread(target=self._beat, name="paijob-heartbeat", daemon=True)
+        self._heartbeat = _Heartbeat(self)
         self._heartbeat.start()
 
     def _beat(self) -> None:
-        try:
+        """One heartbeat (the heartbeat thread's tick); the first connects our own client."""
+        if self._client is None:
             client = self._guarded(self._connect, limit=self.connect_timeout)
             # A round trip: some torch releases return from connecting to anything that
             # accepts (a squatter on the master's port); a store answers ``check`` at once.
             self._guarded(lambda: client.check([WHO_KEY.format(node=0)]), limit=self.connect_timeout)
             self._client = client
             if self.who:
-                self._guarded(lambda: self._client.set(WHO_KEY.format(node=self.node_rank), self.who))
-            while not self._stop.is_set():
-                self._beat_once()
-                self._stop.wait(self.poll_interval)
-        except Exception as error:  # the store lives in node 0's agent
-            if not self._stop.is_set():
-                self.declare(self._master_lost(f"the connection to it failed ({first_line(error)})"))
+                self._guarded(lambda: client.set(WHO_KEY.format(node=self.node_rank), self.who))
+        self._beat_once()
 
     def _beat_once(self) -> None:
         client = self._client
@@ -302,16 +276,17 @@ class NodeWatch:
 
     # -- the watchdog ------------------------------------------------------------
     def _watch(self) -> None:
-        while not self._ended:
-            time.sleep(0.2)
-            now = time.monotonic()
-            self._expire_phase(now)  # an expired phase knows its reason best (e.g. a squatter)
-            self._expire_blocked_calls(now)
-            if self.phase == "exit barrier" and self.fatal is None:
-                self._judge_from_the_barrier(now)
-            self._say_waiting_line(now)
-            if self.fatal is not None:
-                self._end_when_stuck(self.fatal, now)
+        """One look of the watchdog thread (its tick, every 0.2 s)."""
+        if self._ended:
+            return
+        now = time.monotonic()
+        self._expire_phase(now)  # an expired phase knows its reason best (e.g. a squatter)
+        self._expire_blocked_calls(now)
+        if self.phase == "exit barrier" and self.fatal is None:
+            self._judge_from_the_barrier(now)
+        self._say_waiting_line(now)
+        if self.fatal is not None:
+            self._end_when_stuck(self.fatal, now)
 
     def _expire_phase(self, now: float) -> None:
         """Past the main thread's phase deadline: its own reason ends the node."""
@@ -422,6 +397,17 @@ class NodeWatch:
                 return records
             time.sleep(0.2)
 
+    def wait_for_account(self, timeout: float) -> list[Failure]:
+        """Wait for node 0's account of a timeout (a record that ``overrides``): torch's timeout
+        fired in a rank of ours that waited, and node 0 names the rank that never arrived, from
+        the states every node shares. Every node then prints that one root cause."""
+        deadline = time.monotonic() + timeout
+        while True:
+            records = self.records()
+            if any(f.overrides for f in records) or time.monotonic() >= deadline:
+                return records
+            time.sleep(0.2)
+
     def finish_after_failure(self, linger: float) -> None:
         """Count this node out; node 0 (the store host) lingers so the others can read why."""
         self.enter("finishing")
@@ -457,12 +443,44 @@ class NodeWatch:
 
     def stop_heartbeats(self) -> None:
         """Stop beating; wait briefly for a call in flight, never for a store that is gone."""
-        self._stop.set()
-        thread = self._heartbeat
-        if thread is not None and not self.store_lost and thread is not threading.current_thread():
-            thread.join(timeout=2.0)
+        beat = self._heartbeat
+        if beat is None:
+            return
+        beat.stop()
+        if not self.store_lost:
+            beat.join(timeout=2.0)
 
     def close(self) -> None:
         """The node ends normally: no watchdog verdict after this."""
         self.stop_heartbeats()
         self._ended = True
+        self._watchdog.stop()
+
+
+class _Heartbeat(Ticker):
+    """The heartbeat thread: about once a second, :meth:`NodeWatch._beat`. An error is a verdict:
+    the store lives in node 0's agent, so the master is lost (no more beats)."""
+
+    def __init__(self, node: NodeWatch) -> None:
+        super().__init__("paijob-heartbeat", node.poll_interval, node._say, at_once=True)  # noqa: SLF001
+        self.node = node
+
+    def tick(self) -> None:
+        self.node._beat()  # noqa: SLF001 - the node's own thread
+
+    def failed(self, error: Exception) -> bool:
+        if not self.stopped:
+            self.node.declare(self.node._master_lost(  # noqa: SLF001
+                f"the connection to it failed ({first_line(error)})"))
+        return False
+
+
+class _Watchdog(Ticker):
+    """The watchdog thread: every 0.2 s, :meth:`NodeWatch._watch` (no network, no store)."""
+
+    def __init__(self, node: NodeWatch) -> None:
+        super().__init__("paijob-watchdog", WATCHDOG_EVERY, node._say)  # noqa: SLF001
+        self.node = node
+
+    def tick(self) -> None:
+        self.node._watch()  # noqa: SLF001 - the node's own thread
