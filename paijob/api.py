@@ -148,7 +148,6 @@ def prepare(request: JobRequest, project: project_config.Project | None = None) 
     from paijob import project as project_config
     from paijob.render import templating
     from paijob.render.job_name import rename_job
-    from paijob.render.values import holds_secrets
     from paijob.validate.verdict import require_sendable
 
     project = project if project is not None else project_config.load()
@@ -170,15 +169,27 @@ def prepare(request: JobRequest, project: project_config.Project | None = None) 
             refuse_placeholder_images(renamed.job, source, target.name)
         check_storages(renamed.job, target, source)
     workdir = request.workdir or _value_workdir(result.values) or project.workdir
-    if workdir and not request.workdir:
-        project_config.check_workdir(project, workdir)  # a cloned project's choice stays in the project
     if workdir:
-        private = [value for value in values if holds_secrets(value)]
-        _carry_workdir(job, workdir, force=request.force, skip_unreadable=request.skip_unreadable, private=private)
-        require_sendable(job.text, source, job.document)  # the commands it added must leave a valid job
+        _attach_workdir(job, workdir, request, project, values)
     elif job.text is not result.text:
         require_sendable(job.text, source)  # a new name: checked as it was written; the size may have grown
     return job
+
+
+def _attach_workdir(job: PreparedJob, workdir: str, request: JobRequest, project: project_config.Project,
+                    values: Sequence[str]) -> None:
+    """``workdir`` snapshotted into ``job``, leaving out the values files that hold secrets, and the job
+    checked again (the commands the snapshot adds must leave a valid job). A workdir that the project
+    chose (not ``--workdir``) must lie in the project."""
+    from paijob import project as project_config
+    from paijob.render.values import holds_secrets
+    from paijob.validate.verdict import require_sendable
+
+    if not request.workdir:
+        project_config.check_workdir(project, workdir)  # a cloned project's choice stays in the project
+    private = [value for value in values if holds_secrets(value)]
+    _carry_workdir(job, workdir, force=request.force, skip_unreadable=request.skip_unreadable, private=private)
+    require_sendable(job.text, job.source, job.document)
 
 
 def _render_for(target: Cluster, request: JobRequest, spec: str, values: list[str]) -> RenderResult:

@@ -75,13 +75,18 @@ def parse_summary(data: dict[str, Any]) -> list[Storage]:
             for item in data["storages"]]
 
 
+def _public_fields(data: Any) -> dict[str, Any]:
+    """A storage's ``data`` without its secrets (keys, passwords), scalars only."""
+    fields = data if isinstance(data, dict) else {}
+    return {k: v for k, v in fields.items() if k not in _SECRET_FIELDS and isinstance(v, (str, int))}
+
+
 def where(detail: Any) -> str:
     """A ``StorageDetail`` for people, secrets left out: ``nfs 10.0.0.5:/data``, ``samba //host/share``."""
     if not isinstance(detail, dict):
         return "a storage"
     kind = str(detail.get("type") or "unknown")
-    data = detail.get("data")
-    shown = {k: v for k, v in (data if isinstance(data, dict) else {}).items() if k not in _SECRET_FIELDS and isinstance(v, (str, int))}
+    shown = _public_fields(detail.get("data"))
     if kind == "nfs" and "server" in shown:
         return f"nfs {shown['server']}:{shown.get('path', '/')}"
     if kind == "samba" and "address" in shown:

@@ -55,6 +55,10 @@ from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, SignalEx
 from torch.distributed.elastic.rendezvous import RendezvousParameters  # noqa: E402
 from torch.distributed.elastic.rendezvous import registry as rdzv_registry  # noqa: E402
 
+from paijob.openpai.taskenv import (  # noqa: E402
+    PAI_CURRENT_TASK_ROLE_CURRENT_TASK_INDEX,
+    PAI_CURRENT_TASK_ROLE_NAME,
+)
 from paijob.runtime.config import LaunchConfig  # noqa: E402
 from paijob.runtime.console import say  # noqa: E402
 from paijob.runtime.netif import task_address  # noqa: E402
@@ -338,8 +342,8 @@ def _port_taken(error: BaseException) -> bool:
 def _who() -> str:
     """``role:index at address`` of this task, for other nodes' messages about it."""
 
-    role = os.environ.get("PAI_CURRENT_TASK_ROLE_NAME", "")
-    index = os.environ.get("PAI_CURRENT_TASK_ROLE_CURRENT_TASK_INDEX", "")
+    role = os.environ.get(PAI_CURRENT_TASK_ROLE_NAME, "")
+    index = os.environ.get(PAI_CURRENT_TASK_ROLE_CURRENT_TASK_INDEX, "")
     found = task_address(os.environ)
     where = f" at {found[0]}" if found else ""
     return f"{role}:{index}{where}" if role else where.strip()

@@ -39,34 +39,6 @@ def _runtime_graph() -> dict[str, set[str]]:
     return {name: _imports(path, name.rsplit(".", 1)[0]) & modules.keys() for name, path in modules.items()}
 
 
-def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
-    state: dict[str, int] = {}
-    stack: list[str] = []
-
-    def visit(node: str) -> list[str] | None:
-        state[node] = 1
-        stack.append(node)
-        for nxt in sorted(graph[node]):
-            if state.get(nxt) == 1:
-                return [*stack[stack.index(nxt):], nxt]
-            if nxt not in state and (found := visit(nxt)):
-                return found
-        stack.pop()
-        state[node] = 2
-        return None
-
-    for node in sorted(graph):
-        if node not in state and (found := visit(node)):
-            return found
-    return None
-
-
-def test_the_runtime_modules_import_each_other_without_a_circle():
-    # function-level imports count too: agent used to import launch (report_root_cause)
-    # while launch imports agent to run per-gpu mode
-    assert _cycle(_runtime_graph()) is None
-
-
 def test_the_agent_does_not_reach_back_into_the_launcher():
     graph = _runtime_graph()
     assert "paijob.runtime.launch" not in graph["paijob.runtime.agent"]
