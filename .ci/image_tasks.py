@@ -13,10 +13,10 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from paijob.local.plan import Ports, task_env, task_script
+from paijob.common.ports import draw
+from paijob.local.taskspec import Ports, task_env, task_script
 from paijob.openpai.jsyaml import load_job
 from paijob.openpai.model import parse_job
-from paijob.task.ports import draw
 
 USER = "ci"
 # How openpai-runtime starts the user.sh it writes from the commands.

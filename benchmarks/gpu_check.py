@@ -49,7 +49,7 @@ sys.path.insert(0, str(HERE.parent))
 
 from harness import BIN, PYTHON, base_env, machine_info, simulated_pai_env, write_json  # noqa: E402
 
-from paijob.runtime.recipes.progress import parse_line  # noqa: E402
+from paijob.runtime.recipes.loglines import parse_line  # noqa: E402
 
 PAIRS = ("bf16", "fp16", "O2", "imagefolder-O2", "bf16-compiled")
 TARGETS = {"imagefolder-O2": 1.30}

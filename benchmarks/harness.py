@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from paijob.task.ports import draw
+from paijob.common.ports import draw
 
 ROOT = Path(__file__).resolve().parents[1]
 PYTHON = sys.executable

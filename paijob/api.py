@@ -30,15 +30,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 import paijob
+from paijob.common import contract
 from paijob.errors import PaijobError, ShadowedPackageError
-from paijob.task import contract
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
     from paijob import project as project_config
+    from paijob.copyout import CopyPlan, CopyReport
     from paijob.local.prune import PruneReport
-    from paijob.outputs import CopyPlan, CopyReport
     from paijob.remote.client import PaiClient
     from paijob.remote.logs import LogFollower
     from paijob.remote.profiles import Cluster
@@ -476,28 +476,28 @@ def copy_output(source: str, dest: str | Path, cluster: str | None = None, *, fo
     byte is written (the CLI previews a big one); ``force`` replaces existing files and skips the
     free-space check.
     """
-    from paijob import outputs
+    from paijob import copyout
 
-    job, path = outputs.split_source(source)
+    job, path = copyout.split_source(source)
     target = resolve_cluster(cluster, start_local=False)
     root, job = _output_root(target, job)
-    copy_plan = outputs.plan(root, path, Path(dest), job, force=force)
+    copy_plan = copyout.plan(root, path, Path(dest), job, force=force)
     if on_plan is not None:
         on_plan(copy_plan)
-    return outputs.copy(copy_plan, job, path)
+    return copyout.copy(copy_plan, job, path)
 
 
 def _output_root(target: Cluster, job: str, document: Any = None) -> tuple[Path, str]:
     """Job ``job``'s output folder on this machine (see ``copy_output``), and the job's full id;
     ``document``: the job itself when the caller has it (None: read the cluster's copy)."""
-    from paijob import outputs
+    from paijob import copyout
     from paijob.local import daemon, storage
     from paijob.render.storage_route import job_route
 
     if "~" not in job:
         user = daemon.local_user() if target.is_local else target.user
         if not user:
-            raise outputs.OutputError(f"give the job as USER~{job}: the profile of cluster {target.name} names "
+            raise copyout.OutputError(f"give the job as USER~{job}: the profile of cluster {target.name} names "
                                       "no user")
         job = f"{user}~{job}"
     user, name = job.split("~", 1)
@@ -505,9 +505,9 @@ def _output_root(target: Cluster, job: str, document: Any = None) -> tuple[Path,
     if target.is_local:
         local = route is not None and route.name in [s["name"] for s in storage.summary()["storages"]]
         folder = (storage.folder(daemon.state_dir(), route.name) / route.folder(user, name) if local and route
-                  else outputs.local_output_dir(daemon.state_dir(), job))
+                  else copyout.local_output_dir(daemon.state_dir(), job))
     elif route is None:
-        raise outputs.OutputError(
+        raise copyout.OutputError(
             f"job {job} on cluster {target.name} keeps its {contract.OUTPUT_DIR} where paijob cannot reach it: "
             "submit it with --set storage=NAME (a storage of yours, GET /api/v2/storages) and `paijob cp` reads "
             "its output folder where this machine mounts that storage")
@@ -520,7 +520,7 @@ def _output_root(target: Cluster, job: str, document: Any = None) -> tuple[Path,
         on_storage = route.folder(user, name, share=share)
         mount = target.mount(route.name)
         if mount is None:
-            raise outputs.OutputError(_unmounted(client, target, route, on_storage, user, name))
+            raise copyout.OutputError(_unmounted(client, target, route, on_storage, user, name))
         folder = Path(mount) / on_storage
     return folder, job
 
@@ -615,8 +615,8 @@ def render(template: str, values: Sequence[str | Path] = (), sets: Sequence[SetA
 
 def write_text(path: str | Path, text: str) -> None:
     """Write a job file as ``paijob render --output-file`` does: a regular file atomically (its mode
-    kept), through a symlink at its target, a device or FIFO in place (``paijob.task.safefile``)."""
-    from paijob.task.safefile import write_text as write
+    kept), through a symlink at its target, a device or FIFO in place (``paijob.common.safefile``)."""
+    from paijob.common.safefile import write_text as write
 
     write(path, text)
 

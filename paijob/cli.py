@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from paijob import __version__
-from paijob.task import contract
+from paijob.common import contract
 
 # verb -> module that registers it; `paijob --help` lists them in this order.
 COMMANDS: dict[str, str] = {
@@ -118,7 +118,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help(sys.stderr)
         return 2
-    from paijob.task.guard import run_guarded
+    from paijob.common.guard import run_guarded
 
     return run_guarded("paijob", lambda: args.func(args), shown=_shown)
 

@@ -82,7 +82,7 @@ def test_a_circle_is_found_and_named():
     assert find_circle(graph) == ["a", "b", "c", "a"]
 
 
-MODULES = {"paijob.local", "paijob.local.engine", "paijob.local.runner", "paijob.local.store", "paijob.errors"}
+MODULES = {"paijob.local", "paijob.local.cluster", "paijob.local.runner", "paijob.local.store", "paijob.errors"}
 
 
 def test_imports_under_type_checking_inside_functions_and_relative_ones_count():
@@ -90,22 +90,22 @@ def test_imports_under_type_checking_inside_functions_and_relative_ones_count():
         "from typing import TYPE_CHECKING\n"
         "from . import store\n"
         "if TYPE_CHECKING:\n"
-        "    from paijob.local.engine import LocalCluster\n"
+        "    from paijob.local.cluster import LocalCluster\n"
         "def late():\n"
         "    from ..errors import PaijobError\n"
     )
     assert _imports("paijob.local.runner", source, MODULES) == {
-        "paijob.local.store", "paijob.local.engine", "paijob.errors"}
+        "paijob.local.store", "paijob.local.cluster", "paijob.errors"}
 
 
 def test_a_name_from_a_package_is_an_arrow_to_the_package_a_submodule_to_the_submodule():
     source = "from paijob.local import engine, something\nimport paijob.local.store\n"
     assert _imports("paijob.local.runner", source, MODULES) == {
-        "paijob.local.engine", "paijob.local", "paijob.local.store"}
+        "paijob.local.cluster", "paijob.local", "paijob.local.store"}
 
 
 def test_the_graph_reads_every_module_of_the_package():
     graph = import_graph()
-    assert "paijob.local.runner" in graph["paijob.local.engine"]
+    assert "paijob.local.runner" in graph["paijob.local.cluster"]
     assert "paijob.runtime.apex_compat.detect" in graph["paijob.runtime.apex_compat"]
     assert len(graph) == len(list(PACKAGE.rglob("*.py")))

@@ -14,8 +14,8 @@ from collections.abc import Iterator
 import pytest
 
 from paijob import cli
+from paijob.common import options, recipe_options
 from paijob.runtime import cli as runtime_cli
-from paijob.task import options, recipe_options
 
 
 def _parsers(parser: argparse.ArgumentParser, path: str) -> Iterator[tuple[str, argparse.ArgumentParser]]:

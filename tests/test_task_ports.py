@@ -1,4 +1,4 @@
-"""paijob.task.ports: ports for tasks' servers come from outside the kernel's ephemeral range, free and held."""
+"""paijob.common.ports: ports for tasks' servers come from outside the kernel's ephemeral range, free and held."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from paijob.task import ports
-from paijob.task.ports import (
+from paijob.common import ports
+from paijob.common.ports import (
     PortRangeError,
     candidates,
     configured_range,
@@ -100,7 +100,7 @@ def test_a_taken_port_is_skipped_and_a_full_range_is_refused() -> None:
 
 def test_no_product_code_takes_a_port_the_kernel_picks_and_lets_it_go() -> None:
     """``bind((host, 0))`` then close is a port from the ephemeral range that anyone may take before
-    the server binds it; paijob's own code draws with paijob.task.ports instead (a server that binds
+    the server binds it; paijob's own code draws with paijob.common.ports instead (a server that binds
     port 0 and keeps the socket, as ``paijob local up`` does by default, is another matter)."""
     pattern = re.compile(r"\.bind\(\([^()]*,\s*0\s*\)\)")
     offenders = [f"{path.relative_to(ROOT)}:{number}"

@@ -4,7 +4,7 @@ Nothing here is written by hand, so nothing can drift: the CLI pages come from
 the argparse parsers that `paijob` and `paijob-runtime` parse with, the values
 page from the built-in templates' schemas and default values (what
 `paijob templates show NAME --values` prints), the exit-code page from
-`paijob.errors`, `paijob.task.exitcodes` and OpenPAI's exit spec as paijob
+`paijob.errors`, `paijob.common.exitcodes` and OpenPAI's exit spec as paijob
 holds it. mkdocs.yml names this file under `hooks:`; `mkdocs build --strict`
 (in .ci/run) fails on any link into these pages that does not resolve.
 """
@@ -152,12 +152,12 @@ def values_page() -> str:
 
 
 def exit_codes_page() -> str:
+    from paijob.common.exitcodes import RUNTIME_EXIT_CODES, openpai_verdict
     from paijob.errors import EXIT_CODES
-    from paijob.task.exitcodes import RUNTIME_EXIT_CODES, openpai_verdict
 
     lines = ["# Exit codes", "",
              "Generated from the code that defines them: `paijob.errors.EXIT_CODES` for `paijob`, "
-             "`paijob.task.exitcodes.RUNTIME_EXIT_CODES` for `paijob-runtime`, and for what OpenPAI makes of "
+             "`paijob.common.exitcodes.RUNTIME_EXIT_CODES` for `paijob-runtime`, and for what OpenPAI makes of "
              "the runtime's code, OpenPAI's job exit spec as `paijob.openpai.exitspec` holds it. Why these "
              "codes: [faults and hangs](../runtime/faults.md#exit-codes).", "",
              "## paijob", "", "| exit code | meaning |", "| --- | --- |"]

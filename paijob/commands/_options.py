@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from paijob.task import contract
+from paijob.common import contract
 
 
 def add_openpai_version_option(parser: argparse.ArgumentParser) -> None:

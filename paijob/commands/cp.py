@@ -6,8 +6,8 @@ import argparse
 import sys
 from typing import Any
 
+from paijob.common import contract
 from paijob.errors import EXIT_JOB_FAILED
-from paijob.task import contract
 
 
 def register(subparsers: Any) -> None:

@@ -7,8 +7,8 @@ import sys
 from typing import Any
 
 from paijob.commands import _common as common
+from paijob.common import contract
 from paijob.errors import EXIT_LOCAL_NOT_RUNNING
-from paijob.task import contract
 
 
 def register(subparsers: Any) -> None:

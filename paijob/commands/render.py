@@ -155,7 +155,7 @@ def run(args: argparse.Namespace) -> int:
 def write_atomic(path: str | Path, text: str) -> None:
     """Write ``text`` to ``path`` as ``-o`` promises: regular files atomically (mode kept),
     through a symlink to its target, into a device or FIFO in place
-    (``paijob.task.safefile``, as ``paijob.api.write_text``)."""
-    from paijob.task.safefile import write_text
+    (``paijob.common.safefile``, as ``paijob.api.write_text``)."""
+    from paijob.common.safefile import write_text
 
     write_text(path, text)

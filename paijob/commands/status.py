@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from paijob.commands import _common as common
-from paijob.task import contract
+from paijob.common import contract
 
 
 def register(subparsers: Any) -> None:

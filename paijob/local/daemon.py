@@ -38,12 +38,12 @@ from typing import Any
 
 import requests
 
+from paijob.common import contract, procfs
+from paijob.common.cwd_safe import module_args
+from paijob.common.safefile import atomic_write
 from paijob.errors import PaijobError
 from paijob.local import settings
 from paijob.remote.profiles import LOCAL, Cluster
-from paijob.task import contract, procfs
-from paijob.task.cwd_safe import module_args
-from paijob.task.safefile import atomic_write
 
 START_TIMEOUT = 20.0
 

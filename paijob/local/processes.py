@@ -24,17 +24,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+from paijob.common import contract
+from paijob.common.ports import Reservation, reserve
+from paijob.copyout import local_output_dir
 from paijob.local import capacity, faults, storage
-from paijob.local.plan import Ports, inherited_env, task_env, task_script
 from paijob.local.settings import openpai_before_1_6, stop_grace
 from paijob.local.store import Store, now_ms
 from paijob.local.tasklog import LogSink
+from paijob.local.taskspec import Ports, inherited_env, task_env, task_script
 from paijob.local.tracking import TASK_MARKER, Tracker
 from paijob.openpai.model import Job, TaskRole
 from paijob.openpai.names import init_role_failure, role_name_breaks_init, role_name_fix
-from paijob.outputs import local_output_dir
-from paijob.task import contract
-from paijob.task.ports import Reservation, reserve
 
 MARKER = TASK_MARKER
 JOB_MARKER = contract.LOCAL_JOB
@@ -112,7 +112,7 @@ class TaskProcesses:
         self.gpus: Gpus = {}
         self._announced_image = False
         self._placed: set[tuple[str, int]] = set()  # tasks of this attempt that have been started
-        self._held_ports: list[Reservation] = []  # drawn for tasks not started yet (paijob.task.ports)
+        self._held_ports: list[Reservation] = []  # drawn for tasks not started yet (paijob.common.ports)
 
     # ------------------------------------------------------------------ placing
 
@@ -139,7 +139,7 @@ class TaskProcesses:
 
     def _draw_ports(self, tasks: list[tuple[TaskRole, int]]) -> None:
         """New ports for ``tasks`` into ``self.ports``, from outside the kernel's ephemeral range and none
-        of the attempt's others (``paijob.task.ports``), held until ``start`` hands them to their task."""
+        of the attempt's others (``paijob.common.ports``), held until ``start`` hands them to their task."""
         ports = self.ports
         taken = {number for by_index in ports.values() for labels in by_index.values()
                  for numbers in labels.values() for number in numbers}

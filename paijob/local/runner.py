@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from paijob.common import contract
 from paijob.local import diagnostics, faults
 from paijob.local.processes import JobHost, Task, TaskProcesses
 from paijob.local.settings import unlimited_retry_cap
@@ -25,7 +26,6 @@ from paijob.local.store import Store, now_ms
 from paijob.local.tasklog import log_tail
 from paijob.openpai import exitspec
 from paijob.openpai.model import Job
-from paijob.task import contract
 
 log = logging.getLogger(__name__)
 

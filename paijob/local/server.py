@@ -36,8 +36,8 @@ from typing import Any
 from flask import Blueprint, Flask, Response, g, jsonify, request
 
 from paijob.local import faults, serving, settings
+from paijob.local.cluster import LocalCluster
 from paijob.local.daemon import local_user
-from paijob.local.engine import LocalCluster
 from paijob.local.portal import web as portal
 from paijob.local.routes import cluster as cluster_routes
 from paijob.local.routes import jobs, logs, storages, tasks, users

@@ -13,8 +13,8 @@ import math
 import os
 import re
 
+from paijob.common import contract, ports
 from paijob.errors import PaijobError
-from paijob.task import contract, ports
 
 STOP_GRACE = contract.LOCAL_STOP_GRACE
 RETRY_CAP = contract.LOCAL_UNLIMITED_RETRY_CAP

@@ -41,8 +41,8 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
+from paijob.common import contract, procfs
 from paijob.local import settings
-from paijob.task import contract, procfs
 
 log = logging.getLogger(__name__)
 

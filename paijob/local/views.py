@@ -18,7 +18,7 @@ from paijob.openpai.jsyaml import load_job
 from paijob.openpai.model import Job
 
 if TYPE_CHECKING:
-    from paijob.local.engine import LocalCluster
+    from paijob.local.cluster import LocalCluster
 
 
 def _retries_and_times(job: dict[str, Any]) -> dict[str, Any]:

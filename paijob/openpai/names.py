@@ -64,7 +64,7 @@ def framework_object_name(job_id: str) -> str:
 # role up in the job config by the converted name (initializer.py ``jobconfig['taskRoles'][taskrole]``),
 # while the config's keys are the names as written, so a role that the conversion changes fails in init
 # (exit 1, before the user's commands). Older clusters run such roles; a setting says the cluster is one
-# (paijob.task.contract.OPENPAI_BEFORE_1_6, which the caller names in the fix).
+# (paijob.common.contract.OPENPAI_BEFORE_1_6, which the caller names in the fix).
 INIT_ROLE_LOOKUP_SINCE = "OpenPAI v1.6.0 (openpai-runtime v0.1.10)"
 
 

@@ -34,9 +34,9 @@ from urllib.parse import urlsplit
 
 import yaml
 
+from paijob.common.safefile import atomic_write
 from paijob.errors import PaijobError
 from paijob.remote.errors import hide_url_password
-from paijob.task.safefile import atomic_write
 
 LOCAL = "local"
 _NAME = re.compile(r"^[A-Za-z0-9_.-]+$")

@@ -17,10 +17,10 @@ import re
 import shlex
 from typing import Any, NamedTuple
 
+from paijob.common.contract import OUTPUT_DIR, STORAGE_MOUNT
 from paijob.errors import PaijobError
 from paijob.openpai.storages import MOUNT_ROOT, PLUGIN
 from paijob.openpai.taskenv import PAI_JOB_NAME
-from paijob.task.contract import OUTPUT_DIR, STORAGE_MOUNT
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _PREFIX = f'export {OUTPUT_DIR}="${{{STORAGE_MOUNT}:-{MOUNT_ROOT}}}"/'

@@ -13,8 +13,8 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, NamedTuple
 
+from paijob.common import contract
 from paijob.errors import PaijobError
-from paijob.task import contract
 
 if TYPE_CHECKING:
     # pathlib only for a user's files, imported where they are read: a built-in

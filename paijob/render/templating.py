@@ -38,6 +38,7 @@ from jinja2.exceptions import SecurityError
 from jinja2.sandbox import SandboxedEnvironment
 
 from paijob import __version__
+from paijob.common import contract
 from paijob.errors import PaijobError
 from paijob.openpai.jsyaml import YamlError, load_job
 from paijob.render import filters
@@ -56,7 +57,6 @@ from paijob.render.templates import (
     user_include,
 )
 from paijob.render.values import SetArg, Values, ValuesError, build_values
-from paijob.task import contract
 from paijob.validate.verdict import (
     WARNING,
     JobValidationError,

@@ -55,6 +55,7 @@ from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, SignalEx
 from torch.distributed.elastic.rendezvous import RendezvousParameters  # noqa: E402
 from torch.distributed.elastic.rendezvous import registry as rdzv_registry  # noqa: E402
 
+from paijob.common import contract, exitcodes, procfs  # noqa: E402
 from paijob.openpai.taskenv import (  # noqa: E402
     PAI_CURRENT_TASK_ROLE_CURRENT_TASK_INDEX,
     PAI_CURRENT_TASK_ROLE_NAME,
@@ -76,7 +77,6 @@ from paijob.runtime.watch.launched import Launched  # noqa: E402
 from paijob.runtime.watch.lifecycle import Watchers  # noqa: E402
 from paijob.runtime.watch.nodewatch import NodeWatch, first_line  # noqa: E402
 from paijob.runtime.watch.verdict import first_timed_out  # noqa: E402
-from paijob.task import contract, exitcodes, procfs  # noqa: E402
 
 if _user_cpp_log_level is None:
     os.environ.pop(_CPP_LOG_LEVEL, None)
@@ -124,7 +124,7 @@ class PaijobAgent(LocalElasticAgent):
         self._pgids: set[int] = set()
         self.watch: NodeWatch | None = None  # set by run_per_gpu before run()
         self.log_root: str | None = None  # a folder of our own, removed when the node ends
-        # What the workers get beyond this process's environment (paijob.task.contract.worker_env)
+        # What the workers get beyond this process's environment (paijob.common.contract.worker_env)
         self.worker_env = {k: v for k, v in (worker_env or {}).items() if os.environ.get(k) != v}
         self.hang: HangWatch | None = None  # the hang watch (None: --hang-timeout 0)
 
@@ -428,7 +428,7 @@ def run_per_gpu(config: LaunchConfig, worker_env: Mapping[str, str] | None = Non
 
 def _start_hang_watch(config: LaunchConfig, agent: PaijobAgent) -> HangWatch | None:
     """The workers' samplers report into the folder the launcher named in their environment
-    (:func:`paijob.task.contract.worker_env`); one thread judges (node 0). SIGUSR1 asks it for
+    (:func:`paijob.common.contract.worker_env`); one thread judges (node 0). SIGUSR1 asks it for
     every rank's stack on every node (the job goes on)."""
     watch = agent._watch()  # noqa: SLF001 - set by run_per_gpu
     folder = agent.worker_env.get(contract.HANG_DIR) or os.environ.get(contract.HANG_DIR)

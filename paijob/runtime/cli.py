@@ -21,6 +21,10 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 
 from paijob import __version__
+from paijob.common import contract, exitcodes, options
+from paijob.common.guard import run_guarded
+from paijob.common.jobversion import mismatch_warning, rendered_version
+from paijob.common.options import build_parsers, split_train_argv
 from paijob.runtime.config import HangSettings, LaunchConfig, LaunchError, WorkerCommand
 from paijob.runtime.env import (
     DistEnv,
@@ -31,17 +35,13 @@ from paijob.runtime.env import (
     parse_nproc_option,
     parse_roles_option,
 )
-from paijob.task import contract, exitcodes, options
-from paijob.task.guard import run_guarded
-from paijob.task.jobversion import mismatch_warning, rendered_version
-from paijob.task.options import build_parsers, split_train_argv
 
 __all__ = ["main", "build_parsers", "split_train_argv"]
 
 
 def _layout(args: argparse.Namespace) -> tuple[DistEnv, int]:
+    from paijob.common.ports import draw
     from paijob.runtime.probe import count_visible_gpus
-    from paijob.task.ports import draw
 
     environ = dict(os.environ)
     options = LaunchOptions(

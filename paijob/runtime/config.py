@@ -5,7 +5,7 @@ everything the launcher, torch's elastic agent (:mod:`paijob.runtime.agent`)
 and the node watch (:mod:`paijob.runtime.watch.nodewatch`) need: the layout
 (:class:`~paijob.runtime.env.DistEnv`), the command, the mode and the limits.
 ``paijob-runtime train`` parses its options once
-(:mod:`paijob.task.options`), builds one config, and hands it down; nothing
+(:mod:`paijob.common.options`), builds one config, and hands it down; nothing
 below re-derives a value or passes the layout on field by field.
 
 No torch import here.
@@ -22,11 +22,9 @@ import sys
 from dataclasses import dataclass
 from importlib.machinery import ModuleSpec, PathFinder
 
-from paijob.errors import PaijobError
-from paijob.runtime.env import DistEnv
-from paijob.task import contract
-from paijob.task.cwd_safe import module_args
-from paijob.task.options import (
+from paijob.common import contract
+from paijob.common.cwd_safe import module_args
+from paijob.common.options import (
     DEFAULT_HANG_FIRST_TIMEOUT,
     DEFAULT_HANG_HARD_LIMIT,
     DEFAULT_HANG_TIMEOUT,
@@ -35,6 +33,8 @@ from paijob.task.options import (
     LOCAL_RANK_STYLES,
     MODES,
 )
+from paijob.errors import PaijobError
+from paijob.runtime.env import DistEnv
 
 LOCAL_RANK_MACRO = "${local_rank}"  # torch.distributed.elastic.utils.macros.Macros.local_rank
 WORKER_MODULE = "paijob.runtime.worker"
@@ -244,7 +244,7 @@ class LaunchConfig:
     heartbeat_timeout: float = 60.0
     log_dir: str | None = None
     verbose: bool = False
-    precision: str | None = None  # --precision, passed to every worker (paijob.task.contract)
+    precision: str | None = None  # --precision, passed to every worker (paijob.common.contract)
     hang: HangSettings = HangSettings()
 
     def __post_init__(self) -> None:

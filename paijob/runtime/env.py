@@ -33,6 +33,8 @@ import ipaddress
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from paijob.common import contract
+from paijob.common.options import BACKENDS, MAX_WORKERS_PER_CORE, workers_per_node
 from paijob.errors import PaijobError
 from paijob.openpai.names import DEFAULT_PORT_LABEL, runtime_role_name  # noqa: F401 - callers import runtime_role_name from here
 from paijob.openpai.taskenv import (
@@ -47,8 +49,6 @@ from paijob.openpai.taskenv import (
     resource_name,
     task_count_name,
 )
-from paijob.task import contract
-from paijob.task.options import BACKENDS, MAX_WORKERS_PER_CORE, workers_per_node
 
 STANDALONE_ADDR = "127.0.0.1"
 

@@ -32,7 +32,7 @@ output reaches this process's stdout/stderr line by line.
 
 Before anything joins the rendezvous, non-zero nodes wait (``--master-timeout``)
 for the master's port to accept connections. Exit codes: see
-:mod:`paijob.task.exitcodes`. SIGTERM/SIGINT are passed on to the workers,
+:mod:`paijob.common.exitcodes`. SIGTERM/SIGINT are passed on to the workers,
 which get ``--grace-period`` seconds before SIGKILL; workers run in their own
 process groups, which are killed whole.
 
@@ -52,6 +52,8 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 
+from paijob.common import exitcodes
+from paijob.common.contract import worker_env
 from paijob.errors import PaijobError
 from paijob.runtime.config import LaunchConfig, LaunchError, WorkerCommand
 from paijob.runtime.console import line_buffered_stdio, say
@@ -62,8 +64,6 @@ from paijob.runtime.watch.failures import Failure, report_root_cause, stopped_by
 from paijob.runtime.watch.health import OneProcessHealth
 from paijob.runtime.watch.portwatch import MasterPortWatch, read_abort_notice, serve_abort_notice
 from paijob.runtime.worker import finish, run_as_main
-from paijob.task import exitcodes
-from paijob.task.contract import worker_env
 
 log = logging.getLogger("paijob.runtime")
 
@@ -122,7 +122,7 @@ def _private_compile_cache(env: dict[str, str]) -> Iterator[None]:
 
 
 def _worker_env(config: LaunchConfig, hang_dir: str | None) -> dict[str, str]:
-    """What every worker of this node starts with (:func:`paijob.task.contract.worker_env`), the
+    """What every worker of this node starts with (:func:`paijob.common.contract.worker_env`), the
     hang watch's folder and interval included: assembled here once, for every mode."""
     dist = config.dist
     base = dict(os.environ)

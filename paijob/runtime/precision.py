@@ -45,8 +45,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from paijob.common import contract
 from paijob.errors import PaijobError
-from paijob.task import contract
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch

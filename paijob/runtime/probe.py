@@ -12,7 +12,7 @@ import subprocess
 import time
 from collections.abc import Callable, Mapping
 
-from paijob.task.exitcodes import InfrastructureError
+from paijob.common.exitcodes import InfrastructureError
 
 
 class MasterUnreachableError(InfrastructureError):

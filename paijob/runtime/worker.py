@@ -56,7 +56,7 @@ import traceback
 from collections.abc import Callable, Sequence
 from typing import NoReturn
 
-from paijob.task import contract
+from paijob.common import contract
 
 USAGE = "usage: python -m paijob.runtime.worker (SCRIPT | -m MODULE) [ARGS...]"
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>

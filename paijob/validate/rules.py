@@ -18,6 +18,7 @@ import re
 from collections.abc import Callable, Hashable, Iterator
 from typing import Any
 
+from paijob.common import contract
 from paijob.openpai.markers import TemplateError, render_server, role_entrypoint
 from paijob.openpai.model import Job, TaskRole, is_int
 from paijob.openpai.names import (
@@ -27,7 +28,6 @@ from paijob.openpai.names import (
     role_name_breaks_init,
     role_name_fix,
 )
-from paijob.task import contract
 
 ERROR = "error"
 WARNING = "warning"

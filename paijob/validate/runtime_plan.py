@@ -1,11 +1,11 @@
 """What ``paijob-runtime`` (or an MPI launcher) will do with a job: its distributed plan.
 
 The ``paijob-runtime`` calls in a role's commands are parsed with
-paijob-runtime's own argparse parser (``paijob.task.options``, torch-free
+paijob-runtime's own argparse parser (``paijob.common.options``, torch-free
 and the only runtime module the client imports), so whatever the runtime
 accepts (``paijob-runtime -v train ...``, ``--nproc-per-node=4``) validate
 reads the same way, and options the runtime would refuse are reported.
-Workers per node come from ``paijob.task.options.workers_per_node``, the
+Workers per node come from ``paijob.common.options.workers_per_node``, the
 function the runtime itself uses, so validate and ``paijob-runtime env``
 report the same world size.
 """
@@ -130,7 +130,7 @@ def _raise(message: str) -> None:
 @functools.lru_cache(maxsize=1)
 def _train_parser() -> argparse.ArgumentParser:
     # cached: building it is ~1.5 ms, and a render checks several commands
-    from paijob.task.options import build_train_parser  # torch-free; imported only when needed
+    from paijob.common.options import build_train_parser  # torch-free; imported only when needed
 
     train = build_train_parser()
     train.error = _raise  # type: ignore[method-assign,assignment]
@@ -139,7 +139,7 @@ def _train_parser() -> argparse.ArgumentParser:
 
 def _train_argv(words: tuple[str, ...], start: int) -> tuple[str, ...] | None:
     """The words after ``paijob-runtime [-v] train`` up to a shell separator, or None."""
-    from paijob.task.options import GLOBAL_FLAGS
+    from paijob.common.options import GLOBAL_FLAGS
 
     i = start
     while i < len(words) and words[i] in GLOBAL_FLAGS:
@@ -153,7 +153,7 @@ def _train_argv(words: tuple[str, ...], start: int) -> tuple[str, ...] | None:
 @functools.lru_cache(maxsize=256)
 def _parse_call(role: str, index: int, argv: tuple[str, ...]) -> RuntimeCall:
     """One ``paijob-runtime train`` call, parsed (cached, as ``split_command``: a validation reads it thrice)."""
-    from paijob.task.options import split_train_argv
+    from paijob.common.options import split_train_argv
 
     train = _train_parser()
     ours, command = split_train_argv(train, list(argv))
@@ -180,7 +180,7 @@ def _parse_call(role: str, index: int, argv: tuple[str, ...]) -> RuntimeCall:
 
 def _check_recipe_args(recipe: str, args: list[str]) -> None:
     """The recipe's own parser on its arguments (``recipeArgs``): a typo fails here, not at task start."""
-    from paijob.task.recipe_options import recipe_arguments_error
+    from paijob.common.recipe_options import recipe_arguments_error
 
     later = not all(is_literal(word) for word in (recipe, *args))
     error = recipe_arguments_error(recipe, args, filled_in_later=later)
@@ -277,7 +277,7 @@ def runtime_settings(
 
 def workers_per_node(mode: str, nproc: str | None, gpu: int) -> int | None:
     """Processes one task starts, as the runtime computes them (None: not fixed in the file)."""
-    from paijob.task.options import workers_per_node as runtime_workers
+    from paijob.common.options import workers_per_node as runtime_workers
 
     if nproc in (None, "auto"):
         return runtime_workers(mode, None, max(gpu, 0))

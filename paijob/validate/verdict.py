@@ -20,10 +20,10 @@ import os
 from collections.abc import Hashable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from paijob.common import contract
 from paijob.errors import PaijobError
 from paijob.openpai.jsyaml import SERVER_BODY_LIMIT, LineMap, Loaded, YamlError, load_job
 from paijob.openpai.model import Job, parse_job
-from paijob.task import contract
 from paijob.validate.rules import (
     ERROR,
     PAIJOB_RULES,

@@ -30,10 +30,10 @@ import shlex
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from paijob.common.safefile import atomic_write
 from paijob.openpai import jsyaml
 from paijob.openpai.jsdump import dump_job
 from paijob.openpai.jsyaml import SERVER_BODY_LIMIT
-from paijob.task.safefile import atomic_write
 from paijob.workdir.pack import Snapshot, human_size
 from paijob.workdir.rules import WorkdirError
 

@@ -165,10 +165,10 @@ def _imports(path: Path) -> list[str]:
 
 def test_the_verbs_reach_the_library_through_paijob_api_only() -> None:
     allowed = ("paijob.api", "paijob.errors", "paijob.commands", "paijob.cli", "paijob.__version__",
-               "paijob.openpai.", "paijob.task.contract")  # pure facts (OpenPAI's, PAIJOB_* names), no I/O
+               "paijob.openpai.", "paijob.common.contract")  # pure facts (OpenPAI's, PAIJOB_* names), no I/O
     # `paijob render`, the one verb timed against its libraries (issue 25: at most 1.25x `import jinja2, yaml`),
     # calls the function paijob.api.render wraps: importing paijob.api costs about 16 ms it never uses.
-    exceptions = {"render.py": ("paijob.render.templating", "paijob.task.safefile.write_text")}
+    exceptions = {"render.py": ("paijob.render.templating", "paijob.common.safefile.write_text")}
     for path in sorted((PACKAGE / "commands").glob("*.py")):
         for name in _imports(path):
             if name.startswith("paijob") and name not in exceptions.get(path.name, ()):
@@ -177,7 +177,7 @@ def test_the_verbs_reach_the_library_through_paijob_api_only() -> None:
 
 def test_nothing_below_the_cli_imports_the_cli_or_argparse() -> None:
     process_entries = {"local/server.py"}  # the server's own `python -m` entry point
-    own_command_lines = ("runtime/", "task/options.py", "task/recipe_options.py", "validate/runtime_plan.py",
+    own_command_lines = ("runtime/", "common/options.py", "common/recipe_options.py", "validate/runtime_plan.py",
                          "scaffold/")  # paijob-runtime's and the recipes' parsers
     for path in sorted(PACKAGE.rglob("*.py")):
         relative = path.relative_to(PACKAGE).as_posix()

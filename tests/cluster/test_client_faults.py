@@ -14,6 +14,7 @@ import pytest
 import yaml
 from cluster_helpers import job_yaml
 
+from paijob.common.ports import draw
 from paijob.remote.client import (
     AuthError,
     ClusterError,
@@ -23,7 +24,6 @@ from paijob.remote.client import (
     PaiClient,
     ServerError,
 )
-from paijob.task.ports import draw
 
 Handler = Callable[["Fake", BaseHTTPRequestHandler, bytes], None]
 

@@ -14,8 +14,8 @@ import pytest
 from cluster_helpers import TOKEN, job_yaml
 
 from paijob.local import daemon
+from paijob.local.cluster import LocalCluster
 from paijob.local.daemon import local_user
-from paijob.local.engine import LocalCluster
 from paijob.local.server import LocalServer
 from paijob.local.store import Store
 from paijob.local.tracking import Cgroups, Tracker, cluster_id

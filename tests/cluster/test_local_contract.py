@@ -1,7 +1,7 @@
 """The contract: a rendered job means the same world to validate, the local cluster and paijob-runtime.
 
 Every golden job (rendered by paijob's own templates) goes render -> local plan
--> each task's OpenPAI environment (``paijob.local.plan.task_env``, which is
+-> each task's OpenPAI environment (``paijob.local.taskspec.task_env``, which is
 what the local runner gives a task) -> ``paijob-runtime env --json`` with the
 options the job's command passes, and the world size and layout must be what
 ``paijob validate`` reported for the file.
@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from paijob.local.plan import Ports, task_env
+from paijob.local.taskspec import Ports, task_env
 from paijob.openpai.jsyaml import load_job
 from paijob.openpai.model import Job, parse_job
 from paijob.openpai.names import runtime_role_name

@@ -12,7 +12,7 @@ import pytest
 import yaml
 from cluster_helpers import job_yaml
 
-from paijob.local.plan import task_env, task_script
+from paijob.local.taskspec import task_env, task_script
 from paijob.openpai.model import parse_job
 from paijob.openpai.names import runtime_role_name
 

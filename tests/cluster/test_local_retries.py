@@ -13,11 +13,11 @@ import pytest
 import yaml
 from cluster_helpers import job_yaml
 
+from paijob.common.ports import candidates
 from paijob.local.daemon import local_user
 from paijob.local.server import LocalServer
 from paijob.openpai.model import parse_job
 from paijob.remote.client import PaiClient
-from paijob.task.ports import candidates
 
 
 def wait(client: PaiClient, job_id: str, timeout: float = 60) -> dict:

@@ -20,8 +20,8 @@ import pytest
 import yaml
 from cluster_helpers import job_yaml
 
+from paijob.local.cluster import LocalCluster
 from paijob.local.diagnostics import root_cause
-from paijob.local.engine import LocalCluster
 from paijob.local.processes import PROGRESS_NAME
 from paijob.openpai.model import parse_job
 

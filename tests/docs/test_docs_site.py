@@ -60,8 +60,8 @@ def test_the_values_page_lists_each_built_in_templates_values_with_their_default
 
 
 def test_the_exit_code_page_is_the_codes_the_code_defines() -> None:
+    from paijob.common.exitcodes import RUNTIME_EXIT_CODES
     from paijob.errors import EXIT_CODES
-    from paijob.task.exitcodes import RUNTIME_EXIT_CODES
 
     page = reference().exit_codes_page()
     for code in EXIT_CODES:

@@ -12,9 +12,9 @@ from typing import IO
 import pytest
 
 from paijob import workdir
+from paijob.common import safefile
 from paijob.local import daemon
 from paijob.remote import profiles
-from paijob.task import safefile
 
 Synced = set[tuple[int, int]]  # (st_dev, st_ino) of every file or folder fsync'ed
 

@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 
 import paijob
+from paijob.common.cwd_safe import module_args
 from paijob.local.tracking import Tracker
-from paijob.task.cwd_safe import module_args
 
 BIN = Path(sys.executable).parent
 REAL = Path(paijob.__file__).parent

@@ -16,7 +16,7 @@ TOKEN = "portal-sentinel-token-7c41e0"  # the cluster's long-lived token: must n
 MARKUP = "<img src=x onerror=alert(1)>"  # a log line and a config value holding markup: must stay text
 SCREENSHOT_ENV = "PAIJOB_PORTAL_SCREENSHOT"  # a path: the browser test saves the job page there (docs/portal-job-page.png)
 
-# The progress lines of paijob's recipes (paijob/runtime/recipes/progress.py) as they reach a task log,
+# The progress lines of paijob's recipes (paijob/runtime/recipes/loglines.py) as they reach a task log,
 # printed by a shell loop so that the test job takes a second, not a training run.
 PROGRESS_COMMANDS = [
     "for e in 1 2; do for s in 1 2 3 4; do "

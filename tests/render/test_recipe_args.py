@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from render_helpers import run_cli
 
-from paijob.task.recipe_options import recipe_arguments_error
+from paijob.common.recipe_options import recipe_arguments_error
 
 
 def _job(commands: str) -> str:
@@ -62,7 +62,7 @@ def test_validate_refuses_a_recipe_argument_typo_and_an_unknown_recipe(
 
 
 def test_the_check_runs_on_a_client_without_torch(tmp_path: Path) -> None:
-    """The client never imports torch: the recipe grammar is in paijob.task, not paijob.runtime."""
+    """The client never imports torch: the recipe grammar is in paijob.common, not paijob.runtime."""
     job = tmp_path / "job.yaml"
     job.write_text(_job("paijob-runtime train --recipe cifar10 --epohcs 3"))
     blocker = (

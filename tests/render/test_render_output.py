@@ -13,8 +13,8 @@ import pytest
 import yaml
 from render_helpers import run_cli
 
+from paijob.common.safefile import write_text
 from paijob.errors import PaijobError
-from paijob.task.safefile import write_text
 
 
 def rendered(capsys: pytest.CaptureFixture[str]) -> str:

@@ -502,7 +502,7 @@ def test_commands_split_into_the_words_shlex_gives() -> None:
 
 def test_validate_reads_train_calls_with_the_runtime_s_own_grammar() -> None:
     # validate builds `paijob-runtime train`'s parser alone and skips GLOBAL_FLAGS before `train`
-    from paijob.task.options import GLOBAL_FLAGS, build_parsers, build_train_parser
+    from paijob.common.options import GLOBAL_FLAGS, build_parsers, build_train_parser
 
     parser, train = build_parsers()
     alone = build_train_parser()

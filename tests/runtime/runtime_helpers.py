@@ -12,7 +12,7 @@ import sys
 import time
 from pathlib import Path
 
-from paijob.task.ports import draw
+from paijob.common.ports import draw
 
 RUNTIME = [sys.executable, "-m", "paijob.runtime.cli"]
 ROOT = Path(__file__).resolve().parents[2]

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
+from paijob.common.cwd_safe import module_args
+from paijob.common.options import build_parsers, split_train_argv
 from paijob.runtime.config import LOCAL_RANK_MACRO, WorkerCommand, local_rank_style
 from paijob.runtime.probe import count_visible_gpus
 from paijob.runtime.watch.failures import Failure, choose_root_cause, looks_secondary
-from paijob.task.cwd_safe import module_args
-from paijob.task.options import build_parsers, split_train_argv
 
 
 @pytest.mark.parametrize(

@@ -9,10 +9,10 @@ import ast
 import re
 from pathlib import Path
 
+from paijob.common import contract
+from paijob.common.contract import worker_env
 from paijob.openpai import taskenv
 from paijob.runtime.env import CLIENT_VARIABLES
-from paijob.task import contract
-from paijob.task.contract import worker_env
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "paijob"
@@ -51,16 +51,16 @@ def _spelled(path: Path, pattern: re.Pattern[str] = NAME) -> list[str]:
 def _paijob_modules() -> list[Path]:
     """paijob's own code: not the contract, not paijob/scaffold (files `paijob init` gives the user)."""
     return [path for path in sorted(PACKAGE.rglob("*.py"))
-            if path != PACKAGE / "task" / "contract.py" and "scaffold" not in path.parts]
+            if path != PACKAGE / "common" / "contract.py" and "scaffold" not in path.parts]
 
 
 def test_no_paijob_variable_is_spelled_outside_the_contract():
     spelled = [hit for path in _paijob_modules() for hit in _spelled(path)]
-    assert spelled == [], "use paijob.task.contract's names:\n" + "\n".join(spelled)
+    assert spelled == [], "use paijob.common.contract's names:\n" + "\n".join(spelled)
 
 
 def test_the_contract_names_every_variable_once_with_its_meaning():
-    source = (PACKAGE / "task" / "contract.py").read_text()
+    source = (PACKAGE / "common" / "contract.py").read_text()
     names = [v for k, v in vars(contract).items() if k.isupper() and isinstance(v, str)]
     assert len(names) == len(set(names))
     for name in names:
@@ -138,8 +138,8 @@ def test_a_horovod_slot_is_its_own_launcher():
 def test_both_commands_end_an_interrupt_with_the_same_code(monkeypatch, capsys):
     from paijob import cli
     from paijob.commands import templates
+    from paijob.common import exitcodes
     from paijob.runtime import cli as runtime_cli
-    from paijob.task import exitcodes
 
     def interrupted(*_args: object) -> int:
         raise KeyboardInterrupt

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from runtime_helpers import base_env, free_port, task_env, wait_all
 
-from paijob.task import exitcodes
+from paijob.common import exitcodes
 
 TORCH_LOG_LINE = re.compile(r"^[DIWEF]\d{4} \d\d:\d\d:\d\d", re.MULTILINE)  # glog-style W1123 ...
 

@@ -21,6 +21,8 @@ from types import SimpleNamespace
 import pytest
 from runtime_helpers import base_env, free_port, task_env, wait_all
 
+from paijob.common import exitcodes
+from paijob.common.options import build_parsers
 from paijob.local.diagnostics import root_cause
 from paijob.runtime.cli import hang_settings
 from paijob.runtime.config import HangSettings, LaunchError
@@ -30,8 +32,6 @@ from paijob.runtime.watch.hangwatch import process_ended
 from paijob.runtime.watch.progress import Sampler, collectives_issued
 from paijob.runtime.watch.spawnwatch import child_rank
 from paijob.runtime.watch.storelink import VERDICT_KEY, StoreLink
-from paijob.task import exitcodes
-from paijob.task.options import build_parsers
 
 C10D = "/venv/site-packages/torch/distributed/distributed_c10d.py"
 SETTINGS = HangSettings(timeout=20, first_timeout=60, hard_limit=3)

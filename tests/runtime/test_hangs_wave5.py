@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from runtime_helpers import base_env, free_port, task_env, wait_all
 
+from paijob.common import contract, exitcodes
 from paijob.local.diagnostics import root_cause
-from paijob.task import contract, exitcodes
 
 GIL_SLEEP_RETURNS_IN_FULL = textwrap.dedent(
     """

@@ -19,9 +19,9 @@ from netns import Host, Network, netns_unavailable
 from runtime_helpers import MASTER_TIMEOUT, RUNTIME, base_env
 from test_hangs import HANGS
 
+from paijob.common import exitcodes
 from paijob.openpai import taskenv
 from paijob.openpai.model import parse_job
-from paijob.task import exitcodes
 
 _UNAVAILABLE = netns_unavailable()
 pytestmark = pytest.mark.skipif(_UNAVAILABLE is not None, reason=str(_UNAVAILABLE))

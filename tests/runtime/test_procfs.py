@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from paijob.task import procfs
+from paijob.common import procfs
 
 # comm is the executable's name in parentheses: this one holds ") " and a byte that is not UTF-8.
 ODD_NAME = b"\xff) S 1 2 3 ("

@@ -74,8 +74,8 @@ def test_launch_starts_one_thing_and_stops_one_thing():
 
 def test_the_shared_torch_free_package_imports_nothing_of_the_runtime():
     # the runtime's option grammar, procfs, atomic writes, the worker contract: both sides import them
-    for path in (ROOT / "paijob" / "task").glob("*.py"):
-        assert _imports(path, "paijob.task") == set(), path.name
+    for path in (ROOT / "paijob" / "common").glob("*.py"):
+        assert _imports(path, "paijob.common") == set(), path.name
 
 
 def test_validate_and_render_load_nothing_of_the_runtime():
@@ -91,7 +91,7 @@ def test_validate_and_render_load_nothing_of_the_runtime():
     done = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True,
                           timeout=120, check=False)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "[]"  # the option grammar they read is paijob.task.options
+    assert done.stdout.strip() == "[]"  # the option grammar they read is paijob.common.options
 
 
 def _dist(nnodes: int = 2, node_rank: int = 1, nproc: int = 2, job: str | None = "u~j") -> DistEnv:

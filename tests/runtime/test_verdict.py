@@ -11,6 +11,7 @@ from dataclasses import replace
 
 import pytest
 
+from paijob.common import exitcodes
 from paijob.runtime.config import HangSettings
 from paijob.runtime.watch.progress import classify_wait
 from paijob.runtime.watch.verdict import (
@@ -22,7 +23,6 @@ from paijob.runtime.watch.verdict import (
     stall_line,
     waiting_phrase,
 )
-from paijob.task import exitcodes
 
 C10D = "/venv/site-packages/torch/distributed/distributed_c10d.py"
 LOCK = "/usr/lib/python3.11/threading.py"

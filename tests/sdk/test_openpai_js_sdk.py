@@ -28,9 +28,9 @@ sys.path.insert(0, str(HERE.parent / "cluster"))  # the swagger checker and the 
 from cluster_helpers import TOKEN  # noqa: E402
 from swagger_check import check, load_swagger  # noqa: E402
 
+from paijob.common import contract  # noqa: E402
 from paijob.local.daemon import local_user  # noqa: E402
 from paijob.local.server import LocalServer  # noqa: E402
-from paijob.task import contract  # noqa: E402
 
 SDK = HERE / "node_modules" / "@microsoft" / "openpai-js-sdk" / "package.json"
 

@@ -10,9 +10,9 @@ import pytest
 import torch
 from training_helpers import TINY
 
+from paijob.common.exitcodes import DIVERGED, RUNTIME_EXIT_CODES, openpai_verdict
 from paijob.runtime.recipes.cli import main
 from paijob.runtime.recipes.divergence import DivergenceGuard
-from paijob.task.exitcodes import DIVERGED, RUNTIME_EXIT_CODES, openpai_verdict
 
 pytestmark = pytest.mark.usefixtures("clean_torch_state")
 BLOW_UP = ["--lr", "1e4"]  # SGD at this rate sends the ConvNet's loss to inf, then NaN, within a few steps

@@ -19,7 +19,7 @@ SCRIPT = textwrap.dedent("""
     import gc, os, sys
     import torch, torch.distributed as dist, torch.nn as nn
     from paijob.runtime.recipes import distributed
-    from paijob.task.ports import draw
+    from paijob.common.ports import draw
 
     def threads():
         return len(os.listdir("/proc/self/task"))

@@ -13,7 +13,7 @@ import torch
 from training_helpers import base_env
 
 from paijob.runtime.recipes.cli import main
-from paijob.runtime.recipes.progress import (
+from paijob.runtime.recipes.loglines import (
     LINES_PER_EPOCH,
     MAX_INTERVAL,
     epoch_line,

@@ -421,7 +421,7 @@ class _SyncCounter:
 def _count_syncs_in_steps(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, extra: list[str]) -> tuple[int, list[str]]:
     """Run cifar10 in-process; count sync calls from each step's start until the epoch's log line."""
     from paijob.runtime.recipes import cli
-    from paijob.runtime.recipes.progress import Progress
+    from paijob.runtime.recipes.loglines import Progress
 
     counter = _SyncCounter(monkeypatch)
     steps = {"n": 0}
@@ -479,7 +479,7 @@ def test_sync_counter_sees_a_boolean_mask_flip(monkeypatch: pytest.MonkeyPatch) 
 def test_training_steps_on_a_gpu_pass_sync_debug_mode_error(precision: str, tmp_path: Path,
                                                             monkeypatch: pytest.MonkeyPatch) -> None:
     from paijob.runtime.recipes import cli
-    from paijob.runtime.recipes.progress import Progress
+    from paijob.runtime.recipes.loglines import Progress
 
     real_recipe = cli._cifar10_recipe
 

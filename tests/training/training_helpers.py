@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from paijob.task.ports import draw
+from paijob.common.ports import draw
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = ["--synthetic-size", "256", "--batch-size", "32", "--log-interval", "1000"]
@@ -112,7 +112,7 @@ def run_single(argv: list[str], cwd: Path, timeout: float = 120,
 
 def summary_of(stdout: str) -> dict[str, Any]:
     """The run's summary: the JSON file its last stdout line names, which the line agrees with."""
-    from paijob.runtime.recipes.progress import parse_line
+    from paijob.runtime.recipes.loglines import parse_line
 
     lines = [line for line in stdout.splitlines() if line.strip()]
     point = parse_line(lines[-1]) if lines else None

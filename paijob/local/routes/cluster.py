@@ -6,7 +6,7 @@ from flask import Blueprint, Response, jsonify
 
 from paijob import __version__
 from paijob.local import listing, settings
-from paijob.local.engine import LocalCluster
+from paijob.local.cluster import LocalCluster
 from paijob.local.routes.shared import error
 from paijob.local.views import vc_status
 

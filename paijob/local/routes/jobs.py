@@ -7,7 +7,7 @@ import json
 from flask import Blueprint, Response, g, jsonify, request
 
 from paijob.local import listing, storage
-from paijob.local.engine import CannotHost, LocalCluster
+from paijob.local.cluster import CannotHost, LocalCluster
 from paijob.local.routes.shared import error, find_job
 from paijob.local.store import JobExists
 from paijob.local.views import job_config, job_detail, job_summary

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from flask import Blueprint, Response, current_app, request, send_file
 
-from paijob.local.engine import LocalCluster
+from paijob.local.cluster import LocalCluster
 from paijob.local.prune import pruned_note
 from paijob.local.routes.shared import LOGS, authorised, error, find_job, log_token
 from paijob.local.views import role_names

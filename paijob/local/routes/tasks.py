@@ -9,7 +9,7 @@ from typing import Any
 
 from flask import Blueprint, Response, current_app, jsonify, request
 
-from paijob.local.engine import LocalCluster
+from paijob.local.cluster import LocalCluster
 from paijob.local.routes.shared import LOGS, error, find_job, log_token
 from paijob.local.views import role_names, task_attempts
 

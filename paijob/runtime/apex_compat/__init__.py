@@ -23,8 +23,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from paijob.common import contract
 from paijob.runtime.apex_compat.detect import real_apex_amp_present, script_needs_apex_compat
-from paijob.task import contract
 
 __all__ = ["install", "uninstall", "is_installed", "script_needs_apex_compat", "SHIM_MODULES"]
 

@@ -9,8 +9,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from paijob.common import contract
 from paijob.runtime.precision import notice
-from paijob.task import contract
 
 __paijob_shim__ = True
 log = logging.getLogger(__name__)

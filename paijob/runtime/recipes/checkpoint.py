@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from paijob.task.safefile import atomic_write
+from paijob.common.safefile import atomic_write
 
 log = logging.getLogger(__name__)
 

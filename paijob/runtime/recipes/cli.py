@@ -8,10 +8,10 @@ import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
+from paijob.common import recipe_options
 from paijob.errors import PaijobError
 from paijob.runtime.precision import GRAMMAR, precision_from_env
 from paijob.runtime.worker import finish
-from paijob.task import recipe_options
 
 
 def _cifar10_recipe() -> Any:
@@ -66,7 +66,7 @@ def _imagenet_recipe(num_classes: int) -> Any:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The recipes' command line (its grammar lives torch-free in ``paijob.task.recipe_options``)."""
+    """The recipes' command line (its grammar lives torch-free in ``paijob.common.recipe_options``)."""
     return recipe_options.build_parser(precision_grammar=GRAMMAR)
 
 
@@ -92,7 +92,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         spec = precision_from_env(args.precision)
         from paijob.runtime.recipes.config import TrainConfig
-        from paijob.runtime.recipes.engine import train
+        from paijob.runtime.recipes.trainer import train
 
         cfg = TrainConfig(
             recipe=args.recipe, data=args.data, epochs=args.epochs, batch_size=args.batch_size,

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from paijob.task import contract
+from paijob.common import contract
 
 
 @dataclass

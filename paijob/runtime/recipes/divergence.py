@@ -1,7 +1,7 @@
 """The divergence guard: a recipe never reports success on a run whose numbers went non-finite.
 
 fp16 that trained NaN and exited 0 with "completed" (issue 32) is what this prevents. The run
-stops, with exit code :data:`paijob.task.exitcodes.DIVERGED` and one line naming the step, the
+stops, with exit code :data:`paijob.common.exitcodes.DIVERGED` and one line naming the step, the
 precision and what to try, when
 
 * the training loss was non-finite (inf or NaN) for ``limit`` consecutive steps
@@ -26,7 +26,7 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from paijob.task.recipe_options import MAX_NONFINITE_STEPS
+from paijob.common.recipe_options import MAX_NONFINITE_STEPS
 
 if TYPE_CHECKING:  # torch is imported where it is used
     import torch

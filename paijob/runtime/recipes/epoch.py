@@ -16,17 +16,17 @@ import sys
 import time
 from typing import Any
 
+from paijob.common.exitcodes import DIVERGED
 from paijob.runtime.recipes import batchnorm
 from paijob.runtime.recipes.data import TrainPlan, apply_crop_flip, train_batches, train_plan
 from paijob.runtime.recipes.distributed import all_max, all_max_flags
 from paijob.runtime.recipes.divergence import Divergence, advice, divergence_line
 from paijob.runtime.recipes.evaluation import evaluate, recalibrate_batchnorm, reduce_metrics
 from paijob.runtime.recipes.feed import seed_for
+from paijob.runtime.recipes.loglines import epoch_line, log_interval
 from paijob.runtime.recipes.meters import STEADY_AFTER_STEPS, EpochMeter
-from paijob.runtime.recipes.progress import epoch_line, log_interval
 from paijob.runtime.recipes.startup import Run
 from paijob.runtime.recipes.state import RunState
-from paijob.task.exitcodes import DIVERGED
 
 log = logging.getLogger("paijob.recipes")
 EXIT_PREEMPTED = 143  # 128 + SIGTERM: OpenPAI/k8s treat it as a retryable kill

@@ -18,18 +18,18 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 
+from paijob.common import contract
 from paijob.runtime.precision import PrecisionPolicy, resolve_policy
 from paijob.runtime.recipes.config import Recipe, TrainConfig
 from paijob.runtime.recipes.data import EvalPlan, Normalizer, padded_eval_plan
 from paijob.runtime.recipes.distributed import DistInfo, init_distributed
 from paijob.runtime.recipes.divergence import DivergenceGuard
 from paijob.runtime.recipes.feed import Feed
+from paijob.runtime.recipes.loglines import Progress
 from paijob.runtime.recipes.meters import CompiledGraphs
-from paijob.runtime.recipes.progress import Progress
 from paijob.runtime.recipes.resume import Checkpoints, resume
 from paijob.runtime.recipes.state import Model, RunState
 from paijob.runtime.recipes.stepper import Stepper, make_optimizer
-from paijob.task import contract
 
 
 class Inputs:

@@ -16,7 +16,7 @@ from typing import Any
 import torch.distributed as dist
 import torch.nn as nn
 
-from paijob.runtime.recipes.progress import SUMMARY_FILE, summary_line
+from paijob.runtime.recipes.loglines import SUMMARY_FILE, summary_line
 from paijob.runtime.recipes.startup import Run
 from paijob.runtime.recipes.state import RunState
 

@@ -12,8 +12,8 @@ import signal
 import sys
 from dataclasses import asdict, dataclass
 
+from paijob.common import exitcodes
 from paijob.runtime.console import say
-from paijob.task import exitcodes
 
 # A worker whose last words match this died *because* a peer went away: it is a
 # consequence, not the root cause.

@@ -33,6 +33,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from typing import Any
 
+from paijob.common import contract, procfs
 from paijob.runtime.config import HangSettings
 from paijob.runtime.watch.failures import Failure
 from paijob.runtime.watch.launched import Launched, read_file, read_reports
@@ -49,7 +50,6 @@ from paijob.runtime.watch.verdict import (
     report_frames,
     stall_line,
 )
-from paijob.task import contract, procfs
 
 STACKS_FILE = "paijob-stacks.txt"
 STACKS_WAIT = 5.0  # how long node 0 waits for the other nodes' full stacks

@@ -15,6 +15,7 @@ import signal
 import socket
 from collections.abc import Callable, Mapping
 
+from paijob.common import contract
 from paijob.runtime.config import LaunchConfig
 from paijob.runtime.netif import task_address
 from paijob.runtime.watch.failures import Failure
@@ -23,7 +24,6 @@ from paijob.runtime.watch.launched import Launched
 from paijob.runtime.watch.lifecycle import Watchers
 from paijob.runtime.watch.portwatch import MasterPortWatch
 from paijob.runtime.watch.storelink import StoreLink
-from paijob.task import contract
 
 
 def answer_stacks_requests(hang: HangWatch | None, say: Callable[[str], None]) -> None:

@@ -16,7 +16,7 @@ import os
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from paijob.task import procfs
+from paijob.common import procfs
 
 MAX_REPORT = 1 << 20  # bytes: a sampler file is a few kB; anything larger is not one
 MAX_DEPTH = 8  # how far up the parent chain a child is looked for (mp.spawn: 1)

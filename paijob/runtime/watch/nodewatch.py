@@ -34,9 +34,9 @@ from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from paijob.common import exitcodes
 from paijob.runtime.watch.failures import Failure, choose_root_cause
 from paijob.runtime.watch.lifecycle import StoreTimeout, Ticker, bounded
-from paijob.task import exitcodes
 
 if TYPE_CHECKING:
     from paijob.runtime.config import LaunchConfig

@@ -25,7 +25,7 @@ import socket
 import time
 from collections.abc import Callable, Iterable
 
-from paijob.task import procfs
+from paijob.common import procfs
 
 CONFIRM_SECONDS = 15.0
 NOTICE_PREFIX = b"PAIJOB-ABORT "

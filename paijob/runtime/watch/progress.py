@@ -51,7 +51,7 @@ import time
 from types import FrameType
 from typing import Any
 
-from paijob.task import contract
+from paijob.common import contract
 
 DEFAULT_INTERVAL = 1.0
 DUMP_AFTER = 3.0  # seconds without a sample before faulthandler's watchdog writes rank<N>.stack

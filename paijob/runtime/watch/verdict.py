@@ -27,10 +27,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from paijob.common import exitcodes
 from paijob.runtime.config import HangSettings
 from paijob.runtime.watch.failures import Failure
 from paijob.runtime.watch.progress import is_library
-from paijob.task import exitcodes
 
 HANG_EXIT = exitcodes.HANG
 STALE_AFTER = 10.0  # a sampler silent this long (seconds, at least 5 intervals) cannot run

@@ -3,7 +3,7 @@
 
 /**
  * One point from a log line, or null. The lines are the ones paijob's recipes print (their format
- * is written down in paijob/runtime/recipes/progress.py), as they reach a task's log, where
+ * is written down in paijob/runtime/recipes/loglines.py), as they reach a task's log, where
  * paijob-runtime may prefix a worker's lines with "[rankN]: ":
  *   paijob: epoch 1/2 step 32/64 loss 1.9777 lr 0.02 940.5 img/s
  *   paijob: epoch 1/2 train loss 1.9728 top1 28.61% | eval loss 0.7215 top1 68.36% | 940.4 img/s

@@ -105,7 +105,7 @@ LOCAL_CGROUP = "PAIJOB_LOCAL_CGROUP"
 
 PORT_RANGE = "PAIJOB_PORT_RANGE"
 """``LOW-HIGH``: where the local cluster's task ports and a standalone run's rendezvous port
-are drawn from (default 20000-28999), less the kernel's ephemeral range (:mod:`paijob.task.ports`)."""
+are drawn from (default 20000-28999), less the kernel's ephemeral range (:mod:`paijob.common.ports`)."""
 
 STORAGE_MOUNT = "PAIJOB_STORAGE_MOUNT"
 """Where a task finds the storages its job mounts (default ``/mnt``, OpenPAI's ``/mnt/<name>``): the local cluster

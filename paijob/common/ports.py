@@ -24,8 +24,8 @@ import socket
 from collections.abc import Collection, Iterator, Mapping
 from pathlib import Path
 
+from paijob.common.contract import PORT_RANGE as RANGE_VAR
 from paijob.errors import PaijobError
-from paijob.task.contract import PORT_RANGE as RANGE_VAR
 
 DEFAULT_RANGE = (20000, 28999)
 EPHEMERAL_RANGE_FILE = Path("/proc/sys/net/ipv4/ip_local_port_range")

@@ -1,7 +1,7 @@
 """The one error guard of paijob's two commands (``paijob`` and ``paijob-runtime``).
 
 A user's error is one line and its own exit code (no traceback), Ctrl-C is
-:data:`~paijob.task.exitcodes.INTERRUPTED`, and a reader that left the pipe
+:data:`~paijob.common.exitcodes.INTERRUPTED`, and a reader that left the pipe
 (``paijob list | head``) is not an error. Both programs go through
 :func:`run_guarded`, so they cannot drift apart.
 """
@@ -26,7 +26,7 @@ def run_guarded(program: str, command: Callable[[], int | None], *,
         print(f"{program}: error: {shown(str(error))}", file=sys.stderr)
         return error.exit_code
     except KeyboardInterrupt:
-        from paijob.task import exitcodes  # (and signal): only when it is needed
+        from paijob.common import exitcodes  # (and signal): only when it is needed
 
         print(f"{program}: interrupted", file=sys.stderr)
         return exitcodes.INTERRUPTED

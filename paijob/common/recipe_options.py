@@ -15,8 +15,8 @@ import functools
 import os
 from typing import Any, NoReturn
 
-from paijob.task.contract import OUTPUT_DIR, PRECISION
-from paijob.task.exitcodes import DIVERGED
+from paijob.common.contract import OUTPUT_DIR, PRECISION
+from paijob.common.exitcodes import DIVERGED
 
 MAX_NONFINITE_STEPS = 10  # the default of --max-nonfinite-steps: consecutive non-finite losses that stop a run
 

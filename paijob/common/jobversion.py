@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from paijob import __version__
-from paijob.task.contract import RENDERED_VERSION as RENDERED_VERSION_ENV
+from paijob.common.contract import RENDERED_VERSION as RENDERED_VERSION_ENV
 
 
 def rendered_version(environ: Mapping[str, str]) -> str | None:

@@ -15,11 +15,11 @@ import fnmatch
 import uuid
 from collections.abc import Collection, Mapping
 
+from paijob.common import contract
 from paijob.openpai import taskenv
 from paijob.openpai.markers import task_command
 from paijob.openpai.model import Job, TaskRole
 from paijob.openpai.names import framework_object_name
-from paijob.task import contract
 
 HOST_IP = "127.0.0.1"
 # What a local task never inherits from the shell that started the local cluster (matched case-insensitively):

@@ -14,8 +14,8 @@ import argparse
 import os
 from typing import Any
 
+from paijob.common import contract
 from paijob.openpai.names import DEFAULT_PORT_LABEL
-from paijob.task import contract
 
 MODES = ("per-gpu", "per-node", "dataparallel", "horovod")
 LOCAL_RANK_STYLES = ("auto", "dash", "underscore")
@@ -200,7 +200,7 @@ def build_parsers() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
     The sub-command is ``args.command`` (``train`` or ``env``).
     """
     # for --version only: validate's train parser (every render) needs none of it
-    from paijob.task.jobversion import version_line
+    from paijob.common.jobversion import version_line
 
     parser = argparse.ArgumentParser(
         prog="paijob-runtime",

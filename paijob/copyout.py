@@ -1,12 +1,13 @@
-"""The job output folder: ``PAIJOB_OUTPUT_DIR``, and copying files out of it (``paijob cp``).
+"""``paijob cp``: copying files out of a job's output folder (``PAIJOB_OUTPUT_DIR``).
 
 Every task of a job sees the same folder in ``PAIJOB_OUTPUT_DIR``, kept across
 the job's attempts and task retries, so a retried attempt finds the
 checkpoints of the one before. On the local cluster it is
 ``<state dir>/outputs/<user~name>``, made by the task runner. On a real
-OpenPAI cluster it is the template value ``outputDir``: a path on a storage
-the job mounts (OpenPAI's storage plugin); paijob cannot reach that storage
-from the laptop, so ``paijob cp`` serves the local cluster only and says so.
+OpenPAI cluster it is the template value ``outputDir``, or a folder on the
+storage the job names (``storage: NAME``, OpenPAI's ``teamwise_storage``
+plugin); ``api.copy_output`` finds the folder (the local state dir, or where
+this machine mounts that storage) and this module copies out of it.
 
 The folder was written by the job, which is untrusted code, so the copy is
 ``cp -r`` done carefully:
