@@ -13,11 +13,15 @@ import pytest
 
 from paijob.common import exitcodes
 from paijob.runtime.config import HangSettings
+from paijob.runtime.watch.failures import Failure
 from paijob.runtime.watch.progress import classify_wait
 from paijob.runtime.watch.verdict import (
     RankState,
     call_order,
+    culprit_detail,
+    first_timed_out,
     judge,
+    never_arrived,
     rank_ranges,
     report_frames,
     stall_line,
@@ -88,6 +92,32 @@ TABLE = [
     ("sixty ranks stuck in sixty places: one short line", [
         rank(n, wait=None, line=100 + n) for n in range(60)], SETTINGS, "hang",
      ["and 56 more: ranks 4-59"], []),
+    ("four ranks stuck: each one named, none counted", [
+        rank(n, wait=None, line=100 + n) for n in range(4)], SETTINGS, "hang",
+     ["rank 3 (node rank 1, host 10.0.0.1, local rank 1) is stuck at train.py:103"], ["more"]),
+    ("five ranks stuck: four named, the fifth counted", [
+        rank(n, wait=None, line=100 + n) for n in range(5)], SETTINGS, "hang",
+     ["is stuck at train.py:103 in step, outside any collective; and 1 more: ranks 4; exit 124"],
+     ["train.py:104 in step, outside"]),
+    ("a sampler silent for exactly 10 s does not answer", [
+        rank(0), replace(rank(1), stale_for=10.0)], SETTINGS, "hang",
+     ["rank 1 (node rank 0, host 10.0.0.0, local rank 1) does not answer (its sampler has been "
+      "silent for 10s: a C call holding the GIL), last seen at train.py:42 in step"], []),
+    ("a rank waiting for its DataLoader worker names the worker and its pid", [
+        rank(0), replace(rank(1, wait=None, line=8), wait="DataLoader", loader_worker=[3, 4242])],
+     SETTINGS, "hang",
+     ["rank 1 (node rank 0, host 10.0.0.0, local rank 1) waits for its DataLoader worker 3 "
+      "(pid 4242) at train.py:8"], []),
+    ("a DataLoader worker whose pid is unknown is named by its id", [
+        rank(0), replace(rank(1, wait=None, line=8), wait="DataLoader", loader_worker=[3, None])],
+     SETTINGS, "hang", ["waits for its DataLoader worker 3 at train.py:8"], ["pid"]),
+    ("a DataLoader wait with no worker known", [
+        rank(0), replace(rank(1, wait=None, line=8), wait="DataLoader")],
+     SETTINGS, "hang", ["waits for its DataLoader worker at train.py:8"], []),
+    ("a rank with no stack known is stuck at an unknown place", [
+        rank(0), replace(rank(1, wait=None), where=[])], SETTINGS, "hang",
+     ["rank 1 (node rank 0, host 10.0.0.0, local rank 1) is stuck at an unknown place in ?, "
+      "outside any collective"], []),
 ]
 
 
@@ -290,3 +320,233 @@ def test_calibration_waits_for_first_progress_is_off_for_a_chosen_timeout_and_ne
     assert judge(long_waits, CALIBRATED) is None
     verdict = judge([state(0, 600, longest_wait=70), state(1, 600)], CALIBRATED)
     assert verdict is not None and "(--hang-timeout 600s)" in verdict.headline(CALIBRATED)
+
+
+# -- the limits: which timeout holds, and exactly when ------------------------------------
+
+# (name, states, settings, expected (kind, final, limit as said) or None: nothing yet)
+LIMITS = [
+    ("every rank idle for exactly the timeout: a hang", [
+        rank(0, idle=20), rank(1, idle=20, wait=None)], SETTINGS, ("hang", True, "--hang-timeout 20s")),
+    ("one second short of the timeout: nothing", [
+        rank(0, idle=19), rank(1, idle=19, wait=None)], SETTINGS, None),
+    ("before the first step, a rank that never arrives is judged at exactly --hang-timeout", [
+        rank(0, idle=20, started=False), rank(1, idle=20, wait=None, started=False)], SETTINGS,
+     ("hang", True, "--hang-timeout 20s")),
+    ("before the first step, a stopped rank inside the collective never arrives: --hang-timeout", [
+        rank(0, started=False), rank(1, started=False, stopped=True)], SETTINGS,
+     ("hang", True, "--hang-timeout 20s")),
+    ("before the first step, every rank loading past the first allowance: --hang-first-timeout", [
+        rank(0, idle=60, wait=None, started=False), rank(1, idle=60, wait=None, started=False)],
+     SETTINGS, ("hang", True, "--hang-first-timeout 60s")),
+    ("a --hang-first-timeout no longer than --hang-timeout: --hang-timeout is the one named", [
+        rank(0, wait=None, started=False), rank(1, wait=None, started=False)],
+     HangSettings(timeout=20, first_timeout=20, hard_limit=3), ("hang", True, "--hang-timeout 20s")),
+    ("a straggler at exactly the hard limit is ended", [
+        rank(0, idle=60), rank(1, idle=0, wait=None, busy=True)], SETTINGS,
+     ("straggler", True, "--hang-timeout 20s")),
+    ("a straggler just under the hard limit goes on", [
+        rank(0, idle=59), rank(1, idle=0, wait=None, busy=True)], SETTINGS,
+     ("straggler", False, "--hang-timeout 20s")),
+    ("a rank active 3 s ago (three 1 s samples) is a straggler", [
+        rank(0), rank(1, idle=3, wait=None, busy=True)], SETTINGS,
+     ("straggler", False, "--hang-timeout 20s")),
+    ("a rank last active 3.5 s ago is between busy and idle: judged at the next look", [
+        rank(0), rank(1, idle=3.5, wait=None)], SETTINGS, None),
+    ("with 2 s samples, a rank active 5 s ago (under three samples) is a straggler", [
+        rank(0), rank(1, idle=5, wait=None, busy=True)],
+     HangSettings(timeout=20, first_timeout=60, hard_limit=3, interval=2),
+     ("straggler", False, "--hang-timeout 20s")),
+    ("every rank in a torch.distributed call for exactly the calibrated 120 s: a hang", [
+        rank(0, idle=120), rank(1, idle=120)], HangSettings(calibrate=True),
+     ("hang", True, "calibrated 120s")),
+    ("a calibrated timeout equal to --hang-timeout is --hang-timeout (10 x 60 s = 600 s)", [
+        rank(0, idle=601, longest_wait=60), rank(1, idle=601)], HangSettings(calibrate=True),
+     ("hang", True, "--hang-timeout 600s")),
+    ("a rank that ended exactly the timeout ago is not progress: a hang", [
+        rank(0, idle=20, wait=None, exited=True), rank(1, idle=25)], SETTINGS,
+     ("hang", True, "--hang-timeout 20s")),
+    ("a rank that ended within the timeout is progress", [
+        rank(0, idle=19, wait=None, exited=True), rank(1, idle=25)], SETTINGS, None),
+    ("a rank that has not reported yet, calibration on: nothing is judged", [
+        rank(0, idle=700)], HangSettings(calibrate=True), None),
+    ("every rank's process has ended: nothing to judge", [
+        rank(0, idle=700, exited=True), rank(1, idle=700, exited=True)], HangSettings(calibrate=True),
+     None),
+]
+
+
+@pytest.mark.parametrize(("name", "states", "settings", "expected"), LIMITS, ids=[row[0] for row in LIMITS])
+def test_the_limits_table(name, states, settings, expected):  # type: ignore[no-untyped-def]
+    verdict = judge(states, settings, expected_ranks=2)
+    if expected is None:
+        assert verdict is None
+        return
+    assert verdict is not None
+    assert (verdict.kind, verdict.final, verdict.limit.short()) == expected
+
+
+def test_the_same_evidence_gives_the_same_verdict_in_any_order():
+    """Node 0 sorts the states by rank; the verdict must not depend on the order anyway."""
+    states = [rank(0), rank(1, wait=None, line=8), rank(2), rank(3, stopped=True)]
+    verdicts = [judge(order, SETTINGS) for order in (states, states[::-1], states[1:] + states[:1])]
+    assert all(v is not None for v in verdicts)
+    assert {tuple(sorted(s.rank for s in v.culprits)) for v in verdicts if v} == {(1, 3)}
+    assert len({v.first_part() for v in verdicts if v}) == 1
+
+
+# -- what the progress line and the headline say ------------------------------------------
+
+# (name, states, settings, the line or None)
+STALL_LINES = [
+    ("idle for half the timeout (20 s): shown", [state(0, 10), state(1, 1, busy=True)], SETTINGS,
+     "no progress for 10s on rank 0"),
+    ("idle for less than half the timeout: nothing", [state(0, 8), state(1, 1, busy=True)], SETTINGS,
+     None),
+    ("a long timeout: shown after 30 s", [state(0, 30), state(1, 1, busy=True)],
+     HangSettings(timeout=600), "no progress for 30s on rank 0"),
+    ("a long timeout: not before 30 s", [state(0, 29), state(1, 1, busy=True)],
+     HangSettings(timeout=600), None),
+    ("the watch off: still shown after 30 s", [state(0, 30), state(1, 1, busy=True)],
+     HangSettings(timeout=0), "no progress for 30s on rank 0"),
+    ("two idle ranks: both, the shortest idle time", [
+        state(0, 12), state(1, 13), state(2, 1, busy=True)], SETTINGS, "no progress for 12s on ranks 0-1"),
+]
+
+
+@pytest.mark.parametrize(("name", "states", "settings", "line"), STALL_LINES,
+                         ids=[row[0] for row in STALL_LINES])
+def test_the_stall_line_table(name, states, settings, line):  # type: ignore[no-untyped-def]
+    assert stall_line(states, settings) == line
+
+
+# (name, states, phrase)
+WAITING = [
+    ("two ranks in one place: plural", [state(0, 30), state(1, 31)],
+     "ranks 0-1 wait in all_reduce at train.py:42 for 30s"),
+    ("a rank outside any call: no 'in'", [state(0, 30, wait=None)], "rank 0 waits at train.py:42 for 30s"),
+    ("the largest group first, whatever its ranks", [state(0, 30, line=9), state(1, 30), state(2, 30)],
+     "ranks 1-2 wait in all_reduce at train.py:42 for 30s, rank 0 waits in all_reduce at train.py:9 for 30s"),
+    ("four places: every one named", [state(n, 30, line=n) for n in range(4)],
+     ", ".join(f"rank {n} waits in all_reduce at train.py:{n} for 30s" for n in range(4))),
+    ("five places: three named, the rest counted", [state(n, 30, line=n) for n in range(5)],
+     ", ".join(f"rank {n} waits in all_reduce at train.py:{n} for 30s" for n in range(3))
+     + ", ranks 3-4 wait elsewhere"),
+]
+
+
+@pytest.mark.parametrize(("name", "states", "phrase"), WAITING, ids=[row[0] for row in WAITING])
+def test_the_waiting_phrase_table(name, states, phrase):  # type: ignore[no-untyped-def]
+    assert waiting_phrase(states) == phrase
+
+
+USER = [["/job/train.py", n, f"f{n}"] for n in range(1, 6)]  # outermost first
+LIB = [[C10D, n, f"c{n}"] for n in (100, 200, 300)]  # LIB[0] is what the user called
+
+# (name, frames outermost first, reported frames, the same in call order)
+FRAMES = [
+    ("the user's three innermost lines, then the two library calls they made", USER + LIB,
+     [USER[4], USER[3], USER[2], LIB[1], LIB[0]], [USER[2], USER[3], USER[4], LIB[0], LIB[1]]),
+    ("no user code (a library thread): the innermost frames", [[LOCK, 1, "run"], [LOCK, 2, "wait"]],
+     [[LOCK, 2, "wait"], [LOCK, 1, "run"]], [[LOCK, 1, "run"], [LOCK, 2, "wait"]]),
+]
+
+
+@pytest.mark.parametrize(("name", "frames", "reported", "ordered"), FRAMES, ids=[row[0] for row in FRAMES])
+def test_the_reported_frames_table(name, frames, reported, ordered):  # type: ignore[no-untyped-def]
+    assert report_frames(frames) == reported
+    assert call_order(reported) == ordered
+
+
+def test_the_detail_shows_each_culprits_header_its_source_lines_and_only_user_threads(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text("import time\ntime.sleep(600)\n")
+    stuck = replace(rank(1, wait=None), where=[[str(script), 2, "<module>"]], cpu_share=0.25, threads=[
+        ["loader", [[threading.__file__, 320, "wait"]]],  # library code only: not the other side of anything
+        ["holder", [[str(script), 1, "hold"]]]])
+    detail = culprit_detail([stuck, replace(rank(3, wait=None), dumped=True)])
+    assert detail == [
+        "rank 1 (node rank 0, host 10.0.0.0, local rank 1), inactive for 25s, CPU 25%:",
+        f"  {script}:2 in <module>: time.sleep(600)",
+        "  its thread 'holder':",
+        f"    {script}:1 in hold: import time",
+        "rank 3 (node rank 1, host 10.0.0.1, local rank 1), inactive for 25s, CPU 0% "
+        "(faulthandler's watchdog: its sampler is silent):",
+        "  /job/train.py:10 in <module>",  # the file is not here: no source line
+        "  /job/train.py:42 in step",
+    ]
+
+
+@pytest.mark.parametrize(("count", "last", "lines"), [
+    (4, "rank 3 (node rank 1, host 10.0.0.1, local rank 1), inactive for 25s, CPU 0%:", 4),
+    (5, "... and 1 more: ranks 4", 5),
+])
+def test_the_detail_shows_four_culprits_and_counts_the_rest(count, last, lines):  # type: ignore[no-untyped-def]
+    detail = culprit_detail([replace(rank(n, wait=None), where=[]) for n in range(count)])
+    assert detail[-1] == last and len(detail) == lines
+
+
+# -- torch's own process-group timeout fired first ---------------------------------------
+
+
+def failure(rank: int | None, time: float, tail: str) -> Failure:
+    return Failure(node_rank=0, rank=rank, local_rank=rank, returncode=1, secondary=False,
+                   time=time, tail=tail)
+
+
+TIMED_OUT = "RuntimeError: [Rank 0] Watchdog caught collective operation timeout: WorkNCCL"
+# (name, failures, the index of the one found or None)
+TIMEOUTS = [
+    ("no failure says timeout", [failure(0, 5, "ValueError: bad label")], None),
+    ("no output at all", [failure(0, 5, "")], None),
+    ("the NCCL watchdog's line", [failure(0, 5, "x"), failure(1, 6, TIMED_OUT)], 1),
+    ("gloo's 'timed out'", [failure(2, 6, "RuntimeError: [/gloo] Timed out waiting"),
+                            failure(1, 7, "op timed out")], 1),
+    ("the earliest of two, whatever the order", [failure(1, 9, TIMED_OUT), failure(0, 4, "Timeout")], 1),
+    ("a node's own failure (no rank) is no collective's timeout", [
+        failure(None, 1, "rendezvous timeout"), failure(1, 5, TIMED_OUT)], 1),
+]
+
+
+@pytest.mark.parametrize(("name", "failures", "found"), TIMEOUTS, ids=[row[0] for row in TIMEOUTS])
+def test_the_timed_out_failure_table(name, failures, found):  # type: ignore[no-untyped-def]
+    result = first_timed_out(failures)
+    assert result is (None if found is None else failures[found])
+
+
+# ranks 0 and 2 wait in all_reduce; ranks 1 (node 0) and 3 (node 1) never arrive
+LAST_LOOK = [rank(0), rank(1, wait=None, line=12), rank(2), rank(3, wait=None, line=12)]
+
+
+def test_the_rank_that_never_arrived_is_named_with_an_account_that_beats_the_timeout():
+    """Every node prints the root cause with the highest priority and the earliest time: the
+    account, node 0's, overrides the timed-out worker's own failure wherever it is read."""
+    dying = [*LAST_LOOK[:2], replace(LAST_LOOK[2], stale_for=30.0), LAST_LOOK[3]]  # rank 2 exits
+    account = never_arrived(failure(0, 100.0, TIMED_OUT), dying)
+    assert account is not None
+    assert account.reason == (
+        "torch's process-group timeout fired in rank 0's all_reduce at train.py:42; the rank that "
+        "never arrived: rank 1 (node rank 0, host 10.0.0.0, local rank 1) is stuck at train.py:12 "
+        "in step, outside any collective; rank 3 (node rank 1, host 10.0.0.1, local rank 1) is "
+        "stuck at train.py:12 in step, outside any collective")
+    assert (account.node_rank, account.rank, account.returncode, account.overrides) == (0, None, 1, True)
+    assert account.time < 100.0
+    assert account.detail.splitlines()[0] == (
+        "rank 1 (node rank 0, host 10.0.0.0, local rank 1), inactive for 25s, CPU 0%:")
+    other_node = never_arrived(failure(0, 100.0, TIMED_OUT), [LAST_LOOK[0], LAST_LOOK[3]])
+    assert other_node is not None and other_node.node_rank == 1
+
+
+# (name, the rank that timed out, the last look)
+NOTHING_TO_ADD = [
+    ("the timed-out rank was not in a collective", 1, LAST_LOOK),
+    ("the timed-out rank was not seen", 7, LAST_LOOK),
+    ("every rank was in the same collective", 0, [rank(0), rank(1)]),
+    ("the only rank not where the others wait is the timed-out one", 0, [
+        rank(0, wait="barrier"), rank(1), rank(2)]),
+]
+
+
+@pytest.mark.parametrize(("name", "failed", "states"), NOTHING_TO_ADD, ids=[row[0] for row in NOTHING_TO_ADD])
+def test_no_account_when_no_other_rank_is_to_blame(name, failed, states):  # type: ignore[no-untyped-def]
+    assert never_arrived(failure(failed, 100.0, TIMED_OUT), states) is None
