@@ -99,7 +99,7 @@ def test_imports_under_type_checking_inside_functions_and_relative_ones_count():
 
 
 def test_a_name_from_a_package_is_an_arrow_to_the_package_a_submodule_to_the_submodule():
-    source = "from paijob.local import engine, something\nimport paijob.local.store\n"
+    source = "from paijob.local import cluster, something\nimport paijob.local.store\n"
     assert _imports("paijob.local.runner", source, MODULES) == {
         "paijob.local.cluster", "paijob.local", "paijob.local.store"}
 
