@@ -139,6 +139,7 @@ def worker_env(
     ``hang_dir``: where each worker's progress sampler writes (the hang watch on; None: off).
     """
     env = dict(base)
+    env.pop(PROGRESS_FILE, None)  # the runtime's own report of a stall: a worker (the user's code) gets no pen for it
     env.update(layout)
     env.setdefault("PYTHONUNBUFFERED", "1")
     if precision:

@@ -130,6 +130,16 @@ def test_the_hang_watchs_folder_and_interval_are_part_of_the_one_worker_environm
     assert contract.HANG_DIR not in off and contract.HANG_INTERVAL not in off
 
 
+def test_a_worker_cannot_write_the_runtimes_stall_report():
+    """The local cluster shows a stall only from the runtime's own report (PAIJOB_PROGRESS_FILE): the
+    launcher has the path, the user's code in a worker does not."""
+    base = {contract.PROGRESS_FILE: "/state/work/job/0/worker-0/.paijob-progress.json", "HOME": "/root"}
+    for mode in ("per-gpu", "per-node", "dataparallel"):
+        env = worker_env(base, LAYOUT, mode=mode)
+        assert contract.PROGRESS_FILE not in env and env["HOME"] == "/root"
+    assert contract.PROGRESS_FILE in base  # the launcher's own environment is not changed
+
+
 def test_a_horovod_slot_is_its_own_launcher():
     env = worker_env({}, {"RANK": "1"}, mode="horovod", precision="O1")
     assert env == {"RANK": "1", "PYTHONUNBUFFERED": "1", contract.PRECISION: "O1"}
