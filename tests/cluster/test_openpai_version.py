@@ -19,7 +19,6 @@ from cluster_helpers import TOKEN, job_yaml
 from paijob import api
 from paijob.cli import main
 from paijob.local.server import LocalServer
-from paijob.openpai.names import before_init_role_lookup
 from paijob.remote import profiles
 
 API = "/rest-server/api/v2"
@@ -92,15 +91,6 @@ def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
     code = main(list(argv))
     out, err = capsys.readouterr()
     return code, out + err
-
-
-@pytest.mark.parametrize(("version", "older"), [
-    ("v1.5.0", True), ("v1.5.3", True), ("v0.14.0", True), ("1.2", True),
-    ("v1.6.0", False), ("v1.8.1", False), ("v2.0.0", False), ("1.10.0", False),
-    ("paijob", None), ("", None), (None, None), (1.5, None),
-])
-def test_the_rest_server_version_says_whether_the_cluster_is_older_than_1_6(version: Any, older: bool | None) -> None:
-    assert before_init_role_lookup(version) is older
 
 
 def test_validate_with_a_cluster_judges_role_names_by_its_version(

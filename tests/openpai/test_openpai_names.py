@@ -12,6 +12,7 @@ from paijob.openpai.names import (
     IDENTIFIER_PATTERN,
     NAME_PATTERN,
     PAI_TAG_PATTERN,
+    before_init_role_lookup,
     framework_object_name,
     init_role_failure,
     js_match,
@@ -78,3 +79,15 @@ def test_the_init_failure_says_what_openpai_looks_up():
         "role 'Worker' is looked up as 'worker' by the init container of OpenPAI v1.6.0 (openpai-runtime "
         "v0.1.10) and later (KeyError in initializer.py: the job config names it 'Worker'), so the task "
         "exits 1 before its commands run")
+
+
+@pytest.mark.parametrize(("version", "older"), [
+    ("v1.5.0", True), ("v1.5.3", True), ("v0.14.0", True), ("1.2", True), ("  v1.5.9", True), ("v0.99", True),
+    ("v1.6.0", False), ("v1.6", False), ("v1.7.0", False), ("v1.8.1", False), ("v2.0.0", False), ("v2.5", False),
+    ("1.10.0", False),
+    ("paijob", None), ("", None), ("v1", None), (None, None), (1.5, None),
+])
+def test_the_rest_server_version_says_whether_the_cluster_is_older_than_1_6(version, older):
+    """GET /api/v2/info's version decides the role-name rule: v1.6.0 is the first whose init container
+    looks role names up converted; a version that says nothing readable leaves the rule to the user."""
+    assert before_init_role_lookup(version) is older
