@@ -26,7 +26,8 @@ when every slot is taken the untrusted connections idle the longest are
 closed to make room, so a new connection (the token holder's, the portal's)
 is accepted at once: 1,100 tokenless sockets each sending a keep-alive request
 every 15 s no longer stop the server answering anyone. A trusted connection is
-never evicted; a request being served never is.
+never evicted; a request being served never is, nor a new connection in its first
+``FRESH_GRACE`` seconds (time to send its first request and show its token).
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ INACTIVITY_TIMEOUT = 30  # seconds without a byte from a client (an idle connect
 REQUEST_DEADLINE = 30.0  # seconds for a request's headers and body to arrive, however steadily they trickle
 UNTRUSTED_KEEPALIVE = 5  # seconds an answered connection without the token or a portal session may idle
 EVICT_BATCH = 16  # slots freed at once when the cap is reached (untrusted connections idle the longest)
+FRESH_GRACE = 5.0  # seconds a new connection that has sent no request yet is never closed to make room
 CLEANUP_INTERVAL = 5  # how often those two are checked
 MAX_HEADER_BYTES = 32 * 1024
 # rest-server's express.js answer to a body over body-parser's limit (no code, the message alone)
@@ -124,9 +126,14 @@ class _Channel(HTTPChannel):
     def trust(self) -> None:
         self.trusted = True
 
-    def evictable(self) -> bool:
-        """Untrusted, serving nothing and not already closing: it may be closed to make room."""
-        return not (self.trusted or self.requests or self.will_close or self.close_when_flushed)
+    def evictable(self, now: float) -> bool:
+        """Untrusted, serving nothing and not already closing, and past its first moments: it may be closed
+        to make room. A connection that has not sent a request yet gets ``FRESH_GRACE`` seconds to show its
+        token: the token holder's new connection, accepted into a full house, must not be the one closed
+        before its request is read (seen on a loaded machine: the CLI's request reset)."""
+        if self.trusted or self.requests or self.will_close or self.close_when_flushed:
+            return False
+        return self.answered or now - self.creation_time >= FRESH_GRACE
 
 
 class BoundedServer(TcpWSGIServer):
@@ -163,7 +170,7 @@ class BoundedServer(TcpWSGIServer):
             partial = channel.request
             if isinstance(partial, _TimedParser) and not channel.requests and partial.started < cutoff:
                 channel.will_close = True
-            elif partial is None and channel.answered and channel.evictable() \
+            elif partial is None and channel.answered and channel.evictable(now) \
                     and channel.last_activity < keepalive_cutoff:
                 channel.will_close = True
 
@@ -189,7 +196,8 @@ class BoundedServer(TcpWSGIServer):
         wanted = len(self._map) - self.adj.connection_limit + EVICT_BATCH - closing
         if wanted <= 0:
             return
-        idle = sorted((channel for channel in channels if isinstance(channel, _Channel) and channel.evictable()),
+        now = time.time()  # waitress's clock (last_activity, creation_time)
+        idle = sorted((channel for channel in channels if isinstance(channel, _Channel) and channel.evictable(now)),
                       key=lambda channel: channel.last_activity)
         for channel in idle[:wanted]:
             channel.will_close = True

@@ -170,3 +170,32 @@ def test_an_answered_tokenless_connection_idles_briefly_a_trusted_one_as_long_as
             sock.close()
     finally:
         srv.stop()
+
+
+def _answered(port: int, sock: socket.socket) -> socket.socket:
+    """``sock`` answered a tokenless request again, or a new connection in its place if the server closed it."""
+    try:
+        if answer(sock, TOKENLESS).startswith(b"HTTP/1.1 401"):
+            return sock
+    except OSError:
+        pass
+    sock.close()
+    sock = socket.create_connection(("127.0.0.1", port))
+    assert answer(sock, TOKENLESS).startswith(b"HTTP/1.1 401")
+    return sock
+
+
+def test_a_new_connection_is_not_closed_to_make_room_before_it_sent_its_request(
+        capped: LocalServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The token holder's connection, accepted into a full house, may be slow to send its request (a loaded
+    machine): while it has had no chance to show its token it is not the one closed to make room, even when
+    every other connection was busier since."""
+    monkeypatch.setattr(serving, "FRESH_GRACE", 120.0, raising=False)  # far longer than this test, however busy the machine
+    others = [_answered(capped.port, socket.create_connection(("127.0.0.1", capped.port))) for _ in range(CAP - 1)]
+    mine = socket.create_connection(("127.0.0.1", capped.port))  # the house is full; mine sends nothing yet
+    for _ in range(3):  # the others keep the house full and stay busier than mine; room is made each time
+        time.sleep(0.2)
+        others = [_answered(capped.port, sock) for sock in others]
+    assert answer(mine, WITH_TOKEN).startswith(b"HTTP/1.1 200")  # mine was kept open
+    for sock in (*others, mine):
+        sock.close()
