@@ -676,3 +676,27 @@ def test_sigusr1_to_one_node_prints_every_ranks_stack_on_every_node_and_the_job_
         tasks[0].output)
     for task in tasks:
         assert 'trains.py", line ' in task.output
+
+
+def test_closing_the_store_link_waits_for_a_call_still_inside_torch_past_its_own_timeout(monkeypatch):
+    """paijob-runtime ends only once no store call is inside torch's C++ code: a call to a store that went away
+    returns late on a loaded machine, and a process that ends under it aborts ("terminate called without an
+    active exception", exit -6 on a node whose job succeeded)."""
+    from paijob.runtime.watch import storelink
+
+    monkeypatch.setattr(storelink, "CLOSE_WAIT", 10.0, raising=False)
+    released = threading.Event()
+
+    def slow_get(store: object) -> bytes:
+        time.sleep(2.5)  # past the call's bounded wait (0.2 s) and what close used to wait (timeout + 1 s)
+        released.set()
+        return b""
+
+    link = StoreLink("127.0.0.1", 1, prefix="p", node_rank=1, nnodes=2, connect=FakeStore)
+    assert link.call(lambda store: store, timeout=1.0) is not None  # connected
+    caller = threading.Thread(target=link.call, args=(slow_get,), kwargs={"timeout": 0.2}, daemon=True)
+    caller.start()
+    time.sleep(0.1)
+    monkeypatch.setattr(storelink, "CALL_TIMEOUT", 0.2)
+    link.close()
+    assert released.is_set(), "close returned while a store call was still running"

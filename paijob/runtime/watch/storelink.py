@@ -35,6 +35,7 @@ SEEN_KEY = "paijob/hang/seen"  # a counter: the nodes that read the verdict
 VERDICT_WAIT = 8.0  # node 0 waits at most this long for the other nodes to read its verdict
 CALL_TIMEOUT = 5.0
 RECONNECT_EVERY = 2.0
+CLOSE_WAIT = 4 * (CALL_TIMEOUT + 1.0)  # close: the longest wait for calls still inside torch (they end sooner)
 TORCH_CPP_LOG_LEVEL = "TORCH_CPP_LOG_LEVEL"  # torch's name
 POLL_EVERY = 1.0  # the other nodes look for node 0's verdict this often
 
@@ -93,7 +94,10 @@ class StoreLink:
         with self._lock:
             self._closed = True
             self._client = None
-        deadline = time.monotonic() + CALL_TIMEOUT + 1.0
+        # A call's own timeout bounds it in C++, but on a loaded machine it returns late (seen: a node whose
+        # paijob-runtime ended while a call to the finished rank 0's store was still inside torch aborted,
+        # "terminate called without an active exception"): wait for it well past that timeout.
+        deadline = time.monotonic() + CLOSE_WAIT
         while self._in_flight and time.monotonic() < deadline:
             time.sleep(0.05)
 
