@@ -16,13 +16,13 @@ import os
 from typing import Any, NoReturn
 
 from paijob.common.contract import OUTPUT_DIR, PRECISION
-from paijob.common.exitcodes import DIVERGED
 
 MAX_NONFINITE_STEPS = 10  # the default of --max-nonfinite-steps: consecutive non-finite losses that stop a run
 
 
 def add_common(parser: argparse.ArgumentParser, *, arch: str, lr: float, epochs: int,
-                batch_size: int, weight_decay: float, image_size: int, precision_grammar: str) -> None:
+                batch_size: int, weight_decay: float, image_size: int, precision_grammar: str,
+                diverged_exit: str = "the diverged exit code") -> None:
     parser.add_argument("--data", default="synthetic",
                         help="'synthetic' (no download, deterministic from --seed) or a data folder")
     parser.add_argument("--epochs", type=int, default=epochs)
@@ -75,7 +75,7 @@ def add_common(parser: argparse.ArgumentParser, *, arch: str, lr: float, epochs:
                              "one every 50 steps; each epoch's last step always has one)")
     parser.add_argument("--keep-checkpoints", type=int, default=3)
     parser.add_argument("--max-nonfinite-steps", type=_positive, default=MAX_NONFINITE_STEPS, metavar="N",
-                        help=f"stop with exit {DIVERGED} when the training loss is inf/NaN for N consecutive steps "
+                        help=f"stop with exit {diverged_exit} when the training loss is inf/NaN for N consecutive steps "
                              f"(default {MAX_NONFINITE_STEPS}; non-finite weights at an epoch's end stop it at once)")
     parser.add_argument("--no-resume", action="store_true", help="ignore checkpoints in --output-dir")
     # torch.distributed.launch-style launchers append --local_rank=N; LOCAL_RANK is used instead
@@ -101,9 +101,10 @@ RECIPES: dict[str, tuple[str, dict[str, Any]]] = {
 }
 
 
-def _add_recipe(parser: argparse.ArgumentParser, name: str, precision_grammar: str) -> None:
+def _add_recipe(parser: argparse.ArgumentParser, name: str, precision_grammar: str,
+                diverged_exit: str = "the diverged exit code") -> None:
     """Every option of recipe ``name``."""
-    add_common(parser, **RECIPES[name][1], precision_grammar=precision_grammar)
+    add_common(parser, **RECIPES[name][1], precision_grammar=precision_grammar, diverged_exit=diverged_exit)
     if name == "imagenet":
         parser.add_argument("--num-classes", type=int, default=1000)
         parser.add_argument("--decode", default="cpu", choices=("cpu", "gpu"),
@@ -112,7 +113,10 @@ def _add_recipe(parser: argparse.ArgumentParser, name: str, precision_grammar: s
                                  "CPUs cannot keep up")
 
 
-def build_parser(precision_grammar: str = "a precision policy") -> argparse.ArgumentParser:
+def build_parser(precision_grammar: str = "a precision policy",
+                 diverged_exit: str = "the diverged exit code") -> argparse.ArgumentParser:
+    """The recipes' parser; the help words that name the runtime's facts (its precision grammar, the exit code
+    of a diverged run) are passed in by the runtime, so that checking a job's arguments imports neither."""
     parser = argparse.ArgumentParser(
         prog="python -m paijob.runtime.recipes",
         description="Built-in distributed trainers (one process per rank; run under paijob-runtime "
@@ -121,7 +125,7 @@ def build_parser(precision_grammar: str = "a precision policy") -> argparse.Argu
     )
     sub = parser.add_subparsers(dest="recipe", metavar="RECIPE", required=True)
     for name, (summary, _) in RECIPES.items():
-        _add_recipe(sub.add_parser(name, help=summary, allow_abbrev=False), name, precision_grammar)
+        _add_recipe(sub.add_parser(name, help=summary, allow_abbrev=False), name, precision_grammar, diverged_exit)
     return parser
 
 

@@ -8,7 +8,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
-from paijob.common import recipe_options
+from paijob.common import exitcodes, recipe_options
 from paijob.errors import PaijobError
 from paijob.runtime.precision import GRAMMAR, precision_from_env
 from paijob.runtime.worker import finish
@@ -67,7 +67,7 @@ def _imagenet_recipe(num_classes: int) -> Any:
 
 def build_parser() -> argparse.ArgumentParser:
     """The recipes' command line (its grammar lives torch-free in ``paijob.common.recipe_options``)."""
-    return recipe_options.build_parser(precision_grammar=GRAMMAR)
+    return recipe_options.build_parser(precision_grammar=GRAMMAR, diverged_exit=str(exitcodes.DIVERGED))
 
 
 def _console_logging() -> None:
