@@ -47,6 +47,8 @@ SKIPPED = {
     "paijob stop ddp-train --wait": "needs a real OpenPAI cluster",
     "paijob-runtime train --nproc-per-node 4 --recipe imagenet --arch resnet50 --data /mnt/imagenet --precision O2":
         "needs torchvision and an ImageNet folder",
+    "PYTHON=python3 BUDGET=480 benchmarks/gpu_check.sh": "needs a CUDA GPU (a lent one); tests/benchmarks runs the "
+        "harness on a CPU",
 }
 EXIT_CODES = {"paijob validate examples/broken.yaml": 2}
 # What the tour still leaves in TMPDIR, each with the work that removes it; a pattern the tour no longer
