@@ -71,7 +71,13 @@ from paijob.runtime.watch.failures import (  # noqa: E402
     stopped_by_signal,
     strip_rank_prefix,
 )
-from paijob.runtime.watch.hangwatch import Channel, HangWatch, StoreChannel, stacks_folder  # noqa: E402
+from paijob.runtime.watch.hangwatch import (  # noqa: E402
+    ACCOUNT_WAIT,
+    Channel,
+    HangWatch,
+    StoreChannel,
+    stacks_folder,
+)
 from paijob.runtime.watch.health import answer_stacks_requests, host_name  # noqa: E402
 from paijob.runtime.watch.launched import Launched  # noqa: E402
 from paijob.runtime.watch.lifecycle import Watchers  # noqa: E402
@@ -82,7 +88,6 @@ if _user_cpp_log_level is None:
     os.environ.pop(_CPP_LOG_LEVEL, None)
 
 log = logging.getLogger("paijob.runtime")
-ACCOUNT_WAIT = 15.0  # seconds a node waits for node 0's account of a collective's timeout
 
 _TAIL_BYTES = 64 * 1024
 _TAIL_LINES = 40

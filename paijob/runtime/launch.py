@@ -61,8 +61,10 @@ from paijob.runtime.env import MpiSlot
 from paijob.runtime.netif import socket_ifname_env
 from paijob.runtime.probe import wait_for_master
 from paijob.runtime.watch.failures import Failure, report_root_cause, stopped_by_signal
+from paijob.runtime.watch.hangwatch import ACCOUNT_WAIT
 from paijob.runtime.watch.health import OneProcessHealth
-from paijob.runtime.watch.portwatch import MasterPortWatch, read_abort_notice, serve_abort_notice
+from paijob.runtime.watch.notice import ABORT, ACCOUNT, read_abort_notice, serve_notice
+from paijob.runtime.watch.portwatch import MasterPortWatch
 from paijob.runtime.worker import finish, run_as_main
 
 log = logging.getLogger("paijob.runtime")
@@ -152,13 +154,16 @@ def _launch_one_process(config: LaunchConfig, env: Mapping[str, str]) -> int:
     try:
         code = supervise(cmd, env, grace_period=config.grace_period, what=f"node rank {dist.node_rank}",
                          watch=health.port, hung=health.verdict if health.hang else None,
-                         started=health.started)
+                         started=health.started, explain=health.explain_failure)
     finally:
         health.stop()
+    # The declared port is free now (the script's store ended with it): tell the other nodes there.
     if health.diagnosis is not None:
-        # The declared port is free (that is the diagnosis): tell the waiting nodes there.
-        serve_abort_notice(dist.master_port, health.diagnosis, peers=2 * (dist.nnodes - 1),
-                           linger=min(config.master_timeout, NOTICE_LINGER))
+        serve_notice(dist.master_port, ABORT, health.diagnosis, peers=dist.nnodes - 1,
+                     linger=min(config.master_timeout, NOTICE_LINGER))
+    elif health.notice is not None:
+        serve_notice(dist.master_port, ACCOUNT, health.notice.to_json(), peers=dist.nnodes - 1,
+                     linger=ACCOUNT_WAIT + 5.0)
     return code
 
 
@@ -225,14 +230,16 @@ def supervise(
     watch: MasterPortWatch | None = None,
     hung: Callable[[], Failure | None] | None = None,
     started: Callable[[int], None] | None = None,
+    explain: Callable[[], Failure | None] | None = None,
 ) -> int:
     """Run one process in its own process group; forward SIGTERM/SIGINT/SIGHUP with a grace period.
 
     ``watch`` is asked about once a second whether the command is misconfigured; when
     it says so, the command is stopped like on SIGTERM and the exit code is 2. ``hung()``
     is the hang watch's verdict: the command is stopped the same way, the verdict is the
-    root cause and the exit code 124; it is asked once more when the command failed on its own.
-    ``started(pid)`` learns the command's pid.
+    root cause and the exit code 124; it is asked once more when the command failed on its own,
+    and then ``explain()``: an account of the failure (torch's own timeout: the rank that never
+    arrived) that becomes the root cause. ``started(pid)`` learns the command's pid.
     """
     proc = subprocess.Popen(list(cmd), env=dict(env), start_new_session=True)
     if started is not None:
@@ -252,6 +259,8 @@ def supervise(
                            verdicts=verdicts)
         if returncode != 0 and hung is not None and not verdicts and not received:
             late = hung()  # a verdict on its way: the command failed because of it (a peer stopped)
+            if late is None and explain is not None:
+                late = explain()
             if late is not None:
                 verdicts.append(late)
     finally:

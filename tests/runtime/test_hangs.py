@@ -638,6 +638,57 @@ def test_when_torchs_timeout_fires_on_the_other_node_every_node_prints_the_same_
         "stuck at pg.py:12" in causes[0], outputs
 
 
+SPAWNS_AND_TIMES_OUT = textwrap.dedent(
+    """
+    import os, sys, time
+    from datetime import timedelta
+    import torch
+    import torch.distributed as dist
+    import torch.multiprocessing as mp
+
+
+    def train(local_rank, nprocs, culprit):
+        rank = int(os.environ["NODE_RANK"]) * nprocs + local_rank
+        dist.init_process_group("gloo", rank=rank, world_size=int(os.environ["WORLD_SIZE"]),
+                                timeout=timedelta(seconds=12))
+        t = torch.ones(1)
+        for step in range(5):
+            dist.all_reduce(t)
+        if rank == culprit:
+            time.sleep(600)  # never arrives
+        dist.all_reduce(t)
+
+
+    if __name__ == "__main__":
+        nprocs = int(os.environ["NPROC_PER_NODE"])
+        mp.spawn(train, args=(nprocs, int(sys.argv[1])), nprocs=nprocs)
+    """
+)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("nproc", "culprit", "waiter"), [(2, 1, 0), (1, 0, 1)],
+                         ids=["store gone with rank 0: the notice", "store alive: the store"])
+def test_per_node_mode_every_node_prints_the_rank_that_never_arrived_when_torchs_timeout_fires(
+    nproc: int, culprit: int, waiter: int, tmp_path: Path, start_task
+):
+    """2 nodes of ``mp.spawn`` children, the script's own 12 s timeout fires first. Used to be:
+    each node said only "node rank N failed with exit code 1". (2, 1): the waiting rank 0 hosts
+    the store and ends with it, node 0 tells node 1 on the declared port; (1, 0): the culprit
+    rank 0 keeps the store alive, node 1's timed-out rank reaches node 0 through it."""
+    tasks = start_two_nodes(start_task, tmp_path, "spawns.py", SPAWNS_AND_TIMES_OUT, [
+        "--mode", "per-node", "--nproc-per-node", str(nproc)], (str(culprit),))
+    codes = wait_all(tasks, timeout=200)
+    outputs = "\n".join(t.output for t in tasks)
+    assert codes == [1, 1], outputs  # the timed-out worker's own exit code
+    causes = [root_cause(task.output) for task in tasks]
+    assert causes[0] is not None and causes[0] == causes[1], outputs
+    assert causes[0].startswith(
+        f"torch's process-group timeout fired in rank {waiter}'s all_reduce at spawns.py:18; the "
+        f"rank that never arrived: rank {culprit} (node rank 0, host 127.0.0.1, local rank "
+        f"{culprit}) is stuck at spawns.py:17"), outputs
+
+
 TRAINS_A_WHILE = textwrap.dedent(
     """
     import os, sys, time

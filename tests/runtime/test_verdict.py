@@ -17,6 +17,7 @@ from paijob.runtime.watch.failures import Failure
 from paijob.runtime.watch.progress import classify_wait
 from paijob.runtime.watch.verdict import (
     RankState,
+    account_of_timeout,
     call_order,
     culprit_detail,
     first_timed_out,
@@ -25,6 +26,7 @@ from paijob.runtime.watch.verdict import (
     rank_ranges,
     report_frames,
     stall_line,
+    timed_out_state,
     waiting_phrase,
 )
 
@@ -500,8 +502,8 @@ TIMEOUTS = [
     ("no failure says timeout", [failure(0, 5, "ValueError: bad label")], None),
     ("no output at all", [failure(0, 5, "")], None),
     ("the NCCL watchdog's line", [failure(0, 5, "x"), failure(1, 6, TIMED_OUT)], 1),
-    ("gloo's 'timed out'", [failure(2, 6, "RuntimeError: [/gloo] Timed out waiting"),
-                            failure(1, 7, "op timed out")], 1),
+    ("gloo's 'Timed out', in any case", [failure(2, 6, "RuntimeError: [/gloo] Timed out waiting"),
+                                          failure(1, 7, "op timed out")], 0),
     ("the earliest of two, whatever the order", [failure(1, 9, TIMED_OUT), failure(0, 4, "Timeout")], 1),
     ("a node's own failure (no rank) is no collective's timeout", [
         failure(None, 1, "rendezvous timeout"), failure(1, 5, TIMED_OUT)], 1),
@@ -550,3 +552,23 @@ NOTHING_TO_ADD = [
 @pytest.mark.parametrize(("name", "failed", "states"), NOTHING_TO_ADD, ids=[row[0] for row in NOTHING_TO_ADD])
 def test_no_account_when_no_other_rank_is_to_blame(name, failed, states):  # type: ignore[no-untyped-def]
     assert never_arrived(failure(failed, 100.0, TIMED_OUT), states) is None
+
+
+GLOO_TIMEOUT = ("RuntimeError: [/gloo/transport/tcp/unbound_buffer.cc:78] Timed out waiting 15000ms "
+                "for recv operation to complete")
+
+
+def test_a_timeout_a_sampler_noted_is_accounted_for_like_a_workers_failure():
+    """``per-node`` mode: no worker failure record, the ``mp.spawn`` child's sampler noted the
+    error; the lowest rank that timed out is the waiter, a peer-connection error is no timeout."""
+    noted = [replace(LAST_LOOK[0], error="RuntimeError: Connection closed by peer"),
+             LAST_LOOK[1], replace(LAST_LOOK[2], error=GLOO_TIMEOUT), LAST_LOOK[3]]
+    failed = timed_out_state(noted)
+    assert failed is not None and failed.rank == 2
+    account = account_of_timeout(failed, LAST_LOOK, now=50.0)
+    assert account is not None and account.reason.startswith(
+        "torch's process-group timeout fired in rank 2's all_reduce at train.py:42; the rank that "
+        "never arrived: rank 1 (node rank 0, host 10.0.0.0, local rank 1) is stuck at train.py:12")
+    assert (account.returncode, account.overrides, account.exit_code) == (1, True, 1)
+    assert timed_out_state([replace(s, error="ValueError: bad label") for s in LAST_LOOK]) is None
+    assert timed_out_state(LAST_LOOK) is None

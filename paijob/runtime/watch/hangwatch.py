@@ -38,20 +38,23 @@ from paijob.runtime.config import HangSettings
 from paijob.runtime.watch.failures import Failure
 from paijob.runtime.watch.launched import Launched, read_file, read_reports
 from paijob.runtime.watch.lifecycle import Ticker
-from paijob.runtime.watch.progress import write_new
+from paijob.runtime.watch.progress import MAX_ERROR, write_new
 from paijob.runtime.watch.verdict import (
     HANG_EXIT,
     STALE_AFTER,
     RankState,
     Verdict,
+    account_of_timeout,
     first_timed_out,
     judge,
     never_arrived,
     report_frames,
     stall_line,
+    timed_out_state,
 )
 
 STACKS_FILE = "paijob-stacks.txt"
+ACCOUNT_WAIT = 15.0  # seconds a node waits for node 0's account of a collective's timeout
 STACKS_WAIT = 5.0  # how long node 0 waits for the other nodes' full stacks
 MAX_THREADS = 8  # other threads of a rank kept in its summary
 
@@ -119,6 +122,7 @@ def summarise(report: dict[str, Any], *, node_rank: int, host: str, now: float,
         stopped=stopped,
         dumped=dumped,
         threads=[[name, report_frames(stack)] for name, stack in threads[:MAX_THREADS]],
+        error=str(report.get("error") or "")[:MAX_ERROR],
     )
 
 
@@ -259,6 +263,7 @@ class HangWatch(Ticker):
         declare: Callable[[Failure], None],
         say: Callable[[str], None],
         launched: Launched | None = None,
+        accounts: bool = False,
     ) -> None:
         super().__init__("paijob-hangwatch", settings.interval, say)
         self.settings = settings
@@ -282,6 +287,10 @@ class HangWatch(Ticker):
         self._progress_line: str | None = None
         self._progress_written = 0.0
         self._declared: Failure | None = None
+        self.accounts = accounts  # per-node mode: the ranks' samplers note a timeout (node 0 accounts for it)
+        self.account: Failure | None = None  # node 0's account of torch's own timeout (accounts)
+        self._remote: list[RankState] = []  # the other nodes' ranks at the last gather
+        self._evidence = threading.Lock()  # the tick and account_now both update it
 
     def start(self) -> None:
         self._say(self.settings.described())
@@ -317,14 +326,16 @@ class HangWatch(Ticker):
                 text = self.local_stacks(reports, "stacks asked for (SIGUSR1, or a hang verdict)")
                 self.channel.send_stacks(self.node_rank, wanted, text)
                 self._say(text)
-        if self.node_rank != 0 or self.verdict is not None:
+        if self.node_rank != 0 or self.verdict is not None or self.account is not None:
             return
-        states = local + (self.channel.gather(self.nnodes, self.node_rank) if self.nnodes > 1 else [])
-        states.sort(key=lambda s: s.rank)
-        for state in states:  # where each rank was while it ran: the evidence for a timeout's account
-            if not state.exited:
-                self._running[state.rank] = state
-        self.last_states = [self._running[rank] for rank in sorted(self._running)]
+        remote = self.channel.gather(self.nnodes, self.node_rank) if self.nnodes > 1 else []
+        with self._evidence:
+            self._remote = remote
+            states = self._note_evidence(local + remote)
+            account = self._account(states, now)
+        if account is not None:
+            self._declare(account)  # the other nodes read it from the store, while it lives
+            return
         self._keep_progress_file(states)
         verdict = judge(states, self.settings, expected_ranks=self.world_size)
         if verdict is None:
@@ -337,6 +348,46 @@ class HangWatch(Ticker):
             return
         self.verdict = verdict
         self._end(verdict, reports)
+
+    def _note_evidence(self, states: list[RankState]) -> list[RankState]:
+        """``states`` sorted by rank; where each rank was while it ran kept as the evidence for a
+        timeout's account (a rank that ended or raised stays where it was last seen running)."""
+        states.sort(key=lambda s: s.rank)
+        for state in states:
+            if not state.exited and not state.error:
+                self._running[state.rank] = state
+        self.last_states = [self._running[rank] for rank in sorted(self._running)]
+        return states
+
+    def _account(self, states: list[RankState], now: float) -> Failure | None:
+        """Node 0 (``accounts``): a rank's sampler noted torch's own process-group timeout: the
+        account naming the rank that never arrived (kept in :attr:`account`); None: none."""
+        if not self.accounts or self.account is not None:
+            return None
+        failed = timed_out_state(states)
+        self.account = None if failed is None else account_of_timeout(failed, self.last_states, now)
+        return self.account
+
+    def account_now(self) -> Failure | None:
+        """Node 0, once the node's command has failed: the account of torch's own timeout from its
+        ranks' files read now and the other nodes' last summaries (a child that timed out ends
+        within milliseconds, before the next look). None: no rank timed out, or no account."""
+        if self.node_rank != 0 or not self.accounts:
+            return None
+        now = time.time()
+        reports = read_reports(self.folder, self.launched)
+        local = [self._summarise(rank, report, now) for rank, report in reports.items()]
+        with self._evidence:
+            if self.account is not None:
+                return self.account
+            return self._account(self._note_evidence(local + self._remote), now)
+
+    def timed_out_here(self) -> bool:
+        """Whether a rank of this node noted torch's own process-group timeout (its file, now)."""
+        now = time.time()
+        reports = read_reports(self.folder, self.launched)
+        states = [self._summarise(rank, report, now) for rank, report in reports.items()]
+        return timed_out_state(states) is not None
 
     def _summarise(self, rank: int, report: dict[str, Any], now: float) -> RankState:
         pid = report.get("pid")

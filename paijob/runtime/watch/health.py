@@ -13,15 +13,23 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import time
 from collections.abc import Callable, Mapping
 
 from paijob.common import contract
 from paijob.runtime.config import LaunchConfig
 from paijob.runtime.netif import task_address
 from paijob.runtime.watch.failures import Failure
-from paijob.runtime.watch.hangwatch import Channel, HangWatch, StoreChannel, stacks_folder
+from paijob.runtime.watch.hangwatch import (
+    ACCOUNT_WAIT,
+    Channel,
+    HangWatch,
+    StoreChannel,
+    stacks_folder,
+)
 from paijob.runtime.watch.launched import Launched
 from paijob.runtime.watch.lifecycle import Watchers
+from paijob.runtime.watch.notice import ACCOUNT, read_notice
 from paijob.runtime.watch.portwatch import MasterPortWatch
 from paijob.runtime.watch.storelink import StoreLink
 
@@ -50,6 +58,7 @@ class OneProcessHealth:
         spawned = config.mode == "per-node"
         self.port = (MasterPortWatch(dist.master_port, port_label=dist.port_label)
                      if watch_port else None)
+        self.master = (dist.master_addr, dist.master_port)
         self.pids: list[int] = []  # the one process, once started: its samplers are believed
         self.link: StoreLink | None = None
         self.hang: HangWatch | None = None
@@ -66,7 +75,8 @@ class OneProcessHealth:
                 nnodes=dist.nnodes if spawned else 1, world_size=dist.world_size if spawned else 1,
                 host=host_name(os.environ), stacks_dir=stacks_folder(config.log_dir, os.environ),
                 channel=StoreChannel(link.call) if link else Channel(),
-                declare=link.declare if link else lambda failure: None, say=say, launched=launched)
+                declare=link.declare if link else lambda failure: None, say=say, launched=launched,
+                accounts=spawned)
         self._watchers = Watchers(self.link, self.hang)
         self._say = say
 
@@ -86,6 +96,44 @@ class OneProcessHealth:
         if self.link is not None:
             return self.link.verdict()
         return self.hang.take_verdict() if self.hang is not None else None
+
+    def explain_failure(self) -> Failure | None:
+        """The command failed on its own: when a rank timed out in torch's own process-group
+        timeout, the account naming the rank that never arrived, the same on every node. Node 0
+        makes it; the others wait for it (bounded: :data:`ACCOUNT_WAIT`), from the store or,
+        once node 0's command (whose rank 0 hosts the store) has ended, from node 0's notice
+        (:attr:`notice`)."""
+        if self.hang is None:
+            return None
+        if self.hang.node_rank == 0:
+            return self.hang.account_now()
+        if self.link is None or not self.hang.timed_out_here():
+            return None
+        deadline = time.monotonic() + ACCOUNT_WAIT
+        while time.monotonic() < deadline:
+            found = self.link.verdict() or self._account_notice()
+            if found is not None:
+                return found
+            time.sleep(0.5)
+        return None
+
+    @property
+    def notice(self) -> Failure | None:
+        """Node 0's account of a timeout, when another node may not have read it from the store
+        (to be served on the declared port once the command has ended); None: nothing to tell."""
+        if self.hang is None or self.link is None or self.hang.node_rank != 0:
+            return None
+        account = self.hang.account
+        return account if account is not None and not self.link.everyone_read else None
+
+    def _account_notice(self) -> Failure | None:
+        found = read_notice(*self.master, timeout=1.0)
+        if found is None or found[0] != ACCOUNT:
+            return None
+        try:
+            return Failure.from_json(found[1])
+        except (ValueError, TypeError):
+            return None
 
     @property
     def diagnosis(self) -> str | None:

@@ -11,9 +11,8 @@ command's processes listen on (``/proc/net/tcp*`` and their socket inodes;
 Linux only). When they listen on some port but, for :data:`CONFIRM_SECONDS`,
 not on the declared one, that is the diagnosis: node 0 stops its command,
 says so, and answers on the declared port with a one-line notice
-(:func:`serve_abort_notice`) so that the waiting nodes, which connect there
-first anyway, read the same reason (:func:`read_abort_notice`) and exit 2 too.
-A real rendezvous store never speaks first, so the notice cannot be mistaken.
+(:mod:`paijob.runtime.watch.notice`) so that the waiting nodes, which connect there
+first anyway, read the same reason and exit 2 too.
 
 No torch import here.
 """
@@ -21,14 +20,12 @@ No torch import here.
 from __future__ import annotations
 
 import os
-import socket
 import time
 from collections.abc import Callable, Iterable
 
 from paijob.common import procfs
 
 CONFIRM_SECONDS = 15.0
-NOTICE_PREFIX = b"PAIJOB-ABORT "
 _LISTEN = "0A"  # TCP_LISTEN in /proc/net/tcp's "st" column
 
 
@@ -121,51 +118,3 @@ class MasterPortWatch:
             f"nodes cannot reach it: the script sets MASTER_ADDR/MASTER_PORT itself (e.g. "
             f"'localhost', '12355'). Remove those lines; paijob-runtime exports both"
         )
-
-
-def serve_abort_notice(port: int, message: str, *, peers: int, linger: float) -> int:
-    """Answer on ``port`` with ``message`` until ``peers`` connections or ``linger`` seconds."""
-    payload = NOTICE_PREFIX + message.encode("utf-8", errors="replace") + b"\n"
-    served = 0
-    deadline = time.monotonic() + linger
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as server:
-        server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            server.bind(("", port))
-        except OSError:
-            return 0  # taken again meanwhile: the others will time out on their own
-        server.listen(16)
-        while served < peers:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                break
-            server.settimeout(remaining)
-            try:
-                conn, _ = server.accept()
-            except OSError:
-                break
-            with conn:
-                try:
-                    conn.sendall(payload)
-                except OSError:
-                    continue
-            served += 1
-    return served
-
-
-def read_abort_notice(addr: str, port: int, *, timeout: float = 2.0) -> str | None:
-    """Node 0's notice on its declared port, or None when something else (the store) answers."""
-    try:
-        with socket.create_connection((addr, port), timeout=timeout) as conn:
-            conn.settimeout(timeout)
-            data = b""
-            while not data.endswith(b"\n") and len(data) < 4096:
-                chunk = conn.recv(4096)
-                if not chunk:
-                    break
-                data += chunk
-    except OSError:
-        return None
-    if not data.startswith(NOTICE_PREFIX):
-        return None
-    return data[len(NOTICE_PREFIX):].decode("utf-8", errors="replace").strip()

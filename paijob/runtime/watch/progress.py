@@ -55,6 +55,7 @@ from paijob.common import contract
 
 DEFAULT_INTERVAL = 1.0
 DUMP_AFTER = 3.0  # seconds without a sample before faulthandler's watchdog writes rank<N>.stack
+MAX_ERROR = 500  # characters of an error's last line kept in a report
 BUSY_CPU_SHARE = 0.05  # main-thread CPU over a sample interval that counts as busy (a wait uses ~0)
 MOVING_DATA = 1 << 20  # bytes of the process's I/O in one sample interval: data on the move
 FIRST_PROGRESS_SAMPLES = 3  # samples that saw collectives complete: past the first training step
@@ -262,6 +263,8 @@ class Sampler:
         self.seq = 0
         self.start_time = own_start_time()
         self.dump_after = max(DUMP_AFTER, 3 * interval)
+        self.error = ""  # the exception that ended the rank's function (``mp.spawn`` children): see note_error
+        self._last: dict[str, Any] | None = None  # the last report written
         self._stack_fd: int | None = None
         self._thread = threading.Thread(target=self._run, name="paijob-progress", daemon=True)
 
@@ -355,6 +358,7 @@ class Sampler:
             "longest_wait": round(self.longest_wait, 1),
             "frames": frames,
             "threads": other_threads(self.main.ident, self._thread.ident) if still else [],
+            "error": self.error,
         }
 
     def _note_process_io(self, now: float) -> None:
@@ -400,9 +404,25 @@ class Sampler:
         return self.rising_samples >= FIRST_PROGRESS_SAMPLES
 
     def write(self, report: dict[str, Any]) -> None:
+        if self.error and not report.get("error"):  # a sample taken before the error was noted
+            report = {**report, "error": self.error}
         text = json.dumps(report, separators=(",", ":"))
         write_new(self.path, text)
+        self._last = report
         self._own_io = len(text.encode("utf-8")) + 64  # + the io file read between (its length varies)
+
+    def note_error(self, error: str) -> None:
+        """The rank's function raised ``error`` (its last line): say so at once, on the last report
+        (where the rank was while it ran). Why: torch's own process-group timeout ends a ``mp.spawn``
+        child in milliseconds, and its node's watch needs to know it timed out *waiting* to name
+        the rank that never arrived, on every node (:func:`paijob.runtime.watch.verdict.timed_out_state`).
+        Called from the failing thread; nothing else changes."""
+        self.error = error[:MAX_ERROR]
+        if self._last is not None:
+            try:
+                self.write({**self._last, "error": self.error, "time": time.time()})
+            except OSError:
+                pass
 
 
 def watch_forked_child(folder: str, interval: float) -> None:

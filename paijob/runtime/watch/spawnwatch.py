@@ -30,6 +30,7 @@ from __future__ import annotations
 import functools
 import multiprocessing.process
 import os
+import traceback
 from collections.abc import Callable
 from typing import Any, NoReturn
 
@@ -81,10 +82,34 @@ def run_watched(target: Callable[..., Any], finish: Callable[[int], NoReturn] | 
     """The child's target: its sampler, torch's own ``_wrap(fn, index, ...)``, then (``finish``) the
     worker wrapper's exit without finalisation. An error leaves as ``_wrap`` makes it (SystemExit)."""
     uninstall()  # a fork child inherits the hook; its own children are not ranks
-    start_child_sampler(index, skip_files=(__file__, getattr(target.__code__, "co_filename", "")))
-    target(fn, index, *rest)
+    sampler = start_child_sampler(index, skip_files=(__file__, getattr(target.__code__, "co_filename", "")))
+    target(fn if sampler is None else noting_errors(fn, sampler), index, *rest)
     if finish is not None:
         finish(0)
+
+
+def noting_errors(fn: Callable[..., Any], sampler: Sampler) -> Callable[..., Any]:
+    """``fn``, telling ``sampler`` an exception that leaves it before torch's
+    ``_wrap`` reports it (and the child ends): the node's watch reads it at once (a collective's
+    timeout, :meth:`~paijob.runtime.watch.progress.Sampler.note_error`). The exception goes on
+    unchanged."""
+
+    @functools.wraps(fn)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except Exception as error:
+            sampler.note_error(error_text(error))
+            raise
+
+    return run
+
+
+def error_text(error: BaseException) -> str:
+    """``RuntimeError: ... Timed out waiting 15000ms ...``: what Python prints after the
+    traceback, its lines joined into one."""
+    text = "".join(traceback.format_exception_only(type(error), error))
+    return " ".join(line.strip() for line in text.splitlines() if line.strip())
 
 
 def start_child_sampler(index: int, skip_files: tuple[str, ...] = ()) -> Sampler | None:

@@ -57,6 +57,7 @@ class StoreLink:
         self._declared = threading.Event()
         self._closed = False
         self._in_flight = 0  # store calls running (each in a thread of its own, inside torch)
+        self.everyone_read = False  # node 0: every other node read its verdict from the store
 
     def call(self, fn: Callable[[Any], T], timeout: float = CALL_TIMEOUT) -> T | None:
         """``fn(store)``, at most ``timeout`` seconds; None when there is no store (yet) or it fails."""
@@ -122,7 +123,10 @@ class StoreLink:
         deadline = time.monotonic() + VERDICT_WAIT
         while time.monotonic() < deadline:
             seen = self.call(lambda store: int(store.add(SEEN_KEY, 0)))
-            if seen is None or seen >= self.nnodes - 1:
+            if seen is None:
+                break
+            if seen >= self.nnodes - 1:
+                self.everyone_read = True
                 break
             time.sleep(0.2)
         with self._lock:

@@ -34,7 +34,7 @@ from paijob.runtime.watch.progress import is_library
 
 HANG_EXIT = exitcodes.HANG
 STALE_AFTER = 10.0  # a sampler silent this long (seconds, at least 5 intervals) cannot run
-_TIMED_OUT = re.compile(r"timed out|timeout|Timeout|Watchdog caught collective operation")
+_TIMED_OUT = re.compile(r"timed out|timeout|Watchdog caught collective operation", re.IGNORECASE)
 
 
 
@@ -62,6 +62,7 @@ class RankState:
     stopped: bool = False  # its process is stopped (T state in /proc: SIGSTOP, a debugger)
     dumped: bool = False  # ``where`` comes from faulthandler's watchdog dump (its sampler is silent)
     threads: list[list[Any]] = field(default_factory=list)  # [name, frames as ``where``] of its other threads
+    error: str = ""  # the exception that ended its function (an ``mp.spawn`` child's, noted by its sampler)
 
     @property
     def silent(self) -> bool:
@@ -438,6 +439,20 @@ def first_timed_out(failures: Sequence[Failure]) -> Failure | None:
     process-group timeout); None: none did."""
     timed_out = [f for f in failures if f.rank is not None and _TIMED_OUT.search(f.tail or "")]
     return min(timed_out, key=lambda f: f.time) if timed_out else None
+
+
+def timed_out_state(states: Sequence[RankState]) -> RankState | None:
+    """The first rank (lowest) whose function ended with torch's process-group timeout, as its
+    sampler noted it (``per-node`` mode: the ``mp.spawn`` children); None: none did."""
+    return next((s for s in sorted(states, key=lambda s: s.rank) if _TIMED_OUT.search(s.error)), None)
+
+
+def account_of_timeout(failed: RankState, last_states: Sequence[RankState], now: float) -> Failure | None:
+    """:func:`never_arrived` for a rank whose sampler noted the timeout (no worker failure record:
+    ``per-node`` mode, where the node's one process fails for all its ranks)."""
+    failure = Failure(node_rank=failed.node_rank, rank=failed.rank, local_rank=failed.local_rank,
+                      returncode=1, secondary=False, time=now, tail=failed.error)
+    return never_arrived(failure, last_states)
 
 
 def never_arrived(failed: Failure, last_states: Sequence[RankState]) -> Failure | None:
