@@ -258,11 +258,7 @@ def supervise(
         returncode = _wait(proc, received, watch, grace_period=grace_period, what=what, hung=hung,
                            verdicts=verdicts)
         if returncode != 0 and hung is not None and not verdicts and not received:
-            late = hung()  # a verdict on its way: the command failed because of it (a peer stopped)
-            if late is None and explain is not None:
-                late = explain()
-            if late is not None:
-                verdicts.append(late)
+            verdicts.extend(_late_account(hung, explain))
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
@@ -278,6 +274,16 @@ def supervise(
     if returncode != 0:
         say(f"error: {what} failed with {exitcodes.describe_status(returncode)}")
     return exitcodes.from_worker_status(returncode)
+
+
+def _late_account(hung: Callable[[], Failure | None],
+                  explain: Callable[[], Failure | None] | None) -> list[Failure]:
+    """The command failed on its own: a verdict on its way (it failed because of it: a peer
+    stopped), else ``explain()``'s account of the failure; [] when neither has one."""
+    late = hung()
+    if late is None and explain is not None:
+        late = explain()
+    return [] if late is None else [late]
 
 
 def _wait(proc: subprocess.Popen[bytes], received: list[int], watch: MasterPortWatch | None, *,
