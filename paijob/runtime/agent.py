@@ -81,6 +81,7 @@ from paijob.runtime.watch.hangwatch import (  # noqa: E402
 from paijob.runtime.watch.health import answer_stacks_requests, host_name  # noqa: E402
 from paijob.runtime.watch.launched import Launched  # noqa: E402
 from paijob.runtime.watch.lifecycle import Watchers  # noqa: E402
+from paijob.runtime.watch.mismatch import mismatch_account, undecided  # noqa: E402
 from paijob.runtime.watch.nodewatch import NodeWatch, first_line  # noqa: E402
 from paijob.runtime.watch.verdict import first_timed_out  # noqa: E402
 
@@ -88,6 +89,7 @@ if _user_cpp_log_level is None:
     os.environ.pop(_CPP_LOG_LEVEL, None)
 
 log = logging.getLogger("paijob.runtime")
+MISMATCH_WAIT = 5.0  # seconds node 0 waits for every node's record to name a mismatch's odd rank
 
 _TAIL_BYTES = 64 * 1024
 _TAIL_LINES = 40
@@ -124,6 +126,7 @@ class PaijobAgent(LocalElasticAgent):
         self.node_rank = config.dist.node_rank
         self.nnodes = config.dist.nnodes
         self.local_failure: Failure | None = None
+        self.local_failures: list[Failure] = []  # every failed local worker (a mismatch's account reads them all)
         self.assigned_ranks: list[int] = []
         self.rank_pids: dict[int, int] = {}
         self._pgids: set[int] = set()
@@ -285,6 +288,7 @@ class PaijobAgent(LocalElasticAgent):
                     tail=tail,
                 )
             )
+        self.local_failures = candidates
         root = choose_root_cause(candidates)
         assert root is not None
         return root
@@ -484,6 +488,7 @@ def _run_agent(agent: PaijobAgent, config: LaunchConfig) -> tuple[int, Failure |
         # A peer's connection broke under our workers: wait for the cause (its record,
         # or node 0's verdict that it was lost, which takes --heartbeat-timeout).
         records = watch.wait_for_primary(local, timeout=config.heartbeat_timeout + 5.0)
+    records = _with_mismatch_account(agent, config, records)
     root = choose_root_cause([*local, *records])
     watch.finish_after_failure(linger=5.0)
     watch.close()
@@ -510,6 +515,29 @@ def _with_timeout_account(agent: PaijobAgent, config: LaunchConfig, local: list[
     if config.multi_node and first_timed_out([*local, *records]):
         return watch.wait_for_account(timeout=ACCOUNT_WAIT)
     return records
+
+
+def _with_mismatch_account(agent: PaijobAgent, config: LaunchConfig,
+                           records: list[Failure]) -> list[Failure]:
+    """``records``, with node 0's account when the workers' failures say a collective's calls
+    disagree (:mod:`paijob.runtime.watch.mismatch`): node 0 names the rank whose call differs
+    (waiting briefly for every node's record when its own ranks alone cannot tell) and publishes
+    it; the other nodes wait for it, so every node prints the same root cause."""
+    if any(f.overrides for f in records):
+        return records
+    watch = agent._watch()  # noqa: SLF001 - set by run_per_gpu
+    failures = [*agent.local_failures, *records]
+    account = mismatch_account(failures)
+    if account is None or not config.multi_node:
+        return records if account is None else [*records, account]
+    if config.dist.node_rank != 0:
+        return watch.wait_for_account(timeout=ACCOUNT_WAIT)
+    if undecided(failures) and len(records) < config.dist.nnodes - 1:
+        others = config.dist.nnodes - 1
+        records = watch.wait_for(lambda found: len(found) >= others, timeout=MISMATCH_WAIT)
+        account = mismatch_account([*agent.local_failures, *records]) or account
+    watch.publish(account)
+    return [*records, account]
 
 
 def _stopped(watch: NodeWatch, config: LaunchConfig, signum: int) -> int:

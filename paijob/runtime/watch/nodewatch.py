@@ -390,10 +390,14 @@ class NodeWatch:
         """When every failure seen so far looks like a consequence (a peer's connection
         broke), wait for the cause: a record from the failing node, node 0's verdict on a
         lost node, or this node losing the master."""
+        return self.wait_for(lambda records: any(not f.secondary for f in [*have, *records]), timeout)
+
+    def wait_for(self, enough: Callable[[list[Failure]], bool], timeout: float) -> list[Failure]:
+        """The failure records, once ``enough(records)`` or after ``timeout`` seconds."""
         deadline = time.monotonic() + timeout
         while True:
             records = self.records()
-            if any(not f.secondary for f in [*have, *records]) or time.monotonic() >= deadline:
+            if enough(records) or time.monotonic() >= deadline:
                 return records
             time.sleep(0.2)
 
@@ -401,12 +405,7 @@ class NodeWatch:
         """Wait for node 0's account of a timeout (a record that ``overrides``): torch's timeout
         fired in a rank of ours that waited, and node 0 names the rank that never arrived, from
         the states every node shares. Every node then prints that one root cause."""
-        deadline = time.monotonic() + timeout
-        while True:
-            records = self.records()
-            if any(f.overrides for f in records) or time.monotonic() >= deadline:
-                return records
-            time.sleep(0.2)
+        return self.wait_for(lambda records: any(f.overrides for f in records), timeout)
 
     def finish_after_failure(self, linger: float) -> None:
         """Count this node out; node 0 (the store host) lingers so the others can read why."""
