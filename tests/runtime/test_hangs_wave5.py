@@ -17,6 +17,7 @@ from runtime_helpers import base_env, free_port, task_env, wait_all
 
 from paijob.common import contract, exitcodes
 from paijob.local.diagnostics import root_cause
+from paijob.runtime.watch import outside
 
 GIL_SLEEP_RETURNS_IN_FULL = textwrap.dedent(
     """
@@ -99,7 +100,7 @@ def test_each_stuck_rank_is_named_where_it_really_is_with_every_thread(tmp_path:
     cause = next(line for line in out.splitlines() if "error: hang:" in line)  # whole, not shortened
     assert "rank 1 (node rank 0, host " in cause and "a C call holding the GIL), is at stuck.py:20" in cause
     assert "local rank 2) is stuck at stuck.py:25 in <module>, outside any collective" in cause
-    assert "local rank 3) is stopped (T state in /proc: SIGSTOP or a debugger), last seen" in cause
+    assert "local rank 3) is stopped (T state in /proc: SIGSTOP or a debugger)" + stopped_at(27) in cause
     assert "rank 0 waits in all_reduce at stuck.py:28" in cause
     assert "its thread 'holder':" in out and "stuck.py:17 in holder" in out  # the other side
     # every node logs the timeouts in force and how they were chosen
@@ -110,6 +111,8 @@ def test_each_stuck_rank_is_named_where_it_really_is_with_every_thread(tmp_path:
     stacks = stacks_file(out, tmp_path)
     assert "first.acquire()" in stacks and "second.acquire()" in stacks  # every thread
     assert "faulthandler's watchdog" in stacks and 'stuck.py", line 20' in stacks
+    if outside.find_py_spy() is not None:  # the stopped rank's every thread, read from outside
+        assert 'stuck.py", line 27, in <module>\n    os.kill(os.getpid(), signal.SIGSTOP)' in stacks
 
 
 DDP_THEN_A_LONG_LOAD = textwrap.dedent(
@@ -208,6 +211,14 @@ def stacks_file(output: str, cwd: Path) -> str:
     return text
 
 
+def stopped_at(line: int, script: str = "stuck.py") -> str:
+    """How a headline places a stopped rank: read from outside by py-spy, at the line it stopped
+    at; without py-spy (an image without paijob[train]), its last sample's line and the way out."""
+    if outside.find_py_spy() is not None:
+        return f" at {script}:{line} in <module>"
+    return f", last seen at {script}:"
+
+
 STOPS_ON_NODE_1 = textwrap.dedent(
     """
     import os, signal, time
@@ -241,4 +252,5 @@ def test_a_stopped_rank_on_node_1_is_named_and_both_nodes_end_within_seconds(tmp
     for task in tasks:
         cause = root_cause(task.output)
         assert cause is not None and "rank 2 (node rank 1, host 127.0.0.1, local rank 0) is " \
-            "stopped (T state" in cause, task.output
+            "stopped (T state in /proc: SIGSTOP or a debugger)" + stopped_at(12, "stop.py") in cause, \
+            task.output

@@ -7,7 +7,13 @@ from __future__ import annotations
 import pytest
 
 from paijob.runtime.watch.failures import Failure, choose_root_cause
-from paijob.runtime.watch.mismatch import calls_said, mismatch_account, odd_ranks, script_line, undecided
+from paijob.runtime.watch.mismatch import (
+    calls_said,
+    mismatch_account,
+    odd_ranks,
+    script_line,
+    undecided,
+)
 
 OPTIONS = ("TensorDeviceTypes=TensorOptions(dtype=float (default), device=cpu, layout=Strided "
            "(default), requires_grad=false (default), pinned_memory=false (default), "

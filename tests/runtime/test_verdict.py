@@ -57,6 +57,14 @@ TABLE = [
     ("a stopped rank is named from /proc, not guessed", [rank(0), rank(1, stopped=True, line=7)],
      SETTINGS, "hang", ["rank 1 (node rank 0, host 10.0.0.0, local rank 1) is stopped (T state"],
      ["GIL"]),
+    ("a stopped rank read from outside (py-spy) is named at the line it stopped at", [
+        rank(0), rank(1, stopped=True, line=7, outside=True)], SETTINGS, "hang",
+     ["local rank 1) is stopped (T state in /proc: SIGSTOP or a debugger) at train.py:7 in step;",
+      "(read from outside its stopped process by py-spy)"], ["last seen"]),
+    ("a stopped rank py-spy could not read keeps its last sample's line and says why", [
+        rank(0), rank(1, stopped=True, line=7, unread="py-spy is not installed: pip install py-spy")],
+     SETTINGS, "hang", ["is stopped (T state in /proc: SIGSTOP or a debugger), last seen at train.py:7 in "
+                        "step (py-spy is not installed: pip install py-spy);"], ["by py-spy"]),
     ("a silent rank is named where faulthandler's dump has it", [
         rank(0), rank(1, wait=None, line=77, dumped=True)], SETTINGS, "hang",
      ["does not answer", "a C call holding the GIL), is at train.py:77 in step"], ["last seen"]),

@@ -16,7 +16,8 @@ What it does to a worker: nothing. It reads files and ``/proc``; it never sends
 a worker a signal (a signal wakes a C call that holds the GIL: the user's code
 would see EINTR). A worker whose sampler is silent is read from the dump
 faulthandler's own watchdog thread writes (armed by the sampler), a stopped one
-from ``/proc``. No torch import.
+from outside its process by py-spy (:mod:`paijob.runtime.watch.outside`: no
+signal, no ptrace-stop). No torch import.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from typing import Any
 
 from paijob.common import contract, procfs
 from paijob.runtime.config import HangSettings
+from paijob.runtime.watch import outside
 from paijob.runtime.watch.failures import Failure
 from paijob.runtime.watch.launched import Launched, read_file, read_reports
 from paijob.runtime.watch.lifecycle import Ticker
@@ -82,25 +84,30 @@ def parse_dump(text: str) -> dict[int, list[list[Any]]]:
     return threads
 
 
+def outside_stacks(report: dict[str, Any], read: outside.Read | None) -> tuple[dict[str, Any] | None, str]:
+    """A stopped rank's stacks as py-spy read them from outside, in its sampler report's shape
+    (``frames``, ``threads``), and ``""``; or None and why not (``""``: no read was made)."""
+    if read is None:
+        return None, ""
+    main, others = read.split(int(report.get("pid") or 0), report.get("main_thread"))
+    if main is None or not main.frames:
+        return None, read.why or "py-spy did not find its main thread"
+    return {"frames": main.frames,
+            "threads": [{"name": t.name, "ident": t.ident, "frames": t.frames} for t in others]}, ""
+
+
 def summarise(report: dict[str, Any], *, node_rank: int, host: str, now: float,
               interval: float, exited: bool = False, stopped: bool = False,
-              dump: str = "") -> RankState:
+              dump: str = "", outside_read: outside.Read | None = None) -> RankState:
     """A worker's sampler file as the rank state node 0 judges (durations, not clock times).
 
-    ``dump``: faulthandler's watchdog dump of the rank, used when its sampler is silent: the
-    main thread is where the dump says, not where the last sample saw it."""
+    ``dump``: faulthandler's watchdog dump of the rank; ``outside_read``: a stopped rank's stacks as
+    py-spy read them (:func:`main_and_threads` says which is believed); a read that found nothing
+    says why (``unread``), and the rank stays at its last sample's line."""
     age = max(0.0, now - float(report.get("time", now)))
     stale_for = max(0.0, age - interval)
-    frames = report.get("frames") or []
-    threads = [[t.get("name", "?"), t.get("frames") or []] for t in report.get("threads") or []]
-    dumped = False
-    if dump:  # the sampler clears it before each sample: a dump is newer than the report
-        found = parse_dump(dump)
-        main = found.pop(int(report.get("main_thread") or 0), None)
-        if main:
-            frames, dumped = main, True
-            named = {t.get("ident"): t.get("name") for t in report.get("threads") or []}
-            threads = [[named.get(ident) or f"thread 0x{ident:x}", stack] for ident, stack in found.items()]
+    seen, unread = outside_stacks(report, outside_read if stopped else None)
+    frames, threads, source = main_and_threads(report, dump, seen)
     return RankState(
         rank=int(report["rank"]),
         node_rank=node_rank,
@@ -120,10 +127,30 @@ def summarise(report: dict[str, Any], *, node_rank: int, host: str, now: float,
         longest_wait=float(report.get("longest_wait", 0.0)),
         quiet_for=max(0.0, now - min(now, float(report.get("data_moved_at", now)))),
         stopped=stopped,
-        dumped=dumped,
+        dumped=source == "dump",
         threads=[[name, report_frames(stack)] for name, stack in threads[:MAX_THREADS]],
         error=str(report.get("error") or "")[:MAX_ERROR],
+        outside=source == "outside",
+        unread=unread,
     )
+
+
+def main_and_threads(report: dict[str, Any], dump: str,
+                     seen: dict[str, Any] | None) -> tuple[list[list[Any]], list[list[Any]], str]:
+    """A rank's main-thread frames, its other threads ([name, frames]), and whence: ``outside``
+    (``seen``: a stopped rank read now by py-spy), ``dump`` (faulthandler's watchdog dump, when its
+    sampler is silent: where the main thread is, not where the last sample saw it) or ``report``."""
+    if seen is not None:  # read now: newer than the dump and the report
+        return seen["frames"], [[t["name"], t["frames"]] for t in seen["threads"]], "outside"
+    if dump:  # the sampler clears it before each sample: a dump is newer than the report
+        found = parse_dump(dump)
+        main = found.pop(int(report.get("main_thread") or 0), None)
+        if main:
+            named = {t.get("ident"): t.get("name") for t in report.get("threads") or []}
+            return main, [[named.get(ident) or f"thread 0x{ident:x}", stack]
+                          for ident, stack in found.items()], "dump"
+    threads = [[t.get("name", "?"), t.get("frames") or []] for t in report.get("threads") or []]
+    return report.get("frames") or [], threads, "report"
 
 
 def process_ended(pid: object) -> bool:
@@ -391,9 +418,11 @@ class HangWatch(Ticker):
 
     def _summarise(self, rank: int, report: dict[str, Any], now: float) -> RankState:
         pid = report.get("pid")
+        stopped = process_stopped(pid)
         return summarise(report, node_rank=self.node_rank, host=self.host, now=now,
                          interval=self.settings.interval, exited=process_ended(pid),
-                         stopped=process_stopped(pid), dump=self._faulthandler_dump(rank))
+                         stopped=stopped, dump=self._faulthandler_dump(rank),
+                         outside_read=outside.STOPPED.stacks(pid) if stopped and isinstance(pid, int) else None)
 
     def _end(self, verdict: Verdict, reports: dict[int, dict[str, Any]]) -> None:
         """Report first (every stack to a file), end second (every node, exit HANG_EXIT)."""
@@ -435,7 +464,7 @@ class HangWatch(Ticker):
 
     def local_stacks(self, reports: dict[int, dict[str, Any]], why: str) -> str:
         """Every local rank's stack, every Python thread, as text (a silent rank: faulthandler's
-        watchdog dump; a stopped one: so said)."""
+        watchdog dump; a stopped one: py-spy's read from outside, else its last sample and why)."""
         parts = [f"{why}: node rank {self.node_rank} ({self.host}), {len(reports)} rank(s)"]
         now = time.time()
         for rank in sorted(reports):
@@ -446,11 +475,16 @@ class HangWatch(Ticker):
                       + (f", waits in {state.wait}" if state.wait else "")
                       + (", stopped (T state)" if state.stopped else ""))
             dump = self._faulthandler_dump(rank)
-            if dump and state.silent:
+            seen, _why = outside_stacks(report, outside.STOPPED.stacks(report["pid"]) if state.stopped else None)
+            if seen is not None:
+                parts.append(stack_text(seen, f"{header}: every thread as py-spy read it from outside "
+                                              f"the stopped process"))
+            elif dump and state.silent:
                 parts.append(f"{header}, its sampler silent for {state.stale_for:.0f}s: every thread "
                              f"as faulthandler's watchdog wrote it (most recent call first):\n{dump}")
             else:
-                parts.append(stack_text(report, header))
+                parts.append(stack_text(report, header + (f": its last sample ({state.unread})"
+                                                          if state.unread else "")))
             loader = self._loader_stack(report, state)
             if loader:
                 parts.append(loader)

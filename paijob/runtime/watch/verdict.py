@@ -63,6 +63,8 @@ class RankState:
     dumped: bool = False  # ``where`` comes from faulthandler's watchdog dump (its sampler is silent)
     threads: list[list[Any]] = field(default_factory=list)  # [name, frames as ``where``] of its other threads
     error: str = ""  # the exception that ended its function (an ``mp.spawn`` child's, noted by its sampler)
+    outside: bool = False  # a stopped rank: ``where`` and ``threads`` read now from outside its process (py-spy)
+    unread: str = ""  # a stopped rank whose stack could not be read from outside: why, and the way to it
 
     @property
     def silent(self) -> bool:
@@ -187,7 +189,8 @@ def culprit_detail(culprits: Sequence[RankState]) -> list[str]:
     other Python threads that runs user code (the other side of a deadlock)."""
     lines = []
     for state in culprits[:MAX_NAMED]:
-        source = " (faulthandler's watchdog: its sampler is silent)" if state.dumped else ""
+        source = (" (faulthandler's watchdog: its sampler is silent)" if state.dumped
+                  else " (read from outside its stopped process by py-spy)" if state.outside else "")
         lines.append(f"{state.name()}, inactive for {state.idle_for:.0f}s, CPU "
                      f"{state.cpu_share:.0%}{source}:")
         lines.extend(_frame_lines(state.where, "  "))
@@ -266,8 +269,11 @@ def waiting_phrase(states: Sequence[RankState]) -> str:
 
 def stuck_phrase(state: RankState, why: str) -> str:
     if state.stopped:
-        return (f"{state.name()} is stopped (T state in /proc: SIGSTOP or a debugger), last seen "
-                f"at {state.location} in {_function(state)}")
+        head = f"{state.name()} is stopped (T state in /proc: SIGSTOP or a debugger)"
+        if state.outside:
+            return f"{head} at {state.location} in {_function(state)}"
+        hint = f" ({state.unread})" if state.unread else ""
+        return f"{head}, last seen at {state.location} in {_function(state)}{hint}"
     if state.silent:
         seen = "is at" if state.dumped else "last seen at"
         return (f"{state.name()} does not answer (its sampler has been silent for "
