@@ -37,6 +37,12 @@ wheel="$wheel_dir/paijob-$version-py3-none-any.whl"
 python3 -m venv --system-site-packages /opt/paijob
 # --no-deps: the runtime needs the standard library and the base's torch only (as the templates' install step).
 /opt/paijob/bin/python -m pip install -q --no-cache-dir --no-index --no-deps "$wheel"
+# py-spy: the hang watch reads a stopped rank's line from outside with it (docs/runtime/faults.md). From the wheel
+# folder when it holds one, else the package index; best effort: without it the watch names the last-seen line.
+/opt/paijob/bin/python -m pip install -q --no-cache-dir --no-index --find-links "$wheel_dir" 'py-spy>=0.4' 2>/dev/null \
+  || /opt/paijob/bin/python -m pip install -q --no-cache-dir --retries 1 --timeout 15 'py-spy>=0.4' 2>/dev/null \
+  || echo "paijob image: warning: py-spy not installed (no wheel in the wheel folder, no package index): the hang" \
+    "watch names a stopped rank at the line it was last seen at" >&2
 # Also where a shell with a reset PATH looks (an ssh login reads /etc/profile, not the image's ENV).
 ln -sf /opt/paijob/bin/paijob-runtime /usr/local/bin/paijob-runtime
 /opt/paijob/bin/paijob-runtime --version
