@@ -89,28 +89,34 @@ class StoreLink:
             if self._closed:
                 raise StoreTimeout("the store link is closed")
             self._in_flight += 1
-        ran = False
+        state = {"ran": False, "dropped": False}  # under the lock: fn ran, or the count was given back unrun
 
         def counted() -> T:
-            nonlocal ran
-            ran = True
+            with self._lock:
+                if state["dropped"]:
+                    raise StoreTimeout("given up before it ran")
+                state["ran"] = True
             try:
                 return fn()
             finally:
-                with self._lock:
-                    self._in_flight -= 1
-                    self._idle.notify_all()
+                self._leave()
 
         try:
             return bounded(counted, timeout)
         except StoreTimeout:
             raise  # still running, still counted: close waits for it
         except BaseException:
-            if not ran:  # its thread never started: nothing went into torch
-                with self._lock:
+            with self._lock:  # its thread did not start (or an interrupt came first): it never goes in
+                if not state["ran"]:
+                    state["dropped"] = True
                     self._in_flight -= 1
                     self._idle.notify_all()
             raise
+
+    def _leave(self) -> None:
+        with self._lock:
+            self._in_flight -= 1
+            self._idle.notify_all()
 
     def start(self) -> None:
         """Nothing to start: the link connects on its first call (the lifecycle's start)."""
