@@ -173,7 +173,7 @@ ENDS_WITH_A_STORE_CALL_IN_FLIGHT = textwrap.dedent(
 
     def fake_main(argv=None):
         timeout = timedelta(seconds=60)
-        server = TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False, timeout=timeout)
+        server = TCPStore("127.0.0.1", int(sys.argv[1]), is_master=True, wait_for_workers=False, timeout=timeout)
         client = TCPStore("127.0.0.1", server.port, is_master=False, wait_for_workers=False, timeout=timeout)
         threading.Thread(target=lambda: client.get("go"), daemon=True).start()  # a watcher's call, abandoned
         gc.set_threshold(0)  # no collection before the last one
@@ -195,8 +195,8 @@ def test_paijob_runtime_exits_with_mains_code_while_a_store_call_is_still_inside
     script = tmp_path / "ends.py"
     script.write_text(ENDS_WITH_A_STORE_CALL_IN_FLIGHT)
     env = {k: v for k, v in base_env().items() if k != "PYTHONUNBUFFERED"}  # pipes buffer, as in a job
-    out = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=120,
-                         check=False)
+    out = subprocess.run([sys.executable, str(script), str(free_port())], env=env, capture_output=True, text=True,
+                         timeout=120, check=False)
     assert (out.returncode, out.stdout) == (0, "node done"), out.stderr
     entry = configparser.ConfigParser()
     entry.read(ROOT / "setup.cfg")
