@@ -19,6 +19,7 @@ import os
 import shlex
 import sys
 from collections.abc import Callable, Mapping, Sequence
+from typing import NoReturn
 
 from paijob import __version__
 from paijob.common import contract, exitcodes, options
@@ -235,5 +236,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"paijob-runtime: {warning}", file=sys.stderr)
     return run_guarded("paijob-runtime", lambda: command(args))
 
+
+def main_and_exit(argv: Sequence[str] | None = None) -> NoReturn:
+    """The ``paijob-runtime`` command: :func:`main`, then the end of the process without interpreter
+    finalisation (:func:`paijob.runtime.worker.finish`: output flushed, ``atexit`` run, main's code).
+
+    Why: the launcher's watchers call torch's store from daemon threads, each call bounded from outside
+    (``watch.lifecycle.bounded``); one that outlives its bound (seen: 15 s for a 5 s store timeout on a
+    loaded machine) is still inside torch when the launcher is done. If it returns while Python
+    finalises, pybind11 takes the GIL back in a destructor, Python ends the thread there (``pthread_exit``)
+    and C++ calls ``std::terminate``: "terminate called without an active exception", exit -6 on a
+    node whose job succeeded. Tests call :func:`main` in-process and keep their interpreter.
+    """
+    from paijob.runtime.worker import finish  # no torch
+
+    finish(main(argv))
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    main_and_exit()

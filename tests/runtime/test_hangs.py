@@ -799,3 +799,41 @@ def test_closing_the_store_link_waits_for_a_call_still_inside_torch_past_its_own
     monkeypatch.setattr(storelink, "CALL_TIMEOUT", 0.2)
     link.close()
     assert released.is_set(), "close returned while a store call was still running"
+
+
+def test_closing_the_store_link_waits_for_a_call_whose_thread_had_not_started_yet(monkeypatch):
+    """A call the hang watch's tick made as the launcher closed the link: it passed the closed check, but its
+    thread had yet to run (a loaded machine) when close looked for calls in flight. close must wait for it, or
+    the interpreter ends while it is inside torch and aborts ("terminate called without an active exception",
+    exit -6 on a node whose job succeeded)."""
+    from paijob.runtime.watch import lifecycle, storelink
+
+    late = threading.Event()  # the call's thread is being started, late
+    go = threading.Event()
+
+    def late_bounded(fn, timeout):  # type: ignore[no-untyped-def]
+        late.set()
+        assert go.wait(10)
+        return lifecycle.bounded(fn, timeout)
+
+    entered_after_close: list[bool] = []
+    closed = threading.Event()
+
+    def slow_get(store: object) -> bytes:
+        entered_after_close.append(closed.is_set())
+        time.sleep(0.3)  # inside torch
+        return b""
+
+    link = StoreLink("127.0.0.1", 1, prefix="p", node_rank=1, nnodes=2, connect=FakeStore)
+    assert link.call(lambda store: store, timeout=1.0) is not None  # connected
+    monkeypatch.setattr(storelink, "bounded", late_bounded)
+    caller = threading.Thread(target=link.call, args=(slow_get,), daemon=True)
+    caller.start()
+    assert late.wait(10)
+    threading.Timer(0.3, go.set).start()  # the thread runs once close has looked
+    link.close()
+    closed.set()
+    go.set()
+    caller.join(10)
+    assert entered_after_close == [False], "a store call went into torch after close returned"
+    assert link.call(slow_get) is None  # closed: no call goes in any more

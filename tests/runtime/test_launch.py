@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import configparser
 import json
 import os
 import subprocess
@@ -10,7 +11,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from runtime_helpers import RUNTIME, base_env, free_port, task_env, wait_all
+from runtime_helpers import ROOT, RUNTIME, base_env, free_port, task_env, wait_all
 
 ALLREDUCE = textwrap.dedent(
     """
@@ -151,6 +152,55 @@ def test_local_rank_arg_auto_passes_the_dash_spelling_to_newer_scripts(tmp_path:
     )
     assert out.returncode == 0, out.stderr
     assert "dash local_rank=0" in out.stdout
+
+
+ENDS_WITH_A_STORE_CALL_IN_FLIGHT = textwrap.dedent(
+    """
+    import gc, sys, threading, time
+    from datetime import timedelta
+    from torch.distributed import TCPStore
+    from paijob.runtime import cli
+
+    class ReleasedAtTheEnd:
+        # Garbage collected only by the interpreter's last collection, once it finalises: then it sets the key
+        # the thread waits for and gives the thread's store call time to return (a loaded machine's timing).
+        def __init__(self, store, sleep):
+            self.store, self.sleep, self.cycle = store, sleep, self
+
+        def __del__(self):
+            self.store.set("go", "1")
+            self.sleep(3)
+
+    def fake_main(argv=None):
+        timeout = timedelta(seconds=60)
+        server = TCPStore("127.0.0.1", int(sys.argv[1]), is_master=True, wait_for_workers=False, timeout=timeout)
+        client = TCPStore("127.0.0.1", server.port, is_master=False, wait_for_workers=False, timeout=timeout)
+        threading.Thread(target=lambda: client.get("go"), daemon=True).start()  # a watcher's call, abandoned
+        gc.set_threshold(0)  # no collection before the last one
+        ReleasedAtTheEnd(server, time.sleep)
+        print("node done", end="")
+        return 0
+
+    cli.main = fake_main
+    cli.main_and_exit()
+    """
+)
+
+
+def test_paijob_runtime_exits_with_mains_code_while_a_store_call_is_still_inside_torch(tmp_path: Path):
+    """A daemon thread of the launcher's watchers may still be inside a torch store call when the node is done
+    (a call past its bound on a loaded machine). The process must end with main's code and its output, not
+    abort when that call returns during interpreter finalisation ("terminate called without an active
+    exception", exit -6 on a node whose job succeeded)."""
+    script = tmp_path / "ends.py"
+    script.write_text(ENDS_WITH_A_STORE_CALL_IN_FLIGHT)
+    env = {k: v for k, v in base_env().items() if k != "PYTHONUNBUFFERED"}  # pipes buffer, as in a job
+    out = subprocess.run([sys.executable, str(script), str(free_port())], env=env, capture_output=True, text=True,
+                         timeout=120, check=False)
+    assert (out.returncode, out.stdout) == (0, "node done"), out.stderr
+    entry = configparser.ConfigParser()
+    entry.read(ROOT / "setup.cfg")
+    assert "paijob-runtime = paijob.runtime.cli:main_and_exit" in entry["options.entry_points"]["console_scripts"]
 
 
 def test_env_command_prints_the_layout_without_importing_torch():

@@ -52,33 +52,72 @@ class StoreLink:
         self._next_connect = 0.0
         self._next_poll = 0.0
         self._lock = threading.Lock()
+        self._idle = threading.Condition(self._lock)  # notified when a call leaves torch
         self._verdict: Failure | None = None
         self._declaring = threading.Event()  # node 0 publishes a verdict and waits for the others
         self._declared = threading.Event()
         self._closed = False
-        self._in_flight = 0  # store calls running (each in a thread of its own, inside torch)
+        self._in_flight = 0  # calls counted in (:meth:`_inside_torch`) and not yet out of torch
         self.everyone_read = False  # node 0: every other node read its verdict from the store
 
     def call(self, fn: Callable[[Any], T], timeout: float = CALL_TIMEOUT) -> T | None:
-        """``fn(store)``, at most ``timeout`` seconds; None when there is no store (yet) or it fails."""
+        """``fn(store)``, at most ``timeout`` seconds; None when there is no store (yet), it fails,
+        or the link is closed."""
         client = self._connected()
         if client is None:
             return None
         try:
-            return bounded(lambda: self._counted(lambda: fn(client)), timeout)
+            return self._inside_torch(lambda: fn(client), timeout)
         except (StoreTimeout, Exception):  # noqa: BLE001 - the store is gone or not there yet
             with self._lock:
                 self._client = None
             return None
 
-    def _counted(self, fn: Callable[[], T]) -> T:
+    def _inside_torch(self, fn: Callable[[], T], timeout: float) -> T:
+        """``fn()`` (torch's code) in a bounded thread, counted in flight from before that thread starts
+        until ``fn`` returns; :class:`StoreTimeout` once the link is closed.
+
+        Why counted here, by the caller, in the same step (under the lock) as the closed check: the hang
+        watch's tick calls while the launcher closes. Counted by the call's own thread, as it was, a call
+        that had passed the check but whose thread had not run yet was not in flight when :meth:`close`
+        looked; close returned, the interpreter began to end, and the thread then went into torch. When
+        a thread's torch call returns during finalization, pybind11 takes the GIL back in a destructor
+        (``~gil_scoped_release``), Python ends the thread there (``pthread_exit``), the unwinding meets
+        that noexcept destructor, and C++ calls ``std::terminate``: "terminate called without an active
+        exception", exit -6 on a node whose job succeeded.
+        """
         with self._lock:
+            if self._closed:
+                raise StoreTimeout("the store link is closed")
             self._in_flight += 1
-        try:
-            return fn()
-        finally:
+        state = {"ran": False, "dropped": False}  # under the lock: fn ran, or the count was given back unrun
+
+        def counted() -> T:
             with self._lock:
-                self._in_flight -= 1
+                if state["dropped"]:
+                    raise StoreTimeout("given up before it ran")
+                state["ran"] = True
+            try:
+                return fn()
+            finally:
+                self._leave()
+
+        try:
+            return bounded(counted, timeout)
+        except StoreTimeout:
+            raise  # still running, still counted: close waits for it
+        except BaseException:
+            with self._lock:  # its thread did not start (or an interrupt came first): it never goes in
+                if not state["ran"]:
+                    state["dropped"] = True
+                    self._in_flight -= 1
+                    self._idle.notify_all()
+            raise
+
+    def _leave(self) -> None:
+        with self._lock:
+            self._in_flight -= 1
+            self._idle.notify_all()
 
     def start(self) -> None:
         """Nothing to start: the link connects on its first call (the lifecycle's start)."""
@@ -90,17 +129,14 @@ class StoreLink:
         self.close()
 
     def close(self) -> None:
-        """No more calls; wait (bounded: the client's own timeout) for those running to return, so
-        that no thread is inside torch's C++ code when the interpreter ends (it would abort)."""
+        """No more calls; wait (bounded) for those counted in to leave torch, so that no thread is inside
+        torch's C++ code when the interpreter ends (it would abort: :meth:`_inside_torch`)."""
+        # A call's own timeout bounds it in C++, but on a loaded machine it returns late: wait for it
+        # well past that timeout.
         with self._lock:
             self._closed = True
             self._client = None
-        # A call's own timeout bounds it in C++, but on a loaded machine it returns late (seen: a node whose
-        # paijob-runtime ended while a call to the finished rank 0's store was still inside torch aborted,
-        # "terminate called without an active exception"): wait for it well past that timeout.
-        deadline = time.monotonic() + CLOSE_WAIT
-        while self._in_flight and time.monotonic() < deadline:
-            time.sleep(0.05)
+            self._idle.wait_for(lambda: not self._in_flight, CLOSE_WAIT)
 
     def _connected(self) -> Any:
         with self._lock:
@@ -108,7 +144,7 @@ class StoreLink:
                 return self._client
             self._next_connect = time.monotonic() + RECONNECT_EVERY
         try:
-            client = bounded(lambda: self._counted(self._connect), CALL_TIMEOUT + 1.0)
+            client = self._inside_torch(self._connect, CALL_TIMEOUT + 1.0)
         except (StoreTimeout, Exception):  # noqa: BLE001 - rank 0 has not started its store yet
             return None
         with self._lock:
