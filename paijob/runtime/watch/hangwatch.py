@@ -338,8 +338,7 @@ class HangWatch(Ticker):
 
     def tick(self) -> None:
         now = time.time()
-        reports = read_reports(self.folder, self.launched)
-        local = [self._summarise(rank, report, now) for rank, report in reports.items()]
+        reports, local = self._read_local(now)
         if self.nnodes > 1:
             self.channel.publish(self.node_rank, local)
         if self._stacks_request.is_set():
@@ -402,8 +401,7 @@ class HangWatch(Ticker):
         if self.node_rank != 0 or not self.accounts:
             return None
         now = time.time()
-        reports = read_reports(self.folder, self.launched)
-        local = [self._summarise(rank, report, now) for rank, report in reports.items()]
+        _reports, local = self._read_local(now)
         with self._evidence:
             if self.account is not None:
                 return self.account
@@ -411,10 +409,12 @@ class HangWatch(Ticker):
 
     def timed_out_here(self) -> bool:
         """Whether a rank of this node noted torch's own process-group timeout (its file, now)."""
-        now = time.time()
+        return timed_out_state(self._read_local(time.time())[1]) is not None
+
+    def _read_local(self, now: float) -> tuple[dict[int, dict[str, Any]], list[RankState]]:
+        """This node's believed sampler files, and each one's rank state as of ``now``."""
         reports = read_reports(self.folder, self.launched)
-        states = [self._summarise(rank, report, now) for rank, report in reports.items()]
-        return timed_out_state(states) is not None
+        return reports, [self._summarise(rank, report, now) for rank, report in reports.items()]
 
     def _summarise(self, rank: int, report: dict[str, Any], now: float) -> RankState:
         pid = report.get("pid")
