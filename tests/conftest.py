@@ -3,7 +3,8 @@
 TMPDIR points into one folder made for this run and removed when it ends, so what the processes under test
 leave in TMPDIR (torchrun's and multiprocessing's folders, the logs of a node a test kills with SIGKILL,
 which nothing can clean up) never piles up in the machine's /tmp. Tests that check what paijob leaves in
-TMPDIR give their processes a fresh TMPDIR of their own.
+TMPDIR give their processes a fresh TMPDIR of their own. XDG_CACHE_HOME points there too: the template
+sandbox's bytecode cache (paijob.render.templating) goes with the run, not into the developer's ~/.cache.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ def pytest_configure(config: pytest.Config) -> None:
     scratch = tempfile.mkdtemp(prefix="paijob-tests-")
     os.environ[_SCRATCH_VAR] = scratch
     os.environ["TMPDIR"] = scratch
+    os.environ["XDG_CACHE_HOME"] = os.path.join(scratch, "cache")
     tempfile.tempdir = None  # tempfile reads TMPDIR again
     config.stash[_scratch_key] = scratch
 
