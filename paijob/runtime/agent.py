@@ -81,7 +81,7 @@ from paijob.runtime.watch.hangwatch import (  # noqa: E402
 from paijob.runtime.watch.health import answer_stacks_requests, host_name  # noqa: E402
 from paijob.runtime.watch.launched import Launched  # noqa: E402
 from paijob.runtime.watch.lifecycle import Watchers  # noqa: E402
-from paijob.runtime.watch.mismatch import mismatch_account, undecided  # noqa: E402
+from paijob.runtime.watch.mismatch import calls_said, mismatch_account, undecided  # noqa: E402
 from paijob.runtime.watch.nodewatch import NodeWatch, first_line  # noqa: E402
 from paijob.runtime.watch.verdict import first_timed_out  # noqa: E402
 
@@ -89,7 +89,11 @@ if _user_cpp_log_level is None:
     os.environ.pop(_CPP_LOG_LEVEL, None)
 
 log = logging.getLogger("paijob.runtime")
-MISMATCH_WAIT = 5.0  # seconds node 0 waits for every node's record to name a mismatch's odd rank
+# Seconds node 0 waits for every node's record to name a mismatch's odd rank. A node stopped for
+# node 0's failure before its own workers exited publishes their words after stopping them:
+# node 0's poll (1 s), SIGTERM, the node's poll, at most a few seconds under load. Below
+# ACCOUNT_WAIT, so the nodes waiting for the account still get it.
+MISMATCH_WAIT = 10.0
 
 _TAIL_BYTES = 64 * 1024
 _TAIL_LINES = 40
@@ -293,6 +297,18 @@ class PaijobAgent(LocalElasticAgent):
         assert root is not None
         return root
 
+    def describe_stopped_workers(self) -> list[Failure]:
+        """This node's workers as their output left them, when we stopped them for a peer's
+        failure before they failed themselves (torch then reports no failures): what they said
+        may still be the evidence, e.g. torch's fingerprint check that every rank raised but
+        that was slow to exit."""
+        return [
+            Failure(node_rank=self.node_rank, rank=rank, local_rank=local_rank,
+                    returncode=-signal.SIGTERM, secondary=True, time=time.time(),
+                    tail=self._log_tail(local_rank))
+            for local_rank, rank in enumerate(self.assigned_ranks)
+        ]
+
     def _tail(self, failure: Any) -> str:
         data = failure.error_file_data or {}
         message = data.get("message") if isinstance(data, dict) else None
@@ -300,9 +316,13 @@ class PaijobAgent(LocalElasticAgent):
             text = str(message.get("message", ""))
             stack = message.get("extraInfo", {}).get("py_callstack")
             return (stack or text)[-_TAIL_BYTES:]
+        return self._log_tail(failure.local_rank)
+
+    def _log_tail(self, local_rank: int) -> str:
+        """The last traceback (or lines) in the output copy of local rank ``local_rank``."""
         path = None
         if self._pcontext is not None:
-            path = self._pcontext.stderrs.get(failure.local_rank)
+            path = self._pcontext.stderrs.get(local_rank)
         if not path or not os.path.exists(path):
             return ""
         with open(path, "rb") as fh:
@@ -526,15 +546,25 @@ def _with_mismatch_account(agent: PaijobAgent, config: LaunchConfig,
     if any(f.overrides for f in records):
         return records
     watch = agent._watch()  # noqa: SLF001 - set by run_per_gpu
+    if agent.local_failure is None:  # stopped for a peer's failure: what did ours say?
+        agent.local_failures = agent.describe_stopped_workers()
     failures = [*agent.local_failures, *records]
     account = mismatch_account(failures)
     if account is None or not config.multi_node:
         return records if account is None else [*records, account]
     if config.dist.node_rank != 0:
+        evidence = next((f for f in agent.local_failures if calls_said([f])), None)
+        if agent.local_failure is None and evidence is not None:
+            watch.publish(evidence)  # node 0 waits for it to name the odd rank
         return watch.wait_for_account(timeout=ACCOUNT_WAIT)
-    if undecided(failures) and len(records) < config.dist.nnodes - 1:
-        others = config.dist.nnodes - 1
-        records = watch.wait_for(lambda found: len(found) >= others, timeout=MISMATCH_WAIT)
+    others = set(range(1, config.dist.nnodes))
+
+    def enough(found: list[Failure]) -> bool:  # records hold node 0's own too: count the others
+        heard = {f.node_rank for f in found}
+        return others <= heard or not undecided([*agent.local_failures, *found])
+
+    if not enough(records):
+        records = watch.wait_for(enough, timeout=MISMATCH_WAIT)
         account = mismatch_account([*agent.local_failures, *records]) or account
     watch.publish(account)
     return [*records, account]
