@@ -4,6 +4,10 @@ The two-node jobs run in test_hangs.py (slow stage)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from types import SimpleNamespace
+from typing import Any
+
 import pytest
 
 from paijob.runtime.watch.failures import Failure, choose_root_cause
@@ -79,3 +83,65 @@ def test_the_calls_and_the_odd_ones():
     assert script_line(said(0, "1", 1, "2")) == "train.py:12"
     assert script_line("no traceback") is None
     assert "TORCH_DISTRIBUTED_DEBUG=DETAIL" in (mismatch_account([failure(0, GLOO_ABORT)]) or failure(0, "")).reason
+
+
+class ReplayedWatch:
+    """A NodeWatch whose store shows ``polls`` one after another (each what a heartbeat reads)."""
+
+    def __init__(self, polls: list[list[Failure]]) -> None:
+        self.polls = polls
+        self.published: list[Failure] = []
+        self.waited_for_account = False
+
+    def wait_for(self, enough: Callable[[list[Failure]], bool], timeout: float) -> list[Failure]:
+        for records in self.polls:
+            if enough(records):
+                return records
+        return self.polls[-1]
+
+    def wait_for_account(self, timeout: float) -> list[Failure]:
+        self.waited_for_account = True
+        return self.polls[-1]
+
+    def publish(self, failure: Failure) -> None:
+        self.published.append(failure)
+
+
+def node(node_rank: int, watch: ReplayedWatch, local: list[Failure],
+         stopped: list[Failure]) -> tuple[Any, Any]:
+    agent = SimpleNamespace(local_failure=local[0] if local else None, local_failures=local,
+                            describe_stopped_workers=lambda: stopped, _watch=lambda: watch)
+    config = SimpleNamespace(multi_node=True, dist=SimpleNamespace(node_rank=node_rank, nnodes=2))
+    return agent, config
+
+
+def test_node_0_waits_for_the_other_node_not_for_its_own_record_read_back():
+    """What CI's busy machine showed: node 0's first poll held only its own record (the store
+    holds every node's), and it named no rank."""
+    from paijob.runtime.agent import _with_mismatch_account
+
+    own, node1 = DETAIL_ALL[0], DETAIL_ALL[2]
+    watch = ReplayedWatch([[own], [own, node1]])
+    agent, config = node(0, watch, DETAIL_ALL[:2], [])
+    records = _with_mismatch_account(agent, config, [])
+    account = records[-1]
+    assert account.reason.startswith("mismatched collectives (torch's fingerprint check): rank 1 calls "
+                                     "ALLREDUCE [2000] Float at train.py:12; ranks 0, 2 call"), account.reason
+    assert watch.published == [account]
+
+
+def test_a_node_stopped_for_a_peer_publishes_what_its_ranks_said_then_waits_for_node_0():
+    """Its ranks raised but had not exited when node 0's record stopped them: torch reports no
+    failure of theirs, their output still holds the fingerprints node 0 needs."""
+    from paijob.runtime.agent import _with_mismatch_account
+
+    stopped = [failure(2, said(2, "1000", 1, "2000")), failure(3, "")]
+    watch = ReplayedWatch([[DETAIL_ALL[0]]])
+    agent, config = node(1, watch, [], stopped)
+    _with_mismatch_account(agent, config, [DETAIL_ALL[0]])
+    assert watch.published == [stopped[0]] and watch.waited_for_account
+    # A node whose own failure torch reported published it already: nothing twice.
+    watch = ReplayedWatch([[DETAIL_ALL[0]]])
+    agent, config = node(1, watch, [DETAIL_ALL[2]], [])
+    _with_mismatch_account(agent, config, [DETAIL_ALL[0]])
+    assert watch.published == [] and watch.waited_for_account
