@@ -553,9 +553,10 @@ def _with_mismatch_account(agent: PaijobAgent, config: LaunchConfig,
     if account is None or not config.multi_node:
         return records if account is None else [*records, account]
     if config.dist.node_rank != 0:
-        evidence = next((f for f in agent.local_failures if calls_said([f])), None)
-        if agent.local_failure is None and evidence is not None:
-            watch.publish(evidence)  # node 0 waits for it to name the odd rank
+        if agent.local_failure is None:  # nothing published yet; node 0 waits for our ranks' words
+            evidence = next((f for f in agent.local_failures if calls_said([f])), None)
+            if evidence is not None:
+                watch.publish(evidence)
         return watch.wait_for_account(timeout=ACCOUNT_WAIT)
     others = set(range(1, config.dist.nnodes))
 
