@@ -12,8 +12,15 @@ Three measures, printed with the machine they ran on:
   larger than the effect; the ratio is reported with the spread of each side.
 * **recipe**: steady-state images/s of ``--recipe cifar10`` (ConvNet, synthetic data, 2 workers,
   gloo) with the watch on and off, runs alternated, medians.
+* **recorder**: what torch's flight recorder, which the watch keeps on for gloo workers
+  (``TORCH_FR_BUFFER_SIZE``, paijob.runtime.watch.recorder), adds to one collective: a one-rank
+  gloo group all-reduces one float 20000 times with it on and off, in fresh processes
+  alternated, the median of each side; the difference is the recorder's cost per collective
+  (the ddp and recipe runs include it, on the "on" side).
 
     python benchmarks/bench_hangwatch.py [--runs 3] [--steps 2000] [--sample-only]
+
+``--sample-only``: the sample and the recorder (a minute), no training runs.
 """
 
 from __future__ import annotations
@@ -98,6 +105,38 @@ def measure_sample(samples: int = 2000) -> tuple[float, float]:
     return statistics.median(cpu), statistics.median(wall)
 
 
+RECORDER_SCRIPT = """
+import os, sys, time
+import torch
+import torch.distributed as dist
+
+dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+t = torch.ones(1)
+for _ in range(2000):
+    dist.all_reduce(t)
+start = time.perf_counter()
+for _ in range(20000):
+    dist.all_reduce(t)
+print((time.perf_counter() - start) / 20000, flush=True)
+os._exit(0)  # no finalisation under gloo's threads (paijob.runtime.worker.finish says why)
+"""
+
+
+def measure_recorder(runs: int = 5) -> tuple[list[float], list[float]]:
+    """Seconds per tiny all_reduce with the flight recorder on (as the watch sets it) and off."""
+    from paijob.common import contract
+
+    on: list[float] = []
+    off: list[float] = []
+    for _ in range(runs):
+        for side, entries in ((off, "0"), (on, str(contract.FLIGHT_RECORDER_ENTRIES))):
+            env = {**os.environ, contract.FLIGHT_RECORDER: entries, "OMP_NUM_THREADS": "1"}
+            done = subprocess.run([sys.executable, "-c", RECORDER_SCRIPT], env=env, check=True,
+                                  capture_output=True, text=True, timeout=300)
+            side.append(float(done.stdout.strip().splitlines()[-1]))
+    return on, off
+
+
 def run_ddp(steps: int, watch: bool) -> float:
     """Mean seconds per step (rank 0, after 20 warm-up steps) under paijob-runtime train."""
     with tempfile.TemporaryDirectory() as folder:
@@ -149,11 +188,19 @@ def main() -> None:
     print(f"machine: {machine}; load average {os.getloadavg()[0]:.1f}")
     print(f"one sample: {sample * 1e6:.0f} us of CPU ({sample_wall * 1e6:.0f} us wall); at one "
           f"sample per {interval:g}s: {sample / interval:.4%} of a Python-bound step")
+    fr_on, fr_off = measure_recorder()
+    fr_cost = statistics.median(fr_on) - statistics.median(fr_off)
+    print(f"flight recorder: {fr_cost * 1e6:+.1f} us per collective (tiny all_reduce, one rank: "
+          f"median {statistics.median(fr_on) * 1e6:.1f} us on / {statistics.median(fr_off) * 1e6:.1f} "
+          f"us off; on {min(fr_on) * 1e6:.1f}-{max(fr_on) * 1e6:.1f}, off "
+          f"{min(fr_off) * 1e6:.1f}-{max(fr_off) * 1e6:.1f})")
+    recorder = {"recorder_on_seconds": fr_on, "recorder_off_seconds": fr_off,
+                "recorder_cost_seconds": fr_cost}
     if args.sample_only:
         if args.json:
             Path(args.json).write_text(json.dumps({
                 "machine": machine, "load_average": os.getloadavg(), "sample_cpu_seconds": sample,
-                "sample_wall_seconds": sample_wall, "interval": interval}, indent=2))
+                "sample_wall_seconds": sample_wall, "interval": interval, **recorder}, indent=2))
         return
     on: list[float] = []
     off: list[float] = []
@@ -180,7 +227,8 @@ def main() -> None:
             "machine": machine, "load_average": os.getloadavg(), "sample_cpu_seconds": sample,
             "sample_wall_seconds": sample_wall,
             "interval": interval, "ddp_step_on": on, "ddp_step_off": off, "ddp_ratio": ratio,
-            "recipe_on": rec_on, "recipe_off": rec_off, "recipe_ratio": rec_ratio}, indent=2))
+            "recipe_on": rec_on, "recipe_off": rec_off, "recipe_ratio": rec_ratio, **recorder},
+            indent=2))
 
 
 if __name__ == "__main__":

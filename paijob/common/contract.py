@@ -46,6 +46,13 @@ HANG_DIR = "PAIJOB_HANG_DIR"
 HANG_INTERVAL = "PAIJOB_HANG_INTERVAL"
 """Seconds between two looks of a worker's progress sampler at its main thread."""
 
+FLIGHT_RECORDER = "TORCH_FR_BUFFER_SIZE"
+"""torch's name: how many collectives its flight recorder keeps per process (0: off). With the hang
+watch on, a gloo job's workers get :data:`FLIGHT_RECORDER_ENTRIES` unless the user set it (or torch's
+older name, ``TORCH_NCCL_TRACE_BUFFER_SIZE``): the evidence that names the rank whose collective
+differs from its peers' (:mod:`paijob.runtime.watch.recorder`)."""
+FLIGHT_RECORDER_ENTRIES = 32
+
 SPAWN_HOOK = "PAIJOB_SPAWN_HOOK"
 """``"1"`` (``per-node`` mode): the ranks are the ``mp.spawn`` children of the one process; its worker
 wrapper hooks into each child the sampler (where ``PAIJOB_HANG_DIR`` is set) and the wrapper's clean
@@ -149,6 +156,8 @@ def worker_env(
     if hang_dir:
         env[HANG_DIR] = hang_dir
         env[HANG_INTERVAL] = f"{hang_interval:g}"
+        if env.get(BACKEND) == "gloo" and "TORCH_NCCL_TRACE_BUFFER_SIZE" not in env:
+            env.setdefault(FLIGHT_RECORDER, str(FLIGHT_RECORDER_ENTRIES))
     if mode == "per-node":
         env[SPAWN_HOOK] = "1"
     if mode == "dataparallel":

@@ -81,8 +81,9 @@ from paijob.runtime.watch.hangwatch import (  # noqa: E402
 from paijob.runtime.watch.health import answer_stacks_requests, host_name  # noqa: E402
 from paijob.runtime.watch.launched import Launched  # noqa: E402
 from paijob.runtime.watch.lifecycle import Watchers  # noqa: E402
-from paijob.runtime.watch.mismatch import calls_said, mismatch_account, undecided  # noqa: E402
+from paijob.runtime.watch.mismatch import calls_said, mismatch_account, said_size_abort, undecided  # noqa: E402
 from paijob.runtime.watch.nodewatch import NodeWatch, first_line  # noqa: E402
+from paijob.runtime.watch.recorder import ANSWER_WAIT, read_answers, request  # noqa: E402
 from paijob.runtime.watch.verdict import first_timed_out  # noqa: E402
 
 if _user_cpp_log_level is None:
@@ -139,6 +140,8 @@ class PaijobAgent(LocalElasticAgent):
         # What the workers get beyond this process's environment (paijob.common.contract.worker_env)
         self.worker_env = {k: v for k, v in (worker_env or {}).items() if os.environ.get(k) != v}
         self.hang: HangWatch | None = None  # the hang watch (None: --hang-timeout 0)
+        self.recorded_calls: dict[str, list[dict[str, Any]]] = {}  # a mismatch's evidence, by rank
+        self._exited: set[int] = set()  # ranks whose exit was looked at
 
     # -- worker lifecycle -------------------------------------------------
     def _start_workers(self, worker_group: Any) -> dict[int, Any]:
@@ -266,14 +269,54 @@ class PaijobAgent(LocalElasticAgent):
 
     # -- monitoring ---------------------------------------------------------
     def _monitor_workers(self, worker_group: Any) -> RunResult:
+        if self.hang is not None and not self.recorded_calls:
+            # before torch's poll: on a worker's failure it stops the others at once
+            self._ask_calls_after_size_abort(self._exited_workers())
         result = super()._monitor_workers(worker_group)
         if result.state == WorkerState.FAILED:
             self.local_failure = self._describe_local_failure(result)
+            self.local_failure.calls = self.recorded_calls
             self._watch().publish(self.local_failure)
             return result
         if result.state == WorkerState.HEALTHY and self._watch().failed:
+            self._ask_calls_after_size_abort(self._watch().records())
             return RunResult(state=WorkerState.FAILED)
         return result
+
+    def _exited_workers(self) -> list[Failure]:
+        """Workers that exited since the last look, as their output left them (each once)."""
+        exited = []
+        for local_rank, rank in enumerate(self.assigned_ranks):
+            pid = self.rank_pids.get(rank)
+            if pid is None or rank in self._exited or _running(pid):
+                continue
+            self._exited.add(rank)
+            exited.append(Failure(node_rank=self.node_rank, rank=rank, local_rank=local_rank,
+                                  returncode=None, secondary=False, time=time.time(),
+                                  tail=self._log_tail(local_rank)))
+        return exited
+
+    def _ask_calls_after_size_abort(self, failures: list[Failure]) -> None:
+        """Where gloo aborted a rank for a collective's size (here or on another node), ask this
+        node's live workers for their last collectives before they are stopped: which rank's call
+        differs is known only inside them (:mod:`paijob.runtime.watch.recorder`). Waits until
+        each live worker answered, at most :data:`ANSWER_WAIT` seconds."""
+        folder = self.worker_env.get(contract.HANG_DIR) or os.environ.get(contract.HANG_DIR)
+        if not folder or self.hang is None or self.recorded_calls or not said_size_abort(failures):
+            return
+        try:
+            request(folder)
+        except OSError:
+            return
+        deadline = time.monotonic() + ANSWER_WAIT
+        while True:
+            answers = read_answers(folder, list(self.rank_pids))
+            waiting = [rank for rank, pid in self.rank_pids.items()
+                       if rank not in answers and _running(pid)]
+            if not waiting or time.monotonic() >= deadline:
+                break
+            time.sleep(0.05)
+        self.recorded_calls = {str(rank): calls for rank, calls in answers.items() if calls}
 
     def _describe_local_failure(self, result: RunResult) -> Failure:
         candidates = []
@@ -336,6 +379,15 @@ class PaijobAgent(LocalElasticAgent):
         lines = [strip_rank_prefix(line) for line in lines]
         return "\n".join(lines[-_TAIL_LINES:])
 
+
+
+def _running(pid: int) -> bool:
+    """Whether process ``pid`` still runs (exists, and is no zombie waiting to be reaped)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            return handle.read().rpartition(b")")[2].split()[0] != b"Z"
+    except (OSError, IndexError):
+        return False
 
 
 def _signal_group(pgid: int, signum: int) -> None:
@@ -548,25 +600,30 @@ def _with_mismatch_account(agent: PaijobAgent, config: LaunchConfig,
     watch = agent._watch()  # noqa: SLF001 - set by run_per_gpu
     if agent.local_failure is None:  # stopped for a peer's failure: what did ours say?
         agent.local_failures = agent.describe_stopped_workers()
+    if agent.local_failures and not any(f.calls for f in agent.local_failures):
+        agent.local_failures[0].calls = agent.recorded_calls  # what our ranks' recorders said
+    world_size = config.dist.world_size
     failures = [*agent.local_failures, *records]
-    account = mismatch_account(failures)
+    account = mismatch_account(failures, world_size)
     if account is None or not config.multi_node:
         return records if account is None else [*records, account]
     if config.dist.node_rank != 0:
-        if agent.local_failure is None:  # nothing published yet; node 0 waits for our ranks' words
-            evidence = next((f for f in agent.local_failures if calls_said([f])), None)
-            if evidence is not None:
+        if agent.local_failure is None and agent.local_failures:
+            # nothing published yet; node 0 waits for our ranks' words
+            evidence = next((f for f in agent.local_failures if calls_said([f])), agent.local_failures[0])
+            if calls_said([evidence]) or agent.recorded_calls:
+                evidence.calls = agent.recorded_calls
                 watch.publish(evidence)
         return watch.wait_for_account(timeout=ACCOUNT_WAIT)
     others = set(range(1, config.dist.nnodes))
 
     def enough(found: list[Failure]) -> bool:  # records hold node 0's own too: count the others
         heard = {f.node_rank for f in found}
-        return others <= heard or not undecided([*agent.local_failures, *found])
+        return others <= heard or not undecided([*agent.local_failures, *found], world_size)
 
     if not enough(records):
         records = watch.wait_for(enough, timeout=MISMATCH_WAIT)
-        account = mismatch_account([*agent.local_failures, *records]) or account
+        account = mismatch_account([*agent.local_failures, *records], world_size) or account
     watch.publish(account)
     return [*records, account]
 

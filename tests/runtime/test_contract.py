@@ -130,6 +130,21 @@ def test_the_hang_watchs_folder_and_interval_are_part_of_the_one_worker_environm
     assert contract.HANG_DIR not in off and contract.HANG_INTERVAL not in off
 
 
+def test_a_gloo_jobs_workers_keep_torchs_flight_recorder_while_the_hang_watch_is_on():
+    """The evidence that names the rank whose collective differs (paijob.runtime.watch.recorder):
+    on for gloo with the watch; the user's own setting (either of torch's names) wins; NCCL's,
+    whose recorder also dumps files on a timeout, is left to the user."""
+    on = worker_env({}, LAYOUT, mode="per-gpu", launcher_pid=7, hang_dir="/tmp/h")
+    assert on[contract.FLIGHT_RECORDER] == str(contract.FLIGHT_RECORDER_ENTRIES)
+    for base in ({contract.FLIGHT_RECORDER: "0"}, {"TORCH_NCCL_TRACE_BUFFER_SIZE": "100"}):
+        env = worker_env(base, LAYOUT, mode="per-gpu", launcher_pid=7, hang_dir="/tmp/h")
+        assert env.get(contract.FLIGHT_RECORDER) == base.get(contract.FLIGHT_RECORDER)
+    off = worker_env({}, LAYOUT, mode="per-gpu", launcher_pid=7, hang_dir=None)
+    nccl = worker_env({}, {**LAYOUT, contract.BACKEND: "nccl"}, mode="per-gpu", launcher_pid=7,
+                      hang_dir="/tmp/h")
+    assert contract.FLIGHT_RECORDER not in off and contract.FLIGHT_RECORDER not in nccl
+
+
 def test_a_worker_cannot_write_the_runtimes_stall_report():
     """The local cluster shows a stall only from the runtime's own report (PAIJOB_PROGRESS_FILE): the
     launcher has the path, the user's code in a worker does not."""

@@ -700,11 +700,11 @@ MISMATCHED_SIZES = textwrap.dedent(
     t = torch.ones(1000)
     for step in range(3):
         dist.all_reduce(t)
-    big = torch.ones(2000 if rank == 1 else 1000)
+    big = torch.ones(int(sys.argv[2]) if rank == int(sys.argv[1]) else 1000)
     try:
         dist.all_reduce(big)
     except RuntimeError:
-        if rank >= 2 and sys.argv[1:] == ["slow"]:  # node 1's ranks said why, then linger
+        if rank >= 2 and sys.argv[3:] == ["slow"]:  # node 1's ranks said why, then linger
             traceback.print_exc()
             time.sleep(60)
         raise
@@ -713,16 +713,26 @@ MISMATCHED_SIZES = textwrap.dedent(
 MISMATCH_LINE = 13  # dist.all_reduce(big)
 
 
+def _has_flight_recorder() -> bool:
+    import torch
+
+    return hasattr(torch._C._distributed_c10d, "_dump_fr_trace")  # noqa: SLF001
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize(("detail", "slow"), [(False, False), (True, False), (True, True)],
-                         ids=["gloo aborts the receiver", "torch's fingerprints",
-                              "torch's fingerprints, node 1 slow to exit"])
+@pytest.mark.parametrize(("detail", "odd", "size", "slow"), [
+    (False, 1, 2000, False), (False, 0, 500, False), (True, 1, 2000, False), (True, 1, 2000, True)],
+    ids=["the flight recorder", "the flight recorder, the receiver's call differs",
+         "torch's fingerprints", "torch's fingerprints, node 1 slow to exit"])
 def test_a_collective_whose_sizes_disagree_is_told_the_same_on_every_node(
-    detail: bool, slow: bool, tmp_path: Path, start_task
+    detail: bool, odd: int, size: int, slow: bool, tmp_path: Path, start_task
 ):
-    """2 x 2, rank 1 all-reduces 2000 floats, the others 1000. Used to be: exit 134 in 8 s and the
-    healthy rank gloo aborted named as the root cause. Now it is named as the receiver with the
-    way to the cause; with TORCH_DISTRIBUTED_DEBUG=DETAIL, rank 1 is named with its line.
+    """2 x 2, one rank all-reduces another size than the others. Used to be: exit 134 in 8 s and
+    the healthy rank gloo aborted named as the root cause. Now the rank whose call differs is
+    named with its line on every node: from torch's flight recorder, which the launcher keeps on
+    for gloo (the ranks gloo did not abort say their calls); with TORCH_DISTRIBUTED_DEBUG=DETAIL,
+    from torch's fingerprints. Where the receiver's own call is the odd one, every other rank
+    agrees, and it is named. On a torch without the recorder, the receiver is named as such.
 
     "slow": node 1's ranks raise but do not exit, so node 0's record stops them before torch
     reports them failed (what CI's busy machine did once: node 0 then named no rank, its own
@@ -736,8 +746,8 @@ def test_a_collective_whose_sizes_disagree_is_told_the_same_on_every_node(
         if detail:
             env["TORCH_DISTRIBUTED_DEBUG"] = "DETAIL"
         tasks.append(start_task(["train", "--grace-period", "3", "--nproc-per-node", "2",
-                                 "--hang-timeout", "60", str(script), *(["slow"] if slow else [])],
-                                env, name=f"node{i}"))
+                                 "--hang-timeout", "60", str(script), str(odd), str(size),
+                                 *(["slow"] if slow else [])], env, name=f"node{i}"))
     codes = wait_all(tasks, timeout=150)
     outputs = "\n".join(t.output for t in tasks)
     causes = [root_cause(task.output) for task in tasks]
@@ -747,10 +757,19 @@ def test_a_collective_whose_sizes_disagree_is_told_the_same_on_every_node(
         assert causes[0].startswith("mismatched collectives (torch's fingerprint check): rank 1 calls "
                                     f"ALLREDUCE [2000] Float at sizes.py:{MISMATCH_LINE}; ranks 0, "), \
             outputs
-    else:
-        assert codes[0] == codes[1] == 134, outputs
-        assert causes[0].startswith("mismatched collectives: rank ") and "it is the receiver, not " \
-            "the cause" in causes[0] and "rank 1 " not in causes[0], outputs
+        return
+    assert codes[0] == codes[1] == 134, outputs  # the receiver's, whom gloo aborted
+    if not _has_flight_recorder():
+        assert causes[0].startswith("mismatched collectives: gloo aborted rank ") and "it is the " \
+            "receiver, not necessarily the rank whose call differs" in causes[0], outputs
+    elif odd == 1:
+        assert causes[0].startswith("mismatched collectives (torch's flight recorder): rank 1 calls "
+                                    f"all_reduce [2000] Float at sizes.py:{MISMATCH_LINE}; ranks "), \
+            outputs
+    else:  # gloo aborts rank 0, the odd one: every other rank says the same call
+        assert causes[0].startswith("mismatched collectives (torch's flight recorder): rank 0's call "
+                                    "differs: gloo aborted it on receiving ") and \
+            f"ranks 1, 2, 3 call all_reduce [1000] Float at sizes.py:{MISMATCH_LINE}" in causes[0], outputs
 
 
 TRAINS_A_WHILE = textwrap.dedent(

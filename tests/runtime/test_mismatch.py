@@ -1,6 +1,7 @@
 """Collectives whose calls disagree (paijob.runtime.watch.mismatch): the receiver gloo aborts is not
-blamed; with torch's fingerprint check the ranks whose call differs are named with their lines.
-The two-node jobs run in test_hangs.py (slow stage)."""
+blamed; from torch's flight recorder (what the ranks gloo did not abort called) or its fingerprint
+check the ranks whose call differs are named with their lines. The two-node jobs run in
+test_hangs.py (slow stage)."""
 
 from __future__ import annotations
 
@@ -13,8 +14,10 @@ import pytest
 from paijob.runtime.watch.failures import Failure, choose_root_cause
 from paijob.runtime.watch.mismatch import (
     calls_said,
+    describe,
     mismatch_account,
     odd_ranks,
+    parting,
     script_line,
     undecided,
 )
@@ -47,7 +50,26 @@ GLOO_ABORT = ("terminate called after throwing an instance of 'gloo::EnforceNotM
               "[enforce fail at /gloo/transport/tcp/pair.cc:456] op.preamble.length <= op.nbytes. "
               "1000 vs 500. Received data size doesn't match expected size.")
 
-# (name, failures, the account's reason must start with, None: no account)
+
+
+def call(seq: int, size: int, dtype: str = "Float", line: str | None = "train.py:12",
+         op: str = "all_reduce", group: str = "0") -> dict[str, Any]:
+    """One entry of a rank's answer (paijob.runtime.watch.recorder.recent_calls)."""
+    return {"group": group, "seq": seq, "op": op, "sizes": [[size]], "dtypes": [dtype], "line": line}
+
+
+def recorded(node_rank: int, calls: dict[int, list[dict[str, Any]]]) -> Failure:
+    """A node's record carrying its live ranks' answers (they were stopped: SIGTERM)."""
+    return Failure(node_rank=node_rank, rank=None, local_rank=None, returncode=None, secondary=True,
+                   time=11.0, calls={str(rank): entries for rank, entries in calls.items()})
+
+
+RECEIVER = failure(0, GLOO_ABORT, code=-6)
+BEFORE = [call(4, 1000), call(5, 1000)]  # the steps every rank took alike
+ODD_1 = [RECEIVER, recorded(0, {1: [*BEFORE, call(6, 2000, line="train.py:14")]}),
+         recorded(1, {2: [*BEFORE, call(6, 1000)], 3: [*BEFORE, call(6, 1000)]})]
+
+# (name, failures, the account's reason must start with, None: no account); a job of 4 ranks
 TABLE = [
     ("three ranks' words: the one whose call differs, with its line", DETAIL_ALL,
      "mismatched collectives (torch's fingerprint check): rank 1 calls ALLREDUCE [2000] Float at "
@@ -55,17 +77,37 @@ TABLE = [
     ("two ranks that disagree: either may be wrong, both named", DETAIL_ALL[:2],
      "mismatched collectives (torch's fingerprint check): rank 0 calls ALLREDUCE [1000] Float at "
      "train.py:12; rank 1 calls ALLREDUCE [2000] Float at train.py:12"),
-    ("gloo aborted the receiver: named as the receiver, with the sizes and the way to the cause",
-     [failure(0, GLOO_ABORT, code=-6)],
-     "mismatched collectives: rank 0 (node rank 0, local rank 0) received 1000 bytes where its own "
-     "call expected 500, and gloo aborted it: it is the receiver, not the cause"),
+    ("the recorder: the rank whose call differs, with its line; the receiver said as such", ODD_1,
+     "mismatched collectives (torch's flight recorder): rank 1 calls all_reduce [2000] Float at "
+     "train.py:14; ranks 2, 3 call all_reduce [1000] Float at train.py:12; gloo aborted rank 0 (the "
+     "receiver: 1000 bytes where its own call expected 500)"),
+    ("the recorder: a dtype differs", [RECEIVER, recorded(0, {1: [call(6, 1000, "Double")]}),
+                                       recorded(1, {2: [call(6, 1000)], 3: [call(6, 1000)]})],
+     "mismatched collectives (torch's flight recorder): rank 1 calls all_reduce [1000] Double at "
+     "train.py:12; ranks 2, 3 call all_reduce [1000] Float"),
+    ("the recorder: every rank but the receiver agrees, so the receiver's call differs",
+     [RECEIVER, recorded(0, {1: [call(6, 1000)]}), recorded(1, {2: [call(6, 1000)], 3: [call(6, 1000)]})],
+     "mismatched collectives (torch's flight recorder): rank 0's call differs: gloo aborted it on "
+     "receiving 1000 bytes where its own call expected 500, and every other rank calls the same; "
+     "ranks 1, 2, 3 call all_reduce [1000] Float at train.py:12"),
+    ("the recorder, one rank of three silent: the receiver is not blamed on too little",
+     [RECEIVER, recorded(0, {1: [call(6, 1000)]}), recorded(1, {2: [call(6, 1000)]})],
+     "mismatched collectives: gloo aborted rank 0 (node rank 0, local rank 0) on receiving 1000 "
+     "bytes where its own call expected 500; the other ranks' calls (torch's flight recorder): "
+     "rank 1 calls all_reduce [1000] Float at train.py:12; rank 2 calls all_reduce [1000] Float"),
+    ("the fingerprints beat the recorder", [*DETAIL_ALL, *ODD_1[1:]],
+     "mismatched collectives (torch's fingerprint check): rank 1 calls ALLREDUCE [2000] Float"),
+    ("gloo aborted the receiver, nobody else said: named as the receiver, with the way to the cause",
+     [RECEIVER],
+     "mismatched collectives: gloo aborted rank 0 (node rank 0, local rank 0) on receiving 1000 bytes "
+     "where its own call expected 500: it is the receiver, not necessarily the rank whose call differs"),
     ("an ordinary failure is no mismatch", [failure(0, "ValueError: bad label")], None),
 ]
 
 
 @pytest.mark.parametrize(("name", "failures", "reason"), TABLE, ids=[row[0] for row in TABLE])
 def test_the_mismatch_table(name, failures, reason):  # type: ignore[no-untyped-def]
-    account = mismatch_account(failures)
+    account = mismatch_account(failures, world_size=4)
     if reason is None:
         assert account is None
         return
@@ -83,6 +125,34 @@ def test_the_calls_and_the_odd_ones():
     assert script_line(said(0, "1", 1, "2")) == "train.py:12"
     assert script_line("no traceback") is None
     assert "TORCH_DISTRIBUTED_DEBUG=DETAIL" in (mismatch_account([failure(0, GLOO_ABORT)]) or failure(0, "")).reason
+
+
+def test_two_ranks_that_disagree_in_the_recorder_name_nobody_and_more_words_are_waited_for():
+    """A job of 2 ranks: the receiver gloo aborted and the one other rank; either call may be the
+    wrong one. The account says both; undecided tells node 0 to wait for more nodes' words."""
+    failures = [RECEIVER, recorded(0, {1: [call(6, 2000)]})]
+    account = mismatch_account(failures, world_size=2)
+    assert account is not None and "the one that differs cannot be told" in account.reason
+    assert "rank 1 calls all_reduce [2000] Float at train.py:12" in account.reason
+    assert undecided(failures, world_size=4) and not undecided(ODD_1, world_size=4)
+    assert not undecided([RECEIVER], world_size=4)  # nobody speaks: waiting cannot help
+
+
+def test_the_calls_compared_are_where_the_ranks_part_not_merely_the_last():
+    """A rank's ring buffer runs ahead (asynchronous calls) or lags: the ranks are compared at the
+    first sequence number where their recorded calls differ, within the group."""
+    ahead = {0: [call(5, 10), call(6, 20), call(7, 30)], 1: [call(5, 10), call(6, 99)],
+             2: [call(5, 10), call(6, 20)]}
+    at = parting(ahead)
+    assert {rank: entry["seq"] for rank, entry in at.items()} == {0: 6, 1: 6, 2: 6}
+    assert describe(at[1]) == "all_reduce [99] Float"
+    agree = {0: [call(5, 10), call(6, 20)], 1: [call(5, 10)], 2: [call(4, 1), call(5, 10)]}
+    assert {rank: entry["seq"] for rank, entry in parting(agree).items()} == {0: 5, 1: 5, 2: 5}
+    other_group = {0: [call(1, 8, group="1")], 1: [call(1, 9, group="1")], 2: [call(1, 8, group="1")]}
+    assert describe(parting(other_group)[1]) == "all_reduce [9] Float"
+    assert parting({}) == {}
+    assert describe({"op": "broadcast", "sizes": [[3, 4], [2]], "dtypes": ["Half", "Half"]}) == \
+        "broadcast [3, 4] [2] Half"
 
 
 class ReplayedWatch:
@@ -107,11 +177,13 @@ class ReplayedWatch:
         self.published.append(failure)
 
 
-def node(node_rank: int, watch: ReplayedWatch, local: list[Failure],
-         stopped: list[Failure]) -> tuple[Any, Any]:
+def node(node_rank: int, watch: ReplayedWatch, local: list[Failure], stopped: list[Failure],
+         recorded_calls: dict[str, list[dict[str, Any]]] | None = None) -> tuple[Any, Any]:
     agent = SimpleNamespace(local_failure=local[0] if local else None, local_failures=local,
-                            describe_stopped_workers=lambda: stopped, _watch=lambda: watch)
-    config = SimpleNamespace(multi_node=True, dist=SimpleNamespace(node_rank=node_rank, nnodes=2))
+                            describe_stopped_workers=lambda: stopped, _watch=lambda: watch,
+                            recorded_calls=recorded_calls or {})
+    config = SimpleNamespace(multi_node=True, dist=SimpleNamespace(node_rank=node_rank, nnodes=2,
+                                                                   world_size=4))
     return agent, config
 
 
@@ -145,3 +217,32 @@ def test_a_node_stopped_for_a_peer_publishes_what_its_ranks_said_then_waits_for_
     agent, config = node(1, watch, [DETAIL_ALL[2]], [])
     _with_mismatch_account(agent, config, [DETAIL_ALL[0]])
     assert watch.published == [] and watch.waited_for_account
+
+
+def test_node_0_waits_for_the_other_nodes_recorded_calls_then_names_the_rank():
+    """Without the fingerprint check: node 0's own live rank said its call, node 1's ranks said
+    theirs in node 1's record; node 0 waits for that record, then names rank 1 on every node."""
+    from paijob.runtime.agent import _with_mismatch_account
+
+    ours = {"1": [*BEFORE, call(6, 2000, line="train.py:14")]}
+    receiver = failure(0, GLOO_ABORT, code=-6)
+    watch = ReplayedWatch([[receiver], [receiver, ODD_1[2]]])
+    agent, config = node(0, watch, [receiver], [], recorded_calls=ours)
+    receiver.calls = ours  # set where the agent published its local failure
+    account = _with_mismatch_account(agent, config, [])[-1]
+    assert account.reason.startswith("mismatched collectives (torch's flight recorder): rank 1 calls "
+                                     "all_reduce [2000] Float at train.py:14"), account.reason
+    assert watch.published == [account]
+
+
+def test_a_node_stopped_for_a_peer_publishes_its_ranks_recorded_calls():
+    """Node 1's ranks were stopped for node 0's failure: no traceback says anything, but their
+    recorders did; node 1 publishes that (once) and waits for node 0's account."""
+    from paijob.runtime.agent import _with_mismatch_account
+
+    stopped = [failure(2, ""), failure(3, "")]
+    ours = {"2": [call(6, 1000)], "3": [call(6, 1000)]}
+    watch = ReplayedWatch([[RECEIVER]])
+    agent, config = node(1, watch, [], stopped, recorded_calls=ours)
+    _with_mismatch_account(agent, config, [RECEIVER])
+    assert [f.calls for f in watch.published] == [ours] and watch.waited_for_account

@@ -10,7 +10,8 @@ import json
 import re
 import signal
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
+from typing import Any
 
 from paijob.common import exitcodes
 from paijob.runtime.console import say
@@ -50,6 +51,9 @@ class Failure:
     detail: str = ""  # lines that explain ``reason`` (the hang watch's culprit frames)
     exit_status: int | None = None  # this node's exit code, where not the worker's (a hang: 124)
     overrides: bool = False  # the hang watch's account of a timeout: beats the timed-out worker's own
+    # this node's ranks' last collectives from torch's flight recorder, by rank (a mismatch's evidence:
+    # paijob.runtime.watch.recorder); keys are strings, as JSON has them
+    calls: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
 
     @property
     def exit_code(self) -> int:

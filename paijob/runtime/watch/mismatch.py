@@ -1,20 +1,24 @@
 """Collectives whose calls disagree between ranks, from what the failed workers said (pure).
 
-Why it is read from the failures, not watched: gloo aborts the rank that receives a
+Why it is read after the failure, not watched: gloo aborts the rank that receives a
 message larger than its own call expects within milliseconds, long before any
-sample, and the sampler must not look at a collective's arguments (it never
-changes or inspects the user's objects). So:
+sample, and the sampler never looks at a collective's arguments (it never changes
+or inspects the user's objects). Three sources, best first:
 
-* Without ``TORCH_DISTRIBUTED_DEBUG=DETAIL`` only the receiver speaks
-  (``op.preamble.length <= op.nbytes. 1000 vs 500``). It is named as what it is,
-  the receiver, not the cause, with the sizes, and the account says how to name
-  the rank whose call differs.
 * With ``TORCH_DISTRIBUTED_DEBUG=DETAIL`` (torch checks every collective's
   fingerprint across ranks before running it: one small extra collective per
   call) every rank raises "Detected mismatch between collectives on ranks. Rank
   2 is running collective: CollectiveFingerPrint(... TensorShape=[1000] ...),
   but Rank 1 is running ...". The ranks whose call differs from most are named,
   with their calls and their script lines (from their tracebacks).
+* Otherwise, torch's flight recorder (:mod:`paijob.runtime.watch.recorder`): the
+  ranks gloo did not abort say what they called, with the line that called it.
+  At the first collective where their calls part, the ranks whose call differs
+  from most are named. Where every rank that could say agrees, and only the
+  receiver could not, the receiver's own call is the one that differs.
+* Otherwise (an old torch, a rank that could not answer) only the receiver speaks
+  (``op.preamble.length <= op.nbytes. 1000 vs 500``). It is named as what it is,
+  the receiver, not the cause, with the sizes and what the others said.
 
 Node 0 makes the account; like a timeout's, it overrides the workers' own failures,
 so every node prints it. No torch import, no I/O.
@@ -25,6 +29,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Sequence
+from typing import Any
 
 from paijob.runtime.watch.failures import Failure
 from paijob.runtime.watch.progress import is_library
@@ -58,11 +63,13 @@ def odd_ranks(calls: dict[int, str]) -> list[int]:
     return sorted(rank for rank, call in calls.items() if call != counts[0][0])
 
 
-def undecided(failures: Sequence[Failure]) -> bool:
-    """Whether the fingerprints said so far leave no call the most common (more ranks' words
-    would tell)."""
-    calls = calls_said(failures)
-    return len(calls) >= 2 and odd_ranks(calls) == sorted(calls)
+def undecided(failures: Sequence[Failure], world_size: int | None = None) -> bool:
+    """Whether what was said so far names no rank whose call differs, though the ranks do say
+    their calls (torch's fingerprints, its flight recorder): more ranks' words, from the other
+    nodes, may tell."""
+    found = _account(failures, world_size)
+    speaking = len(calls_said(failures)) >= 2 or bool(recorded_calls(failures))
+    return found is not None and not found[1] and speaking
 
 
 def script_line(tail: str) -> str | None:
@@ -74,14 +81,128 @@ def script_line(tail: str) -> str | None:
     return f"{file.rsplit('/', 1)[-1]}:{line}"
 
 
-def mismatch_account(failures: Sequence[Failure]) -> Failure | None:
-    """The account of a collective whose calls disagree, or None: no failure says so."""
+def mismatch_account(failures: Sequence[Failure], world_size: int | None = None) -> Failure | None:
+    """The account of a collective whose calls disagree, or None: no failure says so.
+    ``world_size``: the job's ranks (whether every rank but the receiver said its call)."""
+    found = _account(failures, world_size)
+    return None if found is None else found[0]
+
+
+def size_abort(failures: Sequence[Failure]) -> Failure | None:
+    """The first worker gloo aborted for receiving more than its call expected, or None."""
+    return next((f for f in sorted(failures, key=lambda f: f.time)
+                 if f.rank is not None and _GLOO_SIZE.search(f.tail or "")), None)
+
+
+def said_size_abort(failures: Sequence[Failure]) -> bool:
+    """Whether any failure (a worker's, or an account that carries its words) says gloo aborted
+    a rank for a collective's size."""
+    return any(_GLOO_SIZE.search(f.tail or "") for f in failures)
+
+
+def _account(failures: Sequence[Failure], world_size: int | None) -> tuple[Failure, bool] | None:
+    """(the account, whether it names the rank(s) whose call differs), or None."""
     calls = calls_said(failures)
     if len(calls) >= 2:
-        return _named(failures, calls)
-    receiver = next((f for f in sorted(failures, key=lambda f: f.time)
-                     if f.rank is not None and _GLOO_SIZE.search(f.tail or "")), None)
-    return None if receiver is None else _receiver(receiver)
+        return _named(failures, calls), odd_ranks(calls) != sorted(calls)
+    receiver = size_abort(failures)
+    if receiver is None:
+        return None
+    recorded = recorded_calls(failures)
+    named = _from_recorder(receiver, failures, recorded, world_size)
+    return (named, True) if named is not None else (_receiver(receiver, recorded), False)
+
+
+# -- torch's flight recorder -------------------------------------------------------------------
+
+def recorded_calls(failures: Sequence[Failure]) -> dict[int, list[dict[str, Any]]]:
+    """Every rank's recent collectives, as the nodes' records carry them (first record wins)."""
+    found: dict[int, list[dict[str, Any]]] = {}
+    for failure in failures:
+        for rank, calls in (failure.calls or {}).items():
+            if calls and str(rank).isdigit():
+                found.setdefault(int(rank), calls)
+    return found
+
+
+def describe(call: dict[str, Any]) -> str:
+    """``all_reduce [2000] Float``: a recorded call's collective, input sizes and dtypes."""
+    sizes = " ".join("[" + ", ".join(str(n) for n in size) + "]" for size in call.get("sizes") or [])
+    dtypes = ",".join(dict.fromkeys(str(d) for d in call.get("dtypes") or []))
+    return " ".join(part for part in (str(call.get("op", "?")), sizes, dtypes) if part)
+
+
+def parting(recorded: dict[int, list[dict[str, Any]]]) -> dict[int, dict[str, Any]]:
+    """Each rank's call at the first collective (by torch's sequence number, per process group)
+    where the ranks' recorded calls differ; where none differ, at the last collective every
+    rank recorded (of the group most ranks recorded). Ranks whose buffer no longer holds it
+    are left out."""
+    agreed: dict[int, dict[str, Any]] = {}
+    groups = sorted({str(c.get("group")) for calls in recorded.values() for c in calls})
+    for group in groups:
+        by_rank = {rank: {int(c.get("seq", 0)): c for c in calls if str(c.get("group")) == group}
+                   for rank, calls in recorded.items()}
+        by_rank = {rank: seqs for rank, seqs in by_rank.items() if seqs}
+        last = min(max(seqs) for seqs in by_rank.values())
+        for seq in sorted({s for seqs in by_rank.values() for s in seqs if s <= last}):
+            at = {rank: seqs[seq] for rank, seqs in by_rank.items() if seq in seqs}
+            if len({describe(c) for c in at.values()}) > 1:
+                return at
+        at_last = {rank: seqs[last] for rank, seqs in by_rank.items() if last in seqs}
+        if len(at_last) > len(agreed):
+            agreed = at_last
+    return agreed
+
+
+def _from_recorder(receiver: Failure, failures: Sequence[Failure],
+                   recorded: dict[int, list[dict[str, Any]]], world_size: int | None) -> Failure | None:
+    """The account from the flight recorder, or None: what the ranks said names nobody."""
+    at = parting(recorded)
+    what = {rank: describe(call) for rank, call in at.items()}
+    lines = {rank: call.get("line") for rank, call in at.items()}
+    where = {f.rank: f.node_rank for f in failures if f.rank is not None}
+    for failure in failures:
+        for rank in failure.calls or {}:
+            where.setdefault(int(rank), failure.node_rank)
+    aborted = receiver.rank not in what
+    if len(set(what.values())) > 1:
+        odd = odd_ranks(what)
+        if odd == sorted(what):
+            return None  # two calls, as many ranks each: either may be wrong
+        phrases = [_call(rank, what[rank], lines[rank]) for rank in odd]
+        common = sorted(set(what) - set(odd))
+        phrases.append(_call_of(common, what[common[0]], lines[common[0]]))
+        if aborted:
+            phrases.append(f"gloo aborted rank {receiver.rank} (the receiver: "
+                           f"{_got_expected(receiver)})")
+        culprit = odd[0]
+    elif aborted and len(what) >= 2 and world_size is not None and len(what) == world_size - 1:
+        common = sorted(what)
+        only = common[0]
+        phrases = [f"rank {receiver.rank}'s call differs: gloo aborted it on receiving "
+                   f"{_got_expected(receiver)}, and every other rank calls the same",
+                   _call_of(common, what[only], lines[only])]
+        culprit = receiver.rank if receiver.rank is not None else only
+    else:
+        return None
+    return Failure(
+        node_rank=where.get(culprit, receiver.node_rank), rank=None, local_rank=None,
+        returncode=receiver.returncode, secondary=False, time=receiver.time - 1e-3,
+        overrides=True, reason="mismatched collectives (torch's flight recorder): " + "; ".join(phrases))
+
+
+def _call(rank: int, what: str, line: str | None) -> str:
+    return f"rank {rank} calls {what}" + (f" at {line}" if line else "")
+
+
+def _call_of(ranks: Sequence[int], what: str, line: str | None) -> str:
+    return f"{_ranks(ranks)} call{'s' if len(ranks) == 1 else ''} {what}" + (f" at {line}" if line else "")
+
+
+def _got_expected(receiver: Failure) -> str:
+    found = _GLOO_SIZE.search(receiver.tail or "")
+    got, expected = found.groups() if found else ("?", "?")
+    return f"{got} bytes where its own call expected {expected}"
 
 
 def _named(failures: Sequence[Failure], calls: dict[int, str]) -> Failure:
@@ -103,19 +224,23 @@ def _named(failures: Sequence[Failure], calls: dict[int, str]) -> Failure:
         reason="mismatched collectives (torch's fingerprint check): " + "; ".join(phrases))
 
 
-def _receiver(failure: Failure) -> Failure:
-    found = _GLOO_SIZE.search(failure.tail or "")
-    got, expected = found.groups() if found else ("?", "?")
+def _receiver(failure: Failure, recorded: dict[int, list[dict[str, Any]]]) -> Failure:
+    at = parting(recorded)
+    who = (f"gloo aborted rank {failure.rank} (node rank {failure.node_rank}, local rank "
+           f"{failure.local_rank}) on receiving {_got_expected(failure)}")
+    if at:  # what the others said, though it names nobody
+        said = "; ".join(_call(rank, describe(call), call.get("line")) for rank, call in sorted(at.items()))
+        how = (f"; the other ranks' calls (torch's flight recorder): {said}; with no call the most "
+               f"common, the one that differs cannot be told")
+    else:
+        how = (f": it is the receiver, not necessarily the rank whose call differs (another size, "
+               f"dtype or collective). To have that rank named with its line, run again with "
+               f"{DEBUG_VARIABLE}=DETAIL in the task's environment (torch then checks every "
+               f"collective's shapes across ranks before running it, at a cost)")
     return Failure(
         node_rank=failure.node_rank, rank=None, local_rank=None, returncode=failure.returncode,
         secondary=False, time=failure.time - 1e-3, tail=failure.tail, overrides=True,
-        reason=(
-            f"mismatched collectives: rank {failure.rank} (node rank {failure.node_rank}, local "
-            f"rank {failure.local_rank}) received {got} bytes where its own call expected "
-            f"{expected}, and gloo aborted it: it is the receiver, not the cause; a peer's call "
-            f"differs (another size, dtype or collective). To have the rank named with its line, "
-            f"run again with {DEBUG_VARIABLE}=DETAIL in the task's environment (torch then checks "
-            f"every collective's shapes across ranks before running it, at a cost)"))
+        reason=f"mismatched collectives: {who}{how}")
 
 
 def _ranks(ranks: Sequence[int]) -> str:

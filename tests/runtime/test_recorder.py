@@ -1,0 +1,156 @@
+"""torch's flight recorder as a mismatch's evidence (paijob.runtime.watch.recorder): what a worker
+answers when its node's agent asks, and how the agent asks and waits.
+
+The account made from the answers: test_mismatch.py; the two-node jobs: test_hangs.py (slow)."""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from paijob.common import contract
+from paijob.runtime.agent import PaijobAgent
+from paijob.runtime.watch import recorder
+from paijob.runtime.watch.failures import Failure
+
+SITE = "/venv/lib/python3.11/site-packages/torch/distributed/"
+
+
+def entry(seq: int, size: int, pg: int = 0, line: int = 12, p2p: bool = False) -> dict[str, Any]:
+    """One entry as torch 2.13's ``_dump_fr_trace`` pickles it (the fields read, and some not)."""
+    return {"record_id": seq, "pg_id": pg, "process_group": (str(pg), "default_pg"),
+            "collective_seq_id": seq, "p2p_seq_id": 0, "profiling_name": "gloo:all_reduce",
+            "input_sizes": [[size]], "input_dtypes": ["Float"], "output_sizes": [[size]],
+            "state": "scheduled", "is_p2p": p2p,
+            "frames": [{"name": "all_reduce", "filename": SITE + "distributed_c10d.py", "line": 3245},
+                       {"name": "wrapper", "filename": SITE + "c10d_logger.py", "line": 83},
+                       {"name": "<module>", "filename": "/job/train.py", "line": line}]}
+
+
+@pytest.fixture
+def torch_recorder(monkeypatch):  # type: ignore[no-untyped-def]
+    """A stand-in for torch's C module, holding ``entries``: the reader only looks it up in
+    sys.modules (it never imports torch). torch itself is imported with the agent, at the top:
+    an import after this would put the real module back."""
+    entries: list[dict[str, Any]] = []
+    module = SimpleNamespace(_dump_fr_trace=lambda: pickle.dumps({"version": "2.10", "entries": entries}))
+    monkeypatch.setitem(sys.modules, "torch._C._distributed_c10d", module)
+    return entries
+
+
+def test_recent_calls_keeps_the_last_of_each_group_with_the_users_line(torch_recorder):
+    torch_recorder.extend([entry(s, 1000) for s in range(1, 8)])
+    torch_recorder.append(entry(1, 8, pg=1, line=30))
+    torch_recorder.append(entry(0, 5, p2p=True))  # a send/recv: no collective sequence number
+    calls = recorder.recent_calls(limit=3)
+    assert calls == [
+        {"group": "0", "seq": s, "op": "all_reduce", "sizes": [[1000]], "dtypes": ["Float"],
+         "line": "train.py:12"} for s in (5, 6, 7)
+    ] + [{"group": "1", "seq": 1, "op": "all_reduce", "sizes": [[8]], "dtypes": ["Float"],
+          "line": "train.py:30"}]
+
+
+def test_recent_calls_says_nothing_without_torch_or_its_recorder(monkeypatch, torch_recorder):
+    assert recorder.recent_calls() is None  # on, but nothing recorded (TORCH_FR_BUFFER_SIZE=0)
+    monkeypatch.setitem(sys.modules, "torch._C._distributed_c10d", SimpleNamespace())  # torch 2.4
+    assert recorder.recent_calls() is None
+    monkeypatch.delitem(sys.modules, "torch._C._distributed_c10d")  # the script never loaded torch
+    assert recorder.recent_calls() is None
+    broken = SimpleNamespace(_dump_fr_trace=lambda: b"not a pickle")
+    monkeypatch.setitem(sys.modules, "torch._C._distributed_c10d", broken)
+    assert recorder.recent_calls() is None
+
+
+def test_a_worker_answers_once_and_only_when_asked(tmp_path, torch_recorder):
+    torch_recorder.append(entry(3, 1000))
+    assert not recorder.answer_request(str(tmp_path), 2)  # nobody asked: a stat, nothing written
+    assert list(tmp_path.iterdir()) == []
+    recorder.request(str(tmp_path))
+    recorder.request(str(tmp_path))  # twice is once
+    assert recorder.answer_request(str(tmp_path), 2)
+    assert not recorder.answer_request(str(tmp_path), 2)
+    assert recorder.read_answers(str(tmp_path), [1, 2]) == {2: recorder.recent_calls()}
+    torch_recorder.clear()
+    assert recorder.answer_request(str(tmp_path), 3)  # nothing recorded: null, so nobody waits for it
+    assert json.loads((tmp_path / "rank3.calls.json").read_text()) is None
+    assert recorder.read_answers(str(tmp_path), [3]) == {3: None}
+
+
+def asking_agent(folder: Path, pids: dict[int, int]) -> Any:
+    agent = SimpleNamespace(worker_env={contract.HANG_DIR: str(folder)}, hang=object(),
+                            recorded_calls={}, rank_pids=pids)
+    return agent, PaijobAgent._ask_calls_after_size_abort
+
+
+ABORT = Failure(node_rank=0, rank=0, local_rank=0, returncode=-6, secondary=False, time=1.0,
+                tail="op.preamble.length <= op.nbytes. 1000 vs 500. Received data size")
+
+
+def test_the_agent_waits_for_its_live_workers_answers_after_a_size_abort(tmp_path, torch_recorder):
+    torch_recorder.append(entry(6, 2000))
+    agent, ask = asking_agent(tmp_path, {1: os.getpid(), 5: 2 ** 22 + 7})  # rank 5's process is gone
+
+    def sampler() -> None:  # what rank 1's sampler does at its next sample
+        while not recorder.answer_request(str(tmp_path), 1):
+            time.sleep(0.2)
+
+    threading.Thread(target=sampler, daemon=True).start()
+    started = time.monotonic()
+    ask(agent, [ABORT])
+    assert agent.recorded_calls == {"1": recorder.recent_calls()}
+    assert time.monotonic() - started < recorder.ANSWER_WAIT  # did not wait for the gone rank
+
+
+def test_the_agent_asks_nothing_without_a_size_abort_and_waits_bounded_for_a_silent_worker(
+        tmp_path, monkeypatch):
+    agent, ask = asking_agent(tmp_path, {1: os.getpid()})
+    ask(agent, [Failure(node_rank=0, rank=0, local_rank=0, returncode=1, secondary=False,
+                        time=1.0, tail="ValueError: bad label")])
+    assert list(tmp_path.iterdir()) == []  # an ordinary failure: nobody asked, nobody waits
+    monkeypatch.setattr("paijob.runtime.agent.ANSWER_WAIT", 0.5)
+    started = time.monotonic()
+    ask(agent, [ABORT])  # rank 1 runs but never answers (its sampler cannot run)
+    assert 0.5 <= time.monotonic() - started < 3 and agent.recorded_calls == {}
+
+
+REAL = textwrap.dedent(
+    """
+    import json, os, torch, torch.distributed as dist
+    from paijob.runtime.watch.recorder import recent_calls
+    dist.init_process_group("gloo", init_method="file://" + os.environ["STORE"], rank=0, world_size=1)
+    dist.all_reduce(torch.ones(3, 2, dtype=torch.float16))
+    dist.broadcast(torch.ones(7), 0)
+    print(json.dumps(recent_calls()))
+    os._exit(0)
+    """
+)
+
+
+def test_recent_calls_reads_this_torchs_own_recorder(tmp_path: Path):
+    """The format is torch's, not ours: read from a real gloo group with the recorder on, as
+    the launcher starts a gloo job's workers."""
+    torch = pytest.importorskip("torch")
+    if not hasattr(torch._C._distributed_c10d, "_dump_fr_trace"):  # noqa: SLF001
+        pytest.skip(f"torch {torch.__version__} has no flight recorder for gloo (the account "
+                    "then names the receiver and how to name the cause)")
+    script = tmp_path / "real.py"
+    script.write_text(REAL)
+    env = {**os.environ, contract.FLIGHT_RECORDER: "8", "STORE": str(tmp_path / "store")}
+    done = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True,
+                          timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    calls = json.loads(done.stdout.strip().splitlines()[-1])
+    assert [(c["op"], c["sizes"], c["dtypes"], c["line"]) for c in calls] == [
+        ("all_reduce", [[3, 2]], ["Half"], "real.py:5"), ("broadcast", [[7]], ["Float"], "real.py:6")]
+    assert calls[1]["seq"] == calls[0]["seq"] + 1
