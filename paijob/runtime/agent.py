@@ -142,10 +142,12 @@ class PaijobAgent(LocalElasticAgent):
         self.hang: HangWatch | None = None  # the hang watch (None: --hang-timeout 0)
         self.recorded_calls: dict[str, list[dict[str, Any]]] = {}  # a mismatch's evidence, by rank
         self._exited: set[int] = set()  # ranks whose exit was looked at
+        self._asked = False  # the live workers were asked for their calls (once a run)
 
     # -- worker lifecycle -------------------------------------------------
     def _start_workers(self, worker_group: Any) -> dict[int, Any]:
         pids = super()._start_workers(worker_group)
+        self._ask_before_closing()
         self._pgids.update(int(pid) for pid in pids.values())
         self.assigned_ranks = [w.global_rank for w in worker_group.workers]
         self.rank_pids = {w.global_rank: int(pids[w.local_rank]) for w in worker_group.workers
@@ -268,10 +270,22 @@ class PaijobAgent(LocalElasticAgent):
             shutil.rmtree(self.log_root, ignore_errors=True)
 
     # -- monitoring ---------------------------------------------------------
-    def _monitor_workers(self, worker_group: Any) -> RunResult:
-        if self.hang is not None and not self.recorded_calls:
-            # before torch's poll: on a worker's failure it stops the others at once
+    def _ask_before_closing(self) -> None:
+        """torch's poll stops every worker (``PContext.close``) in the same call that finds one
+        failed: where gloo aborted that one for a collective's size, the others must be asked
+        for their calls first, so the ask runs just before torch's close, whoever calls it."""
+        pcontext = self._pcontext
+        if pcontext is None or self.hang is None:
+            return
+        close = pcontext.close
+
+        def close_after_asking(*args: Any, **kwargs: Any) -> Any:
             self._ask_calls_after_size_abort(self._exited_workers())
+            return close(*args, **kwargs)
+
+        pcontext.close = close_after_asking  # type: ignore[method-assign]
+
+    def _monitor_workers(self, worker_group: Any) -> RunResult:
         result = super()._monitor_workers(worker_group)
         if result.state == WorkerState.FAILED:
             self.local_failure = self._describe_local_failure(result)
@@ -302,8 +316,9 @@ class PaijobAgent(LocalElasticAgent):
         differs is known only inside them (:mod:`paijob.runtime.watch.recorder`). Waits until
         each live worker answered, at most :data:`ANSWER_WAIT` seconds."""
         folder = self.worker_env.get(contract.HANG_DIR) or os.environ.get(contract.HANG_DIR)
-        if not folder or self.hang is None or self.recorded_calls or not said_size_abort(failures):
+        if not folder or self.hang is None or self._asked or not said_size_abort(failures):
             return
+        self._asked = True
         try:
             request(folder)
         except OSError:

@@ -39,7 +39,7 @@ def entry(seq: int, size: int, pg: int = 0, line: int = 12, p2p: bool = False) -
 
 
 @pytest.fixture
-def torch_recorder(monkeypatch):  # type: ignore[no-untyped-def]
+def torch_recorder(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
     """A stand-in for torch's C module, holding ``entries``: the reader only looks it up in
     sys.modules (it never imports torch). torch itself is imported with the agent, at the top:
     an import after this would put the real module back."""
@@ -89,7 +89,7 @@ def test_a_worker_answers_once_and_only_when_asked(tmp_path, torch_recorder):
 
 def asking_agent(folder: Path, pids: dict[int, int]) -> Any:
     agent = SimpleNamespace(worker_env={contract.HANG_DIR: str(folder)}, hang=object(),
-                            recorded_calls={}, rank_pids=pids)
+                            recorded_calls={}, rank_pids=pids, _asked=False)
     return agent, PaijobAgent._ask_calls_after_size_abort
 
 
@@ -120,6 +120,7 @@ def test_the_agent_asks_nothing_without_a_size_abort_and_waits_bounded_for_a_sil
     assert list(tmp_path.iterdir()) == []  # an ordinary failure: nobody asked, nobody waits
     monkeypatch.setattr("paijob.runtime.agent.ANSWER_WAIT", 0.5)
     started = time.monotonic()
+    assert not agent._asked
     ask(agent, [ABORT])  # rank 1 runs but never answers (its sampler cannot run)
     assert 0.5 <= time.monotonic() - started < 3 and agent.recorded_calls == {}
 
@@ -154,3 +155,15 @@ def test_recent_calls_reads_this_torchs_own_recorder(tmp_path: Path):
     assert [(c["op"], c["sizes"], c["dtypes"], c["line"]) for c in calls] == [
         ("all_reduce", [[3, 2]], ["Half"], "real.py:5"), ("broadcast", [[7]], ["Float"], "real.py:6")]
     assert calls[1]["seq"] == calls[0]["seq"] + 1
+
+
+def test_torchs_close_asks_the_live_workers_first():
+    """torch's poll stops every worker in the same call that finds one failed: the ask must come
+    before that close (a check before the poll loses a worker that dies in between)."""
+    order: list[Any] = []
+    pcontext = SimpleNamespace(close=lambda *args, **kwargs: order.append(("close", args)))
+    agent = SimpleNamespace(_pcontext=pcontext, hang=object(), _exited_workers=lambda: [ABORT],
+                            _ask_calls_after_size_abort=lambda failures: order.append(("ask", failures)))
+    PaijobAgent._ask_before_closing(agent)  # type: ignore[arg-type]
+    pcontext.close(15)
+    assert order == [("ask", [ABORT]), ("close", (15,))]
