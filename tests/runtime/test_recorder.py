@@ -167,3 +167,19 @@ def test_torchs_close_asks_the_live_workers_first():
     PaijobAgent._ask_before_closing(agent)  # type: ignore[arg-type]
     pcontext.close(15)
     assert order == [("ask", [ABORT]), ("close", (15,))]
+
+
+def test_an_answer_is_a_jobs_own_file_read_with_care(tmp_path):
+    """The account prints what the answers say: no link followed, nothing malformed kept, text
+    printable and short, a huge file read only so far."""
+    good = {"group": "0", "seq": 6, "op": "all_reduce\x1b[2J", "sizes": [[2000]],
+            "dtypes": ["Float"], "line": "train.py:12" + "x" * 500}
+    (tmp_path / "rank1.calls.json").write_text(json.dumps([good, {"seq": "6"}, {"seq": 7, "sizes": "x"}, 3]))
+    (tmp_path / "elsewhere.json").write_text(json.dumps([good]))
+    (tmp_path / "rank2.calls.json").symlink_to(tmp_path / "elsewhere.json")
+    (tmp_path / "rank3.calls.json").write_text("[" + " " * (recorder.MAX_ANSWER + 10) + "]")
+    (tmp_path / "rank4.calls.json").write_text(json.dumps({"not": "a list"}))
+    answers = recorder.read_answers(str(tmp_path), [1, 2, 3, 4])
+    assert set(answers) == {1, 4} and answers[4] is None
+    (kept,) = answers[1] or []
+    assert kept["op"] == "all_reduce[2J" and kept["sizes"] == [[2000]] and len(kept["line"]) == 120

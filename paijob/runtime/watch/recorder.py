@@ -33,6 +33,7 @@ from paijob.runtime.watch.progress import is_library, write_new
 REQUEST_FILE = "calls.request"  # in the hang watch's folder: the agent wants every live rank's calls
 ANSWER_WAIT = 3.0  # seconds an agent waits for its workers' answers (a sample comes once a second)
 KEPT_PER_GROUP = 4  # last entries per process group a rank reports
+MAX_ANSWER = 64 * 1024  # bytes of an answer read
 _C10D_C = "torch._C._distributed_c10d"
 
 
@@ -95,16 +96,40 @@ def answer_request(folder: str, rank: int) -> bool:
 
 
 def read_answers(folder: str, ranks: list[int]) -> dict[int, list[dict[str, Any]] | None]:
-    """What the ranks among ``ranks`` that answered said (``None``: no recorder)."""
+    """What the ranks among ``ranks`` that answered said (``None``: no recorder). An answer is
+    a job's own file: read without following a link, at most :data:`MAX_ANSWER` bytes, and only
+    well-formed entries are kept, their text printable and short (it is printed in the account)."""
     found: dict[int, list[dict[str, Any]] | None] = {}
     for rank in ranks:
         try:
-            with open(answer_path(folder, rank), encoding="utf-8") as handle:
-                value = json.load(handle)
+            fd = os.open(answer_path(folder, rank), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            with os.fdopen(fd, "rb") as handle:
+                value = json.loads(handle.read(MAX_ANSWER + 1)[:MAX_ANSWER])
         except (OSError, ValueError):
             continue
-        found[rank] = value if isinstance(value, list) else None
+        calls = [c for c in map(_checked, value if isinstance(value, list) else []) if c is not None]
+        found[rank] = calls or None
     return found
+
+
+def _checked(entry: Any) -> dict[str, Any] | None:
+    """``entry`` as :func:`recent_calls` writes it, or None where it is not."""
+    if not isinstance(entry, dict) or not isinstance(entry.get("seq"), int):
+        return None
+    sizes = entry.get("sizes")
+    if not isinstance(sizes, list) or not all(
+            isinstance(size, list) and all(isinstance(n, int) for n in size) for size in sizes):
+        return None
+    line = entry.get("line")
+    return {"group": _text(entry.get("group"), 16), "seq": entry["seq"],
+            "op": _text(entry.get("op"), 40), "sizes": [size[:8] for size in sizes[:8]],
+            "dtypes": [_text(d, 24) for d in entry.get("dtypes") or []][:8] if isinstance(
+                entry.get("dtypes"), list) else [],
+            "line": _text(line, 120) if line is not None else None}
+
+
+def _text(value: Any, limit: int) -> str:
+    return "".join(ch for ch in str(value) if ch.isprintable())[:limit]
 
 
 def _user_line(frames: list[Any]) -> str | None:
