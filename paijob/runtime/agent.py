@@ -81,7 +81,13 @@ from paijob.runtime.watch.hangwatch import (  # noqa: E402
 from paijob.runtime.watch.health import answer_stacks_requests, host_name  # noqa: E402
 from paijob.runtime.watch.launched import Launched  # noqa: E402
 from paijob.runtime.watch.lifecycle import Watchers  # noqa: E402
-from paijob.runtime.watch.mismatch import calls_said, mismatch_account, said_size_abort, undecided  # noqa: E402
+from paijob.runtime.watch.mismatch import (  # noqa: E402
+    calls_said,
+    mismatch_account,
+    said_size_abort,
+    script_line,
+    undecided,
+)
 from paijob.runtime.watch.nodewatch import NodeWatch, first_line  # noqa: E402
 from paijob.runtime.watch.recorder import ANSWER_WAIT, read_answers, request  # noqa: E402
 from paijob.runtime.watch.verdict import first_timed_out  # noqa: E402
@@ -367,6 +373,18 @@ class PaijobAgent(LocalElasticAgent):
             for local_rank, rank in enumerate(self.assigned_ranks)
         ]
 
+    def complete_tails(self) -> None:
+        """Re-read the output of this node's failed workers whose tail named no line of the
+        script: torch reads a worker's output when it finds the first failure, and a worker it
+        then stops may still have been writing its traceback (the odd rank of a mismatch would
+        be named without its line). Called once every worker has ended."""
+        for failure in self.local_failures:
+            if failure.local_rank is None or script_line(failure.tail or ""):
+                continue
+            fresh = self._log_tail(failure.local_rank)
+            if script_line(fresh):
+                failure.tail = fresh
+
     def _tail(self, failure: Any) -> str:
         data = failure.error_file_data or {}
         message = data.get("message") if isinstance(data, dict) else None
@@ -615,6 +633,8 @@ def _with_mismatch_account(agent: PaijobAgent, config: LaunchConfig,
     watch = agent._watch()  # noqa: SLF001 - set by run_per_gpu
     if agent.local_failure is None:  # stopped for a peer's failure: what did ours say?
         agent.local_failures = agent.describe_stopped_workers()
+    else:
+        agent.complete_tails()
     if agent.local_failures and not any(f.calls for f in agent.local_failures):
         agent.local_failures[0].calls = agent.recorded_calls  # what our ranks' recorders said
     world_size = config.dist.world_size
