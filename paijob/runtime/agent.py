@@ -633,13 +633,13 @@ def _with_mismatch_account(agent: PaijobAgent, config: LaunchConfig,
     watch = agent._watch()  # noqa: SLF001 - set by run_per_gpu
     if agent.local_failure is None:  # stopped for a peer's failure: what did ours say?
         agent.local_failures = agent.describe_stopped_workers()
-    else:
-        agent.complete_tails()
     if agent.local_failures and not any(f.calls for f in agent.local_failures):
         agent.local_failures[0].calls = agent.recorded_calls  # what our ranks' recorders said
     world_size = config.dist.world_size
-    failures = [*agent.local_failures, *records]
-    account = mismatch_account(failures, world_size)
+    account = mismatch_account([*agent.local_failures, *records], world_size)
+    if account is not None and agent.local_failure is not None:
+        agent.complete_tails()  # an odd rank's line, written as torch stopped it
+        account = mismatch_account([*agent.local_failures, *records], world_size)
     if account is None or not config.multi_node:
         return records if account is None else [*records, account]
     if config.dist.node_rank != 0:
