@@ -373,11 +373,14 @@ class PaijobAgent(LocalElasticAgent):
             for local_rank, rank in enumerate(self.assigned_ranks)
         ]
 
-    def complete_tails(self) -> None:
-        """Re-read the output of this node's failed workers whose tail named no line of the
-        script: torch reads a worker's output when it finds the first failure, and a worker it
-        then stops may still have been writing its traceback (the odd rank of a mismatch would
-        be named without its line). Called once every worker has ended."""
+    def complete_local_failures(self) -> None:
+        """Add what this node's workers said that torch's failure report left out, once every
+        worker has ended. torch reads the workers when it finds the first failure and stops the
+        rest: torch 2.4 then reports none of the workers it stopped, and a worker it stopped
+        may still have been writing its traceback. Either way the odd rank of a mismatch was
+        named without its line (torch 2.4, one run in eight)."""
+        present = {f.rank for f in self.local_failures}
+        self.local_failures.extend(f for f in self.describe_stopped_workers() if f.rank not in present)
         for failure in self.local_failures:
             if failure.local_rank is None or script_line(failure.tail or ""):
                 continue
@@ -638,7 +641,7 @@ def _with_mismatch_account(agent: PaijobAgent, config: LaunchConfig,
     world_size = config.dist.world_size
     account = mismatch_account([*agent.local_failures, *records], world_size)
     if account is not None and agent.local_failure is not None:
-        agent.complete_tails()  # an odd rank's line, written as torch stopped it
+        agent.complete_local_failures()  # an odd rank's line, written as torch stopped it
         account = mismatch_account([*agent.local_failures, *records], world_size)
     if account is None or not config.multi_node:
         return records if account is None else [*records, account]
