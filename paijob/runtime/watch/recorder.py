@@ -3,11 +3,12 @@
 Why: gloo aborts the rank that receives more bytes than its own call expects
 within milliseconds, and its message names neither the sender nor the sender's
 call. Which rank's call differs is known only inside the ranks. torch keeps it
-there: its flight recorder (``TORCH_FR_BUFFER_SIZE``; for gloo in torch 2.8 and
-later) records every collective as it is issued, with its process group,
-sequence number, sizes, dtypes and the Python stack that issued it, in a ring
-buffer in memory. It is made to stay on in production and changes nothing the
-program sees. The launcher turns it on for gloo jobs
+there: its flight recorder (``TORCH_FR_BUFFER_SIZE``; gloo joined it in 2025,
+pytorch#152614: torch 2.13 has it, torch 2.4 does not) records every collective
+as it is issued, with its process group, sequence number, sizes, dtypes and the
+Python stack that issued it, in a ring buffer in memory. It changes nothing the
+program sees and costs about 1-2 us a collective on gloo
+(``benchmarks/bench_hangwatch.py``). The launcher turns it on for gloo jobs
 (:func:`paijob.common.contract.worker_env`).
 
 Nobody reads it while the job is healthy. When a node's agent sees gloo's size
