@@ -634,24 +634,12 @@ def _with_mismatch_account(agent: PaijobAgent, config: LaunchConfig,
     if any(f.overrides for f in records):
         return records
     watch = agent._watch()  # noqa: SLF001 - set by run_per_gpu
-    if agent.local_failure is None:  # stopped for a peer's failure: what did ours say?
-        agent.local_failures = agent.describe_stopped_workers()
-    if agent.local_failures and not any(f.calls for f in agent.local_failures):
-        agent.local_failures[0].calls = agent.recorded_calls  # what our ranks' recorders said
     world_size = config.dist.world_size
-    account = mismatch_account([*agent.local_failures, *records], world_size)
-    if account is not None and agent.local_failure is not None:
-        agent.complete_local_failures()  # an odd rank's line, written as torch stopped it
-        account = mismatch_account([*agent.local_failures, *records], world_size)
+    account = _local_account(agent, records, world_size)
     if account is None or not config.multi_node:
         return records if account is None else [*records, account]
     if config.dist.node_rank != 0:
-        if agent.local_failure is None and agent.local_failures:
-            # nothing published yet; node 0 waits for our ranks' words
-            evidence = next((f for f in agent.local_failures if calls_said([f])), agent.local_failures[0])
-            if calls_said([evidence]) or agent.recorded_calls:
-                evidence.calls = agent.recorded_calls
-                watch.publish(evidence)
+        _publish_our_words(agent, watch)
         return watch.wait_for_account(timeout=ACCOUNT_WAIT)
     others = set(range(1, config.dist.nnodes))
 
@@ -664,6 +652,31 @@ def _with_mismatch_account(agent: PaijobAgent, config: LaunchConfig,
         account = mismatch_account([*agent.local_failures, *records], world_size) or account
     watch.publish(account)
     return [*records, account]
+
+
+def _local_account(agent: PaijobAgent, records: list[Failure], world_size: int) -> Failure | None:
+    """The mismatch account from what this node's workers said (their output, their recorders'
+    calls) and ``records``; None: no mismatch."""
+    if agent.local_failure is None:  # stopped for a peer's failure: what did ours say?
+        agent.local_failures = agent.describe_stopped_workers()
+    if agent.local_failures and not any(f.calls for f in agent.local_failures):
+        agent.local_failures[0].calls = agent.recorded_calls  # what our ranks' recorders said
+    account = mismatch_account([*agent.local_failures, *records], world_size)
+    if account is not None and agent.local_failure is not None:
+        agent.complete_local_failures()  # an odd rank's line, written as torch stopped it
+        account = mismatch_account([*agent.local_failures, *records], world_size)
+    return account
+
+
+def _publish_our_words(agent: PaijobAgent, watch: NodeWatch) -> None:
+    """A node other than 0 whose workers were stopped for a peer (it published nothing yet):
+    what its ranks said (torch's fingerprints) and their recorders' calls, for node 0's account."""
+    if agent.local_failure is not None or not agent.local_failures:
+        return
+    evidence = next((f for f in agent.local_failures if calls_said([f])), agent.local_failures[0])
+    if calls_said([evidence]) or agent.recorded_calls:
+        evidence.calls = agent.recorded_calls
+        watch.publish(evidence)
 
 
 def _stopped(watch: NodeWatch, config: LaunchConfig, signum: int) -> int:

@@ -1,5 +1,6 @@
-"""torch's flight recorder as a mismatch's evidence (paijob.runtime.watch.recorder): what a worker
-answers when its node's agent asks, and how the agent asks and waits.
+"""torch's flight recorder as a mismatch's evidence: what a worker answers when its node's agent asks
+(paijob.runtime.watch.progress, the sampler's side), and how the agent asks, waits and reads
+(paijob.runtime.watch.recorder).
 
 The account made from the answers: test_mismatch.py; the two-node jobs: test_hangs.py (slow)."""
 
@@ -21,7 +22,7 @@ import pytest
 
 from paijob.common import contract
 from paijob.runtime.agent import PaijobAgent
-from paijob.runtime.watch import recorder
+from paijob.runtime.watch import progress, recorder
 from paijob.runtime.watch.failures import Failure
 
 SITE = "/venv/lib/python3.11/site-packages/torch/distributed/"
@@ -53,7 +54,7 @@ def test_recent_calls_keeps_the_last_of_each_group_with_the_users_line(torch_rec
     torch_recorder.extend([entry(s, 1000) for s in range(1, 8)])
     torch_recorder.append(entry(1, 8, pg=1, line=30))
     torch_recorder.append(entry(0, 5, p2p=True))  # a send/recv: no collective sequence number
-    calls = recorder.recent_calls(limit=3)
+    calls = progress.recent_calls(limit=3)
     assert calls == [
         {"group": "0", "seq": s, "op": "all_reduce", "sizes": [[1000]], "dtypes": ["Float"],
          "line": "train.py:12"} for s in (5, 6, 7)
@@ -62,27 +63,27 @@ def test_recent_calls_keeps_the_last_of_each_group_with_the_users_line(torch_rec
 
 
 def test_recent_calls_says_nothing_without_torch_or_its_recorder(monkeypatch, torch_recorder):
-    assert recorder.recent_calls() is None  # on, but nothing recorded (TORCH_FR_BUFFER_SIZE=0)
+    assert progress.recent_calls() is None  # on, but nothing recorded (TORCH_FR_BUFFER_SIZE=0)
     monkeypatch.setitem(sys.modules, "torch._C._distributed_c10d", SimpleNamespace())  # torch 2.4
-    assert recorder.recent_calls() is None
+    assert progress.recent_calls() is None
     monkeypatch.delitem(sys.modules, "torch._C._distributed_c10d")  # the script never loaded torch
-    assert recorder.recent_calls() is None
+    assert progress.recent_calls() is None
     broken = SimpleNamespace(_dump_fr_trace=lambda: b"not a pickle")
     monkeypatch.setitem(sys.modules, "torch._C._distributed_c10d", broken)
-    assert recorder.recent_calls() is None
+    assert progress.recent_calls() is None
 
 
 def test_a_worker_answers_once_and_only_when_asked(tmp_path, torch_recorder):
     torch_recorder.append(entry(3, 1000))
-    assert not recorder.answer_request(str(tmp_path), 2)  # nobody asked: a stat, nothing written
+    assert not progress.answer_calls_request(str(tmp_path), 2)  # nobody asked: a stat, nothing written
     assert list(tmp_path.iterdir()) == []
     recorder.request(str(tmp_path))
     recorder.request(str(tmp_path))  # twice is once
-    assert recorder.answer_request(str(tmp_path), 2)
-    assert not recorder.answer_request(str(tmp_path), 2)
-    assert recorder.read_answers(str(tmp_path), [1, 2]) == {2: recorder.recent_calls()}
+    assert progress.answer_calls_request(str(tmp_path), 2)
+    assert not progress.answer_calls_request(str(tmp_path), 2)
+    assert recorder.read_answers(str(tmp_path), [1, 2]) == {2: progress.recent_calls()}
     torch_recorder.clear()
-    assert recorder.answer_request(str(tmp_path), 3)  # nothing recorded: null, so nobody waits for it
+    assert progress.answer_calls_request(str(tmp_path), 3)  # nothing recorded: null, so nobody waits for it
     assert json.loads((tmp_path / "rank3.calls.json").read_text()) is None
     assert recorder.read_answers(str(tmp_path), [3]) == {3: None}
 
@@ -102,13 +103,13 @@ def test_the_agent_waits_for_its_live_workers_answers_after_a_size_abort(tmp_pat
     agent, ask = asking_agent(tmp_path, {1: os.getpid(), 5: 2 ** 22 + 7})  # rank 5's process is gone
 
     def sampler() -> None:  # what rank 1's sampler does at its next sample
-        while not recorder.answer_request(str(tmp_path), 1):
+        while not progress.answer_calls_request(str(tmp_path), 1):
             time.sleep(0.2)
 
     threading.Thread(target=sampler, daemon=True).start()
     started = time.monotonic()
     ask(agent, [ABORT])
-    assert agent.recorded_calls == {"1": recorder.recent_calls()}
+    assert agent.recorded_calls == {"1": progress.recent_calls()}
     assert time.monotonic() - started < recorder.ANSWER_WAIT  # did not wait for the gone rank
 
 
@@ -128,7 +129,7 @@ def test_the_agent_asks_nothing_without_a_size_abort_and_waits_bounded_for_a_sil
 REAL = textwrap.dedent(
     """
     import json, os, torch, torch.distributed as dist
-    from paijob.runtime.watch.recorder import recent_calls
+    from paijob.runtime.watch.progress import recent_calls
     dist.init_process_group("gloo", init_method="file://" + os.environ["STORE"], rank=0, world_size=1)
     dist.all_reduce(torch.ones(3, 2, dtype=torch.float16))
     dist.broadcast(torch.ones(7), 0)

@@ -138,20 +138,28 @@ def parting(recorded: dict[int, list[dict[str, Any]]]) -> dict[int, dict[str, An
     rank recorded (of the group most ranks recorded). Ranks whose buffer no longer holds it
     are left out."""
     agreed: dict[int, dict[str, Any]] = {}
-    groups = sorted({str(c.get("group")) for calls in recorded.values() for c in calls})
-    for group in groups:
-        by_rank = {rank: {int(c.get("seq", 0)): c for c in calls if str(c.get("group")) == group}
-                   for rank, calls in recorded.items()}
-        by_rank = {rank: seqs for rank, seqs in by_rank.items() if seqs}
-        last = min(max(seqs) for seqs in by_rank.values())
-        for seq in sorted({s for seqs in by_rank.values() for s in seqs if s <= last}):
-            at = {rank: seqs[seq] for rank, seqs in by_rank.items() if seq in seqs}
-            if len({describe(c) for c in at.values()}) > 1:
-                return at
-        at_last = {rank: seqs[last] for rank, seqs in by_rank.items() if last in seqs}
-        if len(at_last) > len(agreed):
-            agreed = at_last
+    for group in sorted({str(c.get("group")) for calls in recorded.values() for c in calls}):
+        by_rank = {rank: seqs for rank, seqs in (
+            (rank, {int(c.get("seq", 0)): c for c in calls if str(c.get("group")) == group})
+            for rank, calls in recorded.items()) if seqs}
+        differ, last = _parting_in_group(by_rank)
+        if differ:
+            return differ
+        if len(last) > len(agreed):
+            agreed = last
     return agreed
+
+
+def _parting_in_group(by_rank: dict[int, dict[int, dict[str, Any]]]
+                      ) -> tuple[dict[int, dict[str, Any]], dict[int, dict[str, Any]]]:
+    """(each rank's call at the first sequence number where the calls differ, or {}; each
+    rank's call at the last sequence number every rank recorded)."""
+    last = min(max(seqs) for seqs in by_rank.values())
+    for seq in sorted({s for seqs in by_rank.values() for s in seqs if s <= last}):
+        at = {rank: seqs[seq] for rank, seqs in by_rank.items() if seq in seqs}
+        if len({describe(c) for c in at.values()}) > 1:
+            return at, {}
+    return {}, {rank: seqs[last] for rank, seqs in by_rank.items() if last in seqs}
 
 
 def _from_recorder(receiver: Failure, failures: Sequence[Failure],
@@ -160,35 +168,54 @@ def _from_recorder(receiver: Failure, failures: Sequence[Failure],
     at = parting(recorded)
     what = {rank: describe(call) for rank, call in at.items()}
     lines = {rank: call.get("line") for rank, call in at.items()}
+    aborted = receiver.rank not in what
+    if len(set(what.values())) > 1:
+        named = _odd_recorded(receiver, what, lines, aborted)
+    elif aborted and len(what) >= 2 and world_size is not None and len(what) == world_size - 1:
+        named = _receiver_odd(receiver, what, lines)
+    else:
+        named = None
+    if named is None:
+        return None
+    culprit, phrases = named
+    return Failure(
+        node_rank=_node_of(failures).get(culprit, receiver.node_rank), rank=None, local_rank=None,
+        returncode=receiver.returncode, secondary=False, time=receiver.time - 1e-3,
+        overrides=True, reason="mismatched collectives (torch's flight recorder): " + "; ".join(phrases))
+
+
+def _odd_recorded(receiver: Failure, what: dict[int, str], lines: dict[int, Any],
+                  aborted: bool) -> tuple[int, list[str]] | None:
+    """(the first odd rank, the account's phrases) where one call is the most common; None: two
+    calls, as many ranks each (either may be wrong)."""
+    odd = odd_ranks(what)
+    if odd == sorted(what):
+        return None
+    common = sorted(set(what) - set(odd))
+    phrases = [*(_call(rank, what[rank], lines[rank]) for rank in odd),
+               _call_of(common, what[common[0]], lines[common[0]])]
+    if aborted:
+        phrases.append(f"gloo aborted rank {receiver.rank} (the receiver: {_got_expected(receiver)})")
+    return odd[0], phrases
+
+
+def _receiver_odd(receiver: Failure, what: dict[int, str],
+                  lines: dict[int, Any]) -> tuple[int, list[str]]:
+    """Every rank but the receiver said the same call: the receiver's own is the one that differs."""
+    common = sorted(what)
+    phrases = [f"rank {receiver.rank}'s call differs: gloo aborted it on receiving "
+               f"{_got_expected(receiver)}, and every other rank calls the same",
+               _call_of(common, what[common[0]], lines[common[0]])]
+    return (receiver.rank if receiver.rank is not None else common[0]), phrases
+
+
+def _node_of(failures: Sequence[Failure]) -> dict[int, int]:
+    """Each rank's node rank, from the failures and the calls the nodes' records carry."""
     where = {f.rank: f.node_rank for f in failures if f.rank is not None}
     for failure in failures:
         for rank in failure.calls or {}:
             where.setdefault(int(rank), failure.node_rank)
-    aborted = receiver.rank not in what
-    if len(set(what.values())) > 1:
-        odd = odd_ranks(what)
-        if odd == sorted(what):
-            return None  # two calls, as many ranks each: either may be wrong
-        phrases = [_call(rank, what[rank], lines[rank]) for rank in odd]
-        common = sorted(set(what) - set(odd))
-        phrases.append(_call_of(common, what[common[0]], lines[common[0]]))
-        if aborted:
-            phrases.append(f"gloo aborted rank {receiver.rank} (the receiver: "
-                           f"{_got_expected(receiver)})")
-        culprit = odd[0]
-    elif aborted and len(what) >= 2 and world_size is not None and len(what) == world_size - 1:
-        common = sorted(what)
-        only = common[0]
-        phrases = [f"rank {receiver.rank}'s call differs: gloo aborted it on receiving "
-                   f"{_got_expected(receiver)}, and every other rank calls the same",
-                   _call_of(common, what[only], lines[only])]
-        culprit = receiver.rank if receiver.rank is not None else only
-    else:
-        return None
-    return Failure(
-        node_rank=where.get(culprit, receiver.node_rank), rank=None, local_rank=None,
-        returncode=receiver.returncode, secondary=False, time=receiver.time - 1e-3,
-        overrides=True, reason="mismatched collectives (torch's flight recorder): " + "; ".join(phrases))
+    return where
 
 
 def _call(rank: int, what: str, line: str | None) -> str:

@@ -34,6 +34,10 @@ and the user's code sees EINTR): the watch never changes the program it watches.
 While the main thread stands still, the report also carries every other Python
 thread's stack (the other side of a deadlock).
 
+Once the node's agent asks (gloo aborted a rank for a collective's size), the
+sampler also writes this rank's last collectives as torch's flight recorder kept
+them (:func:`answer_calls_request`; the agent's side: :mod:`paijob.runtime.watch.recorder`).
+
 Cost: one sample is a stack walk of the main thread and three small /proc
 reads, about 0.1 ms once a second (see ``benchmarks/bench_hangwatch.py``).
 No torch import: the sampler only reads ``sys.modules`` for what is loaded.
@@ -45,6 +49,7 @@ import contextlib
 import faulthandler
 import json
 import os
+import pickle
 import sys
 import threading
 import time
@@ -298,14 +303,12 @@ class Sampler:
             self._stack_fd = None
 
     def _run(self) -> None:
-        from paijob.runtime.watch.recorder import answer_request  # it reads this module's helpers
-
         folder = os.path.dirname(self.path)
         while self.main.is_alive():
             try:
                 self.arm_watchdog()
                 self.write(self.sample())
-                answer_request(folder, self.rank)  # a stat, unless the agent asked (a mismatch)
+                answer_calls_request(folder, self.rank)  # a stat, unless the agent asked (a mismatch)
             except Exception:  # noqa: BLE001 - the watch must never break training
                 pass
             time.sleep(self.interval)
@@ -427,6 +430,64 @@ class Sampler:
                 self.write({**self._last, "error": self.error, "time": time.time()})
             except OSError:
                 pass
+
+
+# -- the last collectives, when the agent asks (paijob.runtime.watch.recorder) -------------------
+
+REQUEST_FILE = "calls.request"  # in the hang watch's folder: the agent wants every live rank's calls
+KEPT_PER_GROUP = 4  # last entries per process group a rank reports
+_C10D_C = "torch._C._distributed_c10d"
+
+
+def answer_path(folder: str, rank: int) -> str:
+    return os.path.join(folder, f"rank{rank}.calls.json")
+
+
+def answer_calls_request(folder: str, rank: int) -> bool:
+    """Write this rank's recent calls once the agent asked (at each sample); whether an answer
+    was written. An answer is written once; a rank without a recorder answers ``null``, so the
+    agent need not wait for it."""
+    path = answer_path(folder, rank)
+    if not os.path.exists(os.path.join(folder, REQUEST_FILE)) or os.path.exists(path):
+        return False
+    write_new(path, json.dumps(recent_calls()))
+    return True
+
+
+def recent_calls(limit: int = KEPT_PER_GROUP) -> list[dict[str, Any]] | None:
+    """This process's last ``limit`` collectives of each process group as torch's flight
+    recorder kept them, oldest first; None: torch is not loaded here, this torch has no
+    recorder for its backend, or it is off. Each: ``{"group", "seq", "op", "sizes", "dtypes",
+    "line"}`` (``line``: the innermost frame of the user's code that issued the call,
+    ``train.py:42``, or None)."""
+    dump = getattr(sys.modules.get(_C10D_C), "_dump_fr_trace", None)
+    if dump is None:
+        return None
+    try:
+        entries = pickle.loads(dump()).get("entries") or []  # noqa: S301 - torch's own bytes, this process's
+    except Exception:  # noqa: BLE001 - another torch: say nothing rather than fail a worker
+        return None
+    calls = [_recorded_call(e) for e in entries if isinstance(e, dict) and not e.get("is_p2p")]
+    kept: list[dict[str, Any]] = []
+    for group in dict.fromkeys(c["group"] for c in calls):
+        kept.extend(sorted((c for c in calls if c["group"] == group), key=lambda c: c["seq"])[-limit:])
+    return kept or None
+
+
+def _recorded_call(entry: dict[str, Any]) -> dict[str, Any]:
+    """One entry of torch's recorder as the agent reads it. torch's frames are innermost first
+    ({"name", "filename", "line"}); the line is the innermost one outside installed code."""
+    frames = [f for f in entry.get("frames") or [] if isinstance(f, dict)]
+    user = next((f for f in frames if f.get("filename") and not is_library(str(f["filename"]))
+                 and not str(f["filename"]).startswith("<")), None)
+    return {
+        "group": str(entry.get("pg_id", "")),
+        "seq": int(entry.get("collective_seq_id") or 0),
+        "op": str(entry.get("profiling_name", "")).split(":")[-1],
+        "sizes": [list(s) for s in entry.get("input_sizes") or []],
+        "dtypes": [str(d) for d in entry.get("input_dtypes") or []],
+        "line": f"{os.path.basename(str(user['filename']))}:{user.get('line')}" if user else None,
+    }
 
 
 def watch_forked_child(folder: str, interval: float) -> None:

@@ -12,11 +12,13 @@ program sees and costs about 1-2 us a collective on gloo
 (:func:`paijob.common.contract.worker_env`).
 
 Nobody reads it while the job is healthy. When a node's agent sees gloo's size
-abort, it asks its live workers (a request file in the hang watch's folder); each
-worker's sampler thread, at its next sample, writes this rank's last entries to
-``rank<N>.calls.json`` (:func:`answer_request`). The agent stops the workers only
-after they answered or :data:`ANSWER_WAIT` passed. No signal, no torch import:
-the recorder is read only where torch is already loaded.
+abort, it asks its live workers (:func:`request`: a file in the hang watch's
+folder); each worker's sampler thread, at its next sample, writes this rank's last
+entries to ``rank<N>.calls.json``
+(:func:`paijob.runtime.watch.progress.answer_calls_request`: the worker's side,
+with the sampler, no torch import). The agent stops the workers only after they
+answered or :data:`ANSWER_WAIT` passed, and reads the answers
+(:func:`read_answers`). No signal.
 
 The account itself is pure (:mod:`paijob.runtime.watch.mismatch`).
 """
@@ -25,25 +27,12 @@ from __future__ import annotations
 
 import json
 import os
-import pickle
-import sys
 from typing import Any
 
-from paijob.runtime.watch.progress import is_library, write_new
+from paijob.runtime.watch.progress import REQUEST_FILE, answer_path, write_new
 
-REQUEST_FILE = "calls.request"  # in the hang watch's folder: the agent wants every live rank's calls
 ANSWER_WAIT = 3.0  # seconds an agent waits for its workers' answers (a sample comes once a second)
-KEPT_PER_GROUP = 4  # last entries per process group a rank reports
 MAX_ANSWER = 64 * 1024  # bytes of an answer read
-_C10D_C = "torch._C._distributed_c10d"
-
-
-def answer_path(folder: str, rank: int) -> str:
-    return os.path.join(folder, f"rank{rank}.calls.json")
-
-
-def requested(folder: str) -> bool:
-    return os.path.exists(os.path.join(folder, REQUEST_FILE))
 
 
 def request(folder: str) -> None:
@@ -51,49 +40,6 @@ def request(folder: str) -> None:
     path = os.path.join(folder, REQUEST_FILE)
     if not os.path.exists(path):
         write_new(path, "")
-
-
-def recent_calls(limit: int = KEPT_PER_GROUP) -> list[dict[str, Any]] | None:
-    """This process's last ``limit`` recorded collectives of each process group, oldest first;
-    None: torch is not loaded here, this torch has no flight recorder for its backend, or it is
-    off. Each: ``{"group", "seq", "op", "sizes", "dtypes", "line"}`` (``line``: the innermost
-    frame of the user's code that issued the call, ``train.py:42``, or None)."""
-    c10d = sys.modules.get(_C10D_C)
-    dump = getattr(c10d, "_dump_fr_trace", None)
-    if dump is None:
-        return None
-    try:
-        trace = pickle.loads(dump())  # torch's own bytes, from this process
-        entries = trace.get("entries") or []
-    except Exception:  # noqa: BLE001 - another torch: say nothing rather than fail a worker
-        return None
-    calls: list[dict[str, Any]] = []
-    for entry in entries:
-        if not isinstance(entry, dict) or entry.get("is_p2p"):
-            continue
-        calls.append({
-            "group": str(entry.get("pg_id", "")),
-            "seq": int(entry.get("collective_seq_id") or 0),
-            "op": str(entry.get("profiling_name", "")).split(":")[-1],
-            "sizes": [list(s) for s in entry.get("input_sizes") or []],
-            "dtypes": [str(d) for d in entry.get("input_dtypes") or []],
-            "line": _user_line(entry.get("frames") or []),
-        })
-    kept: list[dict[str, Any]] = []
-    for group in dict.fromkeys(c["group"] for c in calls):
-        kept.extend(sorted((c for c in calls if c["group"] == group), key=lambda c: c["seq"])[-limit:])
-    return kept or None
-
-
-def answer_request(folder: str, rank: int) -> bool:
-    """Write this rank's recent calls once the agent asked (called by the sampler at each
-    sample); whether an answer was written. An answer is written once; a rank without a
-    recorder answers ``null``, so the agent need not wait for it."""
-    path = answer_path(folder, rank)
-    if not requested(folder) or os.path.exists(path):
-        return False
-    write_new(path, json.dumps(recent_calls()))
-    return True
 
 
 def read_answers(folder: str, ranks: list[int]) -> dict[int, list[dict[str, Any]] | None]:
@@ -131,13 +77,3 @@ def _checked(entry: Any) -> dict[str, Any] | None:
 
 def _text(value: Any, limit: int) -> str:
     return "".join(ch for ch in str(value) if ch.isprintable())[:limit]
-
-
-def _user_line(frames: list[Any]) -> str | None:
-    """``train.py:42``: the innermost frame outside installed code. torch's frames are innermost
-    first ({"name", "filename", "line"})."""
-    for frame in frames:
-        filename = str(frame.get("filename", "")) if isinstance(frame, dict) else ""
-        if filename and not is_library(filename) and not filename.startswith("<"):
-            return f"{os.path.basename(filename)}:{frame.get('line')}"
-    return None
