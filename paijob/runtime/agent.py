@@ -76,6 +76,7 @@ from paijob.runtime.watch.hangwatch import (  # noqa: E402
     Channel,
     HangWatch,
     StoreChannel,
+    process_ended,
     stacks_folder,
 )
 from paijob.runtime.watch.health import answer_stacks_requests, host_name  # noqa: E402
@@ -308,7 +309,7 @@ class PaijobAgent(LocalElasticAgent):
         exited = []
         for local_rank, rank in enumerate(self.assigned_ranks):
             pid = self.rank_pids.get(rank)
-            if pid is None or rank in self._exited or _running(pid):
+            if pid is None or rank in self._exited or not process_ended(pid):
                 continue
             self._exited.add(rank)
             exited.append(Failure(node_rank=self.node_rank, rank=rank, local_rank=local_rank,
@@ -333,7 +334,7 @@ class PaijobAgent(LocalElasticAgent):
         while True:
             answers = read_answers(folder, list(self.rank_pids))
             waiting = [rank for rank, pid in self.rank_pids.items()
-                       if rank not in answers and _running(pid)]
+                       if rank not in answers and not process_ended(pid)]
             if not waiting or time.monotonic() >= deadline:
                 break
             time.sleep(0.05)
@@ -415,15 +416,6 @@ class PaijobAgent(LocalElasticAgent):
         lines = [strip_rank_prefix(line) for line in lines]
         return "\n".join(lines[-_TAIL_LINES:])
 
-
-
-def _running(pid: int) -> bool:
-    """Whether process ``pid`` still runs (exists, and is no zombie waiting to be reaped)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as handle:
-            return handle.read().rpartition(b")")[2].split()[0] != b"Z"
-    except (OSError, IndexError):
-        return False
 
 
 def _signal_group(pgid: int, signum: int) -> None:
