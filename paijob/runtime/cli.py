@@ -18,6 +18,7 @@ import logging
 import os
 import shlex
 import sys
+import traceback
 from collections.abc import Callable, Mapping, Sequence
 from typing import NoReturn
 
@@ -247,10 +248,30 @@ def main_and_exit(argv: Sequence[str] | None = None) -> NoReturn:
     finalises, pybind11 takes the GIL back in a destructor, Python ends the thread there (``pthread_exit``)
     and C++ calls ``std::terminate``: "terminate called without an active exception", exit -6 on a
     node whose job succeeded. Tests call :func:`main` in-process and keep their interpreter.
+
+    Every way out of :func:`main` ends here: a return, ``SystemExit`` (argparse's ``--help`` and usage errors)
+    and an exception :func:`~paijob.common.guard.run_guarded` does not catch (a bug: its traceback, exit 1,
+    as Python's own uncaught-exception exit), since that last one met the same store call in flight.
     """
     from paijob.runtime.worker import finish  # no torch
 
-    finish(main(argv))
+    finish(_code_of_main(argv))
+
+
+def _code_of_main(argv: Sequence[str] | None) -> int:
+    """:func:`main`'s exit code however it ends, as the interpreter would have made it."""
+    try:
+        return main(argv)
+    except SystemExit as stop:
+        if stop.code is None or isinstance(stop.code, int):
+            return stop.code or 0
+        print(stop.code, file=sys.stderr)  # sys.exit("message"): Python prints it and exits 1
+        return 1
+    except KeyboardInterrupt:  # before run_guarded took over
+        return exitcodes.INTERRUPTED
+    except BaseException:  # noqa: BLE001 - a bug's traceback, then the one way out
+        traceback.print_exc()
+        return 1
 
 
 if __name__ == "__main__":
