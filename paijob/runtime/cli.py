@@ -27,7 +27,10 @@ from paijob.common import contract, exitcodes, options
 from paijob.common.guard import run_guarded
 from paijob.common.jobversion import mismatch_warning, rendered_version
 from paijob.common.options import build_parsers, split_train_argv
+from paijob.common.records import FailureRecord
+from paijob.errors import PaijobError
 from paijob.runtime.config import HangSettings, LaunchConfig, LaunchError, WorkerCommand
+from paijob.runtime.console import take_record_key, tell
 from paijob.runtime.env import (
     DistEnv,
     LaunchOptions,
@@ -212,7 +215,18 @@ def _train_horovod(args: argparse.Namespace, command: WorkerCommand) -> int:
     return launch_horovod(slot, command, precision=args.precision or None)
 
 
+def _train_told(args: argparse.Namespace) -> int:
+    """:func:`cmd_train`; an error of the runtime's own (a missing script, an unreachable master) also
+    ends with its record, which the cluster reads (the line :func:`run_guarded` prints is for people)."""
+    try:
+        return cmd_train(args)
+    except PaijobError as error:
+        tell(FailureRecord(None, error.exit_code, str(error)))
+        raise
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    take_record_key()  # before any worker starts: none of them gets the key
     argv = list(sys.argv[1:] if argv is None else argv)
     parser, train_parser = build_parsers()
     rest: list[str] = []
@@ -227,7 +241,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=logging.DEBUG if args.verbose else logging.WARNING,
         format="%(asctime)s %(message)s" if args.verbose else "%(message)s",
     )
-    commands: dict[str, Callable[[argparse.Namespace], int]] = {"train": cmd_train, "env": cmd_env}
+    commands: dict[str, Callable[[argparse.Namespace], int]] = {"train": _train_told, "env": cmd_env}
     command = commands.get(args.command or "")
     if command is None:
         parser.print_help(sys.stderr)
