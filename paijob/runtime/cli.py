@@ -215,14 +215,22 @@ def _train_horovod(args: argparse.Namespace, command: WorkerCommand) -> int:
     return launch_horovod(slot, command, precision=args.precision or None)
 
 
-def _train_told(args: argparse.Namespace) -> int:
-    """:func:`cmd_train`; an error of the runtime's own (a missing script, an unreachable master) also
-    ends with its record, which the cluster reads (the line :func:`run_guarded` prints is for people)."""
-    try:
-        return cmd_train(args)
-    except PaijobError as error:
-        tell(FailureRecord(None, error.exit_code, str(error)))
-        raise
+def _run_told(command: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
+    """``command`` under :func:`run_guarded`; an error of the runtime's own (a missing script, an unreachable
+    master) then also ends with its record, which the cluster reads, after the line people read."""
+    told: list[FailureRecord] = []
+
+    def recorded() -> int:
+        try:
+            return command(args)
+        except PaijobError as error:
+            told.append(FailureRecord(None, error.exit_code, str(error)))
+            raise
+
+    code = run_guarded("paijob-runtime", recorded)
+    for record in told:
+        tell(record)
+    return code
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -241,7 +249,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=logging.DEBUG if args.verbose else logging.WARNING,
         format="%(asctime)s %(message)s" if args.verbose else "%(message)s",
     )
-    commands: dict[str, Callable[[argparse.Namespace], int]] = {"train": _train_told, "env": cmd_env}
+    commands: dict[str, Callable[[argparse.Namespace], int]] = {"train": cmd_train, "env": cmd_env}
     command = commands.get(args.command or "")
     if command is None:
         parser.print_help(sys.stderr)
@@ -249,7 +257,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     warning = mismatch_warning(os.environ)
     if warning:
         print(f"paijob-runtime: {warning}", file=sys.stderr)
-    return run_guarded("paijob-runtime", lambda: command(args))
+    return _run_told(command, args)
 
 
 def main_and_exit(argv: Sequence[str] | None = None) -> NoReturn:

@@ -111,3 +111,16 @@ EARLY = FailureRecord(node_rank=None, exit_code=2, summary="the master did not c
 ])
 def test_the_root_cause_is_the_runtimes_last_record(log: str, expected: FailureRecord | None) -> None:
     assert root_cause(log, KEY) == expected
+
+
+def test_a_runtime_that_stopped_before_any_worker_is_the_reason(server: LocalServer, client: PaiClient,
+                                                                 tmp_path: Path) -> None:
+    """paijob-runtime's own error (here a missing script) is a record too: no rank, its reason."""
+    job_id = client.submit(job_yaml("noscript", [f"paijob-runtime train --nproc-per-node 1 {tmp_path / 'gone.py'}"]))
+    detail = client.wait(job_id, poll=0.1, timeout=60)
+    task = detail["taskRoles"]["worker"]["taskStatuses"][0]
+    record = task["paijobRootCause"]
+    assert record["rank"] is None and record["exit_code"] == 2 and "gone.py" in record["summary"], record
+    assert common.root_cause(detail) is None
+    assert common.outcome_line(job_id, detail).startswith(f"job {job_id} FAILED: {record['summary']} (OpenPAI: "
+                                                          "worker/0 exited with code ")

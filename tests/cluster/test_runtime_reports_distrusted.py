@@ -75,7 +75,7 @@ def test_a_file_the_job_wrote_is_not_shown(cluster: LocalCluster, text: str) -> 
     assert cluster.stall(JOB, 0, PLAN) is None
 
 
-def test_a_huge_progress_file_is_not_read(cluster: LocalCluster) -> None:
+def test_a_huge_stall_file_is_not_read(cluster: LocalCluster) -> None:
     # 20 MB around a valid line: the old reader parsed it all on every status request
     path = stall_file(cluster)
     write_report(path, [1], padding="x" * 20_000_000)
