@@ -109,6 +109,7 @@ def test_a_stall_record_round_trips_and_words_itself() -> None:
     assert StallRecord.from_json(stall.to_json()) == stall
     assert stall.describe() == "no progress for 95s on ranks 0, 2-7"
     assert StallRecord((1,), 12).describe() == "no progress for 12s on rank 1"
+    assert StallRecord((0, 1), 12).describe() == "no progress for 12s on ranks 0-1"
 
 
 def test_a_stall_file_is_read_while_fresh_and_not_once_the_stall_ended(tmp_path: Path) -> None:
@@ -119,3 +120,92 @@ def test_a_stall_file_is_read_while_fresh_and_not_once_the_stall_ended(tmp_path:
     path.write_text(StallRecord((), 0, 1000.0).to_json())  # the hang watch's "no stall now"
     assert records.read_stall(path, now=1000.0) is None
     assert records.read_stall(tmp_path / "missing.json") is None
+
+
+def test_the_wire_form_is_version_1_with_these_fields() -> None:
+    """Another paijob reads these lines (a client newer or older than the task's runtime): the form is fixed."""
+    line = failure_line(FailureRecord(node_rank=0, exit_code=2, summary="bad input"))
+    assert line.startswith("paijob-runtime: record {")
+    assert json.loads(line[len(records.MARKER):]) == {
+        "v": 1, "kind": "failure", "node_rank": 0, "exit_code": 2, "summary": "bad input", "rank": None,
+        "worker_node": None, "local_rank": None, "how": None, "error": None, "closing": False}
+    assert json.loads(StallRecord((1,), 5, 7.0).to_json()) == {"v": 1, "kind": "stall", "ranks": [1], "seconds": 5,
+                                                              "time": 7.0}
+
+
+def test_texts_are_one_line_and_cut_at_400_characters() -> None:
+    whole = FailureRecord(node_rank=0, exit_code=1, summary="s" * 400, how="exit\ncode  1", error="e" * 401)
+    assert whole.summary == "s" * 400 and whole.how == "exit code 1"
+    assert whole.error == "e" * 397 + "..."
+
+
+def test_a_record_line_of_4096_characters_is_read_and_a_longer_one_is_not() -> None:
+    fields = FailureRecord(node_rank=0, exit_code=1, summary="x").as_json()
+    line = records.MARKER + json.dumps(fields)
+    padded = line[:-1] + " " * (4096 - len(line)) + "}"
+    assert len(padded) == 4096 and records.read_failure_line(padded).summary == "x"
+    with pytest.raises(RecordError):
+        records.read_failure_line(padded[:-1] + " }")
+
+
+def test_a_line_behind_the_marker_that_is_not_json_is_skipped() -> None:
+    good = failure_line(FailureRecord(node_rank=0, exit_code=1, summary="the real one"))
+    with pytest.raises(RecordError):
+        records.read_failure_line(records.MARKER + "{not json")
+    assert last_failure(good + "\n" + records.MARKER + "{not json\n") == records.read_failure_line(good)
+
+
+def test_a_closing_record_gives_way_only_to_an_account_before_it() -> None:
+    account = FailureRecord(node_rank=0, exit_code=1, summary="worker rank 1 failed", rank=1, worker_node=0)
+    closing = FailureRecord(node_rank=0, exit_code=1, summary="node rank 0 failed with exit code 1", closing=True)
+    later = FailureRecord(node_rank=0, exit_code=1, summary="node rank 0 failed again", closing=True)
+
+    def log(*found: FailureRecord) -> str:
+        return "".join(failure_line(record) + "\n" for record in found)
+
+    assert last_failure(log(account, closing)) == account
+    assert last_failure(log(closing)) == closing
+    assert last_failure(log(account, closing, later)) == later  # a closing record sums up no closing record
+    assert last_failure(log(closing, account)) == account
+
+
+@pytest.mark.parametrize(("ranks", "seconds", "written", "taken"), [
+    ([0, 10**9 - 1], 0, 1.0, True),
+    (list(range(1024)), 95, 1.0, True),
+    (list(range(1025)), 95, 1.0, False),
+    ([-1], 95, 1.0, False),
+    ([10**9], 95, 1.0, False),
+    ("1", 95, 1.0, False),
+    ([1], -1, 1.0, False),
+    ([1], 10**9, 1.0, False),
+    ([1], "95", 1.0, False),
+    ([1], 95, "1.0", False),
+    ([1], 95, True, False),
+])
+def test_a_stall_record_takes_only_counts(ranks: object, seconds: object, written: object, taken: bool) -> None:
+    text = json.dumps({"v": 1, "kind": "stall", "ranks": ranks, "seconds": seconds, "time": written})
+    if taken:
+        assert StallRecord.from_json(text).ranks == tuple(ranks)  # type: ignore[arg-type]
+    else:
+        with pytest.raises(RecordError):
+            StallRecord.from_json(text)
+
+
+def test_a_stall_file_of_4096_bytes_is_read_and_a_longer_one_is_not(tmp_path: Path) -> None:
+    path = tmp_path / "stall.json"
+    text = StallRecord((1,), 40, 1000.0).to_json()
+    path.write_text(text + " " * (4096 - len(text)))  # whitespace after the JSON: still the record
+    assert records.read_stall(path, now=1000.0) == StallRecord((1,), 40, 1000.0)
+    path.write_text(text + " " * (4097 - len(text)))
+    assert records.read_stall(path, now=1000.0) is None
+
+
+def test_a_stall_is_fresh_for_less_than_15_seconds_and_reading_leaves_no_descriptor_open(tmp_path: Path) -> None:
+    path = tmp_path / "stall.json"
+    path.write_text(StallRecord((1,), 40, 1000.0).to_json())
+    before = len(list(Path("/proc/self/fd").iterdir()))
+    assert records.read_stall(path, now=1000.0 + 15.0) is None
+    assert records.read_stall(path, now=1014.9) is not None
+    path.write_text("not a record")
+    assert records.read_stall(path, now=1000.0) is None
+    assert len(list(Path("/proc/self/fd").iterdir())) == before
