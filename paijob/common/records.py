@@ -38,6 +38,7 @@ import hashlib
 import hmac
 import json
 import os
+import re
 import stat
 import time
 from collections.abc import Iterable, Mapping
@@ -57,11 +58,15 @@ class RecordError(ValueError):
     """Text that is not a record in this module's exact form."""
 
 
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")  # a terminal's control characters (C0, DEL, C1)
+
+
 def _text(value: str | None) -> str | None:
-    """A text field as it may be written: one line, at most :data:`MAX_TEXT` characters."""
+    """A text field as it may be written: one line without control characters (an exception message's
+    colours are shown escaped), at most :data:`MAX_TEXT` characters."""
     if value is None:
         return None
-    line = " ".join(value.split())
+    line = _CONTROL.sub(lambda found: f"\\x{ord(found.group()):02x}", " ".join(value.split()))
     return line if len(line) <= MAX_TEXT else line[:MAX_TEXT - 3] + "..."
 
 
@@ -110,8 +115,8 @@ class FailureRecord:
             value = fields[key]
             if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
                 raise RecordError(f"{key}: {type(value).__name__}")
-            if isinstance(value, str) and (len(value) > MAX_TEXT or "\n" in value):
-                raise RecordError(f"{key}: not one line of at most {MAX_TEXT} characters")
+            if isinstance(value, str) and (len(value) > MAX_TEXT or _CONTROL.search(value)):
+                raise RecordError(f"{key}: not one line of at most {MAX_TEXT} characters without control characters")
         return cls(**fields)
 
 

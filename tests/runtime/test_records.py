@@ -139,6 +139,16 @@ def test_texts_are_one_line_and_cut_at_400_characters() -> None:
     assert whole.error == "e" * 397 + "..."
 
 
+def test_a_terminals_control_characters_are_written_escaped_and_never_read() -> None:
+    """An exception message in colour (or one that would move the cursor of whoever prints the cause)."""
+    coloured = FailureRecord(node_rank=0, exit_code=1, summary="s", error="\x1b[31mValueError\x1b[0m: b\x9bad")
+    assert coloured.error == "\\x1b[31mValueError\\x1b[0m: b\\x9bad"
+    assert records.read_failure_line(failure_line(coloured)) == coloured
+    raw = json.dumps({**coloured.as_json(), "error": "\x1b]0;owned\x07"})
+    with pytest.raises(RecordError):
+        records.read_failure_line(records.MARKER + raw)
+
+
 def test_a_record_line_of_4096_characters_is_read_and_a_longer_one_is_not() -> None:
     fields = FailureRecord(node_rank=0, exit_code=1, summary="x").as_json()
     line = records.MARKER + json.dumps(fields)
