@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import re
 import sys
 import time
 from dataclasses import dataclass
@@ -14,6 +13,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 import yaml
 
+from paijob.common import records
 from paijob.openpai.jobstate import is_terminal
 from paijob.openpai.rest import tasks_of
 
@@ -150,25 +150,22 @@ def failing_task(detail: dict[str, Any]) -> str | None:
     return f"{name}/{task.get('taskIndex')} exited with code {task.get('containerExitCode')}"
 
 
-# the local cluster's task diagnostics: "<what paijob-runtime said>; user command exited with N; OpenPAI reports ..."
-_TASK_REASON = re.compile(r"^(?P<reason>.+?); user command exited with .*$")
-
-
 def failing_task_reason(detail: dict[str, Any]) -> str | None:
-    """What the failing task itself said it died of (its exit diagnostics, as the local cluster records
-    paijob-runtime's error), for a task with no worker's root cause: a runtime that stopped before any
-    worker started (a missing script, an unreachable master)."""
+    """What the failing task itself said it died of (paijob-runtime's record, as the local cluster passes it
+    on), for a task with no worker's root cause: a runtime that stopped before any worker started (a missing
+    script, an unreachable master), a hang."""
     failed = _failed(detail)
-    text = failed[1].get("containerExitDiagnostics") if failed else None
-    match = _TASK_REASON.match(" ".join(text.split())) if isinstance(text, str) else None
-    return match.group("reason").strip() if match else None
+    record = _record_of(failed[1]) if failed else None
+    return record.describe() if record else None
 
 
-# paijob-runtime's root-cause headline (runtime/failures.py) as the local cluster records it in a task's
-# containerExitDiagnostics, followed by the error line of that worker's traceback (local/diagnostics.py).
-_ROOT_CAUSE = re.compile(r"worker rank (?P<rank>\d+) \(node rank (?P<node>\d+), local rank \d+\) failed with "
-                         r"(?P<how>exit code -?\d+|signal \w+)(?P<elsewhere> \(on another node\))?"
-                         r"(?:: (?P<error>.+?))?(?:; user command exited with .*)?$")
+def _record_of(task: dict[str, Any]) -> records.FailureRecord | None:
+    """paijob-runtime's record of why ``task`` failed (``paijobRootCause``: the local cluster has it from the
+    task's log; a real cluster's task has none), checked field by field; None where there is none."""
+    try:
+        return records.FailureRecord.from_json(task.get("paijobRootCause"))
+    except records.RecordError:
+        return None
 
 
 @dataclass(frozen=True)
@@ -186,7 +183,7 @@ class RootCause:
 
 
 def root_cause(detail: dict[str, Any]) -> RootCause | None:
-    """The failing rank, its task and its error, from the tasks' exit diagnostics (None where they lack it).
+    """The failing rank, its task and its error, from paijob-runtime's records of the tasks (None: none has one).
 
     Which task OpenPAI names (``appExitTriggerTaskRoleName``) is only the first to exit: when rank 1 raises,
     node 0 may learn of it and exit first, and the attempt then stops rank 1's task. Every node's
@@ -196,16 +193,15 @@ def root_cause(detail: dict[str, Any]) -> RootCause | None:
     """
     found = []
     for role, task in tasks_of(detail):
-        text = task.get("containerExitDiagnostics")
-        match = _ROOT_CAUSE.match(" ".join(text.split())) if isinstance(text, str) else None
-        if match:
-            found.append((match.group("elsewhere") is not None, f"{role}/{task.get('taskIndex')}", match))
+        record = _record_of(task)
+        if record is not None and record.rank is not None:
+            found.append((record.elsewhere, f"{role}/{task.get('taskIndex')}", record.rank, record))
     if not found:
         return None
-    elsewhere, where, match = min(found, key=lambda item: item[0])
-    node = int(match.group("node"))
-    return RootCause(int(match.group("rank")), _task_of_node(detail, node) if elsewhere else where,
-                     match.group("how"), match.group("error"))
+    elsewhere, where, rank, record = min(found, key=lambda item: item[0])
+    node = record.worker_node
+    return RootCause(rank, _task_of_node(detail, node) if elsewhere and node is not None else where,
+                     record.how or "", record.error)
 
 
 def _task_of_node(detail: dict[str, Any], node_rank: int) -> str | None:

@@ -58,9 +58,15 @@ SPAWN_HOOK = "PAIJOB_SPAWN_HOOK"
 wrapper hooks into each child the sampler (where ``PAIJOB_HANG_DIR`` is set) and the wrapper's clean
 exit (:mod:`paijob.runtime.watch.spawnwatch`)."""
 
-PROGRESS_FILE = "PAIJOB_PROGRESS_FILE"
-"""Set by the local cluster: node 0's hang watch keeps its one-line account of a stall there
-(``no progress for 95s on rank 1``), which ``paijob status`` and the portal show while the job runs."""
+STALL_FILE = "PAIJOB_STALL_FILE"
+"""Set by the local cluster: node 0's hang watch keeps its stall record there (ranks that made no progress
+for N s: :class:`paijob.common.records.StallRecord`), which ``paijob status`` and the portal show while the
+job runs. (Was ``PAIJOB_PROGRESS_FILE``; no user sets it: the local cluster does, for its own paijob-runtime.)"""
+
+RECORD_KEY = "PAIJOB_RECORD_KEY"
+"""Set by the local cluster, one per task: the key paijob-runtime signs its failure record with
+(:mod:`paijob.common.records`), so that a record a worker prints is not the runtime's. The runtime takes it
+out of its own environment when it starts; no worker gets it."""
 
 # -- the job (its env: values) -> paijob-runtime ---------------------------------------------------
 
@@ -146,7 +152,8 @@ def worker_env(
     ``hang_dir``: where each worker's progress sampler writes (the hang watch on; None: off).
     """
     env = dict(base)
-    env.pop(PROGRESS_FILE, None)  # the runtime's own report of a stall: a worker (the user's code) gets no pen for it
+    env.pop(STALL_FILE, None)  # the runtime's own report of a stall: a worker (the user's code) gets no pen for it
+    env.pop(RECORD_KEY, None)  # nor the key of the runtime's own failure record
     env.update(layout)
     env.setdefault("PYTHONUNBUFFERED", "1")
     if precision:

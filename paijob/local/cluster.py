@@ -17,7 +17,7 @@ from pathlib import Path
 
 from paijob.local import capacity, diagnostics
 from paijob.local.jobmodels import JobModels
-from paijob.local.processes import PROGRESS_NAME
+from paijob.local.processes import STALL_NAME
 from paijob.local.runner import JobRunner
 from paijob.local.store import Store
 from paijob.local.tracking import Tracker
@@ -80,8 +80,8 @@ class LocalCluster:
         job's own task folders are looked in: a job cannot make this walk thousands it made."""
         for role in plan.roles:
             for index in range(role.instances):
-                path = self.work_dir(job_id, attempt, role.name, index) / PROGRESS_NAME
-                line = diagnostics.stall_report(path)  # bounded, and only in the runtime's own form
+                path = self.work_dir(job_id, attempt, role.name, index) / STALL_NAME
+                line = diagnostics.stall(path)  # bounded, and only in the runtime's own form
                 if line:
                     return line
         return None

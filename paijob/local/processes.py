@@ -16,6 +16,7 @@ process ends.
 from __future__ import annotations
 
 import os
+import secrets
 import subprocess
 import sys
 import threading
@@ -26,6 +27,7 @@ from typing import Protocol
 
 from paijob.common import contract
 from paijob.common.ports import Reservation, reserve
+from paijob.common.records import FailureRecord
 from paijob.copyout import local_output_dir
 from paijob.local import capacity, faults, storage
 from paijob.local.settings import openpai_before_1_6, stop_grace
@@ -38,7 +40,7 @@ from paijob.openpai.names import init_role_failure, role_name_breaks_init, role_
 
 MARKER = TASK_MARKER
 JOB_MARKER = contract.LOCAL_JOB
-PROGRESS_NAME = ".paijob-progress.json"  # in a task's work folder (contract.PROGRESS_FILE)
+STALL_NAME = ".paijob-stall.json"  # in a task's work folder (contract.STALL_FILE)
 
 Gpus = dict[tuple[str, int], str | None]  # role/index -> CUDA_VISIBLE_DEVICES (None: leave it alone)
 
@@ -84,7 +86,9 @@ class Task:
     readers: list[threading.Thread] = field(default_factory=list)
     state: str = "WAITING"
     code: int | None = None
-    cause: str | None = None  # the script's own error, as paijob-runtime reported it
+    cause: FailureRecord | None = None  # the script's own error, as paijob-runtime recorded it
+    # signs paijob-runtime's record in this task's log (contract.RECORD_KEY): what a worker prints is not it
+    record_key: str = field(default_factory=lambda: secrets.token_hex(16))
     sink: LogSink | None = None
     init_failed: bool = False  # OpenPAI's init container failed: its exit code is reported as is
 
@@ -229,7 +233,8 @@ class TaskProcesses:
         env[contract.OUTPUT_DIR] = str(output)
         env[contract.STORAGE_MOUNT] = str(storage.mount_root(self.host.state_dir))  # the job's /mnt
         storage.folder(self.host.state_dir).mkdir(parents=True, exist_ok=True)
-        env[contract.PROGRESS_FILE] = str(workdir / PROGRESS_NAME)  # node 0's hang watch: a stall
+        env[contract.STALL_FILE] = str(workdir / STALL_NAME)  # node 0's hang watch: a stall
+        env[contract.RECORD_KEY] = task.record_key
         return env, workdir
 
     def _task_env(self, task: Task) -> dict[str, str]:

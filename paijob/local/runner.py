@@ -12,6 +12,7 @@ own process tree); what it needs from the cluster that owns it is
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
@@ -240,15 +241,17 @@ class JobRunner(threading.Thread):
             return raw
         tail = log_tail(task.log_dir / "all")
         result = exitspec.container_exit(raw, tail)
-        task.cause = diagnostics.root_cause(tail) if raw != 0 else None
-        notes = [task.cause] if task.cause else []
+        task.cause = diagnostics.root_cause(tail, task.record_key) if raw != 0 else None
+        notes = [task.cause.describe()] if task.cause else []
         if result.code != raw:
             task.code = result.code
             notes.append(f"user command exited with {raw}; OpenPAI reports {result.code} "
                          f"({result.spec.phrase})" + (f", matched {result.matched!r}" if result.matched else ""))
         if notes:
+            record = json.dumps(task.cause.as_json()) if task.cause else None
             self.store.update_task(self.username, self.name_, task.job_attempt, task.role.name, task.index,
-                                   task.attempt, exit_code=result.code, diagnostics="; ".join(notes))
+                                   task.attempt, exit_code=result.code, diagnostics="; ".join(notes),
+                                   root_cause=record)
         return result.code
 
     def _task_retry(self, task: Task, code: int) -> bool:
@@ -293,7 +296,7 @@ class JobRunner(threading.Thread):
             self.username, self.name_, attempt, state=state, completed_time=now_ms(), exit_code=code,
             trigger_message=message, trigger_role=trigger.role.name if trigger else None,
             trigger_index=trigger.index if trigger else None,
-            diagnostics=f"{message}: {cause}" if cause else message,
+            diagnostics=f"{message}: {cause.describe()}" if cause else message,
         )
         if state == "FAILED" and code is not None and not self.stop_requested.is_set():
             decision = exitspec.retry_decision(code, self._accountable_retries, self.job.job_retry_count)

@@ -83,6 +83,7 @@ CREATE TABLE IF NOT EXISTS tasks (
     pid INTEGER,
     log_dir TEXT,
     diagnostics TEXT,
+    root_cause TEXT,
     PRIMARY KEY (username, name, job_attempt, role, task_index, task_attempt)
 );
 CREATE TABLE IF NOT EXISTS tags (
@@ -122,6 +123,14 @@ class Store:
         with self._lock:
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.executescript(SCHEMA)
+            self._add_missing_columns()
+
+    def _add_missing_columns(self) -> None:
+        """Columns added since a database was made: ``tasks.root_cause`` (paijob-runtime's failure record,
+        :mod:`paijob.common.records`, as JSON)."""
+        have = {row["name"] for row in self._db.execute("PRAGMA table_info(tasks)")}
+        if "root_cause" not in have:
+            self._db.execute("ALTER TABLE tasks ADD COLUMN root_cause TEXT")
 
     def close(self) -> None:
         with self._lock:

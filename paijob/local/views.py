@@ -109,7 +109,7 @@ def _log_path(job_id: str, attempt: int, role: str, index: int, task_attempt: in
 
 def _task_attempt_view(row: dict[str, Any], job_id: str) -> dict[str, Any]:
     ports = {label: ",".join(str(p) for p in numbers) for label, numbers in json.loads(row["ports"] or "{}").items()}
-    return {
+    view = {
         "attemptId": row["task_attempt"],
         "attemptState": row["state"],
         "currentAttemptCreatedTime": row["created_time"],
@@ -125,6 +125,9 @@ def _task_attempt_view(row: dict[str, Any], job_id: str) -> dict[str, Any]:
         "containerExitSpec": None if row["exit_code"] is None else exitspec.spec_for(row["exit_code"]).as_json(),
         "containerExitDiagnostics": row["diagnostics"],
     }
+    if row.get("root_cause"):  # paijob's own field: paijob-runtime's record of why the task failed
+        view["paijobRootCause"] = json.loads(row["root_cause"])
+    return view
 
 
 def _task_view(rows: list[dict[str, Any]], index: int, job_id: str, created: int | None) -> dict[str, Any]:

@@ -18,6 +18,7 @@ import logging
 import os
 import shlex
 import sys
+import traceback
 from collections.abc import Callable, Mapping, Sequence
 from typing import NoReturn
 
@@ -26,7 +27,10 @@ from paijob.common import contract, exitcodes, options
 from paijob.common.guard import run_guarded
 from paijob.common.jobversion import mismatch_warning, rendered_version
 from paijob.common.options import build_parsers, split_train_argv
+from paijob.common.records import FailureRecord
+from paijob.errors import PaijobError
 from paijob.runtime.config import HangSettings, LaunchConfig, LaunchError, WorkerCommand
+from paijob.runtime.console import take_record_key, tell
 from paijob.runtime.env import (
     DistEnv,
     LaunchOptions,
@@ -211,7 +215,26 @@ def _train_horovod(args: argparse.Namespace, command: WorkerCommand) -> int:
     return launch_horovod(slot, command, precision=args.precision or None)
 
 
+def _run_told(command: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
+    """``command`` under :func:`run_guarded`; an error of the runtime's own (a missing script, an unreachable
+    master) then also ends with its record, which the cluster reads, after the line people read."""
+    told: list[FailureRecord] = []
+
+    def recorded() -> int:
+        try:
+            return command(args)
+        except PaijobError as error:
+            told.append(FailureRecord(None, error.exit_code, str(error)))
+            raise
+
+    code = run_guarded("paijob-runtime", recorded)
+    for record in told:
+        tell(record)
+    return code
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    take_record_key()  # before any worker starts: none of them gets the key
     argv = list(sys.argv[1:] if argv is None else argv)
     parser, train_parser = build_parsers()
     rest: list[str] = []
@@ -234,7 +257,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     warning = mismatch_warning(os.environ)
     if warning:
         print(f"paijob-runtime: {warning}", file=sys.stderr)
-    return run_guarded("paijob-runtime", lambda: command(args))
+    return _run_told(command, args)
 
 
 def main_and_exit(argv: Sequence[str] | None = None) -> NoReturn:
@@ -247,10 +270,30 @@ def main_and_exit(argv: Sequence[str] | None = None) -> NoReturn:
     finalises, pybind11 takes the GIL back in a destructor, Python ends the thread there (``pthread_exit``)
     and C++ calls ``std::terminate``: "terminate called without an active exception", exit -6 on a
     node whose job succeeded. Tests call :func:`main` in-process and keep their interpreter.
+
+    Every way out of :func:`main` ends here: a return, ``SystemExit`` (argparse's ``--help`` and usage errors)
+    and an exception :func:`~paijob.common.guard.run_guarded` does not catch (a bug: its traceback, exit 1,
+    as Python's own uncaught-exception exit), since that last one met the same store call in flight.
     """
     from paijob.runtime.worker import finish  # no torch
 
-    finish(main(argv))
+    finish(_code_of_main(argv))
+
+
+def _code_of_main(argv: Sequence[str] | None) -> int:
+    """:func:`main`'s exit code however it ends, as the interpreter would have made it."""
+    try:
+        return main(argv)
+    except SystemExit as stop:
+        if stop.code is None or isinstance(stop.code, int):
+            return stop.code or 0
+        print(stop.code, file=sys.stderr)  # sys.exit("message"): Python prints it and exits 1
+        return 1
+    except KeyboardInterrupt:  # before run_guarded took over
+        return exitcodes.INTERRUPTED
+    except BaseException:  # noqa: BLE001 - a bug's traceback, then the one way out
+        traceback.print_exc()
+        return 1
 
 
 if __name__ == "__main__":

@@ -101,7 +101,9 @@ class DistEnv:
         return self.rank_offset + local_rank
 
     def node_env(self) -> dict[str, str]:
-        """Variables common to every process this node starts (``per-node`` mode gets these)."""
+        """Variables common to every process this node starts, the layout half of
+        :func:`paijob.common.contract.worker_env` (``RANK`` and ``LOCAL_RANK`` come per worker: from torch's
+        agent in ``per-gpu`` mode, from the user's own launcher in ``per-node`` mode; :meth:`rank` says which)."""
         return {
             "MASTER_ADDR": self.master_addr,
             "MASTER_PORT": str(self.master_port),
@@ -114,13 +116,6 @@ class DistEnv:
             "LOCAL_WORLD_SIZE": str(self.nproc_per_node),
             contract.BACKEND: self.backend,
         }
-
-    def worker_env(self, local_rank: int) -> dict[str, str]:
-        """Everything worker ``local_rank`` of this node gets (``per-gpu`` mode)."""
-        env = self.node_env()
-        env["RANK"] = str(self.rank(local_rank))
-        env["LOCAL_RANK"] = str(local_rank)
-        return env
 
     def describe(self) -> dict[str, object]:
         """A JSON-ready summary (``paijob-runtime env --json``)."""

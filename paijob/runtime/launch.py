@@ -54,9 +54,10 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 
 from paijob.common import exitcodes
 from paijob.common.contract import worker_env
+from paijob.common.records import FailureRecord
 from paijob.errors import PaijobError
 from paijob.runtime.config import LaunchConfig, LaunchError, WorkerCommand
-from paijob.runtime.console import line_buffered_stdio, say
+from paijob.runtime.console import line_buffered_stdio, say, tell
 from paijob.runtime.env import MpiSlot
 from paijob.runtime.netif import socket_ifname_env
 from paijob.runtime.probe import wait_for_master
@@ -153,7 +154,7 @@ def _launch_one_process(config: LaunchConfig, env: Mapping[str, str]) -> int:
     health.start()
     try:
         code = supervise(cmd, env, grace_period=config.grace_period, what=f"node rank {dist.node_rank}",
-                         watch=health.port, hung=health.verdict if health.hang else None,
+                         node_rank=dist.node_rank, watch=health.port, hung=health.verdict if health.hang else None,
                          started=health.started, explain=health.explain_failure)
     finally:
         health.stop()
@@ -231,6 +232,7 @@ def supervise(
     hung: Callable[[], Failure | None] | None = None,
     started: Callable[[int], None] | None = None,
     explain: Callable[[], Failure | None] | None = None,
+    node_rank: int = 0,
 ) -> int:
     """Run one process in its own process group; forward SIGTERM/SIGINT/SIGHUP with a grace period.
 
@@ -239,7 +241,8 @@ def supervise(
     is the hang watch's verdict: the command is stopped the same way, the verdict is the
     root cause and the exit code 124; it is asked once more when the command failed on its own,
     and then ``explain()``: an account of the failure (torch's own timeout: the rank that never
-    arrived) that becomes the root cause. ``started(pid)`` learns the command's pid.
+    arrived) that becomes the root cause. ``started(pid)`` learns the command's pid. A failure ends with
+    the record of this node (``node_rank``) for the cluster (:func:`~paijob.runtime.console.tell`).
     """
     proc = subprocess.Popen(list(cmd), env=dict(env), start_new_session=True)
     if started is not None:
@@ -267,13 +270,17 @@ def supervise(
         say(stopped_by_signal(received[0], what))
         return exitcodes.from_signal(received[0])
     if watch is not None and watch.diagnosis is not None:
+        tell(FailureRecord(node_rank, exitcodes.CONFIG_ERROR, watch.diagnosis))  # said when it was found
         return exitcodes.CONFIG_ERROR
     if verdicts:
         report_root_cause(verdicts[0], 0)
         return verdicts[0].exit_code
+    code = exitcodes.from_worker_status(returncode)
     if returncode != 0:
-        say(f"error: {what} failed with {exitcodes.describe_status(returncode)}")
-    return exitcodes.from_worker_status(returncode)
+        summary = f"{what} failed with {exitcodes.describe_status(returncode)}"
+        say(f"error: {summary}")
+        tell(FailureRecord(node_rank, code, summary, closing=True))  # sums up an account its command gave
+    return code
 
 
 def _late_account(hung: Callable[[], Failure | None],

@@ -14,17 +14,25 @@ import pytest
 
 from paijob.commands import _common as common
 from paijob.commands.status import print_status
+from paijob.common.records import FailureRecord
 
-CAUSE = "worker rank 1 (node rank 1, local rank 0) failed with exit code 1"
 ERROR = "NameError: name 'undefined_name_here' is not defined"
 
 
-def detail(tasks: list[tuple[str, int, str, int, str | None]], trigger: tuple[str, int]) -> dict[str, Any]:
+def rank_1_failed(reported_by: int, error: str | None = ERROR) -> dict[str, Any]:
+    """paijob-runtime's record, as node ``reported_by`` wrote it: rank 1 (node 1, local rank 0) failed."""
+    return FailureRecord(node_rank=reported_by, exit_code=1, summary="rank 1 failed", rank=1, worker_node=1,
+                         local_rank=0, how="exit code 1", error=error).as_json()
+
+
+def detail(tasks: list[tuple[str, int, str, int, dict[str, Any] | None]], trigger: tuple[str, int]) -> dict[str, Any]:
     roles: dict[str, Any] = {}
-    for role, index, state, code, diagnostics in tasks:
-        roles.setdefault(role, {"taskStatuses": []})["taskStatuses"].append({
-            "taskIndex": index, "taskState": state, "containerExitCode": code,
-            "containerExitDiagnostics": diagnostics, "retries": 0})
+    for role, index, state, code, record in tasks:
+        task = {"taskIndex": index, "taskState": state, "containerExitCode": code,
+                "containerExitDiagnostics": "what the cluster says", "retries": 0}
+        if record is not None:
+            task["paijobRootCause"] = record
+        roles.setdefault(role, {"taskStatuses": []})["taskStatuses"].append(task)
     return {"jobStatus": {"state": "FAILED", "appExitCode": 231, "appExitTriggerTaskRoleName": trigger[0],
                           "appExitTriggerTaskIndex": trigger[1], "createdTime": 0, "completedTime": 13600,
                           "appExitTriggerMessage": f"{trigger[0]}/{trigger[1]} exited with code 231"},
@@ -33,11 +41,8 @@ def detail(tasks: list[tuple[str, int, str, int, str | None]], trigger: tuple[st
 
 def on_another_node() -> dict[str, Any]:
     """worker/0 exited first, reporting rank 1's error from another node; worker/1 was stopped."""
-    return detail([
-        ("worker", 0, "FAILED", 231, f"{CAUSE} (on another node): {ERROR}; user command exited with 1; "
-                                     "OpenPAI reports 231 (ContainerSyntaxError)"),
-        ("worker", 1, "STOPPED", -220, None),
-    ], trigger=("worker", 0))
+    return detail([("worker", 0, "FAILED", 231, rank_1_failed(reported_by=0)), ("worker", 1, "STOPPED", -220, None)],
+                  trigger=("worker", 0))
 
 
 def test_the_headline_names_the_failing_rank_and_its_task_not_the_task_that_exited_first() -> None:
@@ -48,30 +53,38 @@ def test_the_headline_names_the_failing_rank_and_its_task_not_the_task_that_exit
 
 def test_a_node_reporting_its_own_worker_beats_one_reporting_it_from_another_node() -> None:
     both = detail([
-        ("worker", 0, "FAILED", 231, f"{CAUSE} (on another node): {ERROR}"),
-        ("worker", 1, "FAILED", 231, f"{CAUSE}: {ERROR}"),
+        ("worker", 0, "FAILED", 231, rank_1_failed(reported_by=0, error="its peer went away")),
+        ("worker", 1, "FAILED", 231, rank_1_failed(reported_by=1)),
     ], trigger=("worker", 0))
     cause = common.root_cause(both)
     assert cause is not None and (cause.rank, cause.task, cause.error) == (1, "worker/1", ERROR)
 
 
 def test_the_node_rank_of_a_cause_on_another_node_counts_tasks_in_role_order() -> None:
-    roles = detail([
-        ("ps", 0, "FAILED", 255, "worker rank 5 (node rank 2, local rank 1) failed with signal SIGSEGV "
-                                 "(on another node)"),
-        ("worker", 0, "STOPPED", -220, None),
-        ("worker", 1, "STOPPED", -220, None),
-    ], trigger=("ps", 0))
+    segv = FailureRecord(node_rank=0, exit_code=139, summary="rank 5 failed", rank=5, worker_node=2, local_rank=1,
+                         how="signal SIGSEGV").as_json()
+    roles = detail([("ps", 0, "FAILED", 255, segv), ("worker", 0, "STOPPED", -220, None),
+                    ("worker", 1, "STOPPED", -220, None)], trigger=("ps", 0))
     cause = common.root_cause(roles)
     assert cause is not None and (cause.rank, cause.task, cause.how, cause.error) == (5, "worker/1", "signal SIGSEGV",
                                                                                      None)
 
 
 def test_a_task_without_paijob_runtime_keeps_the_exit_code_headline() -> None:
-    plain = detail([("worker", 0, "FAILED", 255, "user command exited with 3; OpenPAI reports 255")],
-                   trigger=("worker", 0))
+    plain = detail([("worker", 0, "FAILED", 255, None)], trigger=("worker", 0))
     assert common.root_cause(plain) is None
     assert common.outcome_line("j", plain).startswith("job j FAILED: worker/0 exited with code 255 after")
+
+
+@pytest.mark.parametrize("broken", [
+    {"v": 2},  # a version this paijob does not know
+    {"rank": "1"},  # a field of the wrong type
+    {"error": "x" * 401},  # longer than a record's text
+    {"note": "from the job"},  # a field no record has
+])
+def test_a_record_not_in_the_exact_form_is_no_root_cause(broken: dict[str, Any]) -> None:
+    record = {**rank_1_failed(reported_by=1), **broken}
+    assert common.root_cause(detail([("worker", 1, "FAILED", 1, record)], trigger=("worker", 1))) is None
 
 
 def test_status_shows_the_cause_first(capsys: pytest.CaptureFixture[str]) -> None:

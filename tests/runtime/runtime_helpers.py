@@ -12,6 +12,7 @@ import sys
 import time
 from pathlib import Path
 
+from paijob.common import records
 from paijob.common.ports import draw
 
 RUNTIME = [sys.executable, "-m", "paijob.runtime.cli"]
@@ -120,3 +121,10 @@ def wait_all(tasks: list[Task], timeout: float, peer_grace: float = PEER_GRACE) 
             f"ended (or {timeout:.0f}s after the start), killed\n"
             + "\n".join(f"----- {t.log.name}:\n{t.output}" for t in tasks))
     return [t.wait(1) for t in tasks]
+
+
+def root_cause(log_text: str) -> str | None:
+    """What a cluster reads of a task's log: paijob-runtime's last failure record, in its words (None: none).
+    (These tasks run without a cluster's record key, so their records are unsigned.)"""
+    record = records.last_failure(log_text)
+    return record.describe() if record else None

@@ -6,6 +6,7 @@ paijob.openpai.taskenv (the module that builds a task's environment), and import
 from __future__ import annotations
 
 import ast
+import os
 import re
 from pathlib import Path
 
@@ -145,14 +146,28 @@ def test_a_gloo_jobs_workers_keep_torchs_flight_recorder_while_the_hang_watch_is
     assert contract.FLIGHT_RECORDER not in off and contract.FLIGHT_RECORDER not in nccl
 
 
-def test_a_worker_cannot_write_the_runtimes_stall_report():
-    """The local cluster shows a stall only from the runtime's own report (PAIJOB_PROGRESS_FILE): the
-    launcher has the path, the user's code in a worker does not."""
-    base = {contract.PROGRESS_FILE: "/state/work/job/0/worker-0/.paijob-progress.json", "HOME": "/root"}
-    for mode in ("per-gpu", "per-node", "dataparallel"):
+def test_a_worker_gets_neither_the_stall_file_nor_the_record_key():
+    """The local cluster shows a stall only from the runtime's own report (PAIJOB_STALL_FILE), and takes a
+    failure record only signed with the task's key (PAIJOB_RECORD_KEY): the launcher has both, the user's
+    code in a worker neither."""
+    base = {contract.STALL_FILE: "/state/work/job/0/worker-0/.paijob-stall.json", contract.RECORD_KEY: "k",
+            "HOME": "/root"}
+    for mode in ("per-gpu", "per-node", "dataparallel", "horovod"):
         env = worker_env(base, LAYOUT, mode=mode)
-        assert contract.PROGRESS_FILE not in env and env["HOME"] == "/root"
-    assert contract.PROGRESS_FILE in base  # the launcher's own environment is not changed
+        assert contract.STALL_FILE not in env and contract.RECORD_KEY not in env and env["HOME"] == "/root"
+    assert contract.STALL_FILE in base  # the launcher's own environment is not changed
+
+
+def test_the_runtime_takes_the_record_key_out_of_its_environment_before_anything_starts(monkeypatch, capsys):
+    """Per-gpu workers inherit the launcher's own environment (torch's agent): the key must leave it."""
+    from paijob.runtime import cli, console
+
+    monkeypatch.setenv(contract.RECORD_KEY, "the task's key")
+    monkeypatch.setattr(console, "_record_key", [])
+    seen = {}
+    monkeypatch.setattr(cli, "cmd_env", lambda args: seen.setdefault("env", dict(os.environ)) and 0)
+    cli.main(["env"])
+    assert contract.RECORD_KEY not in seen["env"] and console._record_key == ["the task's key"]
 
 
 def test_a_horovod_slot_is_its_own_launcher():

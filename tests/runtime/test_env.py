@@ -76,19 +76,18 @@ def test_single_role_ranks_are_node_rank_times_nproc_plus_local_rank(index, node
 def test_rank_zero_is_task_zero_gpu_zero():
     dist = compute_dist_env(pai_env(index=0), visible_gpus=4)
     assert dist.rank(0) == 0
-    env = dist.worker_env(0)
-    assert env["RANK"] == "0" and env["LOCAL_RANK"] == "0" and env["NODE_RANK"] == "0"
+    assert dist.node_env()["NODE_RANK"] == "0"
 
 
-def test_worker_env_carries_the_torchrun_variables():
+def test_node_env_carries_the_torchrun_variables_and_rank_the_rest():
+    """What every worker of node 1 starts with (the layout ``contract.worker_env`` adds); its own ``RANK`` is
+    ``dist.rank(local_rank)``, the rank torch's agent gives it."""
     dist = compute_dist_env(pai_env(index=1), visible_gpus=4)
-    env = dist.worker_env(2)
-    assert env == {
+    assert dist.rank(2) == 6
+    assert dist.node_env() == {
         "MASTER_ADDR": "10.0.0.1",
         "MASTER_PORT": "15000",
         "WORLD_SIZE": "8",
-        "RANK": "6",
-        "LOCAL_RANK": "2",
         "LOCAL_WORLD_SIZE": "4",
         "NODE_RANK": "1",
         "GROUP_RANK": "1",

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from runtime_helpers import base_env, free_port, task_env, wait_all
 
-from paijob.common import exitcodes
+from paijob.common import exitcodes, records
 
 TORCH_LOG_LINE = re.compile(r"^[DIWEF]\d{4} \d\d:\d\d:\d\d", re.MULTILINE)  # glog-style W1123 ...
 
@@ -291,6 +291,8 @@ def test_a_failure_reads_as_its_cause_once_and_leaves_nothing_in_tmpdir(tmp_path
     for task in tasks:
         assert not TORCH_LOG_LINE.search(task.output), task.output  # W... closing signal, E... failed
         assert "paijob-runtime: error: worker rank 1 (node rank 1, local rank 0) failed" in task.output
-        assert task.output.rstrip().endswith("ValueError: bad batch on purpose")
+        *human, record = task.output.rstrip().splitlines()  # the human lines end with the cause, then its record
+        assert human[-1].endswith("ValueError: bad batch on purpose")
+        assert records.read_failure_line(record).error == "ValueError: bad batch on purpose"
     # the workers' output copies torch's tailer reads went with the run
     assert [list(tmpdir.iterdir()) for tmpdir in tmpdirs] == [[], []]

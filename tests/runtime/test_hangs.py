@@ -19,11 +19,10 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from runtime_helpers import base_env, free_port, task_env, wait_all
+from runtime_helpers import base_env, free_port, root_cause, task_env, wait_all
 
 from paijob.common import exitcodes
 from paijob.common.options import build_parsers
-from paijob.local.diagnostics import root_cause
 from paijob.runtime.cli import hang_settings
 from paijob.runtime.config import HangSettings, LaunchError
 from paijob.runtime.watch import progress

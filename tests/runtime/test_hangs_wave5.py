@@ -13,10 +13,9 @@ import time
 from pathlib import Path
 
 import pytest
-from runtime_helpers import base_env, free_port, task_env, wait_all
+from runtime_helpers import base_env, free_port, root_cause, task_env, wait_all
 
 from paijob.common import contract, exitcodes
-from paijob.local.diagnostics import root_cause
 from paijob.runtime.watch import outside
 
 GIL_SLEEP_RETURNS_IN_FULL = textwrap.dedent(

@@ -179,6 +179,11 @@ ENDS_WITH_A_STORE_CALL_IN_FLIGHT = textwrap.dedent(
         gc.set_threshold(0)  # no collection before the last one
         ReleasedAtTheEnd(server, time.sleep)
         print("node done", end="")
+        ending = sys.argv[2]
+        if ending == "raises":
+            raise RuntimeError("a bug in paijob-runtime")
+        if ending == "exits":
+            sys.exit(3)
         return 0
 
     cli.main = fake_main
@@ -187,17 +192,21 @@ ENDS_WITH_A_STORE_CALL_IN_FLIGHT = textwrap.dedent(
 )
 
 
-def test_paijob_runtime_exits_with_mains_code_while_a_store_call_is_still_inside_torch(tmp_path: Path):
+@pytest.mark.parametrize(("ending", "code"), [("returns", 0), ("raises", 1), ("exits", 3)])
+def test_paijob_runtime_exits_with_mains_code_while_a_store_call_is_still_inside_torch(
+        tmp_path: Path, ending: str, code: int):
     """A daemon thread of the launcher's watchers may still be inside a torch store call when the node is done
     (a call past its bound on a loaded machine). The process must end with main's code and its output, not
     abort when that call returns during interpreter finalisation ("terminate called without an active
-    exception", exit -6 on a node whose job succeeded)."""
+    exception", exit -6 on a node whose job succeeded), however main ends: a return, an exception nothing
+    caught (a bug: Python's traceback and exit 1), ``sys.exit``."""
     script = tmp_path / "ends.py"
     script.write_text(ENDS_WITH_A_STORE_CALL_IN_FLIGHT)
     env = {k: v for k, v in base_env().items() if k != "PYTHONUNBUFFERED"}  # pipes buffer, as in a job
-    out = subprocess.run([sys.executable, str(script), str(free_port())], env=env, capture_output=True, text=True,
-                         timeout=120, check=False)
-    assert (out.returncode, out.stdout) == (0, "node done"), out.stderr
+    out = subprocess.run([sys.executable, str(script), str(free_port()), ending], env=env, capture_output=True,
+                         text=True, timeout=120, check=False)
+    assert (out.returncode, out.stdout) == (code, "node done"), out.stderr
+    assert ("RuntimeError: a bug in paijob-runtime" in out.stderr) == (ending == "raises"), out.stderr
     entry = configparser.ConfigParser()
     entry.read(ROOT / "setup.cfg")
     assert "paijob-runtime = paijob.runtime.cli:main_and_exit" in entry["options.entry_points"]["console_scripts"]

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from netns import Host, Network, netns_unavailable
-from runtime_helpers import MASTER_TIMEOUT, RUNTIME, base_env
+from runtime_helpers import MASTER_TIMEOUT, RUNTIME, base_env, root_cause
 from test_hangs import HANGS
 
 from paijob.common import exitcodes
@@ -356,8 +356,6 @@ def test_sigterm_to_node_0_stops_every_node_with_143_and_leaves_nothing(network,
 def test_each_hang_across_hosts_names_the_rank_and_its_host(name: str, network, tmp_path: Path):
     """The five hangs of issue 26 over a real network: node 0 names the culprit by host address, and
     every node ends 124 (a busy culprit at the hard limit, after a straggler warning)."""
-    from paijob.local.diagnostics import root_cause
-
     source, culprit, phrase = HANGS[name]
     timeout, hard_limit = 10, 2
     busy = name == "spin-loop-mid-training"

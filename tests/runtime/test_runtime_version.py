@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import paijob
+from paijob.common import records
 
 LAYOUT = ["env", "--nnodes", "1", "--node-rank", "0", "--master-addr", "127.0.0.1", "--master-port", "29999"]
 
@@ -41,5 +42,6 @@ def test_the_same_version_is_silent() -> None:
 def test_train_without_torch_is_one_line_naming_the_fix_exit_2() -> None:
     done = runtime("train", "train.py", prelude="import sys; sys.modules['torch'] = None")
     assert done.returncode == 2
-    (line,) = done.stderr.strip().splitlines()
+    (line, told) = done.stderr.strip().splitlines()  # one line for people, then its record for the cluster
     assert "needs torch" in line and "pip install 'paijob[train]'" in line
+    assert line == f"paijob-runtime: error: {records.read_failure_line(told).summary}"

@@ -14,7 +14,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from paijob.common import exitcodes
-from paijob.runtime.console import say
+from paijob.common.records import FailureRecord
+from paijob.runtime.console import say, tell
 
 # A worker whose last words match this died *because* a peer went away: it is a
 # consequence, not the root cause.
@@ -26,6 +27,8 @@ _SECONDARY = re.compile(
 )
 # torch prefixes a worker's uncaught-exception lines with "[rankN]:".
 _RANK_PREFIX = re.compile(r"^\[rank\d+\]:\s?")
+# the line of a Python traceback that names the exception ("ValueError: bad batch", "torch.OutOfMemoryError: ...")
+_EXCEPTION = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Interrupt|Exit|Warning)\b")
 
 
 def looks_secondary(stderr_tail: str) -> bool:
@@ -34,6 +37,15 @@ def looks_secondary(stderr_tail: str) -> bool:
 
 def strip_rank_prefix(line: str) -> str:
     return _RANK_PREFIX.sub("", line)
+
+
+def worker_error(tail: str) -> str | None:
+    """The exception line of a worker's stderr tail (else its last line): the error its record names."""
+    lines = [line for line in (strip_rank_prefix(raw.strip()).strip() for raw in tail.splitlines()) if line]
+    exceptions = [line for line in lines if _EXCEPTION.match(line)]
+    if exceptions:
+        return exceptions[-1]
+    return lines[-1] if lines else None
 
 
 @dataclass
@@ -72,6 +84,17 @@ class Failure:
             f"{self.local_rank}) failed with {status}"
         )
 
+    def record(self, node_rank: int, job_wide: bool = False) -> FailureRecord:
+        """What node ``node_rank`` tells the cluster of this failure (:mod:`paijob.common.records`);
+        ``job_wide``: an account every node gives alike (the hang watch's), never "on another node"."""
+        worker = self.rank is not None
+        return FailureRecord(
+            node_rank=node_rank, exit_code=self.exit_code, summary=self.headline(), rank=self.rank,
+            worker_node=self.node_rank if worker and not job_wide else None, local_rank=self.local_rank,
+            how=exitcodes.describe_status(self.returncode or 0) if worker else None,
+            error=worker_error(self.tail) if self.tail else None,
+        )
+
     def to_json(self) -> str:
         return json.dumps(asdict(self))
 
@@ -102,6 +125,7 @@ def report_root_cause(root: Failure, node_rank: int) -> None:
         for line in root.tail.splitlines():
             print(f"  {line}", file=sys.stderr)
     sys.stderr.flush()
+    tell(root.record(node_rank, job_wide))
 
 
 def stopped_by_signal(signum: int, what: str) -> str:

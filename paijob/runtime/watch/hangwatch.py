@@ -31,10 +31,11 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from typing import Any
 
 from paijob.common import contract, procfs
+from paijob.common.records import StallRecord
 from paijob.runtime.config import HangSettings
 from paijob.runtime.watch import outside
 from paijob.runtime.watch.failures import Failure
@@ -51,7 +52,7 @@ from paijob.runtime.watch.verdict import (
     judge,
     never_arrived,
     report_frames,
-    stall_line,
+    stall,
     timed_out_state,
 )
 
@@ -310,9 +311,9 @@ class HangWatch(Ticker):
         self.verdict: Verdict | None = None
         self.last_states: list[RankState] = []
         self._running: dict[int, RankState] = {}
-        self.progress_file = os.environ.get(contract.PROGRESS_FILE) or None
-        self._progress_line: str | None = None
-        self._progress_written = 0.0
+        self.stall_file = os.environ.get(contract.STALL_FILE) or None
+        self._stall: StallRecord | None = None
+        self._stall_written = 0.0
         self._declared: Failure | None = None
         self.accounts = accounts  # per-node mode: the ranks' samplers note a timeout (node 0 accounts for it)
         self.account: Failure | None = None  # node 0's account of torch's own timeout (accounts)
@@ -362,7 +363,7 @@ class HangWatch(Ticker):
         if account is not None:
             self._declare(account)  # the other nodes read it from the store, while it lives
             return
-        self._keep_progress_file(states)
+        self._keep_stall_file(states)
         verdict = judge(states, self.settings, expected_ranks=self.world_size)
         if verdict is None:
             self._straggler_reported = False
@@ -440,19 +441,19 @@ class HangWatch(Ticker):
         )
         self._declare(self._declared)
 
-    def _keep_progress_file(self, states: Sequence[RankState]) -> None:
-        """Where the cluster asks (the local cluster): the current stall line, or none."""
-        if not self.progress_file:
+    def _keep_stall_file(self, states: Sequence[RankState]) -> None:
+        """Where the cluster asks (the local cluster): the current stall record (no ranks: none)."""
+        if not self.stall_file:
             return
-        line = stall_line(states, self.settings)
+        found = stall(states, self.settings) or StallRecord(ranks=(), seconds=0)
         now = time.monotonic()
-        if line == self._progress_line and now - self._progress_written < 5.0:
+        if found == self._stall and now - self._stall_written < 5.0:
             return
-        self._progress_line, self._progress_written = line, now
+        self._stall, self._stall_written = found, now
         try:
-            write_new(self.progress_file, json.dumps({"line": line, "time": time.time()}))
+            write_new(self.stall_file, replace(found, time=time.time()).to_json())
         except OSError:
-            self.progress_file = None
+            self.stall_file = None
 
     def explain_timeout(self, failures: Sequence[Failure]) -> Failure | None:
         """torch's own process-group timeout fired first (in a rank that waited): name the rank

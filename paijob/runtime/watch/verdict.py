@@ -28,6 +28,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from paijob.common import exitcodes
+from paijob.common.records import StallRecord, rank_ranges
 from paijob.runtime.config import HangSettings
 from paijob.runtime.watch.failures import Failure
 from paijob.runtime.watch.progress import is_library
@@ -225,24 +226,6 @@ def _named(culprits: Sequence[RankState], why: str) -> str:
     return phrase
 
 
-def rank_ranges(ranks: Iterable[int]) -> str:
-    """``0, 2-7``: sorted ranks with runs folded."""
-    values = sorted(set(ranks))
-    parts: list[str] = []
-    start = prev = None
-    for value in values:
-        if start is None:
-            start = prev = value
-        elif prev is not None and value == prev + 1:
-            prev = value
-        else:
-            parts.append(f"{start}" if start == prev else f"{start}-{prev}")
-            start = prev = value
-    if start is not None:
-        parts.append(f"{start}" if start == prev else f"{start}-{prev}")
-    return ", ".join(parts)
-
-
 def waiting_phrase(states: Sequence[RankState]) -> str:
     """``ranks 0, 2-7 wait in all_reduce at train.py:42 for 312s``, one group per place."""
     groups: dict[tuple[str, str], list[RankState]] = {}
@@ -319,8 +302,14 @@ def pick_culprits(states: Sequence[RankState]) -> tuple[list[RankState], str]:
 
 
 def stall_line(states: Sequence[RankState], settings: HangSettings) -> str | None:
-    """``no progress for 95s on rank 1``: ranks inactive for half the timeout (at most 30 s),
-    while the job runs; when every rank is, the ones not where the others wait. None: none."""
+    """``no progress for 95s on rank 1``: :func:`stall`, in the words people read."""
+    found = stall(states, settings)
+    return found.describe() if found else None
+
+
+def stall(states: Sequence[RankState], settings: HangSettings) -> StallRecord | None:
+    """The ranks inactive for half the timeout (at most 30 s), while the job runs; when every rank is,
+    the ones not where the others wait. None: none. (Its ``time`` is the writer's to stamp.)"""
     shown_after = min(30.0, settings.timeout / 2) if settings.enabled else 30.0
     running = [s for s in states if not s.exited]
     idle = [s for s in running if s.idle_for >= shown_after]
@@ -329,8 +318,7 @@ def stall_line(states: Sequence[RankState], settings: HangSettings) -> str | Non
     if len(idle) == len(running):
         culprits, _why = pick_culprits(idle)
         idle = culprits or idle
-    noun = "ranks" if len(idle) > 1 else "rank"
-    return f"no progress for {min(s.idle_for for s in idle):.0f}s on {noun} {rank_ranges(s.rank for s in idle)}"
+    return StallRecord(tuple(sorted({s.rank for s in idle})), round(min(s.idle_for for s in idle)))
 
 
 def judge(states: Sequence[RankState], settings: HangSettings,

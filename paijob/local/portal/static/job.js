@@ -121,6 +121,18 @@ function diagnosticsLines(diagnostics) {
   ].filter(Boolean);
 }
 
+/** The failing rank as paijob-runtime recorded it (a task's paijobRootCause, never its wording): a node that
+ *  reports its own worker beats one that reports it from another node, as in `paijob status`. */
+function recordedCause(detail) {
+  const found = tasksOf(detail).map((task) => ({ task, record: task.paijobRootCause }))
+    .filter(({ record }) => record && typeof record.rank === "number");
+  if (found.length === 0) return null;
+  const own = found.find(({ record }) => record.worker_node === null || record.worker_node === record.node_rank);
+  const { task, record } = own || found[0];
+  const where = own ? `on ${taskKey(task)}` : `on node rank ${record.worker_node}`;
+  return `rank ${record.rank} ${where} failed with ${record.how}` + (record.error ? `: ${record.error}` : "");
+}
+
 function renderCause(detail) {
   const status = detail.jobStatus;
   const items = [];
@@ -134,6 +146,7 @@ function renderCause(detail) {
     add("Exit code", `${status.appExitCode}: ${exitMeaning(status.appExitSpec)} (${status.appExitSpec.type})`);
   }
   add("Stalled", status.paijobStall);  // paijob-runtime's hang watch, while the job runs
+  add("Failed rank", recordedCause(detail));
   add("Root cause", diagnosticsLines(detail.exitDiagnostics || status.exitDiagnostics).join("\n"));
   if (status.appExitDiagnostics !== status.appExitTriggerMessage) add("Diagnostics", status.appExitDiagnostics);
   document.getElementById("cause-list").replaceChildren(...items);

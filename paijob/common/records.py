@@ -1,0 +1,268 @@
+"""What ``paijob-runtime`` tells the cluster about a task, as records: why it failed, and a stall.
+
+Why records: the runtime's human lines (``paijob-runtime: error: worker rank 1 ... failed ...``) are for
+people and may be reworded any day; the local cluster, ``paijob status`` and the portal read these records
+instead, so no reader parses wording. This module is the one home of their format (marker, fields,
+version), of the writer and of the reader; the runtime writes, the local cluster reads, both import it.
+
+A failure record is one line in the task's log, the last thing the runtime says::
+
+    paijob-runtime: record {"v": 1, "kind": "failure", "node_rank": 0, "exit_code": 1, ...}
+
+The log is what travels everywhere: on a real OpenPAI cluster a task's log and its exit diagnostics are all
+there is. A stall record is a small JSON file that node 0's hang watch keeps where the local cluster asks
+(:data:`paijob.common.contract.STALL_FILE`), while the job runs.
+
+Distrust (issue 35). The job writes into the same log and can reach the same folder, so the reader is
+strict and bounded: a line of at most :data:`MAX_LINE` characters, the exact fields and types, or nothing.
+What the job cannot forge:
+
+* a line under torch's ``[rankN]:`` prefix is never a record (the marker must start the line);
+* only the *last* record counts: the runtime writes its record after every worker ended, so a record a
+  worker printed earlier is superseded (a launcher's closing record gives way to the account just before
+  it, which it sums up: :attr:`FailureRecord.closing`);
+* where the cluster gives the runtime a key (the local cluster does, per task: :data:`contract.RECORD_KEY`),
+  each record carries an HMAC of its fields under that key, and a record without the right one is ignored.
+  The runtime takes the key out of its environment before any worker starts, and no worker's environment
+  holds it, so a record a worker prints never passes.
+
+The limit, said honestly: the key is in the environment of the task's shell, so a job's own commands (or a
+process of the same user that reads ``/proc/PID/environ``) can sign a record; and without a key (a real
+OpenPAI cluster), lines the job prints *after* ``paijob-runtime`` exits look like the runtime's. A record
+misleads only the job's own status, never the cluster.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import os
+import re
+import stat
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+VERSION = 1
+MARKER = "paijob-runtime: record "
+MAX_LINE = 4096  # characters of one record line; a failure record is well under 2000
+MAX_TEXT = 400  # characters of one text field (a summary, an exception line)
+MAX_RANKS = 1024  # ranks named in a stall record
+MAX_STALL_BYTES = 4096  # a stall file's size; the runtime writes about 100 bytes
+STALL_FRESH = 15.0  # seconds: an older stall record is a stall that ended
+
+
+class RecordError(ValueError):
+    """Text that is not a record in this module's exact form."""
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")  # a terminal's control characters (C0, DEL, C1)
+
+
+def _text(value: str | None) -> str | None:
+    """A text field as it may be written: one line without control characters (an exception message's
+    colours are shown escaped), at most :data:`MAX_TEXT` characters."""
+    if value is None:
+        return None
+    line = _CONTROL.sub(lambda found: f"\\x{ord(found.group()):02x}", " ".join(value.split()))
+    return line if len(line) <= MAX_TEXT else line[:MAX_TEXT - 3] + "..."
+
+
+@dataclass(frozen=True)
+class FailureRecord:
+    """Why a node's ``paijob-runtime`` failed: a worker's failure (``rank`` set) or its own reason."""
+
+    node_rank: int | None  # the node that wrote the record (None: it failed before it knew)
+    exit_code: int  # the exit code the failure means, that node's
+    summary: str  # the headline, in the runtime's words ("worker rank 1 (...) failed with exit code 1")
+    rank: int | None = None  # the failed worker's global rank; None: not a worker's failure (a hang, a lost node)
+    worker_node: int | None = None  # the node rank the failed worker ran on
+    local_rank: int | None = None
+    how: str | None = None  # "exit code 1", "signal SIGSEGV"
+    error: str | None = None  # the exception line of the worker's traceback
+    closing: bool = False  # the launcher's closing line: gives way to the account just before it
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "summary", _text(self.summary) or "")
+        object.__setattr__(self, "error", _text(self.error))
+        object.__setattr__(self, "how", _text(self.how))
+
+    @property
+    def elsewhere(self) -> bool:
+        """The failed worker ran on another node than the one that wrote this."""
+        return self.worker_node is not None and self.worker_node != self.node_rank
+
+    def describe(self) -> str:
+        """One line for people (a task's exit diagnostics): the summary, where, and the error."""
+        where = " (on another node)" if self.elsewhere else ""
+        return f"{self.summary}{where}" + (f": {self.error}" if self.error else "")
+
+    def as_json(self) -> dict[str, Any]:
+        """The record's fields as JSON has them (the local cluster's ``paijobRootCause``)."""
+        return {"v": VERSION, "kind": "failure", **asdict(self)}
+
+    @classmethod
+    def from_json(cls, data: object) -> FailureRecord:
+        """The record in ``data`` (:meth:`as_json`'s form), or :class:`RecordError`."""
+        if not isinstance(data, Mapping) or data.get("v") != VERSION or data.get("kind") != "failure":
+            raise RecordError("not a version-1 failure record")
+        fields = {key: value for key, value in data.items() if key not in ("v", "kind")}
+        if set(fields) != set(_FAILURE_TYPES):
+            raise RecordError(f"fields {sorted(fields)}, expected {sorted(_FAILURE_TYPES)}")
+        for key, types in _FAILURE_TYPES.items():
+            value = fields[key]
+            if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
+                raise RecordError(f"{key}: {type(value).__name__}")
+            if isinstance(value, str) and (len(value) > MAX_TEXT or _CONTROL.search(value)):
+                raise RecordError(f"{key}: not one line of at most {MAX_TEXT} characters without control characters")
+        return cls(**fields)
+
+
+_INT = (int,)
+_OPTIONAL_INT = (int, type(None))
+_OPTIONAL_TEXT = (str, type(None))
+_FAILURE_TYPES: dict[str, tuple[type, ...]] = {
+    "node_rank": _OPTIONAL_INT, "exit_code": _INT, "summary": (str,), "rank": _OPTIONAL_INT, "worker_node": _OPTIONAL_INT,
+    "local_rank": _OPTIONAL_INT, "how": _OPTIONAL_TEXT, "error": _OPTIONAL_TEXT, "closing": (bool,),
+}
+
+
+def _mac(key: str, fields: Mapping[str, Any]) -> str:
+    text = json.dumps(fields, sort_keys=True, separators=(",", ":"))
+    return hmac.new(key.encode(), text.encode(), hashlib.sha256).hexdigest()
+
+
+def failure_line(record: FailureRecord, key: str | None = None) -> str:
+    """The one log line that carries ``record`` (signed where the cluster gave a ``key``)."""
+    fields = record.as_json()
+    if key:
+        fields["mac"] = _mac(key, fields)
+    return MARKER + json.dumps(fields, separators=(",", ":"))
+
+
+def read_failure_line(line: str, key: str | None = None) -> FailureRecord:
+    """The record of one log line that :func:`failure_line` wrote, or :class:`RecordError`."""
+    if not line.startswith(MARKER) or len(line) > MAX_LINE:
+        raise RecordError("not a record line")
+    try:
+        fields = json.loads(line[len(MARKER):])
+    except ValueError as error:
+        raise RecordError(f"not JSON: {error}") from None
+    if not isinstance(fields, dict):
+        raise RecordError("not a JSON object")
+    mac = fields.pop("mac", None)
+    if key and not (isinstance(mac, str) and hmac.compare_digest(mac, _mac(key, fields))):
+        raise RecordError("not signed with this task's key")
+    return FailureRecord.from_json(fields)
+
+
+def last_failure(log_text: str, key: str | None = None) -> FailureRecord | None:
+    """The runtime's record of why the task failed: the last record line of ``log_text`` (None: none).
+
+    A launcher's closing record gives way to the record just before it, the account it sums up.
+    ``key``: the task's record key; records not signed with it are not the runtime's."""
+    found: list[FailureRecord] = []
+    for line in log_text.splitlines():
+        if line.startswith(MARKER):
+            try:
+                found.append(read_failure_line(line.rstrip("\r"), key))
+            except RecordError:
+                continue
+    if not found:
+        return None
+    if found[-1].closing and len(found) > 1 and not found[-2].closing:
+        return found[-2]
+    return found[-1]
+
+
+# -- stalls ------------------------------------------------------------------------------------------
+
+
+def rank_ranges(ranks: Iterable[int]) -> str:
+    """``0, 2-7``: sorted ranks with runs folded."""
+    values = sorted(set(ranks))
+    parts: list[str] = []
+    start = prev = None
+    for value in values:
+        if start is None:
+            start = prev = value
+        elif prev is not None and value == prev + 1:
+            prev = value
+        else:
+            parts.append(f"{start}" if start == prev else f"{start}-{prev}")
+            start = prev = value
+    if start is not None:
+        parts.append(f"{start}" if start == prev else f"{start}-{prev}")
+    return ", ".join(parts)
+
+
+@dataclass(frozen=True)
+class StallRecord:
+    """Ranks that made no progress for ``seconds``, as node 0's hang watch saw them at ``time``
+    (no ranks: no stall now)."""
+
+    ranks: tuple[int, ...]
+    seconds: int
+    time: float = 0.0  # when it was written (time.time()): a stall record older than STALL_FRESH has ended
+
+    def describe(self) -> str:
+        """``no progress for 95s on rank 1``, ``... on ranks 0, 2-7``: the line people read."""
+        noun = "ranks" if len(self.ranks) > 1 else "rank"
+        return f"no progress for {self.seconds}s on {noun} {rank_ranges(self.ranks)}"
+
+    def to_json(self) -> str:
+        return json.dumps({"v": VERSION, "kind": "stall", "ranks": list(self.ranks), "seconds": self.seconds,
+                           "time": self.time})
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> StallRecord:
+        """The record :meth:`to_json` wrote, checked field by field, or :class:`RecordError`."""
+        try:
+            data = json.loads(text)
+        except ValueError as error:
+            raise RecordError(f"not JSON: {error}") from None
+        if not isinstance(data, dict) or set(data) != {"v", "kind", "ranks", "seconds", "time"}:
+            raise RecordError("not a stall record's fields")
+        ranks, seconds, written = data["ranks"], data["seconds"], data["time"]
+        if data["v"] != VERSION or data["kind"] != "stall":
+            raise RecordError("not a version-1 stall record")
+        if not isinstance(ranks, list) or len(ranks) > MAX_RANKS or not all(_count(r) for r in ranks):
+            raise RecordError("ranks: not a list of ranks")
+        if not _count(seconds) or not isinstance(written, (int, float)) or isinstance(written, bool):
+            raise RecordError("seconds or time: not numbers")
+        return cls(tuple(ranks), seconds, float(written))
+
+
+def _count(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 10**9
+
+
+def read_stall(path: str | os.PathLike[str], now: float | None = None) -> StallRecord | None:
+    """The hang watch's stall record in ``path`` when it is fresh, else None.
+
+    The file is in the task's folder, where the job can write too: it is read at most
+    :data:`MAX_STALL_BYTES` (never through a link, never a FIFO) and kept only in the exact form
+    :meth:`StallRecord.to_json` writes, so a job can neither make each status request read 150 MB nor
+    put its own text in ``paijob status``."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError:
+        return None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_STALL_BYTES:
+            return None
+        data = os.read(fd, MAX_STALL_BYTES + 1)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    try:
+        record = StallRecord.from_json(data[:MAX_STALL_BYTES])
+    except RecordError:
+        return None
+    fresh = (time.time() if now is None else now) - record.time < STALL_FRESH
+    return record if fresh and record.ranks else None  # no ranks: the stall ended

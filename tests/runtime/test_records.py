@@ -1,0 +1,221 @@
+"""What paijob-runtime tells the cluster, as records (paijob/common/records.py): written by the runtime's
+report, read back strictly, bounded, and only when the runtime wrote it."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from paijob.common import records
+from paijob.common.records import (
+    FailureRecord,
+    RecordError,
+    StallRecord,
+    failure_line,
+    last_failure,
+)
+from paijob.runtime import console
+from paijob.runtime.watch.failures import Failure, report_root_cause
+
+KEY = "the task's key"
+TAIL = ("[rank1]: Traceback (most recent call last):\n[rank1]:   File \"train.py\", line 9, in <module>\n"
+        "[rank1]: torch.OutOfMemoryError: CUDA out of memory\n[rank1]: \n")
+
+
+def worker_failure(node_rank: int = 1, tail: str = TAIL) -> Failure:
+    return Failure(node_rank=node_rank, rank=3, local_rank=1, returncode=1, secondary=False, time=0.0, tail=tail)
+
+
+def test_a_workers_failure_is_recorded_with_its_rank_node_and_exception_line() -> None:
+    record = worker_failure().record(node_rank=1)
+    assert record == FailureRecord(node_rank=1, exit_code=1, summary="worker rank 3 (node rank 1, local rank 1) "
+                                   "failed with exit code 1", rank=3, worker_node=1, local_rank=1, how="exit code 1",
+                                   error="torch.OutOfMemoryError: CUDA out of memory")
+    assert not record.elsewhere
+    elsewhere = worker_failure().record(node_rank=0)
+    assert elsewhere.elsewhere and elsewhere.describe() == (
+        "worker rank 3 (node rank 1, local rank 1) failed with exit code 1 (on another node): "
+        "torch.OutOfMemoryError: CUDA out of memory")
+
+
+def test_the_hang_watchs_account_is_the_same_on_every_node() -> None:
+    hang = Failure(node_rank=0, rank=None, local_rank=None, returncode=None, secondary=False, time=0.0,
+                   reason="hang: no rank made progress for 6s", exit_status=124)
+    record = hang.record(node_rank=1, job_wide=True)
+    assert (record.rank, record.worker_node, record.exit_code, record.elsewhere) == (None, None, 124, False)
+    assert record.describe() == "hang: no rank made progress for 6s"
+
+
+def test_the_report_ends_with_the_record_signed_with_the_key_the_runtime_took(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(console, "_record_key", [])
+    environ = {"PAIJOB_RECORD_KEY": KEY, "HOME": "/root"}
+    console.take_record_key(environ)
+    assert environ == {"HOME": "/root"}
+    report_root_cause(worker_failure(), 1)
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0].startswith("paijob-runtime: error: worker rank 3") and lines[-1].startswith(records.MARKER)
+    assert last_failure("\n".join(lines), KEY) == worker_failure().record(node_rank=1)
+    assert last_failure("\n".join(lines), "another key") is None
+
+
+def test_what_the_runtime_writes_the_reader_takes_however_long_its_texts() -> None:
+    record = FailureRecord(node_rank=0, exit_code=1, summary="s" * 10_000, rank=0, worker_node=0, local_rank=0,
+                           how="exit code 1", error="ValueError: " + "e\n" * 10_000)
+    line = failure_line(record, KEY)
+    assert len(line) <= records.MAX_LINE and "\n" not in line
+    read = records.read_failure_line(line, KEY)
+    assert read == record and len(read.summary) == records.MAX_TEXT and read.error and read.error.endswith("...")
+
+
+def test_a_record_without_a_key_is_read_where_the_cluster_gave_none() -> None:
+    """A real OpenPAI cluster gives no key: the record is unsigned, and any record is read there."""
+    record = worker_failure().record(node_rank=1)
+    assert last_failure(failure_line(record)) == record
+    assert last_failure(failure_line(record, KEY)) == record
+
+
+@pytest.mark.parametrize("change", [
+    lambda fields: {**fields, "v": 2},
+    lambda fields: {**fields, "kind": "stall"},
+    lambda fields: {**fields, "rank": True},
+    lambda fields: {**fields, "rank": "3"},
+    lambda fields: {**fields, "closing": 1},
+    lambda fields: {**fields, "extra": "from the job"},
+    lambda fields: {key: value for key, value in fields.items() if key != "how"},
+    lambda fields: {**fields, "error": "x" * (records.MAX_TEXT + 1)},
+    lambda fields: {**fields, "summary": "two\nlines"},
+    lambda fields: [fields],
+])
+def test_a_record_not_in_the_exact_form_is_none(change) -> None:  # type: ignore[no-untyped-def]
+    fields = worker_failure().record(node_rank=1).as_json()
+    line = records.MARKER + json.dumps(change(fields))
+    with pytest.raises(RecordError):
+        records.read_failure_line(line)
+    assert last_failure(line + "\n") is None
+
+
+def test_a_line_longer_than_a_record_is_not_read() -> None:
+    fields = worker_failure().record(node_rank=1).as_json()
+    line = records.MARKER + json.dumps(fields) + " " * records.MAX_LINE  # valid JSON, but not what we write
+    assert last_failure(line) is None
+
+
+def test_a_stall_record_round_trips_and_words_itself() -> None:
+    stall = StallRecord((0, 2, 3, 4, 5, 6, 7), 95, time.time())
+    assert StallRecord.from_json(stall.to_json()) == stall
+    assert stall.describe() == "no progress for 95s on ranks 0, 2-7"
+    assert StallRecord((1,), 12).describe() == "no progress for 12s on rank 1"
+    assert StallRecord((0, 1), 12).describe() == "no progress for 12s on ranks 0-1"
+
+
+def test_a_stall_file_is_read_while_fresh_and_not_once_the_stall_ended(tmp_path: Path) -> None:
+    path = tmp_path / "stall.json"
+    path.write_text(StallRecord((1,), 40, 1000.0).to_json())
+    assert records.read_stall(path, now=1000.0 + records.STALL_FRESH - 1) == StallRecord((1,), 40, 1000.0)
+    assert records.read_stall(path, now=1000.0 + records.STALL_FRESH + 1) is None
+    path.write_text(StallRecord((), 0, 1000.0).to_json())  # the hang watch's "no stall now"
+    assert records.read_stall(path, now=1000.0) is None
+    assert records.read_stall(tmp_path / "missing.json") is None
+
+
+def test_the_wire_form_is_version_1_with_these_fields() -> None:
+    """Another paijob reads these lines (a client newer or older than the task's runtime): the form is fixed."""
+    line = failure_line(FailureRecord(node_rank=0, exit_code=2, summary="bad input"))
+    assert line.startswith("paijob-runtime: record {")
+    assert json.loads(line[len(records.MARKER):]) == {
+        "v": 1, "kind": "failure", "node_rank": 0, "exit_code": 2, "summary": "bad input", "rank": None,
+        "worker_node": None, "local_rank": None, "how": None, "error": None, "closing": False}
+    assert json.loads(StallRecord((1,), 5, 7.0).to_json()) == {"v": 1, "kind": "stall", "ranks": [1], "seconds": 5,
+                                                              "time": 7.0}
+
+
+def test_texts_are_one_line_and_cut_at_400_characters() -> None:
+    whole = FailureRecord(node_rank=0, exit_code=1, summary="s" * 400, how="exit\ncode  1", error="e" * 401)
+    assert whole.summary == "s" * 400 and whole.how == "exit code 1"
+    assert whole.error == "e" * 397 + "..."
+
+
+def test_a_terminals_control_characters_are_written_escaped_and_never_read() -> None:
+    """An exception message in colour (or one that would move the cursor of whoever prints the cause)."""
+    coloured = FailureRecord(node_rank=0, exit_code=1, summary="s", error="\x1b[31mValueError\x1b[0m: b\x9bad")
+    assert coloured.error == "\\x1b[31mValueError\\x1b[0m: b\\x9bad"
+    assert records.read_failure_line(failure_line(coloured)) == coloured
+    raw = json.dumps({**coloured.as_json(), "error": "\x1b]0;owned\x07"})
+    with pytest.raises(RecordError):
+        records.read_failure_line(records.MARKER + raw)
+
+
+def test_a_record_line_of_4096_characters_is_read_and_a_longer_one_is_not() -> None:
+    fields = FailureRecord(node_rank=0, exit_code=1, summary="x").as_json()
+    line = records.MARKER + json.dumps(fields)
+    padded = line[:-1] + " " * (4096 - len(line)) + "}"
+    assert len(padded) == 4096 and records.read_failure_line(padded).summary == "x"
+    with pytest.raises(RecordError):
+        records.read_failure_line(padded[:-1] + " }")
+
+
+def test_a_line_behind_the_marker_that_is_not_json_is_skipped() -> None:
+    good = failure_line(FailureRecord(node_rank=0, exit_code=1, summary="the real one"))
+    with pytest.raises(RecordError):
+        records.read_failure_line(records.MARKER + "{not json")
+    assert last_failure(good + "\n" + records.MARKER + "{not json\n") == records.read_failure_line(good)
+
+
+def test_a_closing_record_gives_way_only_to_an_account_before_it() -> None:
+    account = FailureRecord(node_rank=0, exit_code=1, summary="worker rank 1 failed", rank=1, worker_node=0)
+    closing = FailureRecord(node_rank=0, exit_code=1, summary="node rank 0 failed with exit code 1", closing=True)
+    later = FailureRecord(node_rank=0, exit_code=1, summary="node rank 0 failed again", closing=True)
+
+    def log(*found: FailureRecord) -> str:
+        return "".join(failure_line(record) + "\n" for record in found)
+
+    assert last_failure(log(account, closing)) == account
+    assert last_failure(log(closing)) == closing
+    assert last_failure(log(account, closing, later)) == later  # a closing record sums up no closing record
+    assert last_failure(log(closing, account)) == account
+
+
+@pytest.mark.parametrize(("ranks", "seconds", "written", "taken"), [
+    ([0, 10**9 - 1], 0, 1.0, True),
+    (list(range(1024)), 95, 1.0, True),
+    (list(range(1025)), 95, 1.0, False),
+    ([-1], 95, 1.0, False),
+    ([10**9], 95, 1.0, False),
+    ("1", 95, 1.0, False),
+    ([1], -1, 1.0, False),
+    ([1], 10**9, 1.0, False),
+    ([1], "95", 1.0, False),
+    ([1], 95, "1.0", False),
+    ([1], 95, True, False),
+])
+def test_a_stall_record_takes_only_counts(ranks: object, seconds: object, written: object, taken: bool) -> None:
+    text = json.dumps({"v": 1, "kind": "stall", "ranks": ranks, "seconds": seconds, "time": written})
+    if taken:
+        assert StallRecord.from_json(text).ranks == tuple(ranks)  # type: ignore[arg-type]
+    else:
+        with pytest.raises(RecordError):
+            StallRecord.from_json(text)
+
+
+def test_a_stall_file_of_4096_bytes_is_read_and_a_longer_one_is_not(tmp_path: Path) -> None:
+    path = tmp_path / "stall.json"
+    text = StallRecord((1,), 40, 1000.0).to_json()
+    path.write_text(text + " " * (4096 - len(text)))  # whitespace after the JSON: still the record
+    assert records.read_stall(path, now=1000.0) == StallRecord((1,), 40, 1000.0)
+    path.write_text(text + " " * (4097 - len(text)))
+    assert records.read_stall(path, now=1000.0) is None
+
+
+def test_a_stall_is_fresh_for_less_than_15_seconds_and_reading_leaves_no_descriptor_open(tmp_path: Path) -> None:
+    path = tmp_path / "stall.json"
+    path.write_text(StallRecord((1,), 40, 1000.0).to_json())
+    before = len(list(Path("/proc/self/fd").iterdir()))
+    assert records.read_stall(path, now=1000.0 + 15.0) is None
+    assert records.read_stall(path, now=1014.9) is not None
+    path.write_text("not a record")
+    assert records.read_stall(path, now=1000.0) is None
+    assert len(list(Path("/proc/self/fd").iterdir())) == before
