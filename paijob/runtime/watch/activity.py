@@ -39,16 +39,21 @@ Frame = Sequence[Any]  # (file, line, function)
 def activity_of(frames: Sequence[Frame], *, busy: bool, is_library: Callable[[str], bool]) -> str:
     """The activity (one of :data:`ACTIVITIES`) of a main-thread stack, outermost frame first."""
     files = [str(frame[0]) for frame in frames]
-    if any(file.endswith(_C10D) for file in files):
+    if _touches(files, (_C10D,), end=True):
         return "collective"
-    if any(_DATA in file for file in files):
+    if _touches(files, (_DATA,)):
         return "data"
-    if any(part in file for file in files for part in _HOST_FILES) or any(
+    if _touches(files, _HOST_FILES) or any(
             not is_library(str(f[0])) and _HOST_NAME.search(str(f[2])) for f in frames):
         return "host"
-    if any(part in file for file in files for part in _COMPUTE_FILES):
+    if _touches(files, _COMPUTE_FILES) or (busy and frames):
         return "compute"
-    return "compute" if busy and frames else "other"
+    return "other"
+
+
+def _touches(files: Sequence[str], parts: Sequence[str], *, end: bool = False) -> bool:
+    """Whether a file of the stack is (``end``: ends with) or lies in one of ``parts``."""
+    return any(file.endswith(part) if end else part in file for file in files for part in parts)
 
 
 def line_of(frames: Sequence[Frame], activity: str, *, is_library: Callable[[str], bool]) -> list[Any] | None:

@@ -244,14 +244,10 @@ def judge_slow(windows: Sequence[RankWindow], offsets: Mapping[int, float] | Non
     waits = waits_from_calls(windows, offsets or {}, since) or waits_from_samples(windows)
     if waits is None:
         return None
-    top = max(waits.share.values())
-    late = [w for w in windows if waits.share[w.rank] <= top * LATE_FRACTION]
-    waiting = [w for w in windows if w not in late]
-    if not late or not waiting or len(late) > len(windows) // 2:
+    split = _late_and_waiting(windows, waits, threshold)
+    if split is None:
         return None
-    wait_share = statistics.fmean(waits.share[w.rank] for w in waiting)
-    if wait_share < threshold:
-        return None
+    late, waiting, wait_share = split
     longest = max(waits.per_call, default=0.0)
     phase = len(late) == 1 and is_phase(waits.per_call)
     if phase and longest < PHASE_MIN_SECONDS:
@@ -265,6 +261,19 @@ def judge_slow(windows: Sequence[RankWindow], offsets: Mapping[int, float] | Non
                        op=waits.op, activity=activity, activity_share=mine, others_share=others,
                        longest_pause=longest, source=waits.source,
                        figures=tuple(figures(windows, waits)))
+
+
+def _late_and_waiting(windows: Sequence[RankWindow], waits: Waits, threshold: float
+                      ) -> tuple[list[RankWindow], list[RankWindow], float] | None:
+    """The late ranks (waiting at most :data:`LATE_FRACTION` of the most waiting rank's share), the
+    waiting ones and their mean wait share; None: nobody waits ``threshold``, or no small late set."""
+    top = max(waits.share.values())
+    late = [w for w in windows if waits.share[w.rank] <= top * LATE_FRACTION]
+    waiting = [w for w in windows if w not in late]
+    if not late or not waiting or len(late) > len(windows) // 2:
+        return None
+    wait_share = statistics.fmean(waits.share[w.rank] for w in waiting)
+    return (late, waiting, wait_share) if wait_share >= threshold else None
 
 
 def _kind(late: Sequence[RankWindow], windows: Sequence[RankWindow]) -> str:
