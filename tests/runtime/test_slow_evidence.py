@@ -36,15 +36,20 @@ def made(tmp_path, rank=1):
     return Evidence(str(tmp_path), rank, is_library=is_library, write=write_new)
 
 
-def test_a_sample_is_counted_with_the_line_most_seen_for_its_activity(tmp_path):
+def test_a_sample_is_counted_with_the_place_most_seen_for_its_activity(tmp_path):
     found = made(tmp_path)
     for line in (72, 72, 73):
         found.count([[TRAIN, line, "<module>"], [LOADER, 700, "__next__"]], busy=True)
     found.count([[TRAIN, 88, "<module>"], [C10D, 3245, "all_reduce"]], busy=False)
-    assert found.activity == {"data": 3, "collective": 1}
+    for line in (20, 21, 22, 21):  # a busy loop's lines are one place: the function
+        found.count([[TRAIN, 30, "<module>"], [TRAIN, line, "heavy"]], busy=True)
+    for _ in range(3):
+        found.count([[TRAIN, 31, "<module>"]], busy=True)
+    assert found.activity == {"data": 3, "collective": 1, "compute": 7}
     found.write(1000.0, {"pid": 4711, "start_time": 99, "first_progress": True})
     written = json.loads((tmp_path / "rank1.slow.json").read_text())
-    assert written["lines"] == {"data": ["next", "train.py:72", 2], "collective": ["all_reduce", "train.py:88", 1]}
+    assert written["lines"] == {"data": ["next", "train.py:72", 3], "collective": ["all_reduce", "train.py:88", 1],
+                                "compute": ["heavy", "train.py:21", 4]}
     assert (written["rank"], written["pid"], written["start_time"], written["first_progress"]) == (1, 4711, 99, True)
 
 

@@ -57,10 +57,11 @@ def _touches(files: Sequence[str], parts: Sequence[str], *, end: bool = False) -
 
 
 def line_of(frames: Sequence[Frame], activity: str, *, is_library: Callable[[str], bool]) -> list[Any] | None:
-    """``[call, "train.py:72"]``: the script's line that stands for ``activity`` and the call it
+    """``[call, "train.py:72", function]``: the script's line that stands for ``activity`` and the call it
     made there (``next``, ``all_reduce``; its own function where it made none); None: no line of the
     script on the stack. For data, the script's last line before torch's data loading (the loop's
-    ``next()``), not a Dataset's ``__getitem__`` inside it; otherwise the innermost line of the script."""
+    ``next()``), not a Dataset's ``__getitem__`` inside it; otherwise the innermost line of the script.
+    ``function``: the script's function that line is in (a loop's lines are counted as one place)."""
     user = [i for i, frame in enumerate(frames) if not is_library(str(frame[0]))]
     if not user:
         return None
@@ -71,4 +72,4 @@ def line_of(frames: Sequence[Frame], activity: str, *, is_library: Callable[[str
         index = before[-1] if before else index
     file, line, function = frames[index][:3]
     call = str(frames[index + 1][2]) if index + 1 < len(frames) else str(function)
-    return [call.strip("_") or str(function), f"{os.path.basename(str(file))}:{line}"]
+    return [call.strip("_") or str(function), f"{os.path.basename(str(file))}:{line}", str(function)]

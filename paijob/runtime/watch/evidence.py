@@ -45,7 +45,8 @@ class Evidence:
         self._is_library = is_library
         self._write = write
         self.activity: dict[str, int] = {}
-        self.lines: dict[str, dict[str, int]] = {}
+        # activity -> the call and the function making it -> line -> samples: a loop's lines are one place
+        self.lines: dict[str, dict[str, dict[str, int]]] = {}
         self.calls: dict[tuple[str, int], list[Any]] = {}
         self.written_at = 0.0
 
@@ -56,9 +57,11 @@ class Evidence:
         line = line_of(frames, activity, is_library=self._is_library)
         if line is not None:
             seen = self.lines.setdefault(activity, {})
-            key = "\t".join(line)
+            key = f"{line[0]}\t{line[2]}\t{line[1].rpartition(':')[0]}"  # the call, in which function of which file
             if key in seen or len(seen) < MAX_LINES:
-                seen[key] = seen.get(key, 0) + 1
+                counted = seen.setdefault(key, {})
+                if line[1] in counted or len(counted) < MAX_LINES:
+                    counted[line[1]] = counted.get(line[1], 0) + 1
         return activity
 
     def note_calls(self, entries: Sequence[Mapping[str, Any]] | None) -> None:
@@ -83,14 +86,20 @@ class Evidence:
         """Read the recorder and write the file (``report``: the sample just taken, for who and when)."""
         self.note_calls(recorded_entries())
         self.written_at = now
-        lines = {activity: [*max(seen, key=seen.__getitem__).split("\t"), max(seen.values())]
-                 for activity, seen in self.lines.items() if seen}
+        lines = {activity: _most_seen(seen) for activity, seen in self.lines.items() if seen}
         self._write(self.path, json.dumps({
             "rank": self.rank, "pid": report.get("pid"), "start_time": report.get("start_time"),
             "time": now, "first_progress": report.get("first_progress"),
             "activity": self.activity, "lines": lines,
             "calls": sorted(self.calls.values(), key=lambda c: (c[0], c[1])),
         }, separators=(",", ":")))
+
+
+def _most_seen(seen: Mapping[str, Mapping[str, int]]) -> list[Any]:
+    """``[call, "train.py:72", samples]``: the call (and function) most seen, at its line most seen."""
+    key = max(seen, key=lambda k: sum(seen[k].values()))
+    at = max(seen[key], key=seen[key].__getitem__)
+    return [key.split("\t")[0], at, sum(seen[key].values())]
 
 
 def recorded_entries() -> list[dict[str, Any]] | None:

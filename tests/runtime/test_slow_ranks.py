@@ -1,0 +1,86 @@
+"""The slow-rank doctor on real jobs (slow stage): 2 nodes x 2 gloo workers on loopback, one rank
+slowed in compute or in data loading, and a balanced job that must stay quiet.
+
+The verdict's rules are pinned on synthetic jobs in test_straggler.py and test_slow_doctor.py;
+these check the whole path (sampler, flight recorder, files, store, node 0's line) in about 90 s
+each. The steps mostly sleep, so a busy machine stretches no rank more than another."""
+
+from __future__ import annotations
+
+import re
+import textwrap
+from pathlib import Path
+
+import pytest
+from runtime_helpers import wait_all
+from test_hangs import start_two_nodes
+
+SECONDS = 80  # of training: start-up, then 3 looks in a row (10 s apart) on evidence written every 5 s
+
+TRAINS_WITH_ONE_SLOW_RANK = textwrap.dedent(
+    """
+    import os, sys, time
+    import torch
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    how, slow_rank, seconds = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+
+
+    class Items(torch.utils.data.Dataset):
+        def __len__(self):
+            return 1 << 20
+
+        def __getitem__(self, index):
+            if how == "data" and rank == slow_rank:
+                time.sleep(0.015)  # a slow disk, for this rank only
+            return torch.ones(16)
+
+
+    def heavy(seconds):
+        end = time.perf_counter() + seconds
+        while time.perf_counter() < end:
+            pass
+
+
+    loader = iter(torch.utils.data.DataLoader(Items(), batch_size=4))
+    t = torch.ones(1000)
+    end = time.time() + seconds
+    while time.time() < end:
+        batch = next(loader)
+        time.sleep(0.03)  # the step's own work
+        if how == "compute" and rank == slow_rank:
+            heavy(0.06)
+        dist.all_reduce(t)
+    dist.barrier()
+    print(f"rank {rank} done", flush=True)
+    """
+)
+
+
+def run(tmp_path: Path, start_task, how: str, slow_rank: int) -> str:
+    tasks = start_two_nodes(start_task, tmp_path, "train.py", TRAINS_WITH_ONE_SLOW_RANK,
+                            ["--nproc-per-node", "2", "--hang-timeout", "120"],
+                            (how, str(slow_rank), str(SECONDS)))
+    codes = wait_all(tasks, timeout=SECONDS + 150)
+    assert codes == [0, 0], "\n".join(t.output for t in tasks)
+    return tasks[0].output
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("how", "doing"), [("compute", "computing (heavy() at train.py:"),
+                                            ("data", "in the DataLoader (next() at train.py:")])
+def test_one_slow_rank_is_named_with_what_it_does(how: str, doing: str, tmp_path: Path, start_task):
+    output = run(tmp_path, start_task, how, 3)
+    lines = re.findall(r"slow-rank doctor: slow rank: .*", output)
+    assert lines, output
+    assert lines[0].startswith("slow-rank doctor: slow rank: rank 3 (node rank 1, "), output
+    assert "holds the job back: ranks 0-2 wait for it" in lines[0] and doing in lines[0], output
+    assert re.search(r"slow-rank doctor: over the run: slow rank: rank 3 \(node rank 1", output), output
+
+
+@pytest.mark.slow
+def test_a_balanced_job_says_nothing(tmp_path: Path, start_task):
+    output = run(tmp_path, start_task, "balanced", 3)
+    assert "slow-rank doctor" not in output, output
