@@ -44,10 +44,19 @@ TRAINS_WITH_ONE_SLOW_RANK = textwrap.dedent(
             pass
 
 
+    def evaluate(seconds):
+        time.sleep(seconds)  # rank 0 alone, by design: the others wait at the next collective
+
+
     loader = iter(torch.utils.data.DataLoader(Items(), batch_size=4))
     t = torch.ones(1000)
-    end = time.time() + seconds
+    began = time.time()
+    end = began + seconds
+    evaluated = False
     while time.time() < end:
+        if how == "evaluate" and rank == 0 and not evaluated and time.time() > began + 30:
+            evaluate(30)
+            evaluated = True
         batch = next(loader)
         time.sleep(0.03)  # the step's own work
         if how == "compute" and rank == slow_rank:
@@ -59,11 +68,11 @@ TRAINS_WITH_ONE_SLOW_RANK = textwrap.dedent(
 )
 
 
-def run(tmp_path: Path, start_task, how: str, slow_rank: int) -> str:
+def run(tmp_path: Path, start_task, how: str, slow_rank: int, seconds: int = SECONDS) -> str:
     tasks = start_two_nodes(start_task, tmp_path, "train.py", TRAINS_WITH_ONE_SLOW_RANK,
                             ["--nproc-per-node", "2", "--hang-timeout", "120"],
-                            (how, str(slow_rank), str(SECONDS)))
-    codes = wait_all(tasks, timeout=SECONDS + 150)
+                            (how, str(slow_rank), str(seconds)))
+    codes = wait_all(tasks, timeout=seconds + 150)
     assert codes == [0, 0], "\n".join(t.output for t in tasks)
     return tasks[0].output
 
@@ -84,3 +93,13 @@ def test_one_slow_rank_is_named_with_what_it_does(how: str, doing: str, tmp_path
 def test_a_balanced_job_says_nothing(tmp_path: Path, start_task):
     output = run(tmp_path, start_task, "balanced", 3)
     assert "slow-rank doctor" not in output, output
+
+
+@pytest.mark.slow
+def test_a_rank_0_evaluation_by_design_is_reported_as_a_phase_not_a_straggler(tmp_path: Path, start_task):
+    """Rank 0 evaluates alone for 30 s, 30 s into training; the others wait for it at the next all_reduce."""
+    output = run(tmp_path, start_task, "evaluate", 0, seconds=90)
+    assert re.search(r"slow-rank doctor: one rank works alone: rank 0 \(node rank 0, .*\) works in host-side "
+                     r"work \(evaluate\(\) at train.py:\d+\) while ranks 1-3 wait in all_reduce at train.py:\d+, "
+                     r"up to 3\ds at a time", output), output
+    assert "slow rank:" not in output and "slow node:" not in output, output
