@@ -149,8 +149,8 @@ def test_collectives_before_the_first_training_step_are_not_judged():
     assert judge_slow(windows(calls)) is not None  # the same evidence, start-up included
 
 
-def test_too_few_collectives_seen_on_every_rank_fall_back_to_samples():
-    calls = simulate(lambda r, s: 0.05 if r == 3 else 0.0, steps=4)
+def test_without_the_recorder_the_samples_say_who_waits():
+    calls = {rank: [] for rank in range(4)}  # torch 2.4's gloo: no rank kept a collective
     waiting = {"collective": 40, "compute": 60}
     activity = {0: waiting, 1: waiting, 2: waiting, 3: {"collective": 1, "data": 80, "compute": 19}}
     verdict = judge_slow(windows(calls, activity=activity))
@@ -158,6 +158,8 @@ def test_too_few_collectives_seen_on_every_rank_fall_back_to_samples():
     assert verdict.activity == "data" and verdict.wait_share == pytest.approx(0.4)
     few = {rank: {"collective": 4, "compute": 1} for rank in range(3)} | {3: {"compute": 5}}
     assert judge_slow(windows(calls, activity=few)) is None
+    some = simulate(lambda r, s: 0.05 if r == 3 else 0.0, steps=4)  # a recorder, too few collectives yet
+    assert judge_slow(windows(some, activity=activity)) is None
 
 
 def test_the_record_carries_every_ranks_figures():
@@ -198,6 +200,9 @@ def frames(*names):
 @pytest.mark.parametrize(("stack", "busy", "activity", "line"), [
     (frames((TRAIN, 88, "<module>"), (f"{TORCH}/distributed/distributed_c10d.py", 2800, "all_reduce")),
      False, "collective", ["all_reduce", "train.py:88"]),
+    (frames((TRAIN, 44, "<module>"), (f"{TORCH}/distributed/c10d_logger.py", 83, "wrapper"),
+            (f"{TORCH}/distributed/distributed_c10d.py", 2800, "barrier")),
+     False, "collective", ["barrier", "train.py:44"]),
     (frames((TRAIN, 72, "<module>"), (f"{TORCH}/utils/data/dataloader.py", 700, "__next__"),
             (f"{TORCH}/utils/data/_utils/fetch.py", 50, "fetch"), (TRAIN, 20, "__getitem__")),
      True, "data", ["next", "train.py:72"]),
@@ -213,3 +218,15 @@ def frames(*names):
 def test_one_sample_is_one_activity_and_a_line(stack, busy, activity, line):
     assert activity_of(stack, busy=busy, is_library=is_library) == activity
     assert line_of(stack, activity, is_library=is_library)[:2] == line
+
+
+def test_with_the_recorder_on_a_long_pause_is_never_judged_from_the_samples():
+    """Rank 0 evaluates alone; no collective completes meanwhile, so none is newer than the start of
+    judging: the samples (ranks 1-3 inside all_reduce, rank 0 not) must not make it a straggler."""
+    waiting = {"collective": 40, "compute": 0}
+    activity = {0: {"host": 40}, 1: waiting, 2: waiting, 3: waiting}
+    calls = simulate(jitter)
+    since = max(call.enqueued for found in calls.values() for call in found) + 1
+    assert judge_slow(windows(calls, activity=activity), since=since) is None
+    no_recorder = {rank: [] for rank in calls}
+    assert judge_slow(windows(no_recorder, activity=activity)) is not None  # what the samples alone say

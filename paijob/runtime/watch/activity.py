@@ -72,4 +72,6 @@ def line_of(frames: Sequence[Frame], activity: str, *, is_library: Callable[[str
         index = before[-1] if before else index
     file, line, function = frames[index][:3]
     call = str(frames[index + 1][2]) if index + 1 < len(frames) else str(function)
+    if activity == "collective":  # the torch.distributed call, not a decorator around it (c10d_logger's wrapper)
+        call = next((str(f[2]) for f in frames[index + 1:] if str(f[0]).endswith(_C10D)), call)
     return [call.strip("_") or str(function), f"{os.path.basename(str(file))}:{line}", str(function)]

@@ -14,8 +14,8 @@ the runtime already has, at no per-step cost, name it:
   ``all_reduce`` (NCCL is asynchronous): the late rank still *enqueues* last.
 * **what each rank's main thread does**, from the sampler's once-a-second stacks counted by
   activity (:mod:`paijob.runtime.watch.activity`): in the DataLoader, computing, host-side work.
-  Where the recorder is missing (torch 2.4's gloo), the wait share is read from these samples
-  instead (the share of samples inside a collective, which holds only where collectives block the
+  Where the recorder is missing (torch 2.4's gloo; no rank kept a collective), the wait share is read
+  from these samples instead (the share of samples inside a collective, which holds only where collectives block the
   Python thread: gloo).
 
 The rules (thresholds below, pinned in ``tests/runtime/test_straggler.py``):
@@ -241,8 +241,10 @@ def judge_slow(windows: Sequence[RankWindow], offsets: Mapping[int, float] | Non
     """Who the others wait for, and what it does; None while the job is balanced (see the module)."""
     if len(windows) < 2:
         return None
-    waits = waits_from_calls(windows, offsets or {}, since) or waits_from_samples(windows)
-    if waits is None:
+    waits = waits_from_calls(windows, offsets or {}, since)
+    if waits is None and not any(w.calls for w in windows):  # no recorder: the samples say it
+        waits = waits_from_samples(windows)
+    if waits is None:  # too few collectives yet, or none in a long pause: the samples would see only the pause
         return None
     split = _late_and_waiting(windows, waits, threshold)
     if split is None:
