@@ -71,7 +71,14 @@ def line_of(frames: Sequence[Frame], activity: str, *, is_library: Callable[[str
         before = [i for i in user if i < first_data]
         index = before[-1] if before else index
     file, line, function = frames[index][:3]
-    call = str(frames[index + 1][2]) if index + 1 < len(frames) else str(function)
-    if activity == "collective":  # the torch.distributed call, not a decorator around it (c10d_logger's wrapper)
-        call = next((str(f[2]) for f in frames[index + 1:] if str(f[0]).endswith(_C10D)), call)
+    call = _call_made(frames, index, activity)
     return [call.strip("_") or str(function), f"{os.path.basename(str(file))}:{line}", str(function)]
+
+
+def _call_made(frames: Sequence[Frame], index: int, activity: str) -> str:
+    """The call the frame at ``index`` made (its own function where it made none); for a collective
+    the ``torch.distributed`` call, not a decorator around it (c10d_logger's ``wrapper``)."""
+    call = str(frames[index + 1][2]) if index + 1 < len(frames) else str(frames[index][2])
+    if activity == "collective":
+        call = next((str(f[2]) for f in frames[index + 1:] if str(f[0]).endswith(_C10D)), call)
+    return call
