@@ -241,10 +241,8 @@ def judge_slow(windows: Sequence[RankWindow], offsets: Mapping[int, float] | Non
     """Who the others wait for, and what it does; None while the job is balanced (see the module)."""
     if len(windows) < 2:
         return None
-    waits = waits_from_calls(windows, offsets or {}, since)
-    if waits is None and not any(w.calls for w in windows):  # no recorder: the samples say it
-        waits = waits_from_samples(windows)
-    if waits is None:  # too few collectives yet, or none in a long pause: the samples would see only the pause
+    waits = _waits(windows, offsets or {}, since)
+    if waits is None:
         return None
     split = _late_and_waiting(windows, waits, threshold)
     if split is None:
@@ -263,6 +261,15 @@ def judge_slow(windows: Sequence[RankWindow], offsets: Mapping[int, float] | Non
                        op=waits.op, activity=activity, activity_share=mine, others_share=others,
                        longest_pause=longest, source=waits.source,
                        figures=tuple(figures(windows, waits)))
+
+
+def _waits(windows: Sequence[RankWindow], offsets: Mapping[int, float], since: float) -> Waits | None:
+    """From the recorder; from the samples only where no rank kept a collective (no recorder). With
+    a recorder, too few collectives (yet, or none in a long pause) is no verdict: the samples would
+    see only the pause."""
+    if any(w.calls for w in windows):
+        return waits_from_calls(windows, offsets, since)
+    return waits_from_samples(windows)
 
 
 def _late_and_waiting(windows: Sequence[RankWindow], waits: Waits, threshold: float
