@@ -174,6 +174,10 @@ def test_the_record_carries_every_ranks_figures():
 
 @pytest.mark.parametrize(("waits", "phase"), [
     ([0.0] * 99 + [30.0], True),
+    ([0.0] * 99 + [0.5], True),  # however short (the caller drops pauses under 5 s)
+    ([0.0] * 9 + [30.0], True),  # 10 collectives: the top one
+    ([0.0] * 8 + [10.0, 10.0], False),  # ... and only the top one
+    ([0.0] * 8 + [1.0, 4.0], True),  # exactly 80 %
     ([0.05] * 100, False),
     ([0.05] * 90 + [1.0] * 10, False),  # a slow batch every tenth step: a straggler, not a phase
     ([0.0] * 10, False),
@@ -230,3 +234,139 @@ def test_with_the_recorder_on_a_long_pause_is_never_judged_from_the_samples():
     assert judge_slow(windows(calls, activity=activity), since=since) is None
     no_recorder = {rank: [] for rank in calls}
     assert judge_slow(windows(no_recorder, activity=activity)) is not None  # what the samples alone say
+
+
+# -- the edges of each rule ---------------------------------------------------------------------
+
+def exact_calls(late, *, ranks=4, steps=40):
+    """Collectives one second apart on exact clocks; ``late(rank, seq)``: how many seconds that rank
+    enqueues that collective after the others (whole and half seconds: exact in binary)."""
+    calls = {rank: [] for rank in range(ranks)}
+    now = 1000.0
+    for seq in range(1, steps + 1):
+        arrived = {rank: now + late(rank, seq) for rank in range(ranks)}
+        for rank, when in arrived.items():
+            calls[rank].append(Call("0", seq, "all_reduce", when))
+        now = max(arrived.values()) + 1.0
+    return calls
+
+
+def sampled(shares, *, per_node=2):
+    """Windows without collectives whose samples put each rank ``shares[rank]`` hundredths inside one."""
+    return [RankWindow(rank, rank // per_node, HOSTS[rank // per_node], rank % per_node, (),
+                       {"collective": share, "compute": 100 - share}, LINES) for rank, share in enumerate(shares)]
+
+
+def test_just_enough_collectives_since_the_start_of_judging_are_judged():
+    """5 consecutive pairs (MIN_PAIRS), the first of them last enqueued exactly at ``since``."""
+    calls = simulate(lambda r, s: 0.05 if r == 3 else 0.0, steps=7)
+    since = max(found[2].enqueued for found in calls.values())  # seq 3: pairs 3-7 counted
+    assert judge_slow(windows(calls), since=since) is not None
+    assert judge_slow(windows(calls), since=since + 1e-6) is None  # 4 pairs
+
+
+def test_collectives_all_enqueued_at_once_give_no_wait_shares():
+    calls = {rank: [Call("0", seq, "all_reduce", 1000.0) for seq in range(1, 20)] for rank in range(4)}
+    assert judge_slow(windows(calls)) is None
+
+
+def test_a_job_of_one_rank_has_no_straggler():
+    assert judge_slow(windows(simulate(lambda r, s: 0.0, ranks=1))) is None
+    assert judge_slow([]) is None
+
+
+@pytest.mark.parametrize(("last", "named"), [(70, True), (69, False)])
+def test_the_late_rank_must_arrive_last_in_seventy_percent_of_the_collectives(last, named):
+    """Rank 3 arrives 2 s late in ``last`` of 100 collectives; in the others rank 2 is 0.5 s late."""
+    def late(rank, seq):
+        if seq <= last + 1:
+            return 2.0 if rank == 3 else 0.0
+        return 0.5 if rank == 2 else 0.0
+
+    verdict = judge_slow(windows(exact_calls(late, steps=101)))
+    assert (verdict is not None and verdict.culprits == (3,)) is named
+
+
+def test_a_pause_of_five_seconds_is_a_phase_and_a_shorter_one_a_hiccup():
+    def pause(seconds):
+        return exact_calls(lambda rank, seq: seconds if (rank, seq) == (0, 30) else 0.0)
+
+    verdict = judge_slow(windows(pause(5.0)))
+    assert verdict is not None and verdict.kind == "phase" and verdict.longest_pause == 5.0
+    assert judge_slow(windows(pause(4.5))) is None
+
+
+def test_the_thresholds_edges_from_the_samples():
+    """Exact shares: rank 0 waits 10 % (the threshold), rank 1 5 % (half of it: late)."""
+    verdict = judge_slow(sampled([10, 5], per_node=2))
+    assert verdict is not None and verdict.culprits == (1,) and verdict.wait_share == THRESHOLD
+    assert judge_slow(sampled([10, 6], per_node=2)) is None  # rank 1 not late enough
+    assert judge_slow(sampled([9, 4], per_node=2)) is None  # under the threshold
+
+
+def test_ten_samples_a_rank_are_enough_and_nine_are_not():
+    def counted(n):
+        return [RankWindow(r, 0, HOSTS[0], r, (), {"collective": n if r == 0 else 0, "compute": 0 if r == 0 else n},
+                           LINES) for r in range(2)]
+
+    assert judge_slow(counted(10)) is not None
+    assert judge_slow(counted(9)) is None
+
+
+def test_one_rank_per_node_is_a_slow_rank_not_a_slow_node():
+    verdict = judge_slow(windows(simulate(lambda r, s: 0.05 if r == 1 else 0.0, ranks=2, per_node=1), per_node=1))
+    assert verdict is not None and verdict.kind == "rank" and verdict.culprits == (1,)
+
+
+def test_the_samples_line_names_the_waiting_ranks_call():
+    verdict = judge_slow(sampled([40, 40, 40, 1]))
+    assert verdict is not None and verdict.source == "samples"
+    assert "ranks 0-2 wait for it 40% of the time in all_reduce() at train.py:88; it spends" in verdict.line()
+    assert [f["last"] for f in verdict.record()["figures"]] == [0, 0, 0, 0]  # no collective seen
+    bare = [RankWindow(w.rank, w.node_rank, w.host, w.local_rank, (), w.activity, {}) for w in sampled([40, 40, 40, 1])]
+    assert "ranks 0-2 wait for it 40% of the time; it spends 99% of its time computing, the others 60%" in (
+        judge_slow(bare).line())  # type: ignore[union-attr]
+    only_op = judge_slow([RankWindow(w.rank, w.node_rank, w.host, w.local_rank, w.calls, w.activity, {})
+                          for w in windows(simulate(slow_rank_3))])
+    assert only_op is not None and " of the time in all_reduce; it spends" in only_op.line()
+
+
+def slow_rank_3(rank, step):
+    return 0.05 if rank == 3 else 0.0
+
+
+def test_several_late_ranks_are_described_by_the_first_ones_line():
+    lines = {1: {"compute": ["matmul", "a.py:1"]}, 3: {"compute": ["conv", "b.py:2"]}}
+    activity = {1: {"compute": 90, "collective": 10}, 3: {"compute": 90, "collective": 10}}
+    calls = simulate(lambda r, s: 0.05 if r in (1, 3) else 0.0)
+    found = [RankWindow(w.rank, w.node_rank, w.host, w.local_rank, w.calls, activity.get(w.rank, BALANCED),
+                        lines.get(w.rank, LINES)) for w in windows(calls)]
+    verdict = judge_slow(found)
+    assert verdict is not None and "computing (matmul() at a.py:1)" in verdict.line()
+
+
+def test_what_a_late_rank_does_is_never_the_collectives_it_waits_in():
+    """A late rank seen inside collectives more than the others (it arrives last, then waits for
+    the data to move) is described by what else it does; a tie goes to the first activity."""
+    activity = {3: {"collective": 80, "compute": 20}} | {r: {"collective": 10, "compute": 90} for r in range(3)}
+    verdict = judge_slow(windows(simulate(slow_rank_3), activity=activity))
+    assert verdict is not None and verdict.activity == "data" and verdict.activity_share == 0.0
+
+
+def test_figures_and_the_record_are_rounded_to_three_places():
+    activity = {r: {"collective": 1, "compute": 2} for r in range(4)}
+    verdict = judge_slow(sampled([0, 0, 0, 0]))
+    assert verdict is None
+    calls = exact_calls(lambda rank, seq: 1.0 if rank == 3 else 0.0, steps=40)
+    verdict = judge_slow(windows(calls, activity=activity))
+    assert verdict is not None
+    assert verdict.record()["wait_share"] == 0.5
+    assert verdict.record()["figures"][0]["activity"] == {"collective": 0.333, "compute": 0.667}
+    thirds = judge_slow(windows(exact_calls(lambda rank, seq: 0.5 if rank == 3 else 0.0), activity=activity))
+    assert thirds is not None and thirds.record()["wait_share"] == 0.333
+    assert thirds.record()["figures"][0]["wait_share"] == 0.333
+
+
+def test_a_window_without_samples_has_no_shares_and_a_short_line_is_none():
+    window = RankWindow(0, 0, "h", None, (), {}, {"data": ["next"]})
+    assert window.share("data") == 0.0 and window.line("data") == "" and window.line("host") == ""

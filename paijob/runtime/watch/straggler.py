@@ -136,13 +136,13 @@ class SlowVerdict:
         where = self._waiting_where()
         doing = self._doing()
         if self.kind == "phase":
-            one = self.late[0]
+            (one,) = self.late
             return (f"one rank works alone: {one.name()} works {doing} while {waiting} wait"
                     f"{where}, up to {self.longest_pause:.0f}s at a time ({self.wait_share:.0%} of "
                     f"the time): a phase of the script (an evaluation or checkpoint on one rank), "
                     f"not counted as a straggler")
         if self.kind == "node":
-            first = self.late[0]
+            first = min(self.late, key=lambda w: w.rank)
             return (f"slow node: node rank {first.node_rank} (host {first.host}, "
                     f"{ranks_phrase(self.culprits)}) holds the job back: {waiting} wait for it "
                     f"{self.wait_share:.0%} of the time{where}; every rank of the node arrives late "
@@ -239,7 +239,7 @@ def waits_from_samples(windows: Sequence[RankWindow]) -> Waits | None:
 def judge_slow(windows: Sequence[RankWindow], offsets: Mapping[int, float] | None = None, *,
                since: float = -math.inf, threshold: float = THRESHOLD) -> SlowVerdict | None:
     """Who the others wait for, and what it does; None while the job is balanced (see the module)."""
-    if len(windows) < 2:
+    if not windows:
         return None
     waits = _waits(windows, offsets or {}, since)
     if waits is None:
@@ -287,8 +287,8 @@ def _late_and_waiting(windows: Sequence[RankWindow], waits: Waits, threshold: fl
 
 def _kind(late: Sequence[RankWindow], windows: Sequence[RankWindow]) -> str:
     """``node`` (every rank of one node, of several, and more than one) or ``rank``."""
-    nodes = {w.node_rank for w in late}
-    if len(nodes) == 1 and len({w.node_rank for w in windows}) > 1:
+    nodes = {w.node_rank for w in late}  # every rank of one node is never all of a job: some wait
+    if len(nodes) == 1:
         node = next(iter(nodes))
         if {w.rank for w in late} == {w.rank for w in windows if w.node_rank == node} and len(late) > 1:
             return "node"
@@ -308,16 +308,11 @@ def is_phase(per_call: Sequence[float]) -> bool:
 def _what_it_does(late: Sequence[RankWindow], waiting: Sequence[RankWindow]) -> tuple[str, float, float]:
     """The activity the late ranks spend most more time in than the waiting ones (outside
     collectives), its share on the late ranks, and on the others."""
-    best = ("compute", 0.0, 0.0)
-    margin = -math.inf
-    for activity in ACTIVITIES:
-        if activity == "collective":
-            continue
-        mine = statistics.fmean(w.share(activity) for w in late)
-        others = statistics.fmean(w.share(activity) for w in waiting)
-        if mine - others > margin:
-            best, margin = (activity, mine, others), mine - others
-    return best
+    found = [(statistics.fmean(w.share(a) for w in late) - statistics.fmean(w.share(a) for w in waiting), a)
+             for a in ACTIVITIES if a != "collective"]
+    _margin, activity = max(found, key=lambda item: item[0])  # a tie: the first, in ACTIVITIES' order
+    return (activity, statistics.fmean(w.share(activity) for w in late),
+            statistics.fmean(w.share(activity) for w in waiting))
 
 
 def figures(windows: Sequence[RankWindow], waits: Waits) -> list[dict[str, Any]]:
