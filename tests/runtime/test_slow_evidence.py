@@ -111,18 +111,25 @@ def test_only_well_formed_parts_of_a_file_are_kept(tmp_path):
     assert read_evidence(str(tmp_path), {0: {"pid": 1, "start_time": 2}}, read_file) == {}
 
 
-TRAINS_FOR_SIX_SECONDS = textwrap.dedent(
+TRAINS_UNTIL_ITS_COLLECTIVES_ARE_WRITTEN = textwrap.dedent(
     """
-    import time
+    import json, os, time
     import torch
     import torch.distributed as dist
 
     dist.init_process_group("gloo")
     t = torch.ones(8)
-    end = time.time() + 6.5
+    path = os.path.join(os.environ["PAIJOB_HANG_DIR"], "rank0.slow.json")
+    end = time.time() + 90  # bounded: the evidence is written once per 5 s slot of the wall clock
     while time.time() < end:
         dist.all_reduce(t)
         time.sleep(0.02)
+        try:
+            with open(path) as handle:
+                if json.load(handle)["calls"]:
+                    break
+        except (OSError, ValueError, KeyError):
+            pass
     """
 )
 
@@ -132,7 +139,7 @@ def test_a_real_worker_writes_when_it_enqueued_its_collectives(tmp_path: Path):
     creation times of its all_reduces (the wall clock) and its samples counted."""
     pytest.importorskip("torch")
     script = tmp_path / "train.py"
-    script.write_text(TRAINS_FOR_SIX_SECONDS)
+    script.write_text(TRAINS_UNTIL_ITS_COLLECTIVES_ARE_WRITTEN)
     folder = tmp_path / "hang"
     folder.mkdir()
     env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()), "RANK": "0",
@@ -147,4 +154,4 @@ def test_a_real_worker_writes_when_it_enqueued_its_collectives(tmp_path: Path):
     assert calls and {call[2] for call in calls} == {"all_reduce"}
     assert all(began <= call[3] <= time.time() for call in calls)
     assert [call[1] for call in calls] == sorted(call[1] for call in calls)
-    assert written["activity"].get("other", 0) + written["activity"].get("collective", 0) >= 3
+    assert sum(written["activity"].values()) >= 1

@@ -17,6 +17,7 @@ the line that stands for it, so the sampler only counts (no history, no per-step
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from collections.abc import Callable, Sequence
@@ -38,22 +39,31 @@ Frame = Sequence[Any]  # (file, line, function)
 
 def activity_of(frames: Sequence[Frame], *, busy: bool, is_library: Callable[[str], bool]) -> str:
     """The activity (one of :data:`ACTIVITIES`) of a main-thread stack, outermost frame first."""
-    files = [str(frame[0]) for frame in frames]
-    if _touches(files, (_C10D,), end=True):
-        return "collective"
-    if _touches(files, (_DATA,)):
-        return "data"
-    if _touches(files, _HOST_FILES) or any(
-            not is_library(str(f[0])) and _HOST_NAME.search(str(f[2])) for f in frames):
+    kinds = {_file_kind(str(frame[0])) for frame in frames}
+    for kind in ("collective", "data"):
+        if kind in kinds:
+            return kind
+    if "host" in kinds or any(_host_name(str(f[2])) and not is_library(str(f[0])) for f in frames):
         return "host"
-    if _touches(files, _COMPUTE_FILES) or (busy and frames):
-        return "compute"
-    return "other"
+    return "compute" if "compute" in kinds or (busy and frames) else "other"
 
 
-def _touches(files: Sequence[str], parts: Sequence[str], *, end: bool = False) -> bool:
-    """Whether a file of the stack is (``end``: ends with) or lies in one of ``parts``."""
-    return any(file.endswith(part) if end else part in file for file in files for part in parts)
+@functools.lru_cache(maxsize=4096)
+def _file_kind(file: str) -> str:
+    """The activity a frame in ``file`` stands for, or ``""`` (once per file: a look costs microseconds)."""
+    if file.endswith(_C10D):
+        return "collective"
+    if _DATA in file:
+        return "data"
+    if any(part in file for part in _HOST_FILES):
+        return "host"
+    return "compute" if any(part in file for part in _COMPUTE_FILES) else ""
+
+
+@functools.lru_cache(maxsize=4096)
+def _host_name(function: str) -> bool:
+    """Whether a function's name says host-side work (once per name)."""
+    return _HOST_NAME.search(function) is not None
 
 
 def line_of(frames: Sequence[Frame], activity: str, *, is_library: Callable[[str], bool]) -> list[Any] | None:

@@ -15,6 +15,7 @@ pid and start time): a job's own files are never trusted further than that.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import pickle
@@ -42,7 +43,7 @@ class Evidence:
                  write: Callable[[str, str], None]) -> None:
         self.path = evidence_path(folder, rank)
         self.rank = rank
-        self._is_library = is_library
+        self._is_library = functools.lru_cache(maxsize=4096)(is_library)  # a file's answer never changes
         self._write = write
         self.activity: dict[str, int] = {}
         # activity -> the call and the function making it -> line -> samples: a loop's lines are one place
