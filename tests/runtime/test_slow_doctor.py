@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from test_straggler import jitter, simulate
 
+from paijob.runtime.watch import clock
 from paijob.runtime.watch.slowwatch import PERSIST, PREFIX, SlowDoctor, _parsed
 
 BALANCED = {"collective": 20, "compute": 70, "data": 10}
@@ -117,6 +119,76 @@ def test_a_node_publishes_its_ranks_and_node_0_reads_only_their_shape():
                            "first_progress": True, "calls": [["0", 1, "all_reduce", 1.0], "junk"],
                            "activity": {"data": 1, "evil": 2}}, {"rank": "3"}, 7])
     assert _parsed(hostile) == [{"rank": 2, "node_rank": 1, "host": "h" * 64, "local_rank": None,
-                                 "exited": False, "first_progress": True, "activity": {"data": 1},
-                                 "lines": {}, "calls": [["0", 1, "all_reduce", 1.0]]}]
+                                 "exited": False, "clock_ahead": None, "first_progress": True,
+                                 "activity": {"data": 1}, "lines": {}, "calls": [["0", 1, "all_reduce", 1.0]]}]
+    for said, kept in ((0.25, 0.25), (-3, -3.0), (True, None), (float("nan"), None), (7200.0, None), ("1", None)):
+        assert _parsed(json.dumps([{"rank": 0, "node_rank": 1, "clock_ahead": said}]))[0]["clock_ahead"] == kept
     assert _parsed("not json") == [] and _parsed('{"rank": 1}') == []
+
+
+class Store:
+    """The store's keys as text, as the channel's get_text/set_text see them."""
+
+    def __init__(self) -> None:
+        self.keys: dict[str, str] = {}
+
+    def get(self, key):
+        return self.keys.get(key)
+
+    def put(self, key, text):
+        self.keys[key] = text
+
+
+def test_node_0_answers_each_new_clock_round_once_with_its_clock():
+    store = Store()
+    answered: dict[int, int] = {}
+    clock.answer(3, answered, store.get, store.put, clock=lambda: 500.0)
+    assert store.keys == {}  # nobody asked
+    store.put(clock.ASK_KEY.format(node=2), "1")
+    store.put(clock.ASK_KEY.format(node=1), "junk")
+    clock.answer(3, answered, store.get, store.put, clock=lambda: 500.25)
+    assert store.keys[clock.ANSWER_KEY.format(node=2, round=1)] == "500.25" and answered == {2: 1}
+    clock.answer(3, answered, store.get, store.put, clock=lambda: 600.0)
+    assert store.keys[clock.ANSWER_KEY.format(node=2, round=1)] == "500.25"  # answered once
+
+
+def test_a_node_learns_how_far_its_clock_is_ahead_of_node_0s():
+    """Node 1's clock is 2.5 s ahead; node 0 answers 0.4 s after the ask, node 1 sees it 5 ms later."""
+    store = Store()
+    now = [1002.5]  # node 1's clock
+
+    def sleep(seconds):
+        now[0] += seconds
+        if now[0] >= 1002.9 and clock.ANSWER_KEY.format(node=1, round=1) not in store.keys:
+            clock.answer(2, {}, store.get, store.put, clock=lambda: now[0] - 2.5)
+
+    found = clock.ask(1, 1, store.get, store.put, clock=lambda: now[0], sleep=sleep)
+    assert found is not None
+    asked, answered, seen = found
+    ahead = clock.Ahead()
+    ahead.add(asked, answered, seen)
+    assert ahead.estimate() == pytest.approx(2.5, abs=0.006)
+    assert clock.ask(1, 2, store.get, store.put, clock=lambda: now[0], sleep=sleep, wait=0.1) is None
+
+
+def test_an_estimate_is_the_tightest_round_and_a_clock_step_starts_afresh():
+    ahead = clock.Ahead()
+    assert ahead.estimate() is None
+    ahead.add(10.0, 8.0, 10.9)  # ahead by 2.0 to 2.9
+    ahead.add(20.0, 17.6, 20.05)  # 2.4 to 2.45
+    assert ahead.estimate() == pytest.approx(2.45)
+    ahead.add(30.0, 29.9, 30.2)  # 0.1 to 0.3: the clock stepped
+    assert ahead.estimate() == pytest.approx(0.3)
+
+
+def test_node_0_moves_each_nodes_enqueue_times_by_its_published_offset():
+    said: list[str] = []
+    found = doctor(said)
+    found.since = 0.0
+    skewed = simulate(lambda r, s: 0.05 if r == 0 else 0.0, clock={1: 0.3})
+    ranks_seen = ranks(slow3)
+    for rank in ranks_seen:
+        rank["calls"] = [[c.group, c.seq, c.op, c.enqueued] for c in skewed[rank["rank"]]]
+        rank["clock_ahead"] = 0.3 if rank["node_rank"] == 1 else 0.0
+    verdict = found.judge(10.0, ranks_seen)
+    assert verdict is not None and verdict.culprits == (0,)

@@ -59,7 +59,7 @@ TRAINS_WITH_ONE_SLOW_RANK = textwrap.dedent(
             evaluated = True
         batch = next(loader)
         time.sleep(0.03)  # the step's own work
-        if how == "compute" and rank == slow_rank:
+        if (how == "compute" and rank == slow_rank) or (how == "node" and rank // 2 == slow_rank):
             heavy(0.06)
         dist.all_reduce(t)
     dist.barrier()
@@ -87,6 +87,17 @@ def test_one_slow_rank_is_named_with_what_it_does(how: str, doing: str, tmp_path
     assert lines[0].startswith("slow-rank doctor: slow rank: rank 3 (node rank 1, "), output
     assert "holds the job back: ranks 0-2 wait for it" in lines[0] and doing in lines[0], output
     assert re.search(r"slow-rank doctor: over the run: slow rank: rank 3 \(node rank 1", output), output
+
+
+@pytest.mark.slow
+def test_a_whole_slow_node_is_named_as_the_node(tmp_path: Path, start_task):
+    """Both ranks of node 1 compute 60 ms more each step (one machine slower than the other)."""
+    output = run(tmp_path, start_task, "node", 1)
+    lines = re.findall(r"slow-rank doctor: slow node: .*", output)
+    assert lines, output
+    assert lines[0].startswith("slow-rank doctor: slow node: node rank 1 (host "), output
+    assert "ranks 2-3) holds the job back: ranks 0-1 wait for it" in lines[0], output
+    assert "slow rank:" not in output, output
 
 
 @pytest.mark.slow

@@ -220,6 +220,12 @@ class Channel:
     def publish_slow(self, node_rank: int, text: str) -> None:
         pass
 
+    def get_text(self, key: str) -> str | None:
+        return None
+
+    def set_text(self, key: str, text: str) -> None:
+        pass
+
     def gather_slow(self, nnodes: int, node_rank: int) -> list[str]:
         return []
 
@@ -251,6 +257,16 @@ class StoreChannel(Channel):
 
     def publish_slow(self, node_rank: int, text: str) -> None:
         self.call(lambda store: store.set(SLOW_KEY.format(node=node_rank), text))
+
+    def get_text(self, key: str) -> str | None:
+        def get(store: Any) -> bytes | None:
+            return store.get(key) if store.check([key]) else None
+
+        value = self.call(get)
+        return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+
+    def set_text(self, key: str, text: str) -> None:
+        self.call(lambda store: store.set(key, text))
 
     def gather_slow(self, nnodes: int, node_rank: int) -> list[str]:
         found = []
@@ -346,7 +362,7 @@ class HangWatch(Ticker):
         self._evidence = threading.Lock()  # the tick and account_now both update it
         self.slow = SlowDoctor(node_rank=node_rank, nnodes=nnodes, world_size=world_size, folder=folder,
                                read=read_file, say=say, publish=channel.publish_slow,
-                               gather=channel.gather_slow)
+                               gather=channel.gather_slow, get=channel.get_text, put=channel.set_text)
 
     def start(self) -> None:
         self._say(self.settings.described())

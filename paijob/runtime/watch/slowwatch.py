@@ -15,15 +15,22 @@ rank still keeps), and says:
   :data:`REPEAT` seconds, worded as such;
 * nothing before every rank's first training step, nor about collectives enqueued before it;
 * the worst straggler of the run once more as the node finishes (the final summary).
+
+The other nodes' clocks are compared with node 0's through the store
+(:mod:`paijob.runtime.watch.clock`): node 0 answers at every tick, each other node asks once a
+look (its look then waits up to 1.5 s for the answer) and publishes how far ahead it is with its
+ranks; node 0 moves their enqueue times by that much.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from collections import deque
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from paijob.runtime.watch import clock
 from paijob.runtime.watch.evidence import checked, read_evidence
 from paijob.runtime.watch.straggler import Call, RankWindow, SlowVerdict, judge_slow
 from paijob.runtime.watch.verdict import RankState
@@ -36,6 +43,7 @@ PREFIX = "slow-rank doctor: "
 
 Publish = Callable[[int, str], None]
 Gather = Callable[[int, int], list[str]]
+MAX_CLOCK_AHEAD = 3600.0  # seconds: a node's clock said further off than this is not believed
 
 
 class SlowDoctor:
@@ -44,7 +52,10 @@ class SlowDoctor:
     def __init__(self, *, node_rank: int, nnodes: int, world_size: int, folder: str,
                  read: Callable[[str], bytes | None], say: Callable[[str], None],
                  publish: Publish | None = None, gather: Gather | None = None,
+                 get: clock.Get | None = None, put: clock.Set | None = None,
                  every: float = LOOK_EVERY, repeat: float = REPEAT) -> None:
+        """``publish``/``gather``: a node's ranks' evidence over the store; ``get``/``put``: a key's
+        text in the store (the clock rounds: :mod:`paijob.runtime.watch.clock`)."""
         self.node_rank, self.nnodes, self.world_size = node_rank, nnodes, world_size
         self.folder = folder
         self._read, self._say = read, say
@@ -58,15 +69,22 @@ class SlowDoctor:
         self.verdict: SlowVerdict | None = None  # the latest verdict said
         self.worst: SlowVerdict | None = None  # the straggler said with the largest wait share
         self._errors: set[str] = set()
+        self._get, self._put = get, put
+        self.ahead = clock.Ahead()  # node k: how far its clock is ahead of node 0's
+        self._round = 0
+        self._answered: dict[int, int] = {}  # node 0: the last clock round answered, per node
 
     def look(self, now: float, reports: Mapping[int, Mapping[str, Any]], states: list[RankState]) -> None:
         """One tick of the hang watch: act when a look is due. Never raises: the hang watch's tick
         goes on whatever the doctor meets (an error is said once)."""
-        if now - self._looked < self.every:
-            return
-        self._looked = now
+        due = now - self._looked >= self.every
+        if due:
+            self._looked = now
         try:
-            self._look(now, reports, states)
+            if self.node_rank == 0 and self.nnodes > 1 and self._get and self._put:
+                clock.answer(self.nnodes, self._answered, self._get, self._put)  # every tick: fast answers
+            if due:
+                self._look(now, reports, states)
         except Exception as error:  # noqa: BLE001 - the doctor never stops the hang watch
             message = f"{PREFIX}{type(error).__name__}: {error}"
             if message not in self._errors:
@@ -74,6 +92,11 @@ class SlowDoctor:
                 self._say(message)
 
     def _look(self, now: float, reports: Mapping[int, Mapping[str, Any]], states: list[RankState]) -> None:
+        if self.node_rank != 0 and self._get and self._put:
+            self._round += 1
+            found = clock.ask(self.node_rank, self._round, self._get, self._put)
+            if found is not None:
+                self.ahead.add(*found)
         mine = self._local(reports, states)
         if self.nnodes > 1 and self._publish is not None:
             self._publish(self.node_rank, json.dumps(mine))
@@ -86,8 +109,9 @@ class SlowDoctor:
     def _local(self, reports: Mapping[int, Mapping[str, Any]], states: list[RankState]) -> list[dict[str, Any]]:
         """This node's ranks as published: who (from their rank states) and their evidence."""
         found = read_evidence(self.folder, reports, self._read)
+        ahead = self.ahead.estimate() if self.node_rank else 0.0
         return [{"rank": s.rank, "node_rank": s.node_rank, "host": s.host, "local_rank": s.local_rank,
-                 "exited": s.exited, **found[s.rank]} for s in states if s.rank in found]
+                 "exited": s.exited, "clock_ahead": ahead, **found[s.rank]} for s in states if s.rank in found]
 
     def judge(self, now: float, ranks: list[dict[str, Any]]) -> SlowVerdict | None:
         """Node 0: the verdict on every rank's evidence, and the line when one is due."""
@@ -98,7 +122,8 @@ class SlowDoctor:
         if self.since is None:
             self.since = now  # start-up is over: judge only from here on
         self._counts.append({r["rank"]: dict(r.get("activity") or {}) for r in live})
-        verdict = judge_slow(self.windows(live), since=self.since)
+        offsets = {r["node_rank"]: float(r.get("clock_ahead") or 0.0) for r in live}
+        verdict = judge_slow(self.windows(live), offsets, since=self.since)
         self._note(now, verdict)
         return verdict
 
@@ -150,6 +175,13 @@ def _parsed(text: str) -> list[dict[str, Any]]:
         return []
     return [{"rank": r["rank"], "node_rank": r["node_rank"], "host": str(r.get("host"))[:64],
              "local_rank": r.get("local_rank") if isinstance(r.get("local_rank"), int) else None,
-             "exited": r.get("exited") is True, **checked(r)}
+             "exited": r.get("exited") is True, "clock_ahead": _seconds(r.get("clock_ahead")), **checked(r)}
             for r in value if isinstance(r, dict) and isinstance(r.get("rank"), int)
             and isinstance(r.get("node_rank"), int)]
+
+
+def _seconds(value: Any) -> float | None:
+    """A node's clock offset as published: a finite number of seconds within :data:`MAX_CLOCK_AHEAD`."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return None
+    return float(value) if abs(value) <= MAX_CLOCK_AHEAD else None
