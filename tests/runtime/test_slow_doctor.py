@@ -192,3 +192,36 @@ def test_node_0_moves_each_nodes_enqueue_times_by_its_published_offset():
         rank["clock_ahead"] = 0.3 if rank["node_rank"] == 1 else 0.0
     verdict = found.judge(10.0, ranks_seen)
     assert verdict is not None and verdict.culprits == (0,)
+
+
+def test_the_hang_watch_runs_the_doctor_at_its_ticks_and_sums_up_as_it_finishes(tmp_path):
+    """Four believed ranks' files with rank 3 late at every step: three ticks, one line; finish: the summary."""
+    import os
+    import time
+
+    from paijob.runtime.config import HangSettings
+    from paijob.runtime.watch.hangwatch import Channel, HangWatch
+    from paijob.runtime.watch.progress import own_start_time
+
+    folder = tmp_path / "hang"
+    folder.mkdir()
+    pid, start = os.getpid(), own_start_time()
+    for rank, found in simulate(slow3).items():
+        report = {"rank": rank, "local_rank": rank % 2, "pid": pid, "start_time": start, "time": time.time(),
+                  "active_at": time.time(), "first_progress": True, "frames": [["/job/train.py", 3, "<module>"]]}
+        (folder / f"rank{rank}.json").write_text(json.dumps(report))
+        evidence = {"rank": rank, "pid": pid, "start_time": start, "first_progress": True,
+                    "activity": BALANCED, "lines": {}, "calls": [[c.group, c.seq, c.op, c.enqueued] for c in found]}
+        (folder / f"rank{rank}.slow.json").write_text(json.dumps(evidence))
+    said: list[str] = []
+    watch = HangWatch(HangSettings(timeout=600), folder=str(folder), node_rank=0, nnodes=1, world_size=4,
+                      host="10.0.0.5", stacks_dir=str(tmp_path), channel=Channel(),
+                      declare=lambda failure: None, say=said.append)
+    watch.slow.every = 0.0
+    watch.slow.since = 0.0
+    for _ in range(PERSIST):
+        watch.tick()
+    lines = [line for line in said if line.startswith(PREFIX)]
+    assert len(lines) == 1 and lines[0].startswith(PREFIX + "slow rank: rank 3 (node rank 0, host 10.0.0.5, local rank 1)")
+    watch.finish()
+    assert said[-1].startswith(PREFIX + "over the run: slow rank: rank 3") and not folder.exists()
