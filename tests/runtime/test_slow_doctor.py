@@ -181,6 +181,19 @@ def test_an_estimate_is_the_tightest_round_and_a_clock_step_starts_afresh():
     assert ahead.estimate() == pytest.approx(0.3)
 
 
+def test_clocks_that_may_agree_are_left_as_they_are():
+    """One host (loopback), node 0 answering 0.4 s after the ask and seen 30 ms later on a busy
+    machine: ahead by -0.4 to +0.03 s. Moving node 1's times by 30 ms would make node 0 look late."""
+    ahead = clock.Ahead()
+    ahead.add(10.0, 10.4, 10.43)
+    assert ahead.estimate() == 0.0
+    ahead.add(20.0, 20.1, 20.11)  # -0.1 .. +0.01: together, -0.1 .. +0.01, 0 among them
+    assert ahead.estimate() == 0.0
+    behind = clock.Ahead()
+    behind.add(10.0, 10.9, 10.4)  # node 0 read 10.9 before node 1's 10.4: behind by 0.5 .. 0.9
+    assert behind.estimate() == pytest.approx(-0.5)
+
+
 def test_node_0_moves_each_nodes_enqueue_times_by_its_published_offset():
     said: list[str] = []
     found = doctor(said)

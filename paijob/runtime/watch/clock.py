@@ -11,9 +11,10 @@ tick with its own clock (``answer``); node k notes its clock when it sees the an
 Node 0's ``answer`` was taken between ``asked`` and ``seen`` on node k's clock, so node k is
 ahead by at least ``asked - answer`` and at most ``seen - answer``. Node k polls fast and node 0
 answers at its tick (up to a second later), so the upper bound is the tight one: the estimate is
-the smallest ``seen - answer`` of the rounds kept (never below the largest ``asked - answer``).
-Its error is a poll interval plus one store call, a few milliseconds; a round with no answer
-within :data:`WAIT` counts for nothing.
+the smallest ``seen - answer`` of the rounds kept (never below the largest ``asked - answer``),
+and 0 while the rounds' bounds allow 0 (see :meth:`Ahead.estimate`). Its error is a poll interval
+plus one store call, a few milliseconds on a quiet machine; a round with no answer within
+:data:`WAIT` counts for nothing.
 """
 
 from __future__ import annotations
@@ -40,12 +41,18 @@ class Ahead:
         self.bounds.append((asked - answer, seen - answer))
 
     def estimate(self) -> float | None:
-        """How far ahead (seconds; negative: behind); None before any round was answered."""
+        """How far ahead (seconds; negative: behind); None before any round was answered. 0 while
+        the rounds allow 0: an offset is applied only where the exchange proves the clocks differ.
+        Why: the tight side's error (a poll and a store call) grows to tens of milliseconds on a
+        busy machine, and moving a node's times by an error makes its ranks look late at every
+        step (a false slow node); where the clocks agree within the rounds' spread, they are left."""
         if not self.bounds:
             return None
         low = max(lo for lo, _hi in self.bounds)
         high = min(hi for _lo, hi in self.bounds)
-        return high if high >= low else self.bounds[-1][1]  # rounds that disagree: a clock stepped
+        if high < low:  # rounds that disagree: a clock stepped; the newest round alone
+            low, high = self.bounds[-1]
+        return 0.0 if low <= 0.0 <= high else high
 
 
 Get = Callable[[str], str | None]
