@@ -12,6 +12,9 @@ Three measures, printed with the machine they ran on:
   larger than the effect; the ratio is reported with the spread of each side.
 * **recipe**: steady-state images/s of ``--recipe cifar10`` (ConvNet, synthetic data, 2 workers,
   gloo) with the watch on and off, runs alternated, medians.
+* **evidence**: one write of the slow-rank doctor's evidence (paijob.runtime.watch.evidence: the
+  flight recorder read without stack traces, full at the watch's buffer size, and the file
+  written), which every worker's sampler does once per 5 s; CPU time, median of 50.
 * **recorder**: what torch's flight recorder, which the watch keeps on for gloo workers
   (``TORCH_FR_BUFFER_SIZE``, paijob.runtime.watch.recorder), adds to one collective: a one-rank
   gloo group all-reduces one float 20000 times with it on and off, in fresh processes
@@ -39,6 +42,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from paijob.runtime.watch.evidence import WRITE_EVERY  # noqa: E402 - after the path
 
 STEPS_SCRIPT = """
 import os, sys, time
@@ -137,6 +142,44 @@ def measure_recorder(runs: int = 5) -> tuple[list[float], list[float]]:
     return on, off
 
 
+EVIDENCE_SCRIPT = """
+import os, statistics, sys, tempfile, time
+import torch
+import torch.distributed as dist
+from paijob.runtime.watch.evidence import Evidence
+from paijob.runtime.watch.progress import is_library, write_new
+
+dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+t = torch.ones(1)
+for _ in range(1000):
+    dist.all_reduce(t)  # the recorder's ring buffer full
+with tempfile.TemporaryDirectory() as folder:
+    evidence = Evidence(folder, 0, is_library=is_library, write=write_new)
+    cpu = []
+    for i in range(50):
+        dist.all_reduce(t)
+        start = time.thread_time()
+        evidence.write(float(i), {"pid": os.getpid(), "start_time": 0, "first_progress": True})
+        cpu.append(time.thread_time() - start)
+print(statistics.median(cpu), len(evidence.calls), flush=True)
+os._exit(0)
+"""
+
+
+def measure_evidence() -> tuple[float, int]:
+    """CPU seconds of one write of the slow-rank doctor's evidence (the flight recorder read without
+    stack traces, its entries kept, the file written), with the recorder full as the watch sets it;
+    and how many collectives it kept. A worker's sampler does it once per 5 s."""
+    from paijob.common import contract
+
+    env = {**os.environ, contract.FLIGHT_RECORDER: str(contract.FLIGHT_RECORDER_ENTRIES),
+           "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-c", EVIDENCE_SCRIPT], env=env, check=True,
+                          capture_output=True, text=True, timeout=300)
+    seconds, kept = done.stdout.strip().splitlines()[-1].split()
+    return float(seconds), int(kept)
+
+
 def run_ddp(steps: int, watch: bool) -> float:
     """Mean seconds per step (rank 0, after 20 warm-up steps) under paijob-runtime train."""
     with tempfile.TemporaryDirectory() as folder:
@@ -188,6 +231,9 @@ def main() -> None:
     print(f"machine: {machine}; load average {os.getloadavg()[0]:.1f}")
     print(f"one sample: {sample * 1e6:.0f} us of CPU ({sample_wall * 1e6:.0f} us wall); at one "
           f"sample per {interval:g}s: {sample / interval:.4%} of a Python-bound step")
+    evidence, kept = measure_evidence()
+    print(f"slow-rank doctor's evidence: {evidence * 1e3:.2f} ms of CPU a write ({kept} collectives kept), "
+          f"once per {WRITE_EVERY:g}s: {evidence / WRITE_EVERY:.4%} of a Python-bound step")
     fr_on, fr_off = measure_recorder()
     fr_cost = statistics.median(fr_on) - statistics.median(fr_off)
     print(f"flight recorder: {fr_cost * 1e6:+.1f} us per collective (tiny all_reduce, one rank: "
@@ -195,7 +241,8 @@ def main() -> None:
           f"us off; on {min(fr_on) * 1e6:.1f}-{max(fr_on) * 1e6:.1f}, off "
           f"{min(fr_off) * 1e6:.1f}-{max(fr_off) * 1e6:.1f})")
     recorder = {"recorder_on_seconds": fr_on, "recorder_off_seconds": fr_off,
-                "recorder_cost_seconds": fr_cost}
+                "recorder_cost_seconds": fr_cost, "evidence_write_cpu_seconds": evidence,
+                "evidence_every_seconds": WRITE_EVERY}
     if args.sample_only:
         if args.json:
             Path(args.json).write_text(json.dumps({

@@ -94,6 +94,9 @@ def test_ddp_two_ranks_keep_parameters_bitwise_equal(tmp_path: Path) -> None:
     summary = summary_of(results[0].stdout)
     assert summary["world_size"] == 2 and summary["replicas_in_sync"] is True
     assert summary["global_batch_size"] == 64
+    assert [times["rank"] for times in summary["step_time_s"]] == [0, 1]
+    for times in summary["step_time_s"]:
+        assert times["steps"] == 3 and 0 < times["p50"] <= times["p90"] <= times["p99"] <= times["max"]
     assert "paijob: summary" not in results[1].stdout  # rank 0 alone reports
     assert summary["final"]["eval_samples"] == 64  # the whole test split, counted once
 
@@ -756,3 +759,17 @@ def test_image_folder_path_trains_and_evaluates_every_sample_once(tmp_path: Path
                                 "--output-dir", str(tmp_path), "--log-interval", "1000"], capsys)
     assert code == 0 and summary["data_placement"] == "loader"
     assert summary["final"]["train_samples"] == 96 and summary["final"]["eval_samples"] == 40
+
+
+def test_step_times_give_nearest_rank_percentiles_and_skip_the_epoch_start() -> None:
+    from paijob.runtime.recipes.meters import StepTimes
+
+    times = StepTimes()
+    times.mark(5.0)  # before begin: no step to time
+    assert times.percentiles() == {"steps": 0}
+    times.begin(10.0)
+    now = 10.0
+    for step in range(1, 101):
+        now += step / 100
+        times.mark(now)
+    assert times.percentiles() == {"steps": 100, "p50": 0.5, "p90": 0.9, "p99": 0.99, "max": 1.0}

@@ -51,8 +51,10 @@ def _train_epoch(run: Run, state: RunState, epoch: int) -> tuple[EpochMeter, Tra
     interval = log_interval(cfg.log_interval, steps)
     run.model.training.train()
     meter = EpochMeter(info.device)
+    state.step_times.begin(time.perf_counter())
     for step, batch in enumerate(run.feed.train(plan.rows(first)), start=first):
         lr = _step(run, meter, batch, epoch, step, steps)
+        state.step_times.mark(time.perf_counter())
         done = step + 1
         if done - first == STEADY_AFTER_STEPS:
             meter.start_steady(info.device)

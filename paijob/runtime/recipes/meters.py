@@ -6,8 +6,9 @@ no training step waits for the device.
 
 from __future__ import annotations
 
+import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -69,6 +70,38 @@ class Throughput:
         whole = self.images / self.seconds if self.seconds > 0 else 0.0
         steady = self.steady_images / self.steady_seconds if self.steady_seconds > 0 else None
         return whole, steady
+
+
+MAX_STEP_TIMES = 100_000  # steps timed per rank (the first ones); 800 kB at most
+
+
+@dataclass
+class StepTimes:
+    """This rank's training steps, each timed on the host from the end of the one before (an
+    epoch's first from the epoch's start): the summary's per-rank percentiles. One clock read and
+    one append a step."""
+
+    seconds: list[float] = field(default_factory=list)
+    last: float | None = None
+
+    def begin(self, now: float) -> None:
+        self.last = now
+
+    def mark(self, now: float) -> None:
+        if self.last is not None and len(self.seconds) < MAX_STEP_TIMES:
+            self.seconds.append(now - self.last)
+        self.last = now
+
+    def percentiles(self) -> dict[str, float | int]:
+        """``{"steps", "p50", "p90", "p99", "max"}`` in seconds (nearest rank); ``{"steps": 0}``: none."""
+        ordered = sorted(self.seconds)
+        if not ordered:
+            return {"steps": 0}
+        found: dict[str, float | int] = {"steps": len(ordered)}
+        for name, share in (("p50", 0.50), ("p90", 0.90), ("p99", 0.99)):
+            found[name] = round(ordered[max(0, math.ceil(share * len(ordered)) - 1)], 6)
+        found["max"] = round(ordered[-1], 6)
+        return found
 
 
 class CompiledGraphs:

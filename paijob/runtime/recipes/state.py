@@ -14,7 +14,7 @@ import torch
 import torch.nn as nn
 
 from paijob.runtime.precision import PrecisionPolicy
-from paijob.runtime.recipes.meters import Throughput
+from paijob.runtime.recipes.meters import StepTimes, Throughput
 from paijob.runtime.recipes.stepper import Stepper
 
 
@@ -54,3 +54,4 @@ class RunState:
     exit_code: int = 0
     status: str = "completed"  # | preempted | diverged
     throughput: Throughput = field(default_factory=Throughput)
+    step_times: StepTimes = field(default_factory=StepTimes)

@@ -25,11 +25,12 @@ def summarise(run: Run, state: RunState, wall_seconds: float) -> dict[str, Any]:
     """The run's summary; every rank's parameter digest is gathered (are the replicas in sync?)."""
     cfg, info, model = run.cfg, run.info, run.model
     digest = _param_digest(model.raw)
-    digests = [digest]
+    mine = (digest, state.step_times.percentiles())
+    gathered: list[Any] = [mine]
     if info.distributed:
-        gathered_digests: list[Any] = [None] * info.world_size
-        dist.all_gather_object(gathered_digests, digest)
-        digests = gathered_digests
+        gathered = [None] * info.world_size
+        dist.all_gather_object(gathered, mine)
+    digests = [digest for digest, _times in gathered]
     images_per_sec, steady_images_per_sec = state.throughput.rates()
     return {
         "recipe": run.recipe.name,
@@ -48,6 +49,9 @@ def summarise(run: Run, state: RunState, wall_seconds: float) -> dict[str, Any]:
         "images_per_sec": images_per_sec,
         "steady_images_per_sec": steady_images_per_sec,
         "train_time_s": state.throughput.seconds,
+        # every rank's host step times (s); under DDP they match, each step waiting for the slowest
+        # rank: which rank that is, the slow-rank doctor says (docs/runtime/faults.md)
+        "step_time_s": [{"rank": rank, **times} for rank, (_digest, times) in enumerate(gathered)],
         "wall_time_s": wall_seconds,
         "resumed_from": state.resumed_from,
         "checkpoint": str(state.last_checkpoint) if state.last_checkpoint else None,

@@ -42,6 +42,7 @@ from paijob.runtime.watch.failures import Failure
 from paijob.runtime.watch.launched import Launched, read_file, read_reports
 from paijob.runtime.watch.lifecycle import Ticker
 from paijob.runtime.watch.progress import MAX_ERROR, write_new
+from paijob.runtime.watch.slowwatch import SlowDoctor
 from paijob.runtime.watch.verdict import (
     HANG_EXIT,
     STALE_AFTER,
@@ -62,6 +63,7 @@ STACKS_WAIT = 5.0  # how long node 0 waits for the other nodes' full stacks
 MAX_THREADS = 8  # other threads of a rank kept in its summary
 
 PROGRESS_KEY = "paijob/progress/{node}"
+SLOW_KEY = "paijob/slow/{node}"  # a node's ranks' evidence for the slow-rank doctor
 STACKS_WANTED_KEY = "paijob/stacks/wanted"  # a counter: SIGUSR1 or a verdict asks every node
 STACKS_KEY = "paijob/stacks/{node}/{request}"
 
@@ -216,6 +218,18 @@ class Channel:
     def collect_stacks(self, nnodes: int, request: int, timeout: float) -> dict[int, str]:
         return {}
 
+    def publish_slow(self, node_rank: int, text: str) -> None:
+        pass
+
+    def get_text(self, key: str) -> str | None:
+        return None
+
+    def set_text(self, key: str, text: str) -> None:
+        pass
+
+    def gather_slow(self, nnodes: int, node_rank: int) -> list[str]:
+        return []
+
 
 class StoreChannel(Channel):
     """Over the rendezvous store: every call bounded (``call(fn, timeout)`` returns None on failure)."""
@@ -240,6 +254,34 @@ class StoreChannel(Channel):
             text = self.call(get)
             if text:
                 found.extend(RankState(**item) for item in json.loads(text))
+        return found
+
+    def publish_slow(self, node_rank: int, text: str) -> None:
+        self.call(lambda store: store.set(SLOW_KEY.format(node=node_rank), text))
+
+    def get_text(self, key: str) -> str | None:
+        def get(store: Any) -> bytes | None:
+            return store.get(key) if store.check([key]) else None
+
+        value = self.call(get)
+        return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+
+    def set_text(self, key: str, text: str) -> None:
+        self.call(lambda store: store.set(key, text))
+
+    def gather_slow(self, nnodes: int, node_rank: int) -> list[str]:
+        found = []
+        for node in range(nnodes):
+            if node == node_rank:
+                continue
+            key = SLOW_KEY.format(node=node)
+
+            def get(store: Any, key: str = key) -> bytes | None:
+                return store.get(key) if store.check([key]) else None
+
+            text = self.call(get)
+            if text:
+                found.append(text.decode("utf-8", "replace") if isinstance(text, bytes) else str(text))
         return found
 
     def stacks_wanted(self) -> int:
@@ -319,13 +361,18 @@ class HangWatch(Ticker):
         self.account: Failure | None = None  # node 0's account of torch's own timeout (accounts)
         self._remote: list[RankState] = []  # the other nodes' ranks at the last gather
         self._evidence = threading.Lock()  # the tick and account_now both update it
+        self.slow = SlowDoctor(node_rank=node_rank, nnodes=nnodes, world_size=world_size, folder=folder,
+                               read=read_file, say=say, publish=channel.publish_slow,
+                               gather=channel.gather_slow, get=channel.get_text, put=channel.set_text)
 
     def start(self) -> None:
         self._say(self.settings.described())
         super().start()
 
     def finish(self) -> None:
-        """The workers' sampler files go with the node (the stacks file stays)."""
+        """The slow-rank doctor's final summary; the workers' sampler files go with the node (the
+        stacks file stays)."""
+        self.slow.finish()
         shutil.rmtree(self.folder, ignore_errors=True)
 
     def take_verdict(self) -> Failure | None:
@@ -342,6 +389,7 @@ class HangWatch(Ticker):
         reports, local = self._read_local(now)
         if self.nnodes > 1:
             self.channel.publish(self.node_rank, local)
+        self.slow.look(now, reports, local)
         if self._stacks_request.is_set():
             self._stacks_request.clear()
             self._stacks_seen = max(self._stacks_seen, self.channel.want_stacks())

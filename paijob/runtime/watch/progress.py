@@ -57,6 +57,7 @@ from types import FrameType
 from typing import Any
 
 from paijob.common import contract
+from paijob.runtime.watch.evidence import Evidence
 
 DEFAULT_INTERVAL = 1.0
 DUMP_AFTER = 3.0  # seconds without a sample before faulthandler's watchdog writes rank<N>.stack
@@ -271,6 +272,7 @@ class Sampler:
         self.error = ""  # the exception that ended the rank's function (``mp.spawn`` children): see note_error
         self._last: dict[str, Any] | None = None  # the last report written
         self._stack_fd: int | None = None
+        self.evidence = Evidence(folder, rank, is_library=is_library, write=write_new)  # the slow-rank doctor's
         self._thread = threading.Thread(target=self._run, name="paijob-progress", daemon=True)
 
     def start(self) -> None:
@@ -307,7 +309,10 @@ class Sampler:
         while self.main.is_alive():
             try:
                 self.arm_watchdog()
-                self.write(self.sample())
+                report = self.sample()
+                self.write(report)
+                if self.evidence.due(report["time"]):
+                    self.evidence.write(report["time"], report)
                 answer_calls_request(folder, self.rank)  # a stat, unless the agent asked (a mismatch)
             except Exception:  # noqa: BLE001 - the watch must never break training
                 pass
@@ -341,6 +346,7 @@ class Sampler:
         c10d = in_c10d(frames)
         self.follow_collectives(wait if collective else None, c10d, frame, issued, now)
         waiting_for = loader_worker(frame) if wait == "DataLoader" else None
+        self.evidence.count(frames, busy=busy)
         self.seq += 1
         still = now - self.moved_at >= 2 * self.interval
         return {

@@ -11,7 +11,8 @@ program sees and costs about 1-2 us a collective on gloo
 (``benchmarks/bench_hangwatch.py``). The launcher turns it on for gloo jobs
 (:func:`paijob.common.contract.worker_env`).
 
-Nobody reads it while the job is healthy. When a node's agent sees gloo's size
+While the job is healthy only its times are read (the slow-rank doctor,
+:mod:`paijob.runtime.watch.evidence`). When a node's agent sees gloo's size
 abort, it asks its live workers (:func:`request`: a file in the hang watch's
 folder); each worker's sampler thread, at its next sample, writes this rank's last
 entries to ``rank<N>.calls.json``

@@ -1,0 +1,160 @@
+"""The slow-rank doctor's evidence: what each worker counts and keeps, and how its node reads it back.
+
+Why a file of its own: the doctor (:mod:`paijob.runtime.watch.straggler`) needs, per rank, its
+samples counted by activity and when it enqueued its recent collectives. The sampler
+(:mod:`paijob.runtime.watch.progress`) already looks at the main thread once a second; here it only
+counts that look (a dictionary increment), and every :data:`WRITE_EVERY` seconds reads torch's
+flight recorder **without stack traces** (about 1 ms for 256 entries, on the sampler's thread, never
+on the training step) and writes ``rank<N>.slow.json`` beside its ``rank<N>.json``. Nothing is
+added to a training step: the recorder records every collective anyway (it is on for the hang
+watch's mismatch account), and its ring buffer keeps the last :data:`~paijob.common.contract.FLIGHT_RECORDER_ENTRIES`.
+
+The node's agent reads a rank's file only for a rank whose ``rank<N>.json`` it believes (the same
+pid and start time): a job's own files are never trusted further than that.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import pickle
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from paijob.runtime.watch.activity import ACTIVITIES, activity_of, line_of
+
+WRITE_EVERY = 5.0  # seconds between two writes of rank<N>.slow.json (and two reads of the recorder)
+KEPT_CALLS = 256  # collectives a rank keeps (the newest), per file
+MAX_LINES = 16  # distinct lines counted per activity (the rest are not named)
+MAX_EVIDENCE = 256 * 1024  # bytes of a rank's evidence file read
+_C10D_C = "torch._C._distributed_c10d"
+
+
+def evidence_path(folder: str, rank: int) -> str:
+    return os.path.join(folder, f"rank{rank}.slow.json")
+
+
+class Evidence:
+    """One worker's counts (by activity, and the line most seen for each) and its recent collectives."""
+
+    def __init__(self, folder: str, rank: int, *, is_library: Callable[[str], bool],
+                 write: Callable[[str, str], None]) -> None:
+        self.path = evidence_path(folder, rank)
+        self.rank = rank
+        self._is_library = functools.lru_cache(maxsize=4096)(is_library)  # a file's answer never changes
+        self._write = write
+        self.activity: dict[str, int] = {}
+        # activity -> the call and the function making it -> line -> samples: a loop's lines are one place
+        self.lines: dict[str, dict[str, dict[str, int]]] = {}
+        self.calls: dict[tuple[str, int], list[Any]] = {}
+        self.written_at = 0.0
+
+    def count(self, frames: Sequence[Sequence[Any]], *, busy: bool) -> str:
+        """Count one sample of the main thread; its activity."""
+        activity = activity_of(frames, busy=busy, is_library=self._is_library)
+        self.activity[activity] = self.activity.get(activity, 0) + 1
+        line = line_of(frames, activity, is_library=self._is_library)
+        if line is not None:
+            seen = self.lines.setdefault(activity, {})
+            key = f"{line[0]}\t{line[2]}\t{line[1].rpartition(':')[0]}"  # the call, in which function of which file
+            if key in seen or len(seen) < MAX_LINES:
+                counted = seen.setdefault(key, {})
+                if line[1] in counted or len(counted) < MAX_LINES:
+                    counted[line[1]] = counted.get(line[1], 0) + 1
+        return activity
+
+    def note_calls(self, entries: Sequence[Mapping[str, Any]] | None) -> None:
+        """Keep the newest :data:`KEPT_CALLS` collectives of the recorder's ``entries``."""
+        for entry in entries or ():
+            if entry.get("is_p2p") or not isinstance(entry.get("time_created_ns"), int):
+                continue
+            key = (str(entry.get("pg_id", "")), int(entry.get("collective_seq_id") or 0))
+            op = str(entry.get("profiling_name", "")).split(":")[-1]
+            self.calls[key] = [key[0], key[1], op, entry["time_created_ns"] / 1e9]
+        if len(self.calls) > KEPT_CALLS:
+            for key in sorted(self.calls, key=lambda k: self.calls[k][3])[:len(self.calls) - KEPT_CALLS]:
+                del self.calls[key]
+
+    def due(self, now: float) -> bool:
+        """Whether a write is due: once per :data:`WRITE_EVERY` seconds of the wall clock, the same
+        slot on every rank (their recorders are then read within a sample of each other, so
+        the collectives each keeps overlap)."""
+        return int(now // WRITE_EVERY) != int(self.written_at // WRITE_EVERY)
+
+    def write(self, now: float, report: Mapping[str, Any]) -> None:
+        """Read the recorder and write the file (``report``: the sample just taken, for who and when)."""
+        self.note_calls(recorded_entries())
+        self.written_at = now
+        lines = {activity: _most_seen(seen) for activity, seen in self.lines.items() if seen}
+        self._write(self.path, json.dumps({
+            "rank": self.rank, "pid": report.get("pid"), "start_time": report.get("start_time"),
+            "time": now, "first_progress": report.get("first_progress"),
+            "activity": self.activity, "lines": lines,
+            "calls": sorted(self.calls.values(), key=lambda c: (c[0], c[1])),
+        }, separators=(",", ":")))
+
+
+def _most_seen(seen: Mapping[str, Mapping[str, int]]) -> list[Any]:
+    """``[call, "train.py:72", samples]``: the call (and function) most seen, at its line most seen."""
+    key = max(seen, key=lambda k: sum(seen[k].values()))
+    at = max(seen[key], key=seen[key].__getitem__)
+    return [key.split("\t")[0], at, sum(seen[key].values())]
+
+
+def recorded_entries() -> list[dict[str, Any]] | None:
+    """The flight recorder's entries of this process, without stack traces; None: torch is not
+    loaded, this torch has no recorder for its backend, or it is off."""
+    dump = getattr(sys.modules.get(_C10D_C), "_dump_fr_trace", None)
+    if dump is None:
+        return None
+    try:
+        entries = pickle.loads(dump(includeStackTraces=False)).get("entries")  # noqa: S301 - torch's own bytes
+    except Exception:  # noqa: BLE001 - another torch: say nothing rather than fail a worker
+        return None
+    return [e for e in entries if isinstance(e, dict)] if isinstance(entries, list) else None
+
+
+def read_evidence(folder: str, reports: Mapping[int, Mapping[str, Any]],
+                  read: Callable[[str], bytes | None]) -> dict[int, dict[str, Any]]:
+    """Each believed rank's evidence file (``reports``: the believed ``rank<N>.json`` by rank; a
+    file is kept only with the same pid and start time), well-formed parts only."""
+    found: dict[int, dict[str, Any]] = {}
+    for rank, report in reports.items():
+        data = read(evidence_path(folder, rank))
+        try:
+            value = json.loads(data[:MAX_EVIDENCE]) if data and len(data) <= MAX_EVIDENCE else None
+        except ValueError:
+            continue
+        if (not isinstance(value, dict) or value.get("rank") != rank or value.get("pid") != report.get("pid")
+                or value.get("start_time") != report.get("start_time")):
+            continue
+        found[rank] = checked(value)
+    return found
+
+
+def checked(value: Mapping[str, Any]) -> dict[str, Any]:
+    """A rank's evidence with only the parts of the expected shape (numbers, short printable text)."""
+    activity = _of(value, "activity", dict)
+    lines = _of(value, "lines", dict)
+    calls = _of(value, "calls", list)
+    return {
+        "first_progress": value.get("first_progress") is True,
+        "activity": {a: n for a, n in activity.items() if a in ACTIVITIES and isinstance(n, int) and n >= 0},
+        "lines": {a: [_text(v[0], 40), _text(v[1], 120)] for a, v in lines.items()
+                  if a in ACTIVITIES and isinstance(v, list) and len(v) >= 2},
+        "calls": [[_text(c[0], 16), c[1], _text(c[2], 40), float(c[3])] for c in calls[:KEPT_CALLS]
+                  if isinstance(c, list) and len(c) == 4 and isinstance(c[1], int)
+                  and isinstance(c[3], (int, float))],
+    }
+
+
+def _of(value: Mapping[str, Any], key: str, kind: type) -> Any:
+    """``value[key]`` when it is a ``kind``, else an empty one."""
+    found = value.get(key)
+    return found if isinstance(found, kind) else kind()
+
+
+def _text(value: Any, limit: int) -> str:
+    return "".join(ch for ch in str(value) if ch.isprintable())[:limit]

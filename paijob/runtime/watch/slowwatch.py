@@ -1,0 +1,187 @@
+"""The slow-rank doctor on a node: every look, its ranks' evidence shared; on node 0, the verdict
+(:mod:`paijob.runtime.watch.straggler`) and when to say it.
+
+Why inside the hang watch's thread (:class:`~paijob.runtime.watch.hangwatch.HangWatch` calls
+:meth:`SlowDoctor.look` each tick, and it acts every :data:`LOOK_EVERY` seconds): it needs the same
+believed sampler files and the same channel between the nodes, and adds no thread. Each node
+publishes its ranks' evidence (:mod:`paijob.runtime.watch.evidence`) under its own key of the
+rendezvous store; node 0 gathers every node's, judges on the window since its previous look
+(activities: the counts' growth over the last :data:`WINDOW_LOOKS` looks; collectives: those each
+rank still keeps), and says:
+
+* a straggler (a rank or a node) once it was found in :data:`PERSIST` looks in a row, then again
+  every :data:`REPEAT` seconds while it lasts;
+* a phase (one rank working alone in long pauses, by the script's design) at most every
+  :data:`REPEAT` seconds, worded as such;
+* nothing before every rank's first training step, nor about collectives enqueued before it;
+* the worst straggler of the run once more as the node finishes (the final summary).
+
+The other nodes' clocks are compared with node 0's through the store
+(:mod:`paijob.runtime.watch.clock`): node 0 answers at every tick, each other node asks once a
+look (its look then waits up to 1.5 s for the answer) and publishes how far ahead it is with its
+ranks; node 0 moves their enqueue times by that much.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import deque
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from paijob.runtime.watch import clock
+from paijob.runtime.watch.evidence import checked, read_evidence
+from paijob.runtime.watch.straggler import Call, RankWindow, SlowVerdict, judge_slow
+from paijob.runtime.watch.verdict import RankState
+
+LOOK_EVERY = 10.0  # seconds between two looks
+WINDOW_LOOKS = 6  # activities are counted over this many looks (a minute)
+PERSIST = 3  # looks in a row that name the same rank(s) before a straggler is said
+REPEAT = 180.0  # seconds between two lines about the same straggler (or phase)
+PREFIX = "slow-rank doctor: "
+
+Publish = Callable[[int, str], None]
+Gather = Callable[[int, int], list[str]]
+MAX_CLOCK_AHEAD = 3600.0  # seconds: a node's clock said further off than this is not believed
+
+
+class SlowDoctor:
+    """One node's doctor: shares its ranks' evidence; node 0 judges and says (``say``)."""
+
+    def __init__(self, *, node_rank: int, nnodes: int, world_size: int, folder: str,
+                 read: Callable[[str], bytes | None], say: Callable[[str], None],
+                 publish: Publish | None = None, gather: Gather | None = None,
+                 get: clock.Get | None = None, put: clock.Set | None = None,
+                 every: float = LOOK_EVERY, repeat: float = REPEAT) -> None:
+        """``publish``/``gather``: a node's ranks' evidence over the store; ``get``/``put``: a key's
+        text in the store (the clock rounds: :mod:`paijob.runtime.watch.clock`)."""
+        self.node_rank, self.nnodes, self.world_size = node_rank, nnodes, world_size
+        self.folder = folder
+        self._read, self._say = read, say
+        self._publish, self._gather = publish, gather
+        self.every, self.repeat = every, repeat
+        self._looked = -float("inf")
+        self._counts: deque[dict[int, dict[str, int]]] = deque(maxlen=WINDOW_LOOKS + 1)
+        self.since: float | None = None  # node 0's time when every rank was first past its first step
+        self._streak: tuple[tuple[int, ...], int] = ((), 0)
+        self._said: dict[tuple[str, tuple[int, ...]], float] = {}
+        self.verdict: SlowVerdict | None = None  # the latest verdict said
+        self.worst: SlowVerdict | None = None  # the straggler said with the largest wait share
+        self._errors: set[str] = set()
+        self._get, self._put = get, put
+        self.ahead = clock.Ahead()  # node k: how far its clock is ahead of node 0's
+        self._round = 0
+        self._answered: dict[int, int] = {}  # node 0: the last clock round answered, per node
+
+    def look(self, now: float, reports: Mapping[int, Mapping[str, Any]], states: list[RankState]) -> None:
+        """One tick of the hang watch: act when a look is due. Never raises: the hang watch's tick
+        goes on whatever the doctor meets (an error is said once)."""
+        due = now - self._looked >= self.every
+        if due:
+            self._looked = now
+        try:
+            if self.node_rank == 0 and self.nnodes > 1 and self._get and self._put:
+                clock.answer(self.nnodes, self._answered, self._get, self._put)  # every tick: fast answers
+            if due:
+                self._look(now, reports, states)
+        except Exception as error:  # noqa: BLE001 - the doctor never stops the hang watch
+            message = f"{PREFIX}{type(error).__name__}: {error}"
+            if message not in self._errors:
+                self._errors.add(message)
+                self._say(message)
+
+    def _look(self, now: float, reports: Mapping[int, Mapping[str, Any]], states: list[RankState]) -> None:
+        if self.node_rank != 0 and self._get and self._put:
+            self._round += 1
+            found = clock.ask(self.node_rank, self._round, self._get, self._put)
+            if found is not None:
+                self.ahead.add(*found)
+        mine = self._local(reports, states)
+        if self.nnodes > 1 and self._publish is not None:
+            self._publish(self.node_rank, json.dumps(mine))
+        if self.node_rank != 0:
+            return
+        remote = [item for text in (self._gather(self.nnodes, self.node_rank) if self._gather else [])
+                  for item in _parsed(text)]
+        self.judge(now, mine + remote)
+
+    def _local(self, reports: Mapping[int, Mapping[str, Any]], states: list[RankState]) -> list[dict[str, Any]]:
+        """This node's ranks as published: who (from their rank states) and their evidence."""
+        found = read_evidence(self.folder, reports, self._read)
+        ahead = self.ahead.estimate() if self.node_rank else 0.0
+        return [{"rank": s.rank, "node_rank": s.node_rank, "host": s.host, "local_rank": s.local_rank,
+                 "exited": s.exited, "clock_ahead": ahead, **found[s.rank]} for s in states if s.rank in found]
+
+    def judge(self, now: float, ranks: list[dict[str, Any]]) -> SlowVerdict | None:
+        """Node 0: the verdict on every rank's evidence, and the line when one is due."""
+        live = [r for r in ranks if not r.get("exited")]
+        if len(live) < max(2, self.world_size) or not all(r.get("first_progress") for r in live):
+            self._streak = ((), 0)
+            return None
+        if self.since is None:
+            self.since = now  # start-up is over: judge only from here on
+        self._counts.append({r["rank"]: dict(r.get("activity") or {}) for r in live})
+        offsets = {r["node_rank"]: float(r.get("clock_ahead") or 0.0) for r in live}
+        verdict = judge_slow(self.windows(live), offsets, since=self.since)
+        self._note(now, verdict)
+        return verdict
+
+    def windows(self, ranks: list[dict[str, Any]]) -> list[RankWindow]:
+        """Each rank's window: its collectives, and its activities counted since the oldest look kept."""
+        oldest = self._counts[0]
+        windows = []
+        for r in sorted(ranks, key=lambda item: item["rank"]):
+            before = oldest.get(r["rank"], {})
+            activity = {a: n - before.get(a, 0) for a, n in (r.get("activity") or {}).items()}
+            if len(self._counts) == 1 or sum(activity.values()) <= 0:
+                activity = dict(r.get("activity") or {})
+            calls = tuple(Call(str(c[0]), int(c[1]), str(c[2]), float(c[3])) for c in r.get("calls") or [])
+            windows.append(RankWindow(r["rank"], r["node_rank"], str(r["host"]), r.get("local_rank"),
+                                      calls, activity, r.get("lines") or {}))
+        return windows
+
+    def _note(self, now: float, verdict: SlowVerdict | None) -> None:
+        """Say ``verdict`` when due: a straggler after :data:`PERSIST` looks, then every ``repeat``."""
+        if verdict is None:
+            self._streak = ((), 0)
+            return
+        key = (verdict.kind, verdict.culprits)
+        culprits, count = self._streak
+        self._streak = (verdict.culprits, count + 1 if culprits == verdict.culprits else 1)
+        if verdict.kind != "phase" and self._streak[1] < PERSIST:
+            return
+        if now - self._said.get(key, -float("inf")) < self.repeat:
+            return
+        self._said[key] = now
+        self.verdict = verdict
+        if verdict.kind != "phase" and (self.worst is None or verdict.wait_share >= self.worst.wait_share):
+            self.worst = verdict
+        self._say(PREFIX + verdict.line())
+
+    def finish(self) -> None:
+        """Node 0, as the node ends: the run's worst straggler once more (the final summary)."""
+        if self.node_rank == 0 and self.worst is not None:
+            self._say(f"{PREFIX}over the run: {self.worst.line()}")
+
+
+def _parsed(text: str) -> list[dict[str, Any]]:
+    """Another node's published ranks (its own evidence, already checked there; shapes checked again)."""
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return []
+    if not isinstance(value, list):
+        return []
+    return [{"rank": r["rank"], "node_rank": r["node_rank"], "host": str(r.get("host"))[:64],
+             "local_rank": r.get("local_rank") if isinstance(r.get("local_rank"), int) else None,
+             "exited": r.get("exited") is True, "clock_ahead": _seconds(r.get("clock_ahead")), **checked(r)}
+            for r in value if isinstance(r, dict) and isinstance(r.get("rank"), int)
+            and isinstance(r.get("node_rank"), int)]
+
+
+def _seconds(value: Any) -> float | None:
+    """A node's clock offset as published: a finite number of seconds within :data:`MAX_CLOCK_AHEAD`."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return None
+    return float(value) if abs(value) <= MAX_CLOCK_AHEAD else None

@@ -1,0 +1,323 @@
+"""The slow-rank doctor's verdict, pure: every rank's recent evidence in, who holds the job back and
+what it does out (no I/O, no clock, no threads).
+
+Why: a slow job costs more than a hung one and says nothing: one rank (a throttled GPU, a starved
+DataLoader, a slow mount) makes every other rank wait at every collective. Two pieces of evidence
+the runtime already has, at no per-step cost, name it:
+
+* **when each rank enqueued each collective**: torch's flight recorder keeps every collective's
+  process group, sequence number and creation time (``time_created_ns``), on gloo and NCCL alike.
+  For one collective, every rank that enqueued it before the last one waits for the last one;
+  what it waits is ``last - own`` (on clocks made comparable by each node's offset to node 0).
+  Summed over the collectives seen, divided by the time between them, that is each rank's **wait
+  share**. This holds on a GPU too, where a rank's Python thread never waits inside
+  ``all_reduce`` (NCCL is asynchronous): the late rank still *enqueues* last.
+* **what each rank's main thread does**, from the sampler's once-a-second stacks counted by
+  activity (:mod:`paijob.runtime.watch.activity`): in the DataLoader, computing, host-side work.
+  Where the recorder is missing (torch 2.4's gloo; no rank kept a collective), the wait share is read
+  from these samples instead (the share of samples inside a collective, which holds only where collectives block the
+  Python thread: gloo).
+
+The rules (thresholds below, pinned in ``tests/runtime/test_straggler.py``):
+
+* **quiet** unless the ranks that wait do so for at least :data:`THRESHOLD` (10 %) of the wall
+  time on average, the ranks they wait for (those waiting at most half as much as the most
+  waiting rank) are at most half of the job, and (recorder) arrive last in at least
+  :data:`LAST_SHARE` of the collectives: noise that makes a different rank late each step names no one;
+* **a node**, not ranks, when the late ranks are every rank of one node (of several);
+* **a phase, not a straggler**, when the waiting sits in a few long pauses (at most
+  :data:`PHASE_COLLECTIVES` of the collectives hold :data:`PHASE_WAIT` of it): one rank's
+  evaluation or checkpoint that the script does by design, reported as such; pauses under
+  :data:`PHASE_MIN_SECONDS` are hiccups (a busy machine, a garbage collection): no line;
+* **start-up is not judged**: nothing before every rank's first training step (the caller passes
+  only the evidence after it).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from paijob.runtime.watch.activity import ACTIVITIES
+
+THRESHOLD = 0.10  # the waiting ranks wait at least this share of the wall time for the late one(s)
+LATE_FRACTION = 0.5  # a rank waiting at most this fraction of the most waiting rank's share is late
+LAST_SHARE = 0.7  # the late ranks arrive last in at least this share of the collectives
+MIN_PAIRS = 5  # consecutive collectives (both seen on every rank) needed to read wait shares
+MIN_SAMPLES = 10  # samples per rank needed to read wait shares from the samples
+PHASE_COLLECTIVES = 0.05  # a phase: at most this share of the collectives...
+PHASE_WAIT = 0.8  # ... hold this share of the waiting
+PHASE_MIN_SECONDS = 5.0  # a shorter longest pause is a hiccup: no line at all
+
+_DOING = {
+    "data": "in the DataLoader",
+    "compute": "computing",
+    "host": "in host-side work",
+    "other": "in its own code",
+    "collective": "inside collectives",
+}
+
+
+@dataclass(frozen=True)
+class Call:
+    """One collective as a rank's flight recorder kept it: ``enqueued`` on that rank's clock (s)."""
+
+    group: str
+    seq: int
+    op: str
+    enqueued: float
+
+
+@dataclass(frozen=True)
+class RankWindow:
+    """One rank's evidence over the window judged: its collectives, and its samples by activity
+    (``lines``: activity -> ``[call, "train.py:72"]``, the line most seen for it)."""
+
+    rank: int
+    node_rank: int
+    host: str
+    local_rank: int | None
+    calls: tuple[Call, ...] = ()
+    activity: Mapping[str, int] = field(default_factory=dict)
+    lines: Mapping[str, Sequence[Any]] = field(default_factory=dict)
+
+    def name(self) -> str:
+        local = "" if self.local_rank is None else f", local rank {self.local_rank}"
+        return f"rank {self.rank} (node rank {self.node_rank}, host {self.host}{local})"
+
+    def share(self, activity: str) -> float:
+        total = sum(self.activity.values())
+        return self.activity.get(activity, 0) / total if total else 0.0
+
+    def line(self, activity: str) -> str:
+        found = self.lines.get(activity)
+        return f"{found[0]}() at {found[1]}" if found and len(found) >= 2 else ""
+
+
+@dataclass(frozen=True)
+class Waits:
+    """What the collectives seen on every rank say: each rank's wait share, how often each arrived
+    last, and the waiting per collective (for phases); ``source`` ``recorder`` or ``samples``."""
+
+    share: dict[int, float]
+    last: dict[int, int]
+    per_call: list[float]
+    op: str
+    source: str
+
+
+@dataclass(frozen=True)
+class SlowVerdict:
+    """The doctor's finding: ``kind`` ``rank`` (the late rank(s)), ``node`` (every rank of one node)
+    or ``phase`` (one rank works alone in a few long pauses: by design, not a straggler)."""
+
+    kind: str
+    late: tuple[RankWindow, ...]
+    waiting: tuple[RankWindow, ...]
+    wait_share: float
+    op: str
+    activity: str
+    activity_share: float
+    others_share: float
+    longest_pause: float = 0.0
+    source: str = "recorder"
+    figures: tuple[dict[str, Any], ...] = ()
+
+    @property
+    def culprits(self) -> tuple[int, ...]:
+        return tuple(w.rank for w in self.late)
+
+    def line(self) -> str:
+        """The one line printed (without the ``paijob-runtime:`` prefix)."""
+        waiting = ranks_phrase(w.rank for w in self.waiting)
+        where = self._waiting_where()
+        doing = self._doing()
+        if self.kind == "phase":
+            (one,) = self.late
+            return (f"one rank works alone: {one.name()} works {doing} while {waiting} wait"
+                    f"{where}, up to {self.longest_pause:.0f}s at a time ({self.wait_share:.0%} of "
+                    f"the time): a phase of the script (an evaluation or checkpoint on one rank), "
+                    f"not counted as a straggler")
+        if self.kind == "node":
+            first = min(self.late, key=lambda w: w.rank)
+            return (f"slow node: node rank {first.node_rank} (host {first.host}, "
+                    f"{ranks_phrase(self.culprits)}) holds the job back: {waiting} wait for it "
+                    f"{self.wait_share:.0%} of the time{where}; every rank of the node arrives late "
+                    f"by about the same amount (the machine, not one rank); its ranks spend "
+                    f"{self.activity_share:.0%} of their time {doing}, the others {self.others_share:.0%}")
+        names = ", ".join(w.name() for w in self.late)
+        verb = "holds" if len(self.late) == 1 else "hold"
+        return (f"slow rank: {names} {verb} the job back: {waiting} wait for "
+                f"{'it' if len(self.late) == 1 else 'them'} {self.wait_share:.0%} of the time{where}; "
+                f"{'it spends' if len(self.late) == 1 else 'they spend'} {self.activity_share:.0%} "
+                f"of {'its' if len(self.late) == 1 else 'their'} time {doing}, the others "
+                f"{self.others_share:.0%}")
+
+    def _waiting_where(self) -> str:
+        lines = [w.line("collective") for w in self.waiting if w.line("collective")]
+        line = max(set(lines), key=lines.count) if lines else ""
+        at = line.partition(" at ")[2]
+        if self.op and at:
+            return f" in {self.op} at {at}"
+        return f" in {self.op}" if self.op else (f" in {line}" if line else "")
+
+    def _doing(self) -> str:
+        lines = [w.line(self.activity) for w in self.late if w.line(self.activity)]
+        line = f" ({lines[0]})" if lines else ""
+        return f"{_DOING.get(self.activity, self.activity)}{line}"
+
+    def record(self) -> dict[str, Any]:
+        """The verdict as data (``summary.json``, status): the line, who, and every rank's figures."""
+        return {"kind": self.kind, "line": self.line(), "ranks": list(self.culprits),
+                "nodes": sorted({w.node_rank for w in self.late}), "wait_share": round(self.wait_share, 3),
+                "activity": self.activity, "source": self.source, "figures": list(self.figures)}
+
+
+def ranks_phrase(ranks: Iterable[int]) -> str:
+    """``rank 3``, ``ranks 0-2``, ``ranks 0, 2-5``."""
+    found = sorted(set(ranks))
+    runs: list[str] = []
+    start = prev = None
+    for rank in [*found, None]:
+        if rank is not None and prev is not None and rank == prev + 1:
+            prev = rank
+            continue
+        if start is not None:
+            runs.append(str(start) if start == prev else f"{start}-{prev}")
+        start = prev = rank
+    return ("rank " if len(found) == 1 else "ranks ") + ", ".join(runs)
+
+
+def waits_from_calls(windows: Sequence[RankWindow], offsets: Mapping[int, float],
+                     since: float = -math.inf) -> Waits | None:
+    """Wait shares from the collectives every rank's recorder kept (clocks moved by each node's
+    ``offsets`` to node 0's); only collectives last enqueued after ``since``. None: fewer than
+    :data:`MIN_PAIRS` consecutive collectives seen on every rank."""
+    times: dict[tuple[str, int], dict[int, float]] = {}
+    ops: dict[tuple[str, int], str] = {}
+    for window in windows:
+        offset = offsets.get(window.node_rank, 0.0)
+        for call in window.calls:
+            times.setdefault((call.group, call.seq), {})[window.rank] = call.enqueued - offset
+            ops[(call.group, call.seq)] = call.op
+    ranks = [w.rank for w in windows]
+    common = {key: seen for key, seen in times.items() if len(seen) == len(ranks)}
+    waits = dict.fromkeys(ranks, 0.0)
+    last = dict.fromkeys(ranks, 0)
+    per_call: list[float] = []
+    by_op: dict[str, float] = {}
+    period = 0.0
+    for (group, seq), seen in sorted(common.items()):
+        before = common.get((group, seq - 1))
+        arrived = max(seen.values())
+        if before is None or arrived < since:
+            continue
+        period += max(0.0, arrived - max(before.values()))
+        for rank, when in seen.items():
+            waits[rank] += arrived - when
+        last[max(seen, key=lambda r: seen[r])] += 1
+        call_wait = arrived - min(seen.values())  # the first to arrive waits longest
+        per_call.append(call_wait)
+        by_op[ops[(group, seq)]] = by_op.get(ops[(group, seq)], 0.0) + call_wait
+    if len(per_call) < MIN_PAIRS or period <= 0:
+        return None
+    share = {rank: min(1.0, wait / period) for rank, wait in waits.items()}
+    return Waits(share, last, per_call, max(by_op, key=lambda op: by_op[op]), "recorder")
+
+
+def waits_from_samples(windows: Sequence[RankWindow]) -> Waits | None:
+    """Wait shares as the share of each rank's samples inside a collective (gloo, no recorder);
+    None: fewer than :data:`MIN_SAMPLES` samples on some rank."""
+    if any(sum(w.activity.values()) < MIN_SAMPLES for w in windows):
+        return None
+    return Waits({w.rank: w.share("collective") for w in windows}, {}, [], "", "samples")
+
+
+def judge_slow(windows: Sequence[RankWindow], offsets: Mapping[int, float] | None = None, *,
+               since: float = -math.inf, threshold: float = THRESHOLD) -> SlowVerdict | None:
+    """Who the others wait for, and what it does; None while the job is balanced (see the module)."""
+    if not windows:
+        return None
+    waits = _waits(windows, offsets or {}, since)
+    if waits is None:
+        return None
+    split = _late_and_waiting(windows, waits, threshold)
+    if split is None:
+        return None
+    late, waiting, wait_share = split
+    longest = max(waits.per_call, default=0.0)
+    phase = len(late) == 1 and is_phase(waits.per_call)
+    if phase and longest < PHASE_MIN_SECONDS:
+        return None  # a hiccup (a busy machine, a garbage collection), not worth a line
+    if not phase and waits.last and (sum(waits.last[w.rank] for w in late)
+                                     < LAST_SHARE * sum(waits.last.values())):
+        return None
+    kind = "phase" if phase else _kind(late, windows)
+    activity, mine, others = _what_it_does(late, waiting)
+    return SlowVerdict(kind=kind, late=tuple(late), waiting=tuple(waiting), wait_share=wait_share,
+                       op=waits.op, activity=activity, activity_share=mine, others_share=others,
+                       longest_pause=longest, source=waits.source,
+                       figures=tuple(figures(windows, waits)))
+
+
+def _waits(windows: Sequence[RankWindow], offsets: Mapping[int, float], since: float) -> Waits | None:
+    """From the recorder; from the samples only where no rank kept a collective (no recorder). With
+    a recorder, too few collectives (yet, or none in a long pause) is no verdict: the samples would
+    see only the pause."""
+    if any(w.calls for w in windows):
+        return waits_from_calls(windows, offsets, since)
+    return waits_from_samples(windows)
+
+
+def _late_and_waiting(windows: Sequence[RankWindow], waits: Waits, threshold: float
+                      ) -> tuple[list[RankWindow], list[RankWindow], float] | None:
+    """The late ranks (waiting at most :data:`LATE_FRACTION` of the most waiting rank's share), the
+    waiting ones and their mean wait share; None: nobody waits ``threshold``, or no small late set."""
+    top = max(waits.share.values())
+    late = [w for w in windows if waits.share[w.rank] <= top * LATE_FRACTION]
+    waiting = [w for w in windows if w not in late]
+    if not late or not waiting or len(late) > len(windows) // 2:
+        return None
+    wait_share = statistics.fmean(waits.share[w.rank] for w in waiting)
+    return (late, waiting, wait_share) if wait_share >= threshold else None
+
+
+def _kind(late: Sequence[RankWindow], windows: Sequence[RankWindow]) -> str:
+    """``node`` (every rank of one node, of several, and more than one) or ``rank``."""
+    nodes = {w.node_rank for w in late}  # every rank of one node is never all of a job: some wait
+    if len(nodes) == 1:
+        node = next(iter(nodes))
+        if {w.rank for w in late} == {w.rank for w in windows if w.node_rank == node} and len(late) > 1:
+            return "node"
+    return "rank"
+
+
+def is_phase(per_call: Sequence[float]) -> bool:
+    """Whether the waiting sits in a few long pauses: the top :data:`PHASE_COLLECTIVES` of the
+    collectives (at least one) hold :data:`PHASE_WAIT` of it."""
+    total = sum(per_call)
+    if total <= 0:
+        return False
+    top = max(1, int(len(per_call) * PHASE_COLLECTIVES))
+    return sum(sorted(per_call, reverse=True)[:top]) >= PHASE_WAIT * total
+
+
+def _what_it_does(late: Sequence[RankWindow], waiting: Sequence[RankWindow]) -> tuple[str, float, float]:
+    """The activity the late ranks spend most more time in than the waiting ones (outside
+    collectives), its share on the late ranks, and on the others."""
+    found = [(statistics.fmean(w.share(a) for w in late) - statistics.fmean(w.share(a) for w in waiting), a)
+             for a in ACTIVITIES if a != "collective"]
+    _margin, activity = max(found, key=lambda item: item[0])  # a tie: the first, in ACTIVITIES' order
+    return (activity, statistics.fmean(w.share(activity) for w in late),
+            statistics.fmean(w.share(activity) for w in waiting))
+
+
+def figures(windows: Sequence[RankWindow], waits: Waits) -> list[dict[str, Any]]:
+    """Every rank's figures as data: its wait share, how often it arrived last, its activities."""
+    return [{"rank": w.rank, "node_rank": w.node_rank, "host": w.host, "local_rank": w.local_rank,
+             "wait_share": round(waits.share.get(w.rank, 0.0), 3), "last": waits.last.get(w.rank, 0),
+             "activity": {a: round(w.share(a), 3) for a in ACTIVITIES if w.activity.get(a)}}
+            for w in windows]

@@ -1,0 +1,240 @@
+"""The slow-rank doctor on node 0 (paijob.runtime.watch.slowwatch): when it judges, when it speaks,
+what it says at the end, and what it takes from the other nodes."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from test_straggler import jitter, simulate
+
+from paijob.runtime.watch import clock
+from paijob.runtime.watch.slowwatch import PERSIST, PREFIX, SlowDoctor, _parsed
+
+BALANCED = {"collective": 20, "compute": 70, "data": 10}
+
+
+def ranks(extra, *, progress=True, step=0, activity=None):
+    """Every rank as the nodes publish it, its collectives from :func:`simulate` (4 ranks, 2 nodes),
+    its activity counts grown by ``step`` looks."""
+    calls = simulate(extra)
+    grown = activity or {}
+    return [{"rank": r, "node_rank": r // 2, "host": f"10.0.0.{5 + r // 2}", "local_rank": r % 2,
+             "exited": False, "first_progress": progress,
+             "activity": {a: n * (step + 1) for a, n in grown.get(r, BALANCED).items()},
+             "lines": {"collective": ["all_reduce", "train.py:88"]},
+             "calls": [[c.group, c.seq, c.op, c.enqueued] for c in found]} for r, found in calls.items()]
+
+
+def doctor(said, **kwargs):
+    return SlowDoctor(node_rank=0, nnodes=2, world_size=4, folder="/nonexistent", read=lambda p: None,
+                      say=said.append, **kwargs)
+
+
+def slow3(rank, step):
+    return 0.05 if rank == 3 else 0.0
+
+
+def test_a_straggler_is_said_once_it_persisted_then_every_few_minutes(monkeypatch):
+    said: list[str] = []
+    found = doctor(said, repeat=180.0)
+    found.since = 0.0  # every collective of the simulation is past start-up
+    for look in range(PERSIST - 1):
+        assert found.judge(10.0 * look, ranks(slow3, step=look)) is not None
+    assert said == []
+    found.judge(10.0 * PERSIST, ranks(slow3, step=PERSIST))
+    assert len(said) == 1 and said[0].startswith(PREFIX + "slow rank: rank 3 (node rank 1")
+    found.judge(100.0, ranks(slow3))
+    assert len(said) == 1
+    found.judge(30.0 + 180.0, ranks(slow3))
+    assert len(said) == 2
+    found.finish()
+    assert said[-1] == PREFIX + "over the run: " + found.worst.line()  # type: ignore[union-attr]
+
+
+def test_a_straggler_that_comes_and_goes_is_not_said():
+    said: list[str] = []
+    found = doctor(said)
+    found.since = 0.0
+    for look in range(3 * PERSIST):
+        found.judge(10.0 * look, ranks(slow3 if look % 2 else jitter))
+    assert said == []
+    found.finish()
+    assert said == []  # nothing to sum up
+
+
+def test_nothing_is_judged_before_every_rank_is_past_its_first_step():
+    said: list[str] = []
+    found = doctor(said)
+    assert found.judge(1005.0, ranks(slow3, progress=False)) is None
+    assert found.since is None
+    found.judge(2000.0, ranks(slow3))
+    assert found.since == 2000.0  # from here on: the simulation's collectives (1000-1020) are all older
+    assert found.judge(2010.0, ranks(slow3)) is None
+
+
+def test_a_phase_is_said_at_once_and_as_a_phase():
+    said: list[str] = []
+    found = doctor(said)
+    found.since = 0.0
+    found.judge(10.0, ranks(lambda r, s: 30.0 if (r, s) == (0, 60) else jitter(r, s)))
+    assert len(said) == 1 and said[0].startswith(PREFIX + "one rank works alone: rank 0")
+    found.finish()
+    assert len(said) == 1  # a phase is no straggler of the run
+
+
+def test_activities_are_counted_over_the_window_not_since_the_start():
+    said: list[str] = []
+    found = doctor(said)
+    found.since = 0.0
+    first = ranks(slow3, activity={3: {"data": 100}})
+    found.judge(10.0, first)
+    later = ranks(slow3, activity={3: {"data": 100}})
+    later[3]["activity"] = {"data": 100, "compute": 50}
+    found.judge(20.0, later)
+    windows = found.windows(later)
+    assert windows[3].activity == {"data": 0, "compute": 50}
+
+
+def test_a_doctor_that_meets_an_error_says_it_once_and_never_raises():
+    said: list[str] = []
+
+    def gather(nnodes, node_rank):
+        raise RuntimeError("the store went away")
+
+    found = doctor(said, gather=gather)
+    found.look(100.0, {}, [])
+    found.look(200.0, {}, [])
+    assert said == [PREFIX + "RuntimeError: the store went away"]
+
+
+def test_a_node_publishes_its_ranks_and_node_0_reads_only_their_shape():
+    published: list[tuple[int, str]] = []
+    other = SlowDoctor(node_rank=1, nnodes=2, world_size=4, folder="/nonexistent", read=lambda p: None,
+                       say=print, publish=lambda node, text: published.append((node, text)))
+    other.look(100.0, {}, [])
+    other.look(105.0, {}, [])  # not due yet
+    assert published == [(1, "[]")]
+    hostile = json.dumps([{"rank": 2, "node_rank": 1, "host": "h" * 100, "local_rank": "x",
+                           "first_progress": True, "calls": [["0", 1, "all_reduce", 1.0], "junk"],
+                           "activity": {"data": 1, "evil": 2}}, {"rank": "3"}, 7])
+    assert _parsed(hostile) == [{"rank": 2, "node_rank": 1, "host": "h" * 64, "local_rank": None,
+                                 "exited": False, "clock_ahead": None, "first_progress": True,
+                                 "activity": {"data": 1}, "lines": {}, "calls": [["0", 1, "all_reduce", 1.0]]}]
+    for said, kept in ((0.25, 0.25), (-3, -3.0), (True, None), (float("nan"), None), (7200.0, None), ("1", None)):
+        assert _parsed(json.dumps([{"rank": 0, "node_rank": 1, "clock_ahead": said}]))[0]["clock_ahead"] == kept
+    assert _parsed("not json") == [] and _parsed('{"rank": 1}') == []
+
+
+class Store:
+    """The store's keys as text, as the channel's get_text/set_text see them."""
+
+    def __init__(self) -> None:
+        self.keys: dict[str, str] = {}
+
+    def get(self, key):
+        return self.keys.get(key)
+
+    def put(self, key, text):
+        self.keys[key] = text
+
+
+def test_node_0_answers_each_new_clock_round_once_with_its_clock():
+    store = Store()
+    answered: dict[int, int] = {}
+    clock.answer(3, answered, store.get, store.put, clock=lambda: 500.0)
+    assert store.keys == {}  # nobody asked
+    store.put(clock.ASK_KEY.format(node=2), "1")
+    store.put(clock.ASK_KEY.format(node=1), "junk")
+    clock.answer(3, answered, store.get, store.put, clock=lambda: 500.25)
+    assert store.keys[clock.ANSWER_KEY.format(node=2, round=1)] == "500.25" and answered == {2: 1}
+    clock.answer(3, answered, store.get, store.put, clock=lambda: 600.0)
+    assert store.keys[clock.ANSWER_KEY.format(node=2, round=1)] == "500.25"  # answered once
+
+
+def test_a_node_learns_how_far_its_clock_is_ahead_of_node_0s():
+    """Node 1's clock is 2.5 s ahead; node 0 answers 0.4 s after the ask, node 1 sees it 5 ms later."""
+    store = Store()
+    now = [1002.5]  # node 1's clock
+
+    def sleep(seconds):
+        now[0] += seconds
+        if now[0] >= 1002.9 and clock.ANSWER_KEY.format(node=1, round=1) not in store.keys:
+            clock.answer(2, {}, store.get, store.put, clock=lambda: now[0] - 2.5)
+
+    found = clock.ask(1, 1, store.get, store.put, clock=lambda: now[0], sleep=sleep)
+    assert found is not None
+    asked, answered, seen = found
+    ahead = clock.Ahead()
+    ahead.add(asked, answered, seen)
+    assert ahead.estimate() == pytest.approx(2.5, abs=0.006)
+    assert clock.ask(1, 2, store.get, store.put, clock=lambda: now[0], sleep=sleep, wait=0.1) is None
+
+
+def test_an_estimate_is_the_tightest_round_and_a_clock_step_starts_afresh():
+    ahead = clock.Ahead()
+    assert ahead.estimate() is None
+    ahead.add(10.0, 8.0, 10.9)  # ahead by 2.0 to 2.9
+    ahead.add(20.0, 17.6, 20.05)  # 2.4 to 2.45
+    assert ahead.estimate() == pytest.approx(2.45)
+    ahead.add(30.0, 29.9, 30.2)  # 0.1 to 0.3: the clock stepped
+    assert ahead.estimate() == pytest.approx(0.3)
+
+
+def test_clocks_that_may_agree_are_left_as_they_are():
+    """One host (loopback), node 0 answering 0.4 s after the ask and seen 30 ms later on a busy
+    machine: ahead by -0.4 to +0.03 s. Moving node 1's times by 30 ms would make node 0 look late."""
+    ahead = clock.Ahead()
+    ahead.add(10.0, 10.4, 10.43)
+    assert ahead.estimate() == 0.0
+    ahead.add(20.0, 20.1, 20.11)  # -0.1 .. +0.01: together, -0.1 .. +0.01, 0 among them
+    assert ahead.estimate() == 0.0
+    behind = clock.Ahead()
+    behind.add(10.0, 10.9, 10.4)  # node 0 read 10.9 before node 1's 10.4: behind by 0.5 .. 0.9
+    assert behind.estimate() == pytest.approx(-0.5)
+
+
+def test_node_0_moves_each_nodes_enqueue_times_by_its_published_offset():
+    said: list[str] = []
+    found = doctor(said)
+    found.since = 0.0
+    skewed = simulate(lambda r, s: 0.05 if r == 0 else 0.0, clock={1: 0.3})
+    ranks_seen = ranks(slow3)
+    for rank in ranks_seen:
+        rank["calls"] = [[c.group, c.seq, c.op, c.enqueued] for c in skewed[rank["rank"]]]
+        rank["clock_ahead"] = 0.3 if rank["node_rank"] == 1 else 0.0
+    verdict = found.judge(10.0, ranks_seen)
+    assert verdict is not None and verdict.culprits == (0,)
+
+
+def test_the_hang_watch_runs_the_doctor_at_its_ticks_and_sums_up_as_it_finishes(tmp_path):
+    """Four believed ranks' files with rank 3 late at every step: three ticks, one line; finish: the summary."""
+    import os
+    import time
+
+    from paijob.runtime.config import HangSettings
+    from paijob.runtime.watch.hangwatch import Channel, HangWatch
+    from paijob.runtime.watch.progress import own_start_time
+
+    folder = tmp_path / "hang"
+    folder.mkdir()
+    pid, start = os.getpid(), own_start_time()
+    for rank, found in simulate(slow3).items():
+        report = {"rank": rank, "local_rank": rank % 2, "pid": pid, "start_time": start, "time": time.time(),
+                  "active_at": time.time(), "first_progress": True, "frames": [["/job/train.py", 3, "<module>"]]}
+        (folder / f"rank{rank}.json").write_text(json.dumps(report))
+        evidence = {"rank": rank, "pid": pid, "start_time": start, "first_progress": True,
+                    "activity": BALANCED, "lines": {}, "calls": [[c.group, c.seq, c.op, c.enqueued] for c in found]}
+        (folder / f"rank{rank}.slow.json").write_text(json.dumps(evidence))
+    said: list[str] = []
+    watch = HangWatch(HangSettings(timeout=600), folder=str(folder), node_rank=0, nnodes=1, world_size=4,
+                      host="10.0.0.5", stacks_dir=str(tmp_path), channel=Channel(),
+                      declare=lambda failure: None, say=said.append)
+    watch.slow.every = 0.0
+    watch.slow.since = 0.0
+    for _ in range(PERSIST):
+        watch.tick()
+    lines = [line for line in said if line.startswith(PREFIX)]
+    assert len(lines) == 1 and lines[0].startswith(PREFIX + "slow rank: rank 3 (node rank 0, host 10.0.0.5, local rank 1)")
+    watch.finish()
+    assert said[-1].startswith(PREFIX + "over the run: slow rank: rank 3") and not folder.exists()

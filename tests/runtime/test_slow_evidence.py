@@ -1,0 +1,157 @@
+"""The slow-rank doctor's evidence (paijob.runtime.watch.evidence): what a worker's sampler counts
+and keeps, the file it writes, and what its node believes of that file."""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from runtime_helpers import free_port
+
+from paijob.common import contract
+from paijob.runtime.watch import evidence
+from paijob.runtime.watch.evidence import Evidence, read_evidence
+from paijob.runtime.watch.launched import read_file
+from paijob.runtime.watch.progress import is_library, write_new
+
+TRAIN = "/job/train.py"
+C10D = "/venv/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py"
+LOADER = "/venv/lib/python3.11/site-packages/torch/utils/data/dataloader.py"
+
+
+def entry(seq, created_ns, pg=0, p2p=False, name="gloo:all_reduce"):
+    return {"pg_id": pg, "collective_seq_id": seq, "profiling_name": name, "time_created_ns": created_ns,
+            "is_p2p": p2p}
+
+
+def made(tmp_path, rank=1):
+    return Evidence(str(tmp_path), rank, is_library=is_library, write=write_new)
+
+
+def test_a_sample_is_counted_with_the_place_most_seen_for_its_activity(tmp_path):
+    found = made(tmp_path)
+    for line in (72, 72, 73):
+        found.count([[TRAIN, line, "<module>"], [LOADER, 700, "__next__"]], busy=True)
+    found.count([[TRAIN, 88, "<module>"], [C10D, 3245, "all_reduce"]], busy=False)
+    for line in (20, 21, 22, 21):  # a busy loop's lines are one place: the function
+        found.count([[TRAIN, 30, "<module>"], [TRAIN, line, "heavy"]], busy=True)
+    for _ in range(3):
+        found.count([[TRAIN, 31, "<module>"]], busy=True)
+    assert found.activity == {"data": 3, "collective": 1, "compute": 7}
+    found.write(1000.0, {"pid": 4711, "start_time": 99, "first_progress": True})
+    written = json.loads((tmp_path / "rank1.slow.json").read_text())
+    assert written["lines"] == {"data": ["next", "train.py:72", 3], "collective": ["all_reduce", "train.py:88", 1],
+                                "compute": ["heavy", "train.py:21", 4]}
+    assert (written["rank"], written["pid"], written["start_time"], written["first_progress"]) == (1, 4711, 99, True)
+
+
+def test_the_newest_collectives_are_kept_without_sends_and_receives(tmp_path):
+    found = made(tmp_path)
+    found.note_calls([entry(s, 10**9 * s) for s in range(1, 300)] + [entry(0, 5, p2p=True)])
+    found.note_calls([entry(299, 10**9 * 299), entry(1, 10**9 * 400, pg=1, name="gloo:broadcast")])
+    assert len(found.calls) == evidence.KEPT_CALLS
+    assert min(seq for group, seq in found.calls if group == "0") == 299 - evidence.KEPT_CALLS + 2
+    assert found.calls[("1", 1)] == ["1", 1, "broadcast", 400.0]
+
+
+def test_the_recorder_is_read_without_stack_traces(tmp_path, monkeypatch):
+    asked = []
+
+    def dump(**kwargs):
+        asked.append(kwargs)
+        return pickle.dumps({"entries": [entry(7, 2 * 10**9)]})
+
+    monkeypatch.setitem(sys.modules, "torch._C._distributed_c10d", SimpleNamespace(_dump_fr_trace=dump))
+    found = made(tmp_path)
+    found.write(5.0, {})
+    assert asked == [{"includeStackTraces": False}]
+    assert json.loads((tmp_path / "rank1.slow.json").read_text())["calls"] == [["0", 7, "all_reduce", 2.0]]
+    monkeypatch.setitem(sys.modules, "torch._C._distributed_c10d", SimpleNamespace())  # torch 2.4
+    assert evidence.recorded_entries() is None
+
+
+def test_every_rank_writes_in_the_same_slot_of_the_wall_clock(tmp_path):
+    found = made(tmp_path)
+    assert found.due(1000.0)
+    found.written_at = 1000.0
+    assert not found.due(1004.9) and found.due(1005.0)
+    found.written_at = 1003.0
+    assert found.due(1005.1)  # the next slot, not 5 s after this rank's own write
+
+
+def test_a_node_believes_a_ranks_evidence_only_from_the_process_it_vouched_for(tmp_path):
+    found = made(tmp_path, rank=2)
+    found.count([[TRAIN, 1, "<module>"]], busy=True)
+    found.write(1.0, {"pid": 10, "start_time": 5})
+    folder = str(tmp_path)
+    assert read_evidence(folder, {2: {"pid": 10, "start_time": 5}}, read_file)[2]["activity"] == {"compute": 1}
+    assert read_evidence(folder, {2: {"pid": 11, "start_time": 5}}, read_file) == {}  # another process
+    assert read_evidence(folder, {2: {"pid": 10, "start_time": 6}}, read_file) == {}  # a pid reused
+    assert read_evidence(folder, {3: {"pid": 10, "start_time": 5}}, read_file) == {}  # no file
+
+
+def test_only_well_formed_parts_of_a_file_are_kept(tmp_path):
+    hostile = {"rank": 0, "pid": 1, "start_time": 2, "first_progress": "yes",
+               "activity": {"data": 3, "rm -rf": 9, "compute": -1, "host": "x"},
+               "lines": {"data": ["next\x1b[2J", "train.py:72", 3], "nonsense": ["a", "b"], "host": "x"},
+               "calls": [["0", 1, "all_reduce", 1.5], ["0", "2", "x", 1.0], "junk", ["0", 3, "x"]]}
+    (tmp_path / "rank0.slow.json").write_text(json.dumps(hostile))
+    found = read_evidence(str(tmp_path), {0: {"pid": 1, "start_time": 2}}, read_file)[0]
+    assert found == {"first_progress": False, "activity": {"data": 3},
+                     "lines": {"data": ["next[2J", "train.py:72"]}, "calls": [["0", 1, "all_reduce", 1.5]]}
+    (tmp_path / "rank0.slow.json").write_text("{not json")
+    assert read_evidence(str(tmp_path), {0: {"pid": 1, "start_time": 2}}, read_file) == {}
+
+
+TRAINS_UNTIL_ITS_COLLECTIVES_ARE_WRITTEN = textwrap.dedent(
+    """
+    import json, os, time
+    import torch
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo")
+    t = torch.ones(8)
+    path = os.path.join(os.environ["PAIJOB_HANG_DIR"], "rank0.slow.json")
+    end = time.time() + 90  # bounded: the evidence is written once per 5 s slot of the wall clock
+    while time.time() < end:
+        dist.all_reduce(t)
+        time.sleep(0.02)
+        try:
+            with open(path) as handle:
+                if json.load(handle)["calls"]:
+                    break
+        except (OSError, ValueError, KeyError):
+            pass
+    """
+)
+
+
+def test_a_real_worker_writes_when_it_enqueued_its_collectives(tmp_path: Path):
+    """A gloo worker under the wrapper: its sampler writes rank0.slow.json with the recorder's
+    creation times of its all_reduces (the wall clock) and its samples counted."""
+    pytest.importorskip("torch")
+    script = tmp_path / "train.py"
+    script.write_text(TRAINS_UNTIL_ITS_COLLECTIVES_ARE_WRITTEN)
+    folder = tmp_path / "hang"
+    folder.mkdir()
+    env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()), "RANK": "0",
+           "WORLD_SIZE": "1", "LOCAL_RANK": "0", contract.HANG_DIR: str(folder),
+           contract.FLIGHT_RECORDER: str(contract.FLIGHT_RECORDER_ENTRIES)}
+    began = time.time()
+    done = subprocess.run([sys.executable, "-m", "paijob.runtime.worker", str(script)], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    written = json.loads((folder / "rank0.slow.json").read_text())
+    calls = written["calls"]
+    assert calls and {call[2] for call in calls} == {"all_reduce"}
+    assert all(began <= call[3] <= time.time() for call in calls)
+    assert [call[1] for call in calls] == sorted(call[1] for call in calls)
+    assert sum(written["activity"].values()) >= 1

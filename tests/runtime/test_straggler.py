@@ -1,0 +1,372 @@
+"""The slow-rank doctor's verdict (paijob.runtime.watch.straggler) and the sampler's activities
+(paijob.runtime.watch.activity) on synthetic jobs: who is named, as what, and when it stays quiet."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from paijob.runtime.watch.activity import activity_of, line_of
+from paijob.runtime.watch.progress import is_library
+from paijob.runtime.watch.straggler import (
+    THRESHOLD,
+    Call,
+    RankWindow,
+    is_phase,
+    judge_slow,
+    ranks_phrase,
+)
+
+HOSTS = {0: "10.0.0.5", 1: "10.0.0.6"}
+BALANCED = {"collective": 20, "compute": 70, "data": 10}
+LINES = {"collective": ["all_reduce", "train.py:88"], "compute": ["backward", "train.py:80"],
+         "data": ["next", "train.py:72"], "host": ["evaluate", "train.py:95"]}
+
+
+def simulate(extra, *, ranks=4, per_node=2, steps=120, base=0.1, op="all_reduce", clock=None):
+    """Each step every rank computes ``base`` + ``extra(rank, step)`` seconds, then enqueues a
+    blocking all_reduce that completes once the last rank enqueued it (as gloo does)."""
+    clock = clock or {}
+    done = 1000.0
+    calls = {rank: [] for rank in range(ranks)}
+    for step in range(steps):
+        arrived = {rank: done + base + extra(rank, step) for rank in range(ranks)}
+        for rank, when in arrived.items():
+            calls[rank].append(Call("0", step + 1, op, when + clock.get(rank // per_node, 0.0)))
+        done = max(arrived.values()) + 0.001
+    return calls
+
+
+def windows(calls, *, per_node=2, activity=None):
+    activity = activity or {}
+    return [RankWindow(rank, rank // per_node, HOSTS[rank // per_node], rank % per_node,
+                       tuple(found), activity.get(rank, BALANCED), LINES)
+            for rank, found in calls.items()]
+
+
+def jitter(rank, step):
+    """A few ms of deterministic noise, a different rank last each step."""
+    return 0.004 * ((rank * 7 + step * 3) % 5) / 4
+
+
+def test_a_balanced_job_names_no_one():
+    assert judge_slow(windows(simulate(jitter))) is None
+
+
+def test_one_rank_slow_in_compute_is_named_with_what_it_does():
+    activity = {3: {"collective": 2, "compute": 90, "data": 8}}
+    verdict = judge_slow(windows(simulate(lambda r, s: 0.05 if r == 3 else 0.0), activity=activity))
+    assert verdict is not None and verdict.kind == "rank" and verdict.culprits == (3,)
+    assert verdict.wait_share == pytest.approx(0.05 / 0.151, abs=0.01)
+    assert verdict.activity == "compute"
+    assert verdict.line() == (
+        "slow rank: rank 3 (node rank 1, host 10.0.0.6, local rank 1) holds the job back: ranks 0-2 "
+        "wait for it 33% of the time in all_reduce at train.py:88; it spends 90% of its time "
+        "computing (backward() at train.py:80), the others 70%")
+
+
+def test_one_rank_slow_in_data_loading_names_the_dataloader_line():
+    activity = {1: {"collective": 2, "compute": 35, "data": 63}}
+    verdict = judge_slow(windows(simulate(lambda r, s: 0.07 if r == 1 else jitter(r, s)), activity=activity))
+    assert verdict is not None and verdict.culprits == (1,) and verdict.activity == "data"
+    assert "it spends 63% of its time in the DataLoader (next() at train.py:72), the others 10%" in verdict.line()
+    assert "ranks 0, 2-3 wait for it" in verdict.line()
+
+
+@pytest.mark.parametrize(("extra", "named"), [
+    (0.0105, False),  # the others wait ~9.5 % of the time: under the threshold
+    (0.0125, True),   # ~11 %
+    (0.2, True),
+])
+def test_the_threshold_is_ten_percent_of_the_wall_time(extra, named):
+    verdict = judge_slow(windows(simulate(lambda r, s: extra if r == 2 else 0.0)))
+    assert (verdict is not None) is named
+    if verdict:
+        assert verdict.wait_share >= THRESHOLD
+
+
+def test_every_rank_of_one_node_late_by_the_same_amount_is_a_slow_node():
+    verdict = judge_slow(windows(simulate(lambda r, s: 0.04 + jitter(r, s) if r >= 2 else jitter(r, s))))
+    assert verdict is not None and verdict.kind == "node" and verdict.culprits == (2, 3)
+    assert verdict.line().startswith("slow node: node rank 1 (host 10.0.0.6, ranks 2-3) holds the job "
+                                     "back: ranks 0-1 wait for it")
+
+
+def test_two_late_ranks_on_different_nodes_are_ranks_not_a_node():
+    verdict = judge_slow(windows(simulate(lambda r, s: 0.05 if r in (1, 3) else 0.0)))
+    assert verdict is not None and verdict.kind == "rank" and verdict.culprits == (1, 3)
+    assert "hold the job back: ranks 0, 2 wait for them" in verdict.line()
+
+
+def test_one_node_of_a_single_node_job_is_never_a_slow_node():
+    calls = simulate(lambda r, s: 0.05 if r == 1 else 0.0, ranks=2, per_node=2)
+    verdict = judge_slow(windows(calls))
+    assert verdict is not None and verdict.kind == "rank" and verdict.culprits == (1,)
+
+
+def test_a_rank_zero_evaluation_by_design_is_a_phase_not_a_straggler():
+    activity = {0: {"collective": 5, "compute": 40, "host": 55}}
+    calls = simulate(lambda r, s: 30.0 if (r, s) == (0, 60) else jitter(r, s))
+    verdict = judge_slow(windows(calls, activity=activity))
+    assert verdict is not None and verdict.kind == "phase" and verdict.culprits == (0,)
+    assert verdict.activity == "host"
+    assert verdict.line().startswith("one rank works alone: rank 0 (node rank 0, host 10.0.0.5, local rank 0) "
+                                     "works in host-side work (evaluate() at train.py:95) while ranks 1-3 wait "
+                                     "in all_reduce at train.py:88, up to 30s at a time")
+    assert verdict.line().endswith("not counted as a straggler")
+
+
+def test_a_short_hiccup_says_nothing():
+    assert judge_slow(windows(simulate(lambda r, s: 2.0 if (r, s) == (2, 50) else jitter(r, s)))) is None
+
+
+def test_noise_that_makes_a_different_rank_late_each_step_names_no_one():
+    """The others wait > 10 %, yet no rank is late most of the time: nobody holds the job back."""
+    def rotating(rank, step):
+        return 0.05 if rank == (step * 3) % 4 or (rank == 1 and step % 2) else 0.0
+
+    assert judge_slow(windows(simulate(rotating))) is None
+
+
+def test_more_than_half_of_the_job_late_is_not_a_straggler():
+    assert judge_slow(windows(simulate(lambda r, s: 0.05 if r > 0 else 0.0))) is None
+
+
+def test_hosts_clocks_are_compared_through_their_offsets():
+    """Node 1's clock is 0.3 s ahead: without its offset its ranks look late at every step."""
+    calls = simulate(lambda r, s: 0.05 if r == 0 else 0.0, clock={1: 0.3})
+    assert judge_slow(windows(calls)).culprits == (2, 3)  # type: ignore[union-attr]
+    verdict = judge_slow(windows(calls), {1: 0.3})
+    assert verdict is not None and verdict.culprits == (0,)
+
+
+def test_collectives_before_the_first_training_step_are_not_judged():
+    """A rank that arrived 60 s late at the first collective (loading data) is start-up."""
+    calls = simulate(lambda r, s: 60.0 if (r, s) == (3, 1) else jitter(r, s))
+    since = calls[3][1].enqueued + 0.001  # every rank past its first step once it arrived
+    assert judge_slow(windows(calls), since=since) is None
+    assert judge_slow(windows(calls)) is not None  # the same evidence, start-up included
+
+
+def test_without_the_recorder_the_samples_say_who_waits():
+    calls = {rank: [] for rank in range(4)}  # torch 2.4's gloo: no rank kept a collective
+    waiting = {"collective": 40, "compute": 60}
+    activity = {0: waiting, 1: waiting, 2: waiting, 3: {"collective": 1, "data": 80, "compute": 19}}
+    verdict = judge_slow(windows(calls, activity=activity))
+    assert verdict is not None and verdict.source == "samples" and verdict.culprits == (3,)
+    assert verdict.activity == "data" and verdict.wait_share == pytest.approx(0.4)
+    few = {rank: {"collective": 4, "compute": 1} for rank in range(3)} | {3: {"compute": 5}}
+    assert judge_slow(windows(calls, activity=few)) is None
+    some = simulate(lambda r, s: 0.05 if r == 3 else 0.0, steps=4)  # a recorder, too few collectives yet
+    assert judge_slow(windows(some, activity=activity)) is None
+
+
+def test_the_record_carries_every_ranks_figures():
+    verdict = judge_slow(windows(simulate(lambda r, s: 0.05 if r == 3 else 0.0)))
+    assert verdict is not None
+    record = verdict.record()
+    assert record["kind"] == "rank" and record["ranks"] == [3] and record["nodes"] == [1]
+    assert [f["rank"] for f in record["figures"]] == [0, 1, 2, 3]
+    assert record["figures"][3]["last"] == 119 and record["figures"][3]["wait_share"] < 0.01
+    assert record["figures"][0]["activity"] == {"collective": 0.2, "data": 0.1, "compute": 0.7}
+
+
+@pytest.mark.parametrize(("waits", "phase"), [
+    ([0.0] * 99 + [30.0], True),
+    ([0.0] * 99 + [0.5], True),  # however short (the caller drops pauses under 5 s)
+    ([0.0] * 9 + [30.0], True),  # 10 collectives: the top one
+    ([0.0] * 8 + [10.0, 10.0], False),  # ... and only the top one
+    ([0.0] * 8 + [1.0, 4.0], True),  # exactly 80 %
+    ([0.05] * 100, False),
+    ([0.05] * 90 + [1.0] * 10, False),  # a slow batch every tenth step: a straggler, not a phase
+    ([0.0] * 10, False),
+])
+def test_a_phase_is_a_few_long_pauses(waits, phase):
+    assert is_phase(waits) is phase
+
+
+@pytest.mark.parametrize(("ranks", "said"), [
+    ([3], "rank 3"), ([0, 1, 2], "ranks 0-2"), ([0, 2, 3, 4, 5], "ranks 0, 2-5"), ([5, 1], "ranks 1, 5"),
+])
+def test_ranks_phrase(ranks, said):
+    assert ranks_phrase(ranks) == said
+
+
+TORCH = os.path.join(os.sep, "venv", "lib", "site-packages", "torch")
+TRAIN = os.path.join(os.sep, "work", "train.py")
+
+
+def frames(*names):
+    return [list(frame) for frame in names]
+
+
+@pytest.mark.parametrize(("stack", "busy", "activity", "line"), [
+    (frames((TRAIN, 88, "<module>"), (f"{TORCH}/distributed/distributed_c10d.py", 2800, "all_reduce")),
+     False, "collective", ["all_reduce", "train.py:88"]),
+    (frames((TRAIN, 44, "<module>"), (f"{TORCH}/distributed/c10d_logger.py", 83, "wrapper"),
+            (f"{TORCH}/distributed/distributed_c10d.py", 2800, "barrier")),
+     False, "collective", ["barrier", "train.py:44"]),
+    (frames((TRAIN, 72, "<module>"), (f"{TORCH}/utils/data/dataloader.py", 700, "__next__"),
+            (f"{TORCH}/utils/data/_utils/fetch.py", 50, "fetch"), (TRAIN, 20, "__getitem__")),
+     True, "data", ["next", "train.py:72"]),
+    (frames((TRAIN, 95, "<module>"), (TRAIN, 40, "evaluate")), True, "host", ["evaluate", "train.py:40"]),
+    (frames((TRAIN, 97, "<module>"), (f"{TORCH}/serialization.py", 900, "save")), True, "host",
+     ["save", "train.py:97"]),
+    (frames((TRAIN, 80, "<module>"), (f"{TORCH}/_tensor.py", 600, "backward")), True, "compute",
+     ["backward", "train.py:80"]),
+    (frames((TRAIN, 60, "<module>"), (TRAIN, 30, "step_once")), True, "compute", ["step_once", "train.py:30"]),
+    (frames((TRAIN, 61, "<module>"), (f"{os.path.dirname(os.__file__)}/time.py", 1, "sleep")), False,
+     "other", ["sleep", "train.py:61"]),
+])
+def test_one_sample_is_one_activity_and_a_line(stack, busy, activity, line):
+    assert activity_of(stack, busy=busy, is_library=is_library) == activity
+    assert line_of(stack, activity, is_library=is_library)[:2] == line
+
+
+def test_with_the_recorder_on_a_long_pause_is_never_judged_from_the_samples():
+    """Rank 0 evaluates alone; no collective completes meanwhile, so none is newer than the start of
+    judging: the samples (ranks 1-3 inside all_reduce, rank 0 not) must not make it a straggler."""
+    waiting = {"collective": 40, "compute": 0}
+    activity = {0: {"host": 40}, 1: waiting, 2: waiting, 3: waiting}
+    calls = simulate(jitter)
+    since = max(call.enqueued for found in calls.values() for call in found) + 1
+    assert judge_slow(windows(calls, activity=activity), since=since) is None
+    no_recorder = {rank: [] for rank in calls}
+    assert judge_slow(windows(no_recorder, activity=activity)) is not None  # what the samples alone say
+
+
+# -- the edges of each rule ---------------------------------------------------------------------
+
+def exact_calls(late, *, ranks=4, steps=40):
+    """Collectives one second apart on exact clocks; ``late(rank, seq)``: how many seconds that rank
+    enqueues that collective after the others (whole and half seconds: exact in binary)."""
+    calls = {rank: [] for rank in range(ranks)}
+    now = 1000.0
+    for seq in range(1, steps + 1):
+        arrived = {rank: now + late(rank, seq) for rank in range(ranks)}
+        for rank, when in arrived.items():
+            calls[rank].append(Call("0", seq, "all_reduce", when))
+        now = max(arrived.values()) + 1.0
+    return calls
+
+
+def sampled(shares, *, per_node=2):
+    """Windows without collectives whose samples put each rank ``shares[rank]`` hundredths inside one."""
+    return [RankWindow(rank, rank // per_node, HOSTS[rank // per_node], rank % per_node, (),
+                       {"collective": share, "compute": 100 - share}, LINES) for rank, share in enumerate(shares)]
+
+
+def test_just_enough_collectives_since_the_start_of_judging_are_judged():
+    """5 consecutive pairs (MIN_PAIRS), the first of them last enqueued exactly at ``since``."""
+    calls = simulate(lambda r, s: 0.05 if r == 3 else 0.0, steps=7)
+    since = max(found[2].enqueued for found in calls.values())  # seq 3: pairs 3-7 counted
+    assert judge_slow(windows(calls), since=since) is not None
+    assert judge_slow(windows(calls), since=since + 1e-6) is None  # 4 pairs
+
+
+def test_collectives_all_enqueued_at_once_give_no_wait_shares():
+    calls = {rank: [Call("0", seq, "all_reduce", 1000.0) for seq in range(1, 20)] for rank in range(4)}
+    assert judge_slow(windows(calls)) is None
+
+
+def test_a_job_of_one_rank_has_no_straggler():
+    assert judge_slow(windows(simulate(lambda r, s: 0.0, ranks=1))) is None
+    assert judge_slow([]) is None
+
+
+@pytest.mark.parametrize(("last", "named"), [(70, True), (69, False)])
+def test_the_late_rank_must_arrive_last_in_seventy_percent_of_the_collectives(last, named):
+    """Rank 3 arrives 2 s late in ``last`` of 100 collectives; in the others rank 2 is 0.5 s late."""
+    def late(rank, seq):
+        if seq <= last + 1:
+            return 2.0 if rank == 3 else 0.0
+        return 0.5 if rank == 2 else 0.0
+
+    verdict = judge_slow(windows(exact_calls(late, steps=101)))
+    assert (verdict is not None and verdict.culprits == (3,)) is named
+
+
+def test_a_pause_of_five_seconds_is_a_phase_and_a_shorter_one_a_hiccup():
+    def pause(seconds):
+        return exact_calls(lambda rank, seq: seconds if (rank, seq) == (0, 30) else 0.0)
+
+    verdict = judge_slow(windows(pause(5.0)))
+    assert verdict is not None and verdict.kind == "phase" and verdict.longest_pause == 5.0
+    assert judge_slow(windows(pause(4.5))) is None
+
+
+def test_the_thresholds_edges_from_the_samples():
+    """Exact shares: rank 0 waits 10 % (the threshold), rank 1 5 % (half of it: late)."""
+    verdict = judge_slow(sampled([10, 5], per_node=2))
+    assert verdict is not None and verdict.culprits == (1,) and verdict.wait_share == THRESHOLD
+    assert judge_slow(sampled([10, 6], per_node=2)) is None  # rank 1 not late enough
+    assert judge_slow(sampled([9, 4], per_node=2)) is None  # under the threshold
+
+
+def test_ten_samples_a_rank_are_enough_and_nine_are_not():
+    def counted(n):
+        return [RankWindow(r, 0, HOSTS[0], r, (), {"collective": n if r == 0 else 0, "compute": 0 if r == 0 else n},
+                           LINES) for r in range(2)]
+
+    assert judge_slow(counted(10)) is not None
+    assert judge_slow(counted(9)) is None
+
+
+def test_one_rank_per_node_is_a_slow_rank_not_a_slow_node():
+    verdict = judge_slow(windows(simulate(lambda r, s: 0.05 if r == 1 else 0.0, ranks=2, per_node=1), per_node=1))
+    assert verdict is not None and verdict.kind == "rank" and verdict.culprits == (1,)
+
+
+def test_the_samples_line_names_the_waiting_ranks_call():
+    verdict = judge_slow(sampled([40, 40, 40, 1]))
+    assert verdict is not None and verdict.source == "samples"
+    assert "ranks 0-2 wait for it 40% of the time in all_reduce() at train.py:88; it spends" in verdict.line()
+    assert [f["last"] for f in verdict.record()["figures"]] == [0, 0, 0, 0]  # no collective seen
+    bare = [RankWindow(w.rank, w.node_rank, w.host, w.local_rank, (), w.activity, {}) for w in sampled([40, 40, 40, 1])]
+    assert "ranks 0-2 wait for it 40% of the time; it spends 99% of its time computing, the others 60%" in (
+        judge_slow(bare).line())  # type: ignore[union-attr]
+    only_op = judge_slow([RankWindow(w.rank, w.node_rank, w.host, w.local_rank, w.calls, w.activity, {})
+                          for w in windows(simulate(slow_rank_3))])
+    assert only_op is not None and " of the time in all_reduce; it spends" in only_op.line()
+
+
+def slow_rank_3(rank, step):
+    return 0.05 if rank == 3 else 0.0
+
+
+def test_several_late_ranks_are_described_by_the_first_ones_line():
+    lines = {1: {"compute": ["matmul", "a.py:1"]}, 3: {"compute": ["conv", "b.py:2"]}}
+    activity = {1: {"compute": 90, "collective": 10}, 3: {"compute": 90, "collective": 10}}
+    calls = simulate(lambda r, s: 0.05 if r in (1, 3) else 0.0)
+    found = [RankWindow(w.rank, w.node_rank, w.host, w.local_rank, w.calls, activity.get(w.rank, BALANCED),
+                        lines.get(w.rank, LINES)) for w in windows(calls)]
+    verdict = judge_slow(found)
+    assert verdict is not None and "computing (matmul() at a.py:1)" in verdict.line()
+
+
+def test_what_a_late_rank_does_is_never_the_collectives_it_waits_in():
+    """A late rank seen inside collectives more than the others (it arrives last, then waits for
+    the data to move) is described by what else it does; a tie goes to the first activity."""
+    activity = {3: {"collective": 80, "compute": 20}} | {r: {"collective": 10, "compute": 90} for r in range(3)}
+    verdict = judge_slow(windows(simulate(slow_rank_3), activity=activity))
+    assert verdict is not None and verdict.activity == "data" and verdict.activity_share == 0.0
+
+
+def test_figures_and_the_record_are_rounded_to_three_places():
+    activity = {r: {"collective": 1, "compute": 2} for r in range(4)}
+    verdict = judge_slow(sampled([0, 0, 0, 0]))
+    assert verdict is None
+    calls = exact_calls(lambda rank, seq: 1.0 if rank == 3 else 0.0, steps=40)
+    verdict = judge_slow(windows(calls, activity=activity))
+    assert verdict is not None
+    assert verdict.record()["wait_share"] == 0.5
+    assert verdict.record()["figures"][0]["activity"] == {"collective": 0.333, "compute": 0.667}
+    thirds = judge_slow(windows(exact_calls(lambda rank, seq: 0.5 if rank == 3 else 0.0), activity=activity))
+    assert thirds is not None and thirds.record()["wait_share"] == 0.333
+    assert thirds.record()["figures"][0]["wait_share"] == 0.333
+
+
+def test_a_window_without_samples_has_no_shares_and_a_short_line_is_none():
+    window = RankWindow(0, 0, "h", None, (), {}, {"data": ["next"]})
+    assert window.share("data") == 0.0 and window.line("data") == "" and window.line("host") == ""
