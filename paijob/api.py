@@ -778,7 +778,8 @@ def portal_link(on_note: Callable[[str], None] | None = None) -> str:
 
 
 def open_in_browser(url: str) -> bool:
-    """Open ``url`` in a graphical browser; False when this session has none."""
+    """Open ``url`` in a graphical browser, through a page only this user can read (the login code never
+    on a command line); False when this session has no graphical browser."""
     from paijob.local import daemon
 
     return daemon.open_in_browser(url)

@@ -362,16 +362,50 @@ def portal_link(directory: Path | None = None, on_note: Callable[[str], None] | 
     return login_url(cluster.url, code)
 
 
-def open_in_browser(url: str) -> bool:
-    """Open ``url`` in a graphical browser when this session has one; False when it has none (a
-    text browser would take over the terminal and cannot run the portal's scripts)."""
+PORTAL_PAGE = "portal-open.html"  # in the state dir: the page `paijob local open` hands the browser
+
+
+def login_page(url: str, directory: Path | None = None) -> Path:
+    """A page only this user can read (0600, in the user's own state dir) that sends the browser on to
+    ``url``. The browser is handed this page's ``file://`` address instead of ``url``: a browser's command
+    line is readable by every local user (``/proc/PID/cmdline``), and ``url`` holds the one-time login code,
+    which another user could redeem first (Jupyter's answer to the same problem)."""
+    import html
+
+    directory = directory or state_dir()
+    check_owned(directory)
+    target = html.escape(url, quote=True)
+    text = (f'<!DOCTYPE html>\n<html><head><meta charset="utf-8">\n'
+            f'<meta http-equiv="refresh" content="0;url={target}">\n<title>paijob portal</title></head>\n'
+            f'<body><p>Opening the paijob portal: <a href="{target}">continue</a> '
+            f"(the link works once, within {int(_code_ttl())} seconds).</p></body></html>\n")
+    path = directory / PORTAL_PAGE
+    try:
+        _write_private(path, text)
+    except OSError as error:
+        raise LocalClusterError(f"cannot write the portal's login page {path}: {error.strerror}; open the "
+                                f"link printed above yourself, or use `paijob local open --no-browser`") from None
+    return path
+
+
+def _code_ttl() -> float:
+    from paijob.local.portal.sessions import CODE_TTL
+
+    return CODE_TTL
+
+
+def open_in_browser(url: str, directory: Path | None = None) -> bool:
+    """Open ``url`` in a graphical browser when this session has one, through :func:`login_page` (never
+    with ``url`` itself on the browser's command line); False when it has none (a text browser would take
+    over the terminal and cannot run the portal's scripts)."""
     import webbrowser
 
     graphical = sys.platform in ("darwin", "win32") or bool(os.environ.get("DISPLAY") or
                                                               os.environ.get("WAYLAND_DISPLAY"))
     if not graphical:
         return False
+    page = login_page(url, directory)
     try:
-        return webbrowser.open(url, new=2)
+        return webbrowser.open(page.as_uri(), new=2)
     except webbrowser.Error:
         return False

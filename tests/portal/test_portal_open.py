@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 import webbrowser
 from collections.abc import Iterator
 from pathlib import Path
@@ -68,4 +71,41 @@ def test_open_uses_a_graphical_browser_and_says_when_there_is_none(
     assert "no graphical browser" in err and "ssh -L" in err
     monkeypatch.setenv("DISPLAY", ":0")
     code, out, err = open_portal(capsys)
-    assert code == 0 and opened == [out.strip()] and "no graphical browser" not in err
+    assert code == 0 and "no graphical browser" not in err
+    assert opened == [(local / daemon.PORTAL_PAGE).as_uri()]  # the page, never the link with its code
+    assert out.strip() in (local / daemon.PORTAL_PAGE).read_text()
+
+
+BROWSER_SCRIPT = """#!/bin/sh
+# what a browser started by `paijob local open` is handed: its arguments, and a copy of each file named
+printf '%s\\n' "$@" > "$RECORD/argv"
+for arg in "$@"; do
+  case "$arg" in file://*) path="${arg#file://}"; stat -c '%a %u' "$path" > "$RECORD/mode"; cat "$path" > "$RECORD/page";;
+  esac
+done
+"""
+
+
+def test_the_login_code_never_rides_on_the_browsers_command_line(tmp_path: Path, local: Path) -> None:
+    """Issue 46 row 1: a browser's command line is world-readable (/proc/PID/cmdline), so another local user
+    could redeem the one-time code first. A real `paijob local open` launches the browser through BROWSER:
+    it is handed a file:// page only this user can read, and that page holds the working link."""
+    record = tmp_path / "record"
+    record.mkdir()
+    browser = tmp_path / "browser.sh"
+    browser.write_text(BROWSER_SCRIPT)
+    browser.chmod(0o755)
+    env = {**os.environ, "BROWSER": str(browser), "DISPLAY": ":0", "RECORD": str(record),
+           "PAIJOB_LOCAL_STATE_DIR": str(local)}
+    done = subprocess.run([sys.executable, "-c", "import sys; from paijob import cli; sys.exit(cli.main(sys.argv[1:]))",
+                           "local", "open"], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    link = done.stdout.strip()
+    code = link.split("#code=")[1]
+    argv = (record / "argv").read_text()
+    assert code not in argv and argv.strip() == (local / daemon.PORTAL_PAGE).as_uri()
+    mode, owner = (record / "mode").read_text().split()
+    assert mode == "600" and int(owner) == os.getuid()
+    page = (record / "page").read_text()
+    assert f'url={link}"' in page  # the page sends the browser on to the link ...
+    assert redeem(link).status_code == 200  # ... which still works: nobody else could have used it
