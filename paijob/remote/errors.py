@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 from urllib.parse import quote
 
+from paijob.common import untrusted
 from paijob.errors import EXIT_OUTCOME_UNKNOWN, PaijobError
 from paijob.openpai.rest import format_protocol_errors
 from paijob.remote.reply import Reply
@@ -149,7 +150,7 @@ class ReplyErrors:
 
     def json(self, reply: Reply, what: str, scrub: bool = True) -> Any:
         try:
-            data = json.loads(reply.content)
+            data = untrusted.loads(reply.content)
         except ValueError:
             kind = reply.headers.get("Content-Type", "no content type")
             sample = self.clean(reply.text, 120) or "an empty body"
@@ -219,7 +220,7 @@ class ReplyErrors:
     def _decode_error(self, reply: Reply) -> tuple[str | None, str]:
         """(code, message) of an error answer, redacted and bounded to one line."""
         try:
-            body = json.loads(reply.content)
+            body = untrusted.loads(reply.content)
         except ValueError:
             return None, self.clean(reply.text) or reply.reason or ""
         if isinstance(body, Mapping):
@@ -231,7 +232,7 @@ class ReplyErrors:
     def _raw_message(reply: Reply) -> str:
         """The ``message`` of a JSON error answer as sent (for splitting into problems), else ''."""
         try:
-            body = json.loads(reply.content)
+            body = untrusted.loads(reply.content)
         except ValueError:
             return ""
         return str(body.get("message", "")) if isinstance(body, Mapping) else ""
@@ -269,7 +270,7 @@ def change_reply_problem(reply: Reply, clean: Callable[[str, int], str]) -> str 
     not say the change happened: None when the answer is as expected.
     """
     try:
-        body = json.loads(reply.content)
+        body = untrusted.loads(reply.content)
     except ValueError:
         body = None
     if isinstance(body, dict) and isinstance(body.get("message"), str):

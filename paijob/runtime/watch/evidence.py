@@ -23,6 +23,7 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from paijob.common import untrusted
 from paijob.runtime.watch.activity import ACTIVITIES, activity_of, line_of
 
 WRITE_EVERY = 5.0  # seconds between two writes of rank<N>.slow.json (and two reads of the recorder)
@@ -124,7 +125,7 @@ def read_evidence(folder: str, reports: Mapping[int, Mapping[str, Any]],
     for rank, report in reports.items():
         data = read(evidence_path(folder, rank))
         try:
-            value = json.loads(data[:MAX_EVIDENCE]) if data and len(data) <= MAX_EVIDENCE else None
+            value = untrusted.loads(data[:MAX_EVIDENCE]) if data and len(data) <= MAX_EVIDENCE else None
         except ValueError:
             continue
         if (not isinstance(value, dict) or value.get("rank") != rank or value.get("pid") != report.get("pid")

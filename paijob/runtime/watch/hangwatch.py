@@ -34,7 +34,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, replace
 from typing import Any
 
-from paijob.common import contract, procfs
+from paijob.common import contract, procfs, untrusted
 from paijob.common.records import StallRecord
 from paijob.runtime.config import HangSettings
 from paijob.runtime.watch import outside
@@ -599,7 +599,7 @@ def read_forked(folder: str, pid: int, parent: object) -> dict[str, Any] | None:
     is a live child of ``parent`` with the start time the file says; None otherwise."""
     data = read_file(os.path.join(folder, f"fork{pid}.json"))
     try:
-        report = json.loads(data) if data else None
+        report = untrusted.loads(data) if data else None
     except ValueError:
         return None
     stat = procfs.read_stat(pid)

@@ -11,12 +11,11 @@ silent, and is named so): a forger can blame no one and hide no rank.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from paijob.common import procfs
+from paijob.common import procfs, untrusted
 
 MAX_REPORT = 1 << 20  # bytes: a sampler file is a few kB; anything larger is not one
 MAX_DEPTH = 8  # how far up the parent chain a child is looked for (mp.spawn: 1)
@@ -69,16 +68,7 @@ class Launched:
 def read_file(path: str) -> bytes | None:
     """A file's bytes, read without following a link and at most :data:`MAX_REPORT`; None: no
     such file, a link, or too large."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
-    except OSError:
-        return None
-    try:
-        with os.fdopen(fd, "rb") as handle:
-            data = handle.read(MAX_REPORT + 1)
-    except OSError:
-        return None
-    return data if len(data) <= MAX_REPORT else None
+    return untrusted.read_regular(path, MAX_REPORT)
 
 
 def read_reports(folder: str, launched: Launched | None) -> dict[int, dict[str, Any]]:
@@ -110,7 +100,7 @@ def read_reports(folder: str, launched: Launched | None) -> dict[int, dict[str, 
 
 def _parse(data: bytes | None) -> dict[str, Any] | None:
     try:
-        report = json.loads(data) if data is not None else None
+        report = untrusted.loads(data) if data is not None else None
     except ValueError:
         return None
     return report if isinstance(report, dict) else None

@@ -26,10 +26,10 @@ The account itself is pure (:mod:`paijob.runtime.watch.mismatch`).
 
 from __future__ import annotations
 
-import json
 import os
 from typing import Any
 
+from paijob.common import untrusted
 from paijob.runtime.watch.progress import REQUEST_FILE, answer_path, write_new
 
 ANSWER_WAIT = 3.0  # seconds an agent waits for its workers' answers (a sample comes once a second)
@@ -49,11 +49,12 @@ def read_answers(folder: str, ranks: list[int]) -> dict[int, list[dict[str, Any]
     well-formed entries are kept, their text printable and short (it is printed in the account)."""
     found: dict[int, list[dict[str, Any]] | None] = {}
     for rank in ranks:
+        data = untrusted.read_regular(answer_path(folder, rank), MAX_ANSWER)
         try:
-            fd = os.open(answer_path(folder, rank), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-            with os.fdopen(fd, "rb") as handle:
-                value = json.loads(handle.read(MAX_ANSWER + 1)[:MAX_ANSWER])
-        except (OSError, ValueError):
+            value = untrusted.loads(data) if data is not None else None
+        except ValueError:
+            continue
+        if value is None:
             continue
         calls = [c for c in map(_checked, value if isinstance(value, list) else []) if c is not None]
         found[rank] = calls or None

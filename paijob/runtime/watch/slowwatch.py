@@ -30,6 +30,7 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from paijob.common import untrusted
 from paijob.runtime.watch import clock
 from paijob.runtime.watch.evidence import checked, read_evidence
 from paijob.runtime.watch.straggler import Call, RankWindow, SlowVerdict, judge_slow
@@ -168,7 +169,7 @@ class SlowDoctor:
 def _parsed(text: str) -> list[dict[str, Any]]:
     """Another node's published ranks (its own evidence, already checked there; shapes checked again)."""
     try:
-        value = json.loads(text)
+        value = untrusted.loads(text)
     except ValueError:
         return []
     if not isinstance(value, list):
