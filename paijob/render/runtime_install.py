@@ -19,6 +19,7 @@ import re
 import shlex
 from collections.abc import Mapping
 from typing import Any
+from urllib.parse import urlsplit
 
 from paijob import __version__
 from paijob.errors import PaijobError
@@ -49,7 +50,56 @@ def install_source(settings: Mapping[str, Any]) -> str | None:
         raise InstallSettingsError(
             "runtimeInstall: set one of " + " and ".join(given) + ", not both (source: a wheel URL, an index "
             "holding paijob or a VCS URL)")
-    return str(next(iter(given.values()))).strip() if given else None
+    if not given:
+        return None
+    key, value = next(iter(given.items()))
+    source = str(value).strip()
+    problem = source_problem(source)
+    if problem:
+        raise InstallSettingsError(f"runtimeInstall.{key} {_shown(source)}: {problem}")
+    return source
+
+
+_INDEX_SCHEMES = ("https", "http", "file")
+_VCS_SCHEMES = ("https", "http", "ssh", "file", "git")
+_CREDENTIALS_FIX = (
+    "a password or token written into the job is readable by every user of the cluster (the job's config) and is "
+    "printed by --dry-run. Put the URL under the job's secrets: (e.g. secrets: {pipIndex: URL}) and set "
+    "runtimeInstall.source: \"<% $secrets.pipIndex %>\", or give pip its settings in env from a secret "
+    "(PIP_INDEX_URL: \"<% $secrets.pipIndex %>\") and leave runtimeInstall.source unset")
+
+
+def source_problem(source: str) -> str | None:
+    """What is wrong with ``runtimeInstall.source`` (None: an index URL, a wheel or sdist path or URL, a VCS
+    URL, or an OpenPAI secret reference that holds one). Checked at render, so ``validate`` and ``--dry-run``
+    refuse what would only fail inside the task, and no credential is ever rendered into a command."""
+    if re.fullmatch(_SECRET_REFERENCE, source):
+        return None
+    if not source or any(ch.isspace() or not ch.isprintable() for ch in source):
+        return "a source is one word without spaces or control characters"
+    if source.startswith("-"):
+        return ("a pip option is not a source; give the URL alone (runtimeInstall.source: https://host/simple), "
+                "or pip's settings in env (PIP_INDEX_URL, PIP_EXTRA_INDEX_URL)")
+    kind = source_kind(source)
+    url = urlsplit(source[source.index("+") + 1:] if kind == "vcs" else source)
+    if url.password or (url.username and url.scheme in ("http", "https")):
+        return "it holds credentials (user:password@ or a token@ in the URL); " + _CREDENTIALS_FIX
+    if kind == "vcs":
+        return None if url.scheme in _VCS_SCHEMES and (url.netloc or url.scheme == "file") else (
+            "a VCS URL is git+https://host/repo.git[@ref] (or git+ssh://, git+file://)")
+    if kind == "wheel":
+        return None if url.scheme in ("", *_INDEX_SCHEMES) else (
+            "a wheel or sdist is a path or an https://, http:// or file:// URL")
+    if url.scheme in _INDEX_SCHEMES and (url.netloc or url.scheme == "file"):
+        return None
+    return ("expected an index URL (https://host/simple), a wheel or sdist path or URL (.whl, .tar.gz, .zip) "
+            "or a VCS URL (git+https://host/repo.git)")
+
+
+def _shown(source: str) -> str:
+    """The source as an error message may show it: credentials masked, at most 120 characters."""
+    masked = re.sub(r"(://)[^/@\s]*@", r"\1***@", source)
+    return repr(masked if len(masked) <= 120 else masked[:117] + "...")
 
 
 def install_command(settings: Mapping[str, Any] | None, version: str = __version__) -> str | None:
@@ -81,6 +131,8 @@ def _failure_line(source: str | None, version: str) -> str:
     head = FAILURE_HEAD
     if source is None:
         tried = shlex.quote(head + f"{requirement(version)} from ") + f'"${{PIP_INDEX_URL:-{DEFAULT_INDEX}}}"'
+    elif re.fullmatch(_SECRET_REFERENCE, source):  # never the marker: OpenPAI would print the secret's value
+        tried = shlex.quote(head + f"{requirement(version)} from the index runtimeInstall.source names (a secret)")
     elif source_kind(source) == "index":
         tried = shlex.quote(head + f"{requirement(version)} from {source}")
     else:

@@ -287,3 +287,41 @@ def test_the_route_names_the_index_the_job_s_env_gives_pip(capsys: pytest.Captur
                            "--set", "env.PIP_INDEX_URL=https://mirror.corp.test/simple")
     assert code == 0 and f"paijob=={paijob.__version__} from the index https://mirror.corp.test/simple " \
                          "(PIP_INDEX_URL in env)" in err
+
+
+@pytest.mark.parametrize(("source", "says"), [
+    ("notaurl", "expected an index URL"),
+    ("ftp://mirror.test/simple", "expected an index URL"),
+    ("--index-url=https://pypi.corp.test/simple", "a pip option is not a source"),
+    ("https://alice:s3cr3t-TOKEN@pypi.corp.test/simple", "holds credentials"),
+    ("https://s3cr3t-TOKEN@pypi.corp.test/simple", "holds credentials"),
+    ("git+https://oauth2:s3cr3t-TOKEN@git.corp.test/paijob.git", "holds credentials"),
+    ("https://files.corp.test/paijob.whl\x1b[2J", "control characters"),
+])
+def test_a_source_that_cannot_work_or_holds_credentials_is_refused_before_the_queue(
+        capsys: pytest.CaptureFixture[str], source: str, says: str) -> None:
+    """Issue 45 (notaurl rendered, failing only in the task) and issue 46 row 2 (a token rendered into the
+    commands, printed by --dry-run and sent to the cluster, where every user reads the job's config)."""
+    for verb in (["render", "ddp"], ["submit", "ddp", "--dry-run"]):
+        code, out, err = run_cli(capsys, *verb, "--set", f"runtimeInstall.source={source}")
+        assert code == 2, (verb, out, err)
+        assert says in err and "Traceback" not in err and "s3cr3t-TOKEN" not in out + err
+        assert len(err.strip().splitlines()) == 1, err
+    if "credentials" in says:
+        assert "<% $secrets." in err  # the fix names OpenPAI's secrets
+
+
+@pytest.mark.parametrize("source", ["git+ssh://git@git.corp.test/paijob.git", "./dist/paijob-0.1.0-py3-none-any.whl",
+                                    "http://127.0.0.1:8080/simple", "file:///srv/wheels"])
+def test_ordinary_sources_still_render(source: str) -> None:
+    assert install_step(role_commands(render_template("ddp", sets=[f"runtimeInstall.source={source}"]).text, "worker"))
+
+
+def test_an_index_held_in_a_secret_is_never_printed_by_the_failure_line() -> None:
+    """OpenPAI replaces <% $secrets.NAME %> in the commands' text: a failure line that repeated the marker
+    would print the secret's value into the task's log."""
+    step = install_step(role_commands(render_template(
+        "ddp", sets=["runtimeInstall.source=<% $secrets.pipIndex %>"]).text, "worker"))
+    pip_part, _, failure = step.partition(" || {")
+    assert "--index-url '<% $secrets.pipIndex %>'" in pip_part
+    assert "secrets." not in failure
