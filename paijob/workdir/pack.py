@@ -39,6 +39,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
+import yaml
+
 from paijob.workdir import rules, scan
 from paijob.workdir.rules import WorkdirError
 
@@ -48,16 +50,21 @@ CHUNK = 1024 * 1024  # files up to this size are read once, into memory; bigger 
 SECRET_MARKERS = (b"PRIVATE KEY-----", b'"private_key":', b"aws_secret_access_key", b"PRIVATE KEY BLOCK-----",
                   b":_authToken=")
 _SPACE = b" \t\r\n\v\f"
-# Access tokens by their documented shapes: Hugging Face (hf_ + 34 letters), GitHub (classic, OAuth, app, fine-grained).
-TOKEN = re.compile(rb"(?<![A-Za-z0-9_])(?:hf_[A-Za-z]{30,40}|gh[pousr]_[A-Za-z0-9]{36}|github_pat_[A-Za-z0-9_]{59,90})"
-                   rb"(?![A-Za-z0-9_])")
-TOKEN_LONGEST = 101  # the longest TOKEN match: kept across chunks
+# Access tokens by their documented shapes, as gitleaks' rules find them: Hugging Face (hf_ + 34 letters), GitHub
+# (classic, OAuth, app, fine-grained), GitLab (glpat-), AWS access key ids (AKIA, ASIA, ...), Slack (xoxb- ...),
+# OpenAI and Anthropic keys (sk-, sk-proj-, sk-ant-...), and a URL with a password (postgres://user:PW@host).
+TOKEN = re.compile(rb"(?<![A-Za-z0-9_])(?:hf_[A-Za-z]{30,40}|gh[pousr]_[A-Za-z0-9]{36}|github_pat_[A-Za-z0-9_]{59,90}"
+                   rb"|glpat-[A-Za-z0-9_-]{20,50}|(?:AKIA|ASIA|ABIA|ACCA|A3T[A-Z0-9])[A-Z0-9]{16}"
+                   rb"|xox[abposr]-[A-Za-z0-9-]{10,200}|sk-(?:proj-|ant-|svcacct-|admin-)?[A-Za-z0-9_-]{20,200})"
+                   rb"(?![A-Za-z0-9_])"
+                   rb"|[A-Za-z][A-Za-z0-9+.-]{1,20}://[^\s:/@'\"]{1,100}:[^\s/@$<{%'\"][^\s/@'\"]{0,200}@")
+TOKEN_LONGEST = 330  # the longest TOKEN match (a URL with a password): kept across chunks
 # A top-level `secrets:` key holding a map, block (`secrets:` then an indented line) or flow (`secrets: {a: b}`),
 # or an anchor, alias or tag that may stand for one; JSON's `"secrets": {"a"`.
 SECRETS_MAP = re.compile(rb"""^(?:secrets|"secrets"|'secrets')[ \t]*:[ \t]*(?:\{[ \t]*[^\s}]|[&*!]|"""
                          rb"""(?:\#[^\n]*)?\r?\n(?:[ \t]*(?:\#[^\n]*)?\r?\n)*[ \t]+[^\s\#])""", re.MULTILINE)
 JSON_SECRETS_MAP = re.compile(rb'"secrets"\s*:\s*\{\s*"')
-VALUES_SUFFIXES = (".yaml", ".yml", ".json")
+VALUES_SUFFIXES = (".yaml", ".yml", ".json", ".values")
 
 
 def _base64_forms(marker: bytes) -> tuple[bytes, ...]:
@@ -237,11 +244,21 @@ def _holds_key(handle: BinaryIO, data: bytes) -> bool:
 
 
 def _holds_secrets_map(rel: str, data: bytes) -> bool:
-    """Is ``rel`` a YAML or JSON file whose first ``data`` (a values file is small) has a top-level ``secrets:`` map?"""
+    """Is ``rel`` a YAML or JSON file whose first ``data`` (a values file is small) has a top-level ``secrets:`` map?
+
+    Judged by what a YAML parser reads (JSON is YAML here), so every form a values file may take counts: a
+    UTF-8 BOM, ``? secrets``, ``"secr\\u0065ts"``, a flow map on the next line, several documents. Only text no
+    parser reads (a Jinja template, a file cut at ``CHUNK``) falls back to the patterns, which err on the side
+    of leaving a file out."""
     if not rel.lower().endswith(VALUES_SUFFIXES):
         return False
-    return SECRETS_MAP.search(data) is not None or \
-        (rel.lower().endswith(".json") and JSON_SECRETS_MAP.search(data) is not None)
+    try:
+        documents = list(yaml.safe_load_all(data))
+    except (yaml.YAMLError, RecursionError, ValueError):
+        return SECRETS_MAP.search(data) is not None or JSON_SECRETS_MAP.search(data) is not None
+    return any(isinstance(document, dict) and any(key == "secrets" and isinstance(value, dict) and value
+                                                   for key, value in document.items())
+               for document in documents)
 
 
 def check_limits(found: scan.Scan, limit: int) -> None:

@@ -103,6 +103,26 @@ def test_any_yaml_file_with_a_top_level_secrets_map_is_left_out(tmp_path: Path, 
     assert any("conf/prod-values.yml (a top-level secrets: map)" in line for line in snap.left_out)
 
 
+@pytest.mark.parametrize(("name", "data"), [
+    ("bom.yaml", b"\xef\xbb\xbfsecrets:\n  pw: " + PASSWORD.encode() + b"\n"),  # as Windows editors save
+    ("next-line.yaml", f"secrets: {{\n  pw: {PASSWORD}}}\n".encode()),
+    ("flow.yaml", f"{{secrets: {{pw: {PASSWORD}}}}}\n".encode()),
+    ("explicit.yaml", f"? secrets\n: {{pw: {PASSWORD}}}\n".encode()),
+    ("escaped.yaml", f'"secr\\u0065ts": {{pw: {PASSWORD}}}\n'.encode()),
+    ("prod.values", f"secrets:\n  pw: {PASSWORD}\n".encode()),
+    ("two-docs.yaml", f"image: x\n---\nsecrets: {{pw: {PASSWORD}}}\n".encode()),
+    ("bom.json", b'\xef\xbb\xbf{"secrets": {"pw": "' + PASSWORD.encode() + b'"}}'),
+])
+def test_a_secrets_map_is_found_by_parsing_whatever_its_form(tmp_path: Path, name: str, data: bytes) -> None:
+    """Issue 46 row 3: six valid YAML forms slipped past the old regex and shipped in clear."""
+    (tmp_path / "train.py").write_text("")
+    (tmp_path / name).write_bytes(data)
+    snap = workdir.snapshot(tmp_path)
+    files, content = shipped(snap)
+    assert files == ["train.py"] and PASSWORD.encode() not in content
+    assert any(f"{name} (a top-level secrets: map)" in line for line in snap.left_out)
+
+
 def test_yaml_that_only_mentions_secrets_still_ships(tmp_path: Path) -> None:
     make_tree(tmp_path, {"a.yaml": "secrets: {}\n", "b.yaml": "# secrets:\n#   pw: x\n",
                          "c.yaml": "job:\n  secrets:\n    pw: x\n", "d.yaml": "secrets: none\n",
@@ -162,3 +182,26 @@ def test_a_token_across_a_chunk_boundary_is_found() -> None:
     cut = 1000 + 1 + 10
     assert not sniffer.feed(text[:cut])
     assert sniffer.feed(text[cut:])
+
+
+@pytest.mark.parametrize("token", [
+    "glpat-" + "Ab1_" * 5,  # GitLab
+    "AKIA" + "IOSFODNN7EXAMPL3",  # AWS access key id
+    "xoxb-" + "1234567890-abcdefghij",  # Slack
+    "sk-proj-" + "Zy9" * 14,  # OpenAI
+    "sk-ant-api03-" + "Qw8" * 30,  # Anthropic
+    "postgres://app:Hunter2-" + "pw@db.internal:5432/app",  # a URL with a password
+])
+def test_common_token_shapes_are_left_out_and_listed(tmp_path: Path, token: str) -> None:
+    """Issue 46 row 4: only ghp_ and hf_ shapes were recognised; the others shipped."""
+    make_tree(tmp_path, {"train.py": "", "settings.py": f"KEY = {token!r}\n"})
+    snap = workdir.snapshot(tmp_path)
+    files, content = shipped(snap)
+    assert files == ["train.py"] and token.encode() not in content
+    assert any("settings.py (holds a private key, credential or access token)" in line for line in snap.left_out)
+
+
+def test_code_that_reads_a_password_from_the_environment_still_ships(tmp_path: Path) -> None:
+    make_tree(tmp_path, {"db.py": 'URL = f"postgres://app:${PASSWORD}@db/app"\nHOST = "https://example.com/x"\n',
+                         "risk.py": "name = 'risk-assessment-model-v2-with-a-long-name'\n"})
+    assert set(workdir.snapshot(tmp_path).files) == {"db.py", "risk.py"}
