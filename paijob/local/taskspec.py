@@ -20,6 +20,7 @@ from paijob.openpai import taskenv
 from paijob.openpai.markers import task_command
 from paijob.openpai.model import Job, TaskRole
 from paijob.openpai.names import framework_object_name
+from paijob.remote import profiles
 
 HOST_IP = "127.0.0.1"
 # What a local task never inherits from the shell that started the local cluster (matched case-insensitively):
@@ -37,9 +38,11 @@ NOT_INHERITED = (
 
 
 def inherited_env(environ: Mapping[str, str]) -> dict[str, str]:
-    """What a local task keeps of the cluster process's environment: all but ``NOT_INHERITED``."""
-    return {name: value for name, value in environ.items()
-            if not any(fnmatch.fnmatchcase(name.upper(), pattern) for pattern in NOT_INHERITED)}
+    """What a local task keeps of the cluster process's environment: all but ``NOT_INHERITED`` and the
+    variables the user's cluster profiles hold their tokens in (``--token-env``)."""
+    tokens = profiles.token_variables()
+    return {name: value for name, value in environ.items() if name not in tokens
+            and not any(fnmatch.fnmatchcase(name.upper(), pattern) for pattern in NOT_INHERITED)}
 Ports = dict[str, dict[int, dict[str, list[int]]]]  # role -> index -> label -> ports
 
 

@@ -169,10 +169,27 @@ def add(name: str, url: str, *, user: str | None = None, token_env: str | None =
     return save(data)
 
 
+def token_variables() -> set[str]:
+    """The variables the saved profiles read their tokens from (``token_env``): a local task never inherits
+    them, whatever their names (``PROD_TOK`` matches none of the usual secret patterns). Empty when the
+    profiles cannot be read: that is reported where they are used."""
+    try:
+        clusters = load()["clusters"]
+    except (ProfileError, OSError):
+        return set()
+    return {str(c["token_env"]) for c in clusters.values() if isinstance(c, dict) and c.get("token_env")}
+
+
+# A token that happens to be a valid variable name: GitHub, Hugging Face, AWS key ids, or a long mix of
+# upper and lower case letters and digits without an underscore, as generated tokens are.
+_TOKEN_SHAPED = re.compile(r"gh[pousr]_[A-Za-z0-9]{36}|github_pat_\w{59,90}|hf_[A-Za-z]{30,40}|(AKIA|ASIA)[A-Z0-9]{16}"
+                           r"|(?=\w*[a-z])(?=\w*[A-Z])(?=\w*[0-9])[A-Za-z0-9]{30,}")
+
+
 def check_token_env(variable: str) -> None:
     """``--token-env`` names a variable (``PROD_PAI_TOKEN``); anything else is most likely the token itself,
     which must then be neither stored as a name nor echoed in the message."""
-    if not _VARIABLE.fullmatch(variable):
+    if not _VARIABLE.fullmatch(variable) or _TOKEN_SHAPED.fullmatch(variable):
         raise ProfileError("--token-env takes the NAME of an environment variable holding the token (letters, "
                            "digits and _, e.g. PROD_PAI_TOKEN), not the token itself (not shown here): "
                            "`export PROD_PAI_TOKEN=...` then `--token-env PROD_PAI_TOKEN`")

@@ -49,8 +49,9 @@ class Route(NamedTuple):
 def _subpath(path: Any) -> str:
     text = "" if path is None else str(path).strip("/")
     parts = [p for p in text.split("/") if p]
-    if any(p in (".", "..") for p in parts) or "\n" in text:
-        raise StorageValueError(f"storagePath {path!r} must be a plain folder path under the storage (no '..')")
+    if any(p in (".", "..") for p in parts) or not text.isprintable():
+        raise StorageValueError(f"storagePath {path!r} must be a plain folder path under the storage (no '..', "
+                                f"no control characters such as a tab, CR or ESC)")
     return "/".join(parts)
 
 
