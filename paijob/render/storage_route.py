@@ -73,7 +73,8 @@ def plugin(name: str) -> dict[str, Any]:
 
 
 def read_route(commands: Any) -> Route | None:
-    """The route a job's commands hold (``output_export``'s line), or None."""
+    """The route a job's commands hold (``output_export``'s line), or None (none, or one render would refuse:
+    ``paijob cp`` never follows a ``..`` it reads back from a job's config)."""
     for command in commands if isinstance(commands, list) else ():
         if isinstance(command, str) and command.startswith(_PREFIX) and command.endswith(_SUFFIX):
             middle = command[len(_PREFIX):-len(_SUFFIX)]
@@ -84,6 +85,11 @@ def read_route(commands: Any) -> Route | None:
             if len(words) != 1:
                 return None
             name, _, sub = words[0].partition("/")
+            try:  # read back from a job's config, which anyone may have written: checked as render checks it
+                if not _NAME.match(name) or _subpath(sub) != sub:
+                    return None
+            except StorageValueError:
+                return None
             return Route(name, sub)
     return None
 
