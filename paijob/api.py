@@ -58,7 +58,7 @@ if getattr(paijob, "__file__", None) is None:  # a namespace package: see Shadow
     )
 
 __all__ = ["JobRequest", "LoginResult", "PaijobError", "PreparedJob", "add_cluster", "check_storages", "clusters", "connect",
-           "copy_output", "dry_run", "openpai_before_1_6", "dry_run_text", "follow_logs", "human_size", "list_jobs", "local_down", "local_status",
+           "copy_output", "dry_run", "openpai_before_1_6", "openpai_before_1_6_setting", "dry_run_text", "follow_logs", "human_size", "list_jobs", "local_down", "local_status",
            "local_up", "login", "login_url", "open_in_browser", "output_location", "portal_link", "prepare", "terminal_text", "prune_local", "remove_cluster",
            "render", "resolve_cluster", "ship", "status", "stop", "StopResult", "submit", "template", "template_names",
            "template_values", "use_cluster", "validate", "wait", "write_text"]
@@ -278,6 +278,13 @@ def connect(cluster: str | Cluster | None = None, *, timeout: float = 30.0, star
         target = daemon.local_cluster(start=start_local, on_note=on_note)
     return PaiClient(target.url, target.token, user=target.user, api_path=target.api_path,
                      timeout=timeout, cluster_name=target.name)
+
+
+def openpai_before_1_6_setting() -> bool | None:
+    """``PAIJOB_OPENPAI_BEFORE_1_6`` as the user set it (None: unset); a value other than 0 or 1 is refused."""
+    from paijob.validate.verdict import before_v1_6_setting
+
+    return before_v1_6_setting()
 
 
 def openpai_before_1_6(cluster: str | Cluster | None = None, *, timeout: float = 10.0) -> bool | None:

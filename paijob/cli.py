@@ -10,7 +10,7 @@ import argparse
 import importlib
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 from paijob import __version__
 from paijob.common import contract
@@ -74,8 +74,24 @@ class VerbParser(argparse.ArgumentParser):
                          namespace: argparse.Namespace | None = None) -> tuple[argparse.Namespace, list[str]]:
         parsed, extras = super().parse_known_args(args, namespace)
         if extras:
-            self.error(f"unrecognized arguments: {' '.join(extras)}")
+            self.error(f"unrecognized arguments: {' '.join(extras)}{self._did_you_mean(extras)}")
         return parsed, extras
+
+    def error(self, message: str) -> NoReturn:
+        """One line, not argparse's whole usage block: what is wrong, and where the usage is."""
+        self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
+
+    def _did_you_mean(self, extras: Sequence[str]) -> str:
+        """``; did you mean --set?`` for a mistyped option."""
+        import difflib
+
+        known = [option for action in self._actions for option in action.option_strings
+                 if action.help != argparse.SUPPRESS]
+        for extra in extras:
+            close = difflib.get_close_matches(extra.split("=", 1)[0], known, n=1)
+            if extra.startswith("-") and close:
+                return f"; did you mean {close[0]}?"
+        return ""
 
 
 def build_parser(verb: str | None = None) -> argparse.ArgumentParser:

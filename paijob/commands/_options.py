@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import os
 
 from paijob.common import contract
 
@@ -24,8 +23,9 @@ def add_openpai_version_option(parser: argparse.ArgumentParser) -> None:
 
 def openpai_before_1_6(args: argparse.Namespace) -> bool | None:
     """The role-name rule the user chose: the flag, else ``PAIJOB_OPENPAI_BEFORE_1_6`` when set (``1``:
-    older than v1.6, anything else: not), else None (the cluster's version decides, where it is asked)."""
+    older than v1.6, `0`: not; any other value is refused), else None (the cluster's version decides)."""
     if getattr(args, "openpai_before_1_6", None):
         return True
-    raw = os.environ.get(contract.OPENPAI_BEFORE_1_6, "").strip()
-    return (raw == "1") if raw else None
+    from paijob import api
+
+    return api.openpai_before_1_6_setting()

@@ -26,9 +26,9 @@ def register(subparsers: Any) -> None:
                      help="environment variable holding an application token (read at each use; "
                           "the token itself is not written to the file)")
     # Without it, argparse read `--token VALUE` as an abbreviation of --token-env and stored the token as a name.
-    add.add_argument("--token", metavar="TOKEN",
-                     help="refused, with how to do it instead: a token typed here stays in your shell history "
-                          "and shows in `ps`; use --token-env VAR or `paijob login NAME`")
+    # Refused with how to do it instead (a token typed here stays in the shell history and shows in `ps`): kept
+    # out of the usage and help, which list only what works.
+    add.add_argument("--token", metavar="TOKEN", help=argparse.SUPPRESS)
     add.add_argument("--user", help="your OpenPAI user name (read from the token when it is a JWT)")
     add.add_argument("--api-path", default=None, help="REST path under the URL (default /rest-server/api/v2)")
     add.add_argument("--use", action="store_true", help="make it the default cluster")

@@ -231,6 +231,9 @@ def find_template(spec: str) -> TemplateRef:
             return _user_template(candidate)
     if spec in builtin_names():
         return TemplateRef(spec, spec + TEMPLATE_SUFFIX, None, True)
+    if spec.endswith((".yaml", ".yml")):  # a job file that is not there, not a template's name
+        raise TemplateError(f"job file {spec} does not exist (a job is an OpenPAI YAML file; a template is a "
+                            f"built-in name ({', '.join(builtin_names())}) or a {TEMPLATE_SUFFIX} file)")
     raise TemplateError(
         f"unknown template '{spec}'; built-in templates: {', '.join(builtin_names())} "
         f"(see 'paijob templates'), or give a path to a {TEMPLATE_SUFFIX} file"

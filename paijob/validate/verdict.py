@@ -243,7 +243,7 @@ def validate_job(
     lines = lines or LineMap()
     report = ValidationReport(source, job)
     if openpai_before_1_6 is None:
-        openpai_before_1_6 = before_v1_6_setting()
+        openpai_before_1_6 = bool(before_v1_6_setting())
     found = list(_findings(job, report, master_role, port_label, openpai_before_1_6))
     problems = [Problem(sev, path, msg, lines.line_of(path)) for sev, path, msg in found]
     problems.extend(Problem(WARNING, note.path, note.message(), note.line) for note in lines.notes)
@@ -251,9 +251,20 @@ def validate_job(
     return report
 
 
-def before_v1_6_setting() -> bool:
-    """``PAIJOB_OPENPAI_BEFORE_1_6=1``: the cluster is older than OpenPAI v1.6 (any other value: not)."""
-    return os.environ.get(contract.OPENPAI_BEFORE_1_6, "").strip() == "1"
+class SettingError(PaijobError):
+    """A ``PAIJOB_*`` setting with a value paijob does not take."""
+
+
+def before_v1_6_setting() -> bool | None:
+    """``PAIJOB_OPENPAI_BEFORE_1_6``: ``1`` the cluster is older than OpenPAI v1.6, ``0`` it is not, unset None.
+    Any other value is refused, as every other ``PAIJOB_*`` setting refuses one (``yes`` was read as unset)."""
+    raw = os.environ.get(contract.OPENPAI_BEFORE_1_6, "").strip()
+    if not raw:
+        return None
+    if raw not in ("0", "1"):
+        raise SettingError(f"{contract.OPENPAI_BEFORE_1_6}={raw[:40]!r} must be 1 (the cluster runs OpenPAI older "
+                           "than v1.6) or 0 (v1.6 or newer); unset it to let paijob ask the cluster")
+    return raw == "1"
 
 
 def _findings(

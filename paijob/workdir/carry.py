@@ -154,7 +154,7 @@ def carried(job: Any, snap: Snapshot, state_dir: Path | None) -> Carried:
     if state_dir is not None:
         path = stored_path(snap, state_dir)
         _prepend(edited, local_command(path))
-        lines = [f"{snap.describe()}, stored in {path}"]
+        lines = [f"{snap.describe()}, kept in {path} (written when the job is submitted, never by --dry-run)"]
         return Carried(_dump(edited), edited, lines + list(snap.left_out))
     shipped = _embedded(edited, snap)
     lines = [f"{snap.describe()}, carried in the job's parameters.{PARAMETER} (unpacked in $TMPDIR/paijob-workdir; "

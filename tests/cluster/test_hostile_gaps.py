@@ -54,3 +54,14 @@ def test_a_route_with_dots_read_back_from_a_job_s_config_is_not_followed(route: 
 
     assert read_route([_PREFIX + shlex.quote(route) + _SUFFIX]) is None
     assert read_route([_PREFIX + shlex.quote("nfs-home/team/runs") + _SUFFIX]) is not None
+
+
+@pytest.mark.parametrize("value", ["yes", "true", "2"])
+def test_a_bad_openpai_before_1_6_setting_is_refused_not_read_as_unset(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, value: str) -> None:
+    """Issue 45: every other PAIJOB_* setting refuses a bad value; this one was silently read as unset."""
+    monkeypatch.setenv("PAIJOB_OPENPAI_BEFORE_1_6", value)
+    code = cli.main(["render", "ddp"])
+    _, err = capsys.readouterr()
+    assert code == 2 and "PAIJOB_OPENPAI_BEFORE_1_6" in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1

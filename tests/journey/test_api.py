@@ -122,7 +122,9 @@ def test_submit_dry_run_leaves_the_local_state_dir_untouched(tmp_path: Path,
     assert cli.main(argv) == 0
     assert _tree(tmp_path) == everything
     assert not (tmp_path / "state").exists()  # not created, no snapshot stored
-    assert "stored in" in capsys.readouterr().err  # where a real submit will store it
+    err = capsys.readouterr().err
+    assert "stored in" not in err  # issue 45: it said "stored in" a file it did not write
+    assert "written when the job is submitted, never by --dry-run" in err  # where a real submit will store it
     (tmp_path / "state" / "snapshots").mkdir(parents=True)
     (tmp_path / "state" / "snapshots" / "old.tar.gz").write_bytes(b"x")
     before = _tree(tmp_path / "state")

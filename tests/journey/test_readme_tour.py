@@ -41,10 +41,10 @@ SKIPPED = {
     "paijob login prod --url https://pai.example.com": "needs a real OpenPAI cluster",
     "paijob submit ddp -f examples/ddp-4x8.values.yaml --set instances=2": "needs a real OpenPAI cluster",
     "paijob submit tour/ddp-4x8.yaml --unique-suffix --wait": "needs a real OpenPAI cluster",
-    "paijob status alice~ddp-train": "needs a real OpenPAI cluster",
+    "paijob status alice~cifar10-ddp-4x8": "needs a real OpenPAI cluster",
     "paijob list --state running --limit 10": "needs a real OpenPAI cluster",
-    "paijob logs ddp-train -f": "needs a real OpenPAI cluster",
-    "paijob stop ddp-train --wait": "needs a real OpenPAI cluster",
+    "paijob logs cifar10-ddp-4x8 -f": "needs a real OpenPAI cluster",
+    "paijob stop cifar10-ddp-4x8 --wait": "needs a real OpenPAI cluster",
     "paijob-runtime train --nproc-per-node 4 --recipe imagenet --arch resnet50 --data /mnt/imagenet --precision O2":
         "needs torchvision and an ImageNet folder",
     "PYTHON=python3 BUDGET=480 benchmarks/gpu_check.sh": "needs a CUDA GPU (a lent one); tests/benchmarks runs the "

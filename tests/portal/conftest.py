@@ -42,8 +42,8 @@ def client(server: LocalServer) -> PaiClient:
 def driver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     pytest.importorskip("selenium", reason="selenium is not installed (pip install -e '.[test]')")
     found = find_browser()
-    if found is None:
-        pytest.skip("no Chromium and chromedriver here (Debian: apt-get install chromium chromium-driver)")
+    if isinstance(found, str):
+        pytest.skip(found)
     browser = new_browser(*found, tmp_path_factory.mktemp("chromium-profile"))
     try:
         yield browser

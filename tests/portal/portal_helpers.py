@@ -49,11 +49,14 @@ def job_yaml(name: str, commands: list[str], **extra: Any) -> str:
     return yaml.safe_dump(job, sort_keys=False)
 
 
-def find_browser() -> tuple[str, str] | None:
-    """(chromium, chromedriver) when both are installed (Debian: apt-get install chromium chromium-driver)."""
+def find_browser() -> tuple[str, str] | str:
+    """(chromium, chromedriver) when both are installed, else what is missing, as a skip reason."""
     browser = next((p for p in map(shutil.which, ("chromium", "chromium-browser", "google-chrome")) if p), None)
     driver = shutil.which("chromedriver")
-    return (browser, driver) if browser and driver else None
+    if browser and driver:
+        return browser, driver
+    missing = " and ".join(name for name, found in (("Chromium", browser), ("chromedriver", driver)) if not found)
+    return f"no {missing} here (Debian: apt-get install chromium chromium-driver)"
 
 
 def new_browser(browser: str, driver: str, profile: Path) -> Any:
