@@ -57,6 +57,7 @@ def run_add(args: argparse.Namespace) -> int:
             f"cluster add --token: a token typed on the command line stays in your shell history and shows in "
             f"`ps`; put it in an environment variable and name that: `read -rs {variable} && export {variable}`, "
             f"then `paijob cluster add {args.name} --url URL --token-env {variable}`; or `paijob login {args.name}`")
+    default_before = next((row["name"] for row in api.clusters() if row["current"]), None)
     path, user = api.add_cluster(args.name, args.url, user=args.user, token_env=args.token_env,
                                  api_path=args.api_path, make_current=args.use,
                                  mounts=args.mount)  # checks --token-env is a name
@@ -64,6 +65,10 @@ def run_add(args: argparse.Namespace) -> int:
         print(f"paijob: warning: ${args.token_env} is not set now; export it before using {args.name}",
               file=sys.stderr)
     print(f"cluster {args.name} saved in {path}")
+    default_now = next((row["name"] for row in api.clusters() if row["current"]), None)
+    if not args.use and default_now == args.name and default_before != args.name:
+        print(f"cluster {args.name} is now the default (the first one added): verbs without -c use it; "
+              f"`paijob cluster use local` goes back to the local cluster", file=sys.stderr)
     if not args.token_env:
         print(f"no token yet: run `paijob login {args.name}`, or add it again with --token-env VAR", file=sys.stderr)
     if not user:

@@ -314,7 +314,9 @@ def shm_size(job: Job) -> Iterator[Finding]:
         if memory > 0 and role.shm_mb >= memory:
             yield WARNING, _role_path(role, "extraContainerOptions", "shmMB"), (
                 f"shmMB {role.shm_mb} is not below memoryMB {memory}: /dev/shm counts against the "
-                "container's memory, so a full /dev/shm gets the task killed"
+                "container's memory, so a full /dev/shm gets the task killed; raise memoryMB or lower shmMB "
+                "(a built-in template computes shmMB from its values: set shmMB, or fewer loaderWorkers or "
+                "shmPerLoaderWorkerMB)"
             )
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from paijob import cli
@@ -35,3 +37,17 @@ def test_cluster_add_s_usage_lists_only_what_works(capsys: pytest.CaptureFixture
     assert code == 0 and "--token-env" in out and "--token " not in out and "[--token TOKEN]" not in out
     code, _, err = run(capsys, "cluster", "add", "x", "--url", "https://pai.example.com", "--token", "abc")
     assert code == 2 and "--token-env" in err  # still refused, with the way to do it
+
+
+def test_the_first_cluster_added_says_it_became_the_default(capsys: pytest.CaptureFixture[str],
+                                                            monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    code, _, err = run(capsys, "cluster", "add", "prod", "--url", "https://pai.example.com", "--user", "alice")
+    assert code == 0 and "cluster prod is now the default" in err and "cluster use local" in err
+    code, _, err = run(capsys, "cluster", "add", "lab", "--url", "https://lab.example.com", "--user", "alice")
+    assert code == 0 and "now the default" not in err  # the second one changes nothing, and says nothing
+
+
+def test_the_shm_warning_says_what_to_change(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(capsys, "render", "ddp", "--set", "memoryMB=1024")
+    assert code == 0 and "shmMB" in err and "raise memoryMB or lower shmMB" in err and "loaderWorkers" in err
