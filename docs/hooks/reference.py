@@ -179,7 +179,7 @@ def exit_codes_page() -> str:
     for entry in RUNTIME_EXIT_CODES:
         verdicts = []
         for code in entry.examples:
-            reported, reaction = openpai_verdict(code)
+            reported, reaction = openpai_verdict(code, entry.log)
             verdicts.append(f"{code} → {reported}" + (f" `{reaction}`" if code else ""))
         lines.append(f"| {entry.codes} | {_cell(entry.meaning)} | {'; '.join(verdicts)} |")
     from paijob.openpai.exitspec import container_exit

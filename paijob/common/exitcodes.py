@@ -40,6 +40,12 @@ INFRA_FAILURE = 143  # = 128 + SIGTERM: OpenPAI's transient, always-retried clas
 INTERRUPTED = EXIT_INTERRUPTED  # 130, as the paijob command
 HANG = 124  # the hang watch ended the job (coreutils' timeout uses 124 for "timed out")
 DIVERGED = 136  # a built-in recipe's training went non-finite: 128 + SIGFPE, which OpenPAI never retries
+# The image cannot run the command (no torch): the shell's "command not found", with those words in the line,
+# which OpenPAI's exit spec reports as 220 UserCommandExitWithError, PERMANENT / NEVER_RETRY, as it does for the
+# templates' install step that cannot install paijob. Any other code for it falls to 255, RETRY_TO_MAX: a retry
+# into the same image, which fails the same way.
+NOT_RUNNABLE = 127
+NOT_RUNNABLE_WORDS = "command not found"
 
 
 @dataclass(frozen=True)
@@ -49,6 +55,7 @@ class ExitCodeMeaning:
     codes: str
     meaning: str
     examples: tuple[int, ...]
+    log: str = ""  # the line the runtime prints with these codes, where OpenPAI's exit spec reads it
 
 
 RUNTIME_EXIT_CODES = (
@@ -58,6 +65,9 @@ RUNTIME_EXIT_CODES = (
     ExitCodeMeaning("2", "configuration error: missing or inconsistent `PAI_*` variables, bad options, script or "
                     "module not found, a `per-node` script that sets its own `MASTER_ADDR`/`MASTER_PORT`, "
                     "`--mode horovod` outside MPI; fix the job YAML", (CONFIG_ERROR,)),
+    ExitCodeMeaning("127", "the image cannot run `train`: torch is not importable; the one line says "
+                    f"`{NOT_RUNNABLE_WORDS}` so that OpenPAI never retries the task into the same image",
+                    (NOT_RUNNABLE,), log=NOT_RUNNABLE_WORDS),
     ExitCodeMeaning("128+N", "a worker was killed by signal N", (134, 135, 137, 139)),
     ExitCodeMeaning("143", "infrastructure failure: master unreachable within `--master-timeout`, rendezvous "
                     "failed or port taken, peer node or store lost; also SIGTERM received (job stopped)",

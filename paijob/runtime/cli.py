@@ -122,10 +122,17 @@ TORCH_FIX = ("pip install 'paijob[train]' (torch from PyPI), or run the job in a
              "(the templates' default image, PyTorch's official one, has it)")
 
 
+class NoTorchError(LaunchError):
+    """This image cannot run ``train``: exit ``NOT_RUNNABLE`` (OpenPAI: 220, never retried into the same image)."""
+
+    exit_code = exitcodes.NOT_RUNNABLE
+
+
 def _require_torch() -> None:
     """``train`` needs torch; without it, one line naming the fix (not an import traceback)."""
     if importlib.util.find_spec("torch") is None:
-        raise LaunchError(f"paijob-runtime train needs torch, which {sys.executable} cannot import: {TORCH_FIX}")
+        raise NoTorchError(f"torch: {exitcodes.NOT_RUNNABLE_WORDS}: paijob-runtime train needs torch, which "
+                           f"{sys.executable} cannot import: {TORCH_FIX}")
 
 
 def cmd_train(args: argparse.Namespace) -> int:

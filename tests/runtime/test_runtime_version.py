@@ -39,9 +39,15 @@ def test_the_same_version_is_silent() -> None:
     assert done.returncode == 0 and done.stderr == ""
 
 
-def test_train_without_torch_is_one_line_naming_the_fix_exit_2() -> None:
+def test_train_without_torch_is_one_line_naming_the_fix_never_retried_by_openpai() -> None:
+    """Issue 45: it exited 2, which OpenPAI reports as 255 (RETRY_TO_MAX): the local cluster retried it into
+    the same image. 127 with "command not found" in the log is OpenPAI's 220, PERMANENT / NEVER_RETRY."""
+    from paijob.openpai import exitspec
+
     done = runtime("train", "train.py", prelude="import sys; sys.modules['torch'] = None")
-    assert done.returncode == 2
+    assert done.returncode == 127
+    reported = exitspec.container_exit(done.returncode, done.stderr)
+    assert reported.code == 220 and reported.spec.never_retried
     (line, told) = done.stderr.strip().splitlines()  # one line for people, then its record for the cluster
     assert "needs torch" in line and "pip install 'paijob[train]'" in line
     assert line == f"paijob-runtime: error: {records.read_failure_line(told).summary}"
