@@ -312,21 +312,29 @@ def check_storages(job: Any, cluster: str | Cluster | None, source: str = "job")
     """Refuse, before the queue, a job that mounts a storage the user may not use on ``cluster``
     (OpenPAI's submit would answer ``NoStorageError``), naming the ones they may."""
     from paijob.openpai.storages import job_storages, unknown_storages
+    from paijob.render.storage_route import job_route
 
     if not job_storages(job):
         return
     target = _target(cluster)
+    client = None
     if target.is_local:
         from paijob.local import storage
 
         mine = storage.names()
     else:
-        mine = [entry.name for entry in connect(target, timeout=10.0, start_local=False).storages()]
+        client = connect(target, timeout=10.0, start_local=False)
+        mine = [entry.name for entry in client.storages()]
     unknown = unknown_storages(job, mine)
+    yours = ", ".join(mine) if mine else "none: ask the cluster's admin for one"
     if unknown:
-        yours = ", ".join(mine) if mine else "none: ask the cluster's admin for one"
         raise PaijobError(f"{source}: storage '{unknown[0]}' is not one you may use on cluster {target.name} "
                           f"(yours: {yours}); set storage to one of them")
+    route = job_route(job)
+    if client is not None and route is not None and client.storage(route.name).get("readOnly") is True:
+        raise PaijobError(f"{source}: storage '{route.name}' is read-only on cluster {target.name} (rest-server "
+                          f"mounts it read-only), so the job could not write its output folder there; set storage "
+                          f"to one you may write to (yours: {yours}), or leave storage unset")
 
 
 def dry_run(job: PreparedJob, cluster: str | Cluster | None = None) -> HttpRequest:

@@ -32,14 +32,17 @@ def names() -> list[str]:
     return [NAME]
 
 
-def summary() -> dict[str, Any]:
-    """``GET /api/v2/storages``: the storages the user may use, in rest-server's shape."""
-    return {"storages": [{"name": name, "share": True, "volumeName": name, "default": False} for name in names()]}
+def summary(default_only: bool = False) -> dict[str, Any]:
+    """``GET /api/v2/storages``: the storages the user may use, in rest-server's shape; ``default_only``
+    (``?default=true``): only the user's default ones, which a job with an empty ``extras.storages`` gets
+    (rest-server ``models/v2/storage.js``). The local storage is not a default one."""
+    listed = [{"name": name, "share": True, "volumeName": name, "default": False} for name in names()]
+    return {"storages": [entry for entry in listed if entry["default"] or not default_only]}
 
 
 def detail(state_dir: Path, name: str) -> dict[str, Any] | None:
     """``GET /api/v2/storages/{name}``; None for a storage the cluster does not have."""
     if name != NAME:
         return None
-    return {"name": NAME, "share": True, "volumeName": NAME, "default": False, "type": "other",
+    return {"name": NAME, "share": True, "volumeName": NAME, "default": False, "readOnly": False, "type": "other",
             "data": {"path": str(folder(state_dir))}}

@@ -49,6 +49,18 @@ def job_storages(job: Any) -> list[str]:
     return names
 
 
+def ignored_plugin_storages(job: Any) -> list[str]:
+    """The storages a ``teamwise_storage`` plugin names that rest-server will not mount: it converts the
+    plugin into ``extras.storages`` only for a job without ``extras.storages`` of its own, and openpai-runtime
+    ignores the plugin itself. A job whose own list names them already loses nothing."""
+    extras = job.get("extras") if isinstance(job, dict) else None
+    if not isinstance(extras, dict) or not isinstance(extras.get("storages"), list) or not extras["storages"]:
+        return []
+    listed = set(job_storages(job))
+    plugin_only = job_storages({"extras": {PLUGINS_KEY: extras.get(PLUGINS_KEY)}})
+    return [name for name in plugin_only if name not in listed]
+
+
 def unknown_storages(job: Any, available: Iterable[str]) -> list[str]:
     """The storages ``job`` mounts that are not among ``available`` (the user's, ``GET /api/v2/storages``).
 

@@ -1,7 +1,7 @@
 """The storage route: a job's output folder on an OpenPAI storage (values ``storage`` and ``storagePath``).
 
-``storage: NAME`` adds the ``teamwise_storage`` runtime plugin with that name (OpenPAI
-mounts the storage at ``/mnt/NAME`` in every task) and points the job's output folder
+``storage: NAME`` adds ``{name: NAME, mountPath: /mnt/NAME}`` to ``extras.storages`` (rest-server
+mounts the storage there in every task: :func:`mount`) and points the job's output folder
 (``PAIJOB_OUTPUT_DIR``) at ``/mnt/NAME/<storagePath>/<user>/<job>``, a folder of its
 own per job that outlives the tasks. The user and job come from the task's
 ``PAI_USER_NAME`` / ``PAI_JOB_NAME`` at run time, so a name given at submit
@@ -19,7 +19,7 @@ from typing import Any, NamedTuple
 
 from paijob.common.contract import OUTPUT_DIR, STORAGE_MOUNT
 from paijob.errors import PaijobError
-from paijob.openpai.storages import MOUNT_ROOT, PLUGIN
+from paijob.openpai.storages import MOUNT_ROOT
 from paijob.openpai.taskenv import PAI_JOB_NAME
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -67,9 +67,12 @@ def output_export(name: Any, path: Any = None, output_dir: Any = None) -> str:
     return _PREFIX + shlex.quote(f"{name}/{sub}" if sub else name) + _SUFFIX
 
 
-def plugin(name: str) -> dict[str, Any]:
-    """The runtime plugin entry that mounts storage ``name`` at ``/mnt/NAME``."""
-    return {"plugin": PLUGIN, "parameters": {"storageConfigNames": [name]}}
+def mount(name: str) -> dict[str, Any]:
+    """The ``extras.storages`` entry that mounts storage ``name`` at ``/mnt/NAME``: OpenPAI's documented form
+    since v1.0, which rest-server turns into the task pod's volume (``models/v2/job/k8s.js``). Not the
+    ``teamwise_storage`` runtime plugin: openpai-runtime has ignored it since 2020, and rest-server converts
+    it only for a job without ``extras.storages`` of its own."""
+    return {"name": name, "mountPath": f"{MOUNT_ROOT}/{name}"}
 
 
 def read_route(commands: Any) -> Route | None:

@@ -215,7 +215,7 @@ def _environment(folder: Path | None) -> jinja2.Environment:
     env.globals.update(filters.GLOBALS)
     env.globals.update(paijob_version=__version__, rendered_version_env=contract.RENDERED_VERSION, runtime_install_command=_failing(install_command),
                        image_auth=_failing(image_auth), storage_output_export=_storage_output_export,
-                       storage_plugin=_storage_plugin)
+                       storage_mount=_storage_mount)
     return env
 
 
@@ -230,10 +230,10 @@ def _storage_output_export(*args: Any) -> str:
         raise TemplateFailure(str(error)) from None
 
 
-def _storage_plugin(name: str) -> dict[str, Any]:
-    from paijob.render.storage_route import plugin
+def _storage_mount(name: str) -> dict[str, Any]:
+    from paijob.render.storage_route import mount
 
-    return plugin(name)
+    return mount(name)
 
 
 def _failing(function: Callable[..., Any]) -> Callable[..., Any]:

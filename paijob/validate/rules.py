@@ -28,6 +28,7 @@ from paijob.openpai.names import (
     role_name_breaks_init,
     role_name_fix,
 )
+from paijob.openpai.storages import ignored_plugin_storages
 
 ERROR = "error"
 WARNING = "warning"
@@ -190,6 +191,17 @@ def ports_shape(job: Job) -> Iterator[Finding]:
             yield WARNING, _role_path(role, "resourcePerInstance", "ports"), (
                 "a list declares no port labels (the server accepts it and adds only ssh and http)"
             )
+
+
+def ignored_storage_plugin(job: Job) -> Iterator[Finding]:
+    """A ``teamwise_storage`` plugin beside the job's own ``extras.storages``: rest-server mounts only the list,
+    so the plugin's storages are silently not mounted and what the job writes there stays on the container's
+    disk, lost with it (a job rendered by paijob before it wrote ``extras.storages``, then edited)."""
+    for name in ignored_plugin_storages(job.raw):
+        yield ERROR, ("extras", "com.microsoft.pai.runtimeplugin"), (
+            f"teamwise_storage names storage '{name}', which is not mounted: rest-server converts the plugin only "
+            f"for a job without extras.storages, and this job has its own; add {{name: {name}, mountPath: "
+            f"/mnt/{name}}} to extras.storages (and drop the plugin)")
 
 
 def runtime_plugins_shape(job: Job) -> Iterator[Finding]:
@@ -512,6 +524,7 @@ SERVER_RULES: tuple[Rule, ...] = (
 )
 
 PAIJOB_RULES: tuple[Rule, ...] = (
+    ignored_storage_plugin,
     resource_amounts,
     shm_size,
     completion_counts,

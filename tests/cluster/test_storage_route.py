@@ -28,16 +28,21 @@ from paijob.local.server import LocalServer
 from paijob.openpai.storages import Storage, job_storages, parse_summary, summary_problem, where
 from paijob.remote import profiles
 from paijob.remote.client import PaiClient
-from paijob.render.storage_route import job_route, output_export, plugin
+from paijob.render.storage_route import job_route, mount, output_export
 from paijob.render.templating import render_template
 
 API = "/rest-server/api/v2"
 
 
+def plugin(name: str) -> dict[str, object]:
+    """The deprecated ``teamwise_storage`` runtime plugin entry (paijob before issue 45 wrote it)."""
+    return {"plugin": "teamwise_storage", "parameters": {"storageConfigNames": [name]}}
+
+
 def storage_job(name: str, storage: str, commands: list[str], sub: str = "runs") -> str:
-    """A job on the storage route, as the templates write it (the export line and the plugin)."""
+    """A job on the storage route, as the templates write it (the export line and extras.storages)."""
     job = yaml.safe_load(job_yaml(name, [output_export(storage, sub), *commands]))
-    job["extras"] = {"com.microsoft.pai.runtimeplugin": [plugin(storage)]}
+    job["extras"] = {"storages": [mount(storage)]}
     return yaml.safe_dump(job, sort_keys=False)
 
 
@@ -50,10 +55,12 @@ def paijob(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, st
 # --------------------------------------------------------------------------- the values and the job
 
 
-def test_storage_adds_the_plugin_and_points_the_output_folder_at_the_job_s_own_folder_there() -> None:
+def test_storage_mounts_it_in_extras_storages_and_points_the_output_folder_at_the_job_s_own_folder_there() -> None:
+    """OpenPAI's documented form (extras.storages: [{name, mountPath}], rest-server models/v2/job/k8s.js), not the
+    teamwise_storage plugin, which openpai-runtime ignores and rest-server converts only without extras.storages."""
     job = yaml.safe_load(render_template("ddp", sets=["storage=nfs-home", "storagePath=team/runs"]).text)
-    assert {"plugin": "teamwise_storage", "parameters": {"storageConfigNames": ["nfs-home"]}} in \
-        job["extras"]["com.microsoft.pai.runtimeplugin"]
+    assert job["extras"]["storages"] == [{"name": "nfs-home", "mountPath": "/mnt/nfs-home"}]
+    assert "com.microsoft.pai.runtimeplugin" not in job["extras"]
     route = job_route(job)
     assert route is not None and route.in_task("me", "exp1") == "/mnt/nfs-home/team/runs/me/exp1"
     assert job_storages(job) == ["nfs-home"]
@@ -106,6 +113,10 @@ def test_the_local_cluster_lists_its_storage_as_rest_server_does(client: PaiClie
                            timeout=10)
     assert missing.status_code == 404 and missing.json()["code"] == "NoStorageError"
     assert requests.get(f"{server.url}{API}/storages", timeout=10).status_code == 401  # the API's token check
+    assert detail["readOnly"] is False  # rest-server's detail says readOnly (models/v2/storage.js); submit reads it
+    defaults = requests.get(f"{server.url}{API}/storages", params={"default": "true"},
+                            headers={"Authorization": f"Bearer {TOKEN}"}, timeout=10)
+    assert defaults.json() == {"storages": []}  # ?default=true: only default storages, and 'shared' is not one
 
 
 def test_the_local_cluster_refuses_at_submit_a_job_that_mounts_a_storage_it_does_not_have(
@@ -178,7 +189,8 @@ def test_a_storage_that_is_not_yours_is_refused_before_the_queue(
 class FakePai:
     def __init__(self) -> None:
         self.storages: list[dict[str, Any]] = [
-            {"name": "nfs-home", "share": True, "volumeName": "nfs-home-pv", "default": True}]
+            {"name": "nfs-home", "share": True, "volumeName": "nfs-home-pv", "default": True},
+            {"name": "datasets", "share": True, "volumeName": "datasets-pv", "default": False}]
         self.configs: dict[str, str] = {}
         self.posted: list[str] = []
 
@@ -206,7 +218,11 @@ def _handler(fake: FakePai) -> type[BaseHTTPRequestHandler]:
             if path == "/storages/nfs-home":
                 return self._answer(200, {"name": "nfs-home", "share": True, "volumeName": "nfs-home-pv",
                                           "default": True, "type": "nfs",
-                                          "data": {"server": "10.0.0.5", "path": "/export/home"}})
+                                          "readOnly": False, "data": {"server": "10.0.0.5", "path": "/export/home"}})
+            if path == "/storages/datasets":  # rest-server mounts it read-only (models/v2/storage.js readOnly)
+                return self._answer(200, {"name": "datasets", "share": True, "volumeName": "datasets-pv",
+                                          "default": False, "type": "nfs", "readOnly": True,
+                                          "data": {"server": "10.0.0.5", "path": "/export/datasets"}})
             if path.startswith("/jobs/") and path.endswith("/config"):
                 job_id = path.split("/")[2]
                 if job_id in fake.configs:
@@ -241,7 +257,11 @@ def test_submit_to_a_real_cluster_checks_the_storage_against_the_user_s_list(
     job = tmp_path / "job.yaml"
     job.write_text(storage_job("exp", "scratch", ["true"]))
     code, _, err = paijob(capsys, "submit", str(job), "-c", "pai")
-    assert code == 2 and "storage 'scratch' is not one you may use on cluster pai (yours: nfs-home)" in err
+    assert code == 2 and "storage 'scratch' is not one you may use on cluster pai (yours: nfs-home, datasets)" in err
+    assert fake.posted == []
+    job.write_text(storage_job("exp", "datasets", ["true"]))  # issue 45: the task's mkdir failed on it
+    code, _, err = paijob(capsys, "submit", str(job), "-c", "pai")
+    assert code == 2 and "storage 'datasets' is read-only on cluster pai" in err and "set storage to" in err
     assert fake.posted == []
     job.write_text(storage_job("exp", "nfs-home", ["true"]))
     code, out, err = paijob(capsys, "submit", str(job), "-c", "pai")
@@ -310,3 +330,21 @@ def test_horovod_passes_the_output_folder_on_to_every_rank() -> None:
     plain = yaml.safe_load(render_template("horovod", sets=["script=train.py", "instances=2",
                                                             "image=registry.example.net/horovod:1"]).text)
     assert all("PAIJOB_OUTPUT_DIR" not in c for c in plain["taskRoles"]["master"]["commands"])
+
+
+def test_a_plugin_storage_beside_the_job_s_own_extras_storages_is_refused_not_silently_unmounted(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 45: rest-server converts the plugin only when extras.storages is absent, so a job with both lost the
+    plugin's storage (its results written to the container's disk) while validate said ok."""
+    job = yaml.safe_load(storage_job("both", "nfs-home", ["true"]))
+    job["extras"] = {"storages": [{"name": "datasets", "mountPath": "/data"}],
+                     "com.microsoft.pai.runtimeplugin": [plugin("nfs-home")]}
+    path = tmp_path / "both.yaml"
+    path.write_text(yaml.safe_dump(job, sort_keys=False))
+    code, out, err = paijob(capsys, "validate", str(path))
+    assert code != 0 and "teamwise_storage names storage 'nfs-home', which is not mounted" in out + err
+    merged = {**job, "extras": {"storages": [{"name": "datasets", "mountPath": "/data"}, mount("nfs-home")]}}
+    path.write_text(yaml.safe_dump(merged, sort_keys=False))
+    code, out, err = paijob(capsys, "validate", str(path))
+    assert "not mounted" not in out + err  # both mounted: the user's own storage and the route's
+    assert job_storages(merged) == ["datasets", "nfs-home"] and job_route(merged) is not None

@@ -86,8 +86,8 @@ def assert_clean_outcome(argv: list[str], code: int, out: str, err: str, seconds
     if code == 2:
         assert out == "", shown
         lines = err.rstrip("\n").split("\n")
-        if lines[0].startswith("usage: "):  # argparse's own (e.g. --set -x=1): usage, then one error
-            assert lines[-1].startswith("paijob render: error: "), f"{shown}: {err[-500:]}"
+        if lines[0].startswith("paijob render: error: "):  # argparse's own (e.g. --set -x=1): one line
+            assert len(lines) == 1 and "paijob render --help" in lines[0], f"{shown}: {err[-500:]}"
             return
         errors = [line for line in lines if line.startswith("paijob: error: ")]
         assert len(errors) == 1, f"not one error for {shown}: {err[-500:]}"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from flask import Blueprint, Response, current_app, jsonify
+from flask import Blueprint, Response, current_app, jsonify, request
 
 from paijob.local import storage
 
@@ -12,7 +12,7 @@ def blueprint() -> Blueprint:
 
     @routes.get("/storages")
     def storages() -> Response:
-        return jsonify(storage.summary())
+        return jsonify(storage.summary(default_only=request.args.get("default") == "true"))
 
     @routes.get("/storages/<name>")
     def one_storage(name: str) -> Response:
