@@ -25,7 +25,7 @@ in ``PreparedJob``.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
@@ -537,7 +537,28 @@ def _output_root(target: Cluster, job: str, document: Any = None) -> tuple[Path,
         if mount is None:
             raise copyout.OutputError(_unmounted(client, target, route, on_storage, user, name))
         folder = Path(mount) / on_storage
+        if not folder.exists():  # a job that never wrote, or a storage not mounted where the profile says
+            _check_mount(client, target, route, mount, on_storage)
     return folder, job
+
+
+def _check_mount(client: PaiClient, target: Cluster, route: Any, mount: str, on_storage: str) -> None:
+    """Refuse to say "no such job" when the storage is not mounted where the profile says."""
+    from paijob import copyout
+
+    try:
+        detail = client.storage(route.name)
+    except PaijobError:
+        detail = {}
+    data = detail.get("data") if isinstance(detail, dict) else None
+    nfs = f"{data['server']}:{data.get('path', '/')}" if detail.get("type") == "nfs" and isinstance(data, dict) \
+        and isinstance(data.get("server"), str) else None
+    problem = copyout.mount_problem(mount, nfs)
+    if problem:
+        raise copyout.OutputError(
+            f"this machine does not mount storage {route.name} at {mount}: {problem}; mount it there "
+            f"(GET /api/v2/storages/{route.name} says what it is) or add the profile again with the right "
+            f"--mount {route.name}=PATH; the job's folder is {on_storage} on that storage")
 
 
 def _unmounted(client: PaiClient, target: Cluster, route: Any, on_storage: str, user: str, name: str) -> str:
@@ -695,9 +716,31 @@ def add_cluster(name: str, url: str, *, user: str | None = None, token_env: str 
     from paijob.remote import profiles
 
     user = user or profiles.user_from_token(os.environ.get(token_env, "") if token_env else None)
+    parsed = dict(profiles.parse_mount(text) for text in mounts)
+    if parsed and token_env and os.environ.get(token_env):
+        _check_mount_names(name, url, api_path, user, os.environ[token_env], parsed)
     path = profiles.add(name, url, user=user, token_env=token_env, api_path=api_path, make_current=make_current,
-                        mounts=dict(profiles.parse_mount(text) for text in mounts))
+                        mounts=parsed)
     return path, user
+
+
+def _check_mount_names(name: str, url: str, api_path: str | None, user: str | None, token: str,
+                       mounts: dict[str, str]) -> None:
+    """``--mount NAME=...`` names one of the user's storages, where the cluster can be asked now (a cluster
+    that does not answer is not a reason to refuse the profile: ``cp`` checks the mount when it is used)."""
+    from paijob.remote import profiles
+
+    cluster = profiles.Cluster(name, url.rstrip("/"), user, token)
+    if api_path:
+        cluster = replace(cluster, api_path=api_path)
+    try:
+        mine = [entry.name for entry in connect(cluster, timeout=5.0, start_local=False).storages()]
+    except PaijobError:
+        return
+    unknown = [storage for storage in mounts if storage not in mine]
+    if unknown:
+        raise PaijobError(f"--mount {unknown[0]}=...: cluster {name} has no storage {unknown[0]} of yours "
+                          f"(yours: {', '.join(mine) or 'none'}); give the name GET /api/v2/storages lists")
 
 
 def remove_cluster(name: str) -> Path:

@@ -484,3 +484,38 @@ def copy(copy_plan: CopyPlan, job: str, path: str) -> CopyReport:
 def copy_out(root: Path, path: str, dest: Path, job: str, *, force: bool = False) -> CopyReport:
     """``plan`` then ``copy``: ``root/path`` (a file or a folder) to ``dest``."""
     return copy(plan(root, path, dest, job, force=force), job, path)
+
+
+def mount_problem(mount: str, expected_source: str | None = None, mounts_file: str = "/proc/self/mounts") -> str | None:
+    """Why ``mount`` (where the profile says this machine mounts a storage) cannot hold a job's outputs: it
+    is missing, not a folder, an empty folder that nothing is mounted on, or a mount of another server than
+    ``expected_source`` (``SERVER:/path`` of an NFS storage); None when it looks right. So ``paijob cp`` tells
+    "this machine does not mount that storage there" from "no such job"."""
+    path = Path(mount)
+    if not path.is_dir():
+        return f"{mount} does not exist or is not a folder"
+    source = _mounted_source(str(path.resolve()), mounts_file)
+    if source is None:
+        try:
+            empty = next(path.iterdir(), None) is None
+        except OSError as error:
+            return f"{mount} cannot be read ({error.strerror})"
+        return f"nothing is mounted on {mount} (an empty folder)" if empty else None
+    if expected_source and source.rstrip("/") != expected_source.rstrip("/"):
+        return f"{mount} is a mount of {source}, not of the storage ({expected_source})"
+    return None
+
+
+def _mounted_source(point: str, mounts_file: str) -> str | None:
+    """What is mounted on ``point`` (the mount table's first field), or None when nothing is."""
+    try:
+        with open(mounts_file, encoding="utf-8", errors="replace") as handle:
+            lines = handle.read(1 << 20).splitlines()
+    except OSError:
+        return None
+    found = None
+    for line in lines:
+        fields = line.split()
+        if len(fields) >= 2 and fields[1].replace("\\040", " ") == point:
+            found = fields[0]  # the last mount on a point is the one seen
+    return found

@@ -141,6 +141,9 @@ def parse_mount(text: str) -> tuple[str, str]:
     folder = Path(path).expanduser()
     if not folder.is_absolute():
         raise ProfileError(f"--mount {text!r}: the local path must be absolute")
+    if not folder.is_dir():
+        raise ProfileError(f"--mount {text!r}: {folder} is not a folder on this machine; mount the storage there "
+                           f"first (GET /api/v2/storages/{name} says its server and path), then add the profile")
     return name, str(folder)
 
 

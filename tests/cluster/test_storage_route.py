@@ -348,3 +348,47 @@ def test_a_plugin_storage_beside_the_job_s_own_extras_storages_is_refused_not_si
     code, out, err = paijob(capsys, "validate", str(path))
     assert "not mounted" not in out + err  # both mounted: the user's own storage and the route's
     assert job_storages(merged) == ["datasets", "nfs-home"] and job_route(merged) is not None
+
+
+def test_cp_tells_a_storage_not_mounted_where_the_profile_says_from_no_such_job(
+        pai: tuple[FakePai, str], capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """Issue 45: a SUCCEEDED job's cp said "the job never started on this cluster, or the id is wrong" when the
+    storage was simply not mounted at the profile's --mount path."""
+    fake, url = pai
+    fake.configs["me~exp"] = storage_job("exp", "nfs-home", ["true"])
+    empty = tmp_path / "empty-mount-point"
+    empty.mkdir()
+    profiles.add("pai", url, user="me", token_env="PAI_TEST_TOKEN", mounts={"nfs-home": str(empty)})
+    code, _, err = paijob(capsys, "cp", "exp:ckpt", str(tmp_path), "-c", "pai")
+    assert code == 2 and "this machine does not mount storage nfs-home at" in err and "an empty folder" in err
+    assert "never started" not in err and err.count("\n") == 1
+
+
+def test_a_mount_point_is_judged_by_the_mount_table(tmp_path: Path) -> None:
+    from paijob.copyout import mount_problem
+
+    point = tmp_path / "pai-home"
+    point.mkdir()
+    table = tmp_path / "mounts"
+    table.write_text(f"10.0.0.9:/export/other {point} nfs4 rw 0 0\n")
+    assert "is a mount of 10.0.0.9:/export/other, not of the storage (10.0.0.5:/export/home)" in str(
+        mount_problem(str(point), "10.0.0.5:/export/home", str(table)))
+    table.write_text(f"10.0.0.5:/export/home {point} nfs4 rw 0 0\n")
+    assert mount_problem(str(point), "10.0.0.5:/export/home", str(table)) is None
+    assert "does not exist" in str(mount_problem(str(tmp_path / "missing"), None, str(table)))
+    (point / "a-file").write_text("x")  # a folder with files, nothing mounted: maybe a folder inside a mount
+    table.write_text("")
+    assert mount_problem(str(point), None, str(table)) is None
+
+
+def test_cluster_add_mount_checks_the_folder_and_the_storage_name(
+        pai: tuple[FakePai, str], capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """Issue 45: `--mount nosuch=...` and `--mount NAME=/does/not/exist` were accepted silently."""
+    fake, url = pai
+    code, _, err = paijob(capsys, "cluster", "add", "pai", "--url", url, "--user", "me", "--token-env",
+                          "PAI_TEST_TOKEN", "--mount", f"nfs-home={tmp_path / 'does-not-exist'}")
+    assert code == 2 and "is not a folder on this machine" in err
+    code, _, err = paijob(capsys, "cluster", "add", "pai", "--url", url, "--user", "me", "--token-env",
+                          "PAI_TEST_TOKEN", "--mount", f"nosuch={tmp_path}")
+    assert code == 2 and "has no storage nosuch of yours (yours: nfs-home, datasets)" in err
+    assert not profiles.config_path().exists() or "pai" not in profiles.load()["clusters"]
