@@ -58,7 +58,7 @@ if getattr(paijob, "__file__", None) is None:  # a namespace package: see Shadow
     )
 
 __all__ = ["JobRequest", "LoginResult", "PaijobError", "PreparedJob", "add_cluster", "check_storages", "clusters", "connect",
-           "copy_output", "dry_run", "openpai_before_1_6", "openpai_before_1_6_setting", "dry_run_text", "follow_logs", "human_size", "list_jobs", "local_down", "local_status",
+           "copy_output", "list_output", "dry_run", "openpai_before_1_6", "openpai_before_1_6_setting", "dry_run_text", "follow_logs", "human_size", "list_jobs", "local_down", "local_status",
            "local_up", "login", "login_url", "open_in_browser", "output_location", "portal_link", "prepare", "terminal_text", "prune_local", "remove_cluster",
            "render", "resolve_cluster", "ship", "status", "stop", "StopResult", "submit", "template", "template_names",
            "template_values", "use_cluster", "validate", "wait", "write_text"]
@@ -470,14 +470,39 @@ def stacks(client: PaiClient, job: str) -> tuple[str, int]:
 
 
 def output_location(cluster_name: str, job_id: str, job: Any = None) -> str | None:
-    """Where the job's output folder (``PAIJOB_OUTPUT_DIR``) is, when paijob knows it (local cluster: its own
-    folder, or the job's folder on its storage). ``job``: the job as sent, when the caller has it (else
-    the cluster's stored copy is read)."""
-    from paijob.remote.profiles import is_local
+    """Where the job's output folder (``PAIJOB_OUTPUT_DIR``) is, when paijob knows it: on the local cluster
+    its own folder (or the job's folder on its storage); on a real one, for a job on the storage route, the
+    storage, the folder on it, the path in its tasks and where this machine mounts it. ``job``: the job as
+    sent, when the caller has it (else the cluster's stored copy is read); None for a job without a route."""
+    from paijob.render.storage_route import job_route
 
-    if not is_local(cluster_name):
+    target = resolve_cluster(cluster_name, start_local=False)
+    if target.is_local:
+        return str(_output_root(target, job_id, job)[0])
+    route = job_route(job if job is not None else _job_config(target, job_id))
+    if route is None or "~" not in job_id:
         return None
-    return str(_output_root(resolve_cluster(cluster_name, start_local=False), job_id, job)[0])
+    user, name = job_id.split("~", 1)
+    try:  # a storage that is not shared is mounted at its <user> folder (rest-server's subPath)
+        share = next((s.share for s in connect(target, timeout=10.0, start_local=False).storages()
+                      if s.name == route.name), True)
+    except PaijobError:
+        share = True
+    on_storage = route.folder(user, name, share=share)
+    mount = target.mount(route.name)
+    here = (f"here {Path(mount) / on_storage}" if mount else
+            f"not mounted on this machine (`paijob cluster add {target.name} ... --mount {route.name}=PATH`)")
+    return f"storage {route.name}, folder {on_storage} (in its tasks {route.in_task(user, name)}); {here}"
+
+
+def list_output(source: str, cluster: str | None = None) -> tuple[list[Any], bool]:
+    """``paijob cp --list JOB[:PATH]``: what a job's output folder holds, without copying (see ``copy_output``
+    for where that folder is); the entries, and whether there were more than ``copyout.LIST_LIMIT``."""
+    from paijob import copyout
+
+    job, path = copyout.split_source(source if ":" in source else source + ":.")
+    root, job = _output_root(resolve_cluster(cluster, start_local=False), job)
+    return copyout.listing(root, path, job)
 
 
 def copy_output(source: str, dest: str | Path, cluster: str | None = None, *, force: bool = False,

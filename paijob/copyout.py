@@ -46,6 +46,7 @@ import os
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 from paijob.errors import PaijobError
 from paijob.openpai.names import NAME_PATTERN, js_match
@@ -519,3 +520,32 @@ def _mounted_source(point: str, mounts_file: str) -> str | None:
         if len(fields) >= 2 and fields[1].replace("\\040", " ") == point:
             found = fields[0]  # the last mount on a point is the one seen
     return found
+
+
+LIST_LIMIT = 1000  # entries `paijob cp --list` shows: a folder of checkpoints, not a dataset
+
+
+Listed = NamedTuple("Listed", [("path", str), ("kind", str), ("size", int)])
+
+
+def listing(root: Path, path: str, job: str, limit: int = LIST_LIMIT) -> tuple[list[Listed], bool]:
+    """What ``job:path`` holds, without copying a byte (``paijob cp --list``): each entry's path from
+    ``path``, its kind (``file``, ``folder``, ``link``, ``other``) and size, links not followed, sorted; and
+    whether there was more than ``limit``."""
+    source, found = _source(root, path, job)
+    if not stat.S_ISDIR(found.st_mode):
+        return [Listed(os.path.basename(source), "file", found.st_size)], False
+    entries: list[Listed] = []
+    for folder, names, files in os.walk(source, followlinks=False):
+        names.sort()
+        for name in sorted(names + files):
+            full = os.path.join(folder, name)
+            info = _lstat(Path(full))
+            if info is None:
+                continue
+            kind = ("link" if stat.S_ISLNK(info.st_mode) else "folder" if stat.S_ISDIR(info.st_mode)
+                    else "file" if stat.S_ISREG(info.st_mode) else "other")
+            entries.append(Listed(os.path.relpath(full, source), kind, info.st_size if kind == "file" else 0))
+            if len(entries) > limit:
+                return sorted(entries[:limit]), True
+    return sorted(entries), False

@@ -27,9 +27,11 @@ def register(subparsers: Any) -> None:
                     "(`paijob cluster add ... --mount NAME=PATH`), and any other says where its files are.",
     )
     parser.add_argument("source", metavar="JOB:PATH", help="e.g. demo1:checkpoints/epoch-2.pt")
-    parser.add_argument("dest", metavar="DEST",
+    parser.add_argument("dest", metavar="DEST", nargs="?",
                         help="an existing folder (copied into), a new path in an existing folder, or a file to "
                              "replace (named: replaced)")
+    parser.add_argument("--list", action="store_true",
+                        help="list what JOB:PATH holds (paths, sizes), copying nothing; no DEST")
     parser.add_argument("--force", action="store_true",
                         help="replace files already in DEST, and copy even when DEST's free space looks too small")
     parser.add_argument("--raw", action="store_true",
@@ -42,6 +44,10 @@ def register(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from paijob import api
 
+    if args.list:
+        return _list(args)
+    if args.dest is None:
+        raise api.PaijobError("cp: give DEST (where to copy to), or --list to see what JOB:PATH holds")
     shown = api.terminal_text(sys.stderr, raw=args.raw, names=True)
 
     def preview(plan: api.CopyPlan) -> None:
@@ -56,4 +62,20 @@ def run(args: argparse.Namespace) -> int:
                                                                if len(report.skipped) > 10 else "")
         print(f"paijob cp: skipped {len(report.skipped)}: {listed}", file=sys.stderr)
         return EXIT_JOB_FAILED  # not all of it came: a script must not take it for a whole copy
+    return 0
+
+
+def _list(args: argparse.Namespace) -> int:
+    from paijob import api
+
+    if args.dest is not None:
+        raise api.PaijobError("cp --list copies nothing: give JOB[:PATH] alone, without DEST")
+    shown = api.terminal_text(sys.stdout, raw=args.raw, names=True)
+    entries, more = api.list_output(args.source, cluster=args.cluster)
+    for entry in entries:
+        size = api.human_size(entry.size) if entry.kind == "file" else entry.kind
+        print(f"{size:>10}  {shown(entry.path)}{'/' if entry.kind == 'folder' else ''}")
+    if more:
+        print(f"paijob cp: the first {len(entries)} entries shown; list a folder inside (JOB:PATH) for more",
+              file=sys.stderr)
     return 0

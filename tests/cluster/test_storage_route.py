@@ -392,3 +392,28 @@ def test_cluster_add_mount_checks_the_folder_and_the_storage_name(
                           "PAI_TEST_TOKEN", "--mount", f"nosuch={tmp_path}")
     assert code == 2 and "has no storage nosuch of yours (yours: nfs-home, datasets)" in err
     assert not profiles.config_path().exists() or "pai" not in profiles.load()["clusters"]
+
+
+def test_where_a_real_cluster_job_s_results_are_and_what_they_are_without_copying(
+        pai: tuple[FakePai, str], capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """Issue 45: status showed the output folder for local jobs only, and nothing listed results without copying."""
+    from paijob import api
+
+    fake, url = pai
+    fake.configs["me~exp"] = storage_job("exp", "nfs-home", ["true"])
+    profiles.add("pai", url, user="me", token_env="PAI_TEST_TOKEN")
+    where = api.output_location("pai", "me~exp")
+    assert where is not None and "storage nfs-home, folder runs/me/exp (in its tasks /mnt/nfs-home/runs/me/exp)" in where
+    assert "not mounted on this machine" in where and "--mount nfs-home=PATH" in where
+    mounted = tmp_path / "nfs"
+    (mounted / "runs/me/exp/ckpt").mkdir(parents=True)
+    (mounted / "runs/me/exp/ckpt/last.pt").write_text("weights")
+    (mounted / "runs/me/exp/summary.json").write_text("{}")
+    profiles.add("pai", url, user="me", token_env="PAI_TEST_TOKEN", mounts={"nfs-home": str(mounted)})
+    assert f"here {mounted}/runs/me/exp" in str(api.output_location("pai", "me~exp"))
+    code, out, err = paijob(capsys, "cp", "exp", "--list", "-c", "pai")
+    assert code == 0, err
+    assert out.split("\n")[:3] == ["    folder  ckpt/", "       7 B  ckpt/last.pt", "       2 B  summary.json"]
+    assert not any(p.name == "last.pt" for p in Path.cwd().iterdir())  # nothing copied
+    code, _, err = paijob(capsys, "cp", "exp", str(tmp_path), "--list", "-c", "pai")
+    assert code == 2 and "without DEST" in err
