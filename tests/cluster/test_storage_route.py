@@ -417,3 +417,11 @@ def test_where_a_real_cluster_job_s_results_are_and_what_they_are_without_copyin
     assert not any(p.name == "last.pt" for p in Path.cwd().iterdir())  # nothing copied
     code, _, err = paijob(capsys, "cp", "exp", str(tmp_path), "--list", "-c", "pai")
     assert code == 2 and "without DEST" in err
+
+
+@pytest.mark.parametrize("method", ["POST", "PUT", "DELETE"])
+def test_the_local_cluster_answers_info_to_any_method_as_rest_server_does(server: LocalServer, method: str) -> None:
+    """rest-server mounts /info with router.use, so a POST /info is the same answer, not a 405 (issue 45)."""
+    answer = requests.request(method, f"{server.url}{API}/info", headers={"Authorization": f"Bearer {TOKEN}"},
+                              timeout=10)
+    assert answer.status_code == 200 and answer.json()["launcherType"] == "k8s"

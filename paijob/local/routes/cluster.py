@@ -14,7 +14,8 @@ from paijob.local.views import vc_status
 def blueprint(cluster: LocalCluster) -> Blueprint:
     api = Blueprint("cluster", __name__)
 
-    @api.get("/info")
+    # rest-server mounts /info with router.use: it answers every method the same (a POST is no 405 there)
+    @api.route("/info", methods=["GET", "POST", "PUT", "PATCH", "DELETE"])
     def info() -> Response:
         # the swagger's launcherType is yarn or k8s: the local cluster answers like a k8s one
         # "version" is the OpenPAI release it behaves as: a client judges role names by it (settings)
