@@ -242,19 +242,8 @@ class StoreChannel(Channel):
         self.call(lambda store: store.set(PROGRESS_KEY.format(node=node_rank), text))
 
     def gather(self, nnodes: int, node_rank: int) -> list[RankState]:
-        found: list[RankState] = []
-        for node in range(nnodes):
-            if node == node_rank:
-                continue
-            key = PROGRESS_KEY.format(node=node)
-
-            def get(store: Any, key: str = key) -> bytes | None:
-                return store.get(key) if store.check([key]) else None
-
-            text = self.call(get)
-            if text:
-                found.extend(RankState(**item) for item in json.loads(text))
-        return found
+        return [RankState(**item) for text in self._others(PROGRESS_KEY, nnodes, node_rank)
+                for item in json.loads(text)]
 
     def publish_slow(self, node_rank: int, text: str) -> None:
         self.call(lambda store: store.set(SLOW_KEY.format(node=node_rank), text))
@@ -270,19 +259,12 @@ class StoreChannel(Channel):
         self.call(lambda store: store.set(key, text))
 
     def gather_slow(self, nnodes: int, node_rank: int) -> list[str]:
-        found = []
-        for node in range(nnodes):
-            if node == node_rank:
-                continue
-            key = SLOW_KEY.format(node=node)
+        return self._others(SLOW_KEY, nnodes, node_rank)
 
-            def get(store: Any, key: str = key) -> bytes | None:
-                return store.get(key) if store.check([key]) else None
-
-            text = self.call(get)
-            if text:
-                found.append(text.decode("utf-8", "replace") if isinstance(text, bytes) else str(text))
-        return found
+    def _others(self, key_format: str, nnodes: int, node_rank: int) -> list[str]:
+        """What every other node published under ``key_format`` (those that did), each call bounded."""
+        texts = [self.get_text(key_format.format(node=node)) for node in range(nnodes) if node != node_rank]
+        return [text for text in texts if text]
 
     def stacks_wanted(self) -> int:
         value = self.call(lambda store: int(store.add(STACKS_WANTED_KEY, 0)))
