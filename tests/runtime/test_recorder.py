@@ -84,7 +84,7 @@ def test_a_worker_answers_once_and_only_when_asked(tmp_path, torch_recorder):
     assert recorder.read_answers(str(tmp_path), [1, 2]) == {2: progress.recent_calls()}
     torch_recorder.clear()
     assert progress.answer_calls_request(str(tmp_path), 3)  # nothing recorded: null, so nobody waits for it
-    assert json.loads((tmp_path / "rank3.calls.json").read_text()) is None
+    assert json.loads((tmp_path / "rank3.calls.json").read_text())["calls"] is None
     assert recorder.read_answers(str(tmp_path), [3]) == {3: None}
 
 
@@ -175,12 +175,33 @@ def test_an_answer_is_a_jobs_own_file_read_with_care(tmp_path):
     printable and short, a huge file read only so far."""
     good = {"group": "0", "seq": 6, "op": "all_reduce\x1b[2J", "sizes": [[2000]],
             "dtypes": ["Float"], "line": "train.py:12" + "x" * 500}
-    (tmp_path / "rank1.calls.json").write_text(json.dumps([good, {"seq": "6"}, {"seq": 7, "sizes": "x"}, 3]))
-    (tmp_path / "elsewhere.json").write_text(json.dumps([good]))
+    recorder.request(str(tmp_path))
+    nonce = progress.request_nonce(str(tmp_path))
+
+    def answer(calls: object) -> str:
+        return json.dumps({"nonce": nonce, "calls": calls})
+
+    (tmp_path / "rank1.calls.json").write_text(answer([good, {"seq": "6"}, {"seq": 7, "sizes": "x"}, 3]))
+    (tmp_path / "elsewhere.json").write_text(answer([good]))
     (tmp_path / "rank2.calls.json").symlink_to(tmp_path / "elsewhere.json")
-    (tmp_path / "rank3.calls.json").write_text("[" + " " * (recorder.MAX_ANSWER + 10) + "]")
-    (tmp_path / "rank4.calls.json").write_text(json.dumps({"not": "a list"}))
+    (tmp_path / "rank3.calls.json").write_text(answer([]) + " " * (recorder.MAX_ANSWER + 10))
+    (tmp_path / "rank4.calls.json").write_text(answer({"not": "a list"}))
     answers = recorder.read_answers(str(tmp_path), [1, 2, 3, 4])
     assert set(answers) == {1, 4} and answers[4] is None
     (kept,) = answers[1] or []
     assert kept["op"] == "all_reduce[2J" and kept["sizes"] == [[2000]] and len(kept["line"]) == 120
+
+
+def test_an_answer_written_before_the_agent_asked_is_never_believed(tmp_path):
+    """Issue 46 row 7: answers planted before the request named a line that does not exist and the wrong
+    sizes. The request removes them and holds a nonce an answer must repeat."""
+    planted = [{"group": "0", "seq": 6, "op": "broadcast", "sizes": [[1]], "dtypes": ["Float"], "line": "x.py:1"}]
+    (tmp_path / "rank1.calls.json").write_text(json.dumps(planted))
+    (tmp_path / "rank2.calls.json").write_text(json.dumps({"nonce": "0" * 32, "calls": planted}))
+    assert recorder.read_answers(str(tmp_path), [1, 2]) == {}  # nobody asked yet
+    recorder.request(str(tmp_path))
+    assert not (tmp_path / "rank1.calls.json").exists() and not (tmp_path / "rank2.calls.json").exists()
+    (tmp_path / "rank2.calls.json").write_text(json.dumps({"nonce": "0" * 32, "calls": planted}))  # a guess
+    assert progress.answer_calls_request(str(tmp_path), 1)  # the real worker answers the request
+    answers = recorder.read_answers(str(tmp_path), [1, 2])
+    assert set(answers) == {1}

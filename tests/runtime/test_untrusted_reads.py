@@ -67,6 +67,7 @@ def test_a_deeply_nested_report_is_ignored_and_the_others_still_read(tmp_path: P
 
 
 def test_a_fifo_planted_as_an_answer_does_not_block_the_agent(tmp_path: Path) -> None:
+    recorder.request(str(tmp_path))  # planted after the request (one planted before it is removed by it)
     os.mkfifo(recorder.answer_path(str(tmp_path), 1))
     Path(recorder.answer_path(str(tmp_path), 2)).write_text("[" * 100_000)
     assert in_thread(recorder.read_answers, str(tmp_path), [1, 2]) == {}

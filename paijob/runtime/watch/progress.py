@@ -56,7 +56,7 @@ import time
 from types import FrameType
 from typing import Any
 
-from paijob.common import contract
+from paijob.common import contract, untrusted
 from paijob.runtime.watch.evidence import Evidence
 
 DEFAULT_INTERVAL = 1.0
@@ -456,8 +456,18 @@ def answer_calls_request(folder: str, rank: int) -> bool:
     path = answer_path(folder, rank)
     if not os.path.exists(os.path.join(folder, REQUEST_FILE)) or os.path.exists(path):
         return False
-    write_new(path, json.dumps(recent_calls()))
+    nonce = request_nonce(folder)
+    if nonce is None:
+        return False
+    write_new(path, json.dumps({"nonce": nonce, "calls": recent_calls()}))
     return True
+
+
+def request_nonce(folder: str) -> str | None:
+    """The agent's request's nonce (:func:`paijob.runtime.watch.recorder.request`), which an answer repeats."""
+    data = untrusted.read_regular(os.path.join(folder, REQUEST_FILE), 64)
+    text = data.decode("ascii", "replace").strip() if data else ""
+    return text if len(text) == 32 and all(c in "0123456789abcdef" for c in text) else None
 
 
 def recent_calls(limit: int = KEPT_PER_GROUP) -> list[dict[str, Any]] | None:

@@ -26,21 +26,31 @@ The account itself is pure (:mod:`paijob.runtime.watch.mismatch`).
 
 from __future__ import annotations
 
+import contextlib
 import os
+import secrets
 from typing import Any
 
 from paijob.common import untrusted
-from paijob.runtime.watch.progress import REQUEST_FILE, answer_path, write_new
+from paijob.runtime.watch.progress import REQUEST_FILE, answer_path, request_nonce, write_new
 
 ANSWER_WAIT = 3.0  # seconds an agent waits for its workers' answers (a sample comes once a second)
 MAX_ANSWER = 64 * 1024  # bytes of an answer read
 
 
 def request(folder: str) -> None:
-    """Ask every live worker of this node for its last collectives (idempotent)."""
+    """Ask every live worker of this node for its last collectives (idempotent). The request holds a fresh
+    nonce that an answer must repeat, and answers already in the folder are removed first: an answer the job
+    wrote before the agent asked is never believed (issue 46). (A process of the job that reads the request
+    and writes in a rank's place after it is not told apart: same user, same folder.)"""
     path = os.path.join(folder, REQUEST_FILE)
-    if not os.path.exists(path):
-        write_new(path, "")
+    if os.path.exists(path):
+        return
+    for name in os.listdir(folder):
+        if name.startswith("rank") and name.endswith(".calls.json"):
+            with contextlib.suppress(OSError):
+                os.unlink(os.path.join(folder, name))
+    write_new(path, secrets.token_hex(16))
 
 
 def read_answers(folder: str, ranks: list[int]) -> dict[int, list[dict[str, Any]] | None]:
@@ -48,15 +58,19 @@ def read_answers(folder: str, ranks: list[int]) -> dict[int, list[dict[str, Any]
     a job's own file: read without following a link, at most :data:`MAX_ANSWER` bytes, and only
     well-formed entries are kept, their text printable and short (it is printed in the account)."""
     found: dict[int, list[dict[str, Any]] | None] = {}
+    nonce = request_nonce(folder)
+    if nonce is None:
+        return found  # nobody asked: whatever is there was not an answer
     for rank in ranks:
         data = untrusted.read_regular(answer_path(folder, rank), MAX_ANSWER)
         try:
             value = untrusted.loads(data) if data is not None else None
         except ValueError:
             continue
-        if value is None:
-            continue
-        calls = [c for c in map(_checked, value if isinstance(value, list) else []) if c is not None]
+        if not isinstance(value, dict) or value.get("nonce") != nonce:
+            continue  # not an answer to this request
+        listed = value.get("calls")
+        calls = [c for c in map(_checked, listed if isinstance(listed, list) else []) if c is not None]
         found[rank] = calls or None
     return found
 
