@@ -474,12 +474,16 @@ def output_location(cluster_name: str, job_id: str, job: Any = None) -> str | No
     its own folder (or the job's folder on its storage); on a real one, for a job on the storage route, the
     storage, the folder on it, the path in its tasks and where this machine mounts it. ``job``: the job as
     sent, when the caller has it (else the cluster's stored copy is read); None for a job without a route."""
+    from paijob.remote.profiles import is_local
     from paijob.render.storage_route import job_route
 
-    target = resolve_cluster(cluster_name, start_local=False)
-    if target.is_local:
-        return str(_output_root(target, job_id, job)[0])
-    route = job_route(job if job is not None else _job_config(target, job_id))
+    if is_local(cluster_name):
+        return str(_output_root(resolve_cluster(cluster_name, start_local=False), job_id, job)[0])
+    try:  # where it cannot be told (a cluster from PAI_CLUSTER_URL, an unreadable config): not shown
+        target = resolve_cluster(cluster_name, start_local=False)
+        route = job_route(job if job is not None else _job_config(target, job_id))
+    except PaijobError:
+        return None
     if route is None or "~" not in job_id:
         return None
     user, name = job_id.split("~", 1)
@@ -552,19 +556,27 @@ def _output_root(target: Cluster, job: str, document: Any = None) -> tuple[Path,
             "submit it with --set storage=NAME (a storage of yours, GET /api/v2/storages) and `paijob cp` reads "
             "its output folder where this machine mounts that storage")
     else:
-        client = connect(target, timeout=10.0, start_local=False)
-        try:  # a storage that is not shared is mounted at its <user> folder (rest-server's subPath)
-            share = next((s.share for s in client.storages() if s.name == route.name), True)
-        except PaijobError:
-            share = True
-        on_storage = route.folder(user, name, share=share)
-        mount = target.mount(route.name)
-        if mount is None:
-            raise copyout.OutputError(_unmounted(client, target, route, on_storage, user, name))
-        folder = Path(mount) / on_storage
-        if not folder.exists():  # a job that never wrote, or a storage not mounted where the profile says
-            _check_mount(client, target, route, mount, on_storage)
+        folder = _mounted_output(target, route, user, name)
     return folder, job
+
+
+def _mounted_output(target: Cluster, route: Any, user: str, name: str) -> Path:
+    """A real cluster's job's output folder where this machine mounts its storage (``--mount``)."""
+    from paijob import copyout
+
+    client = connect(target, timeout=10.0, start_local=False)
+    try:  # a storage that is not shared is mounted at its <user> folder (rest-server's subPath)
+        share = next((s.share for s in client.storages() if s.name == route.name), True)
+    except PaijobError:
+        share = True
+    on_storage = route.folder(user, name, share=share)
+    mount = target.mount(route.name)
+    if mount is None:
+        raise copyout.OutputError(_unmounted(client, target, route, on_storage, user, name))
+    folder = Path(mount) / on_storage
+    if not folder.exists():  # a job that never wrote, or a storage not mounted where the profile says
+        _check_mount(client, target, route, mount, on_storage)
+    return folder
 
 
 def _check_mount(client: PaiClient, target: Cluster, route: Any, mount: str, on_storage: str) -> None:

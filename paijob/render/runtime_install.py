@@ -84,6 +84,11 @@ def source_problem(source: str) -> str | None:
     url = urlsplit(source[source.index("+") + 1:] if kind == "vcs" else source)
     if url.password or (url.username and url.scheme in ("http", "https")):
         return "it holds credentials (user:password@ or a token@ in the URL); " + _CREDENTIALS_FIX
+    return _shape_problem(kind, url)
+
+
+def _shape_problem(kind: str, url: Any) -> str | None:
+    """What is wrong with a credential-free source of ``kind`` (``source_kind``), split by ``urlsplit``."""
     if kind == "vcs":
         return None if url.scheme in _VCS_SCHEMES and (url.netloc or url.scheme == "file") else (
             "a VCS URL is git+https://host/repo.git[@ref] (or git+ssh://, git+file://)")
