@@ -39,11 +39,12 @@ import hmac
 import json
 import os
 import re
-import stat
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
+
+from paijob.common import untrusted
 
 VERSION = 1
 MARKER = "paijob-runtime: record "
@@ -246,22 +247,11 @@ def read_stall(path: str | os.PathLike[str], now: float | None = None) -> StallR
     :data:`MAX_STALL_BYTES` (never through a link, never a FIFO) and kept only in the exact form
     :meth:`StallRecord.to_json` writes, so a job can neither make each status request read 150 MB nor
     put its own text in ``paijob status``."""
-    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
-    try:
-        fd = os.open(path, flags)
-    except OSError:
+    data = untrusted.read_regular(os.fspath(path), MAX_STALL_BYTES)
+    if data is None:
         return None
     try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_STALL_BYTES:
-            return None
-        data = os.read(fd, MAX_STALL_BYTES + 1)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-    try:
-        record = StallRecord.from_json(data[:MAX_STALL_BYTES])
+        record = StallRecord.from_json(data)
     except RecordError:
         return None
     fresh = (time.time() if now is None else now) - record.time < STALL_FRESH

@@ -128,3 +128,20 @@ def root_cause(log_text: str) -> str | None:
     (These tasks run without a cluster's record key, so their records are unsigned.)"""
     record = records.last_failure(log_text)
     return record.describe() if record else None
+
+
+def has_gloo_flight_recorder() -> bool:
+    """Whether this torch records gloo's collectives (2.13 does, 2.4 does not): the mismatch account and the
+    slow-rank doctor read it."""
+    import torch
+
+    return hasattr(torch._C._distributed_c10d, "_dump_fr_trace")  # noqa: SLF001
+
+
+def skip_without_gloo_flight_recorder(then: str) -> None:
+    """Skip the calling test on a torch without gloo's flight recorder; ``then`` says what paijob does there."""
+    import pytest
+    import torch
+
+    if not has_gloo_flight_recorder():
+        pytest.skip(f"torch {torch.__version__} has no flight recorder for gloo ({then})")

@@ -19,7 +19,14 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from runtime_helpers import base_env, free_port, root_cause, task_env, wait_all
+from runtime_helpers import (
+    base_env,
+    free_port,
+    has_gloo_flight_recorder,
+    root_cause,
+    task_env,
+    wait_all,
+)
 
 from paijob.common import exitcodes
 from paijob.common.options import build_parsers
@@ -712,12 +719,6 @@ MISMATCHED_SIZES = textwrap.dedent(
 MISMATCH_LINE = 13  # dist.all_reduce(big)
 
 
-def _has_flight_recorder() -> bool:
-    import torch
-
-    return hasattr(torch._C._distributed_c10d, "_dump_fr_trace")  # noqa: SLF001
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize(("detail", "odd", "size", "slow"), [
     (False, 1, 2000, False), (False, 0, 500, False), (True, 1, 2000, False), (True, 1, 2000, True)],
@@ -758,7 +759,7 @@ def test_a_collective_whose_sizes_disagree_is_told_the_same_on_every_node(
             outputs
         return
     assert codes[0] == codes[1] == 134, outputs  # the receiver's, whom gloo aborted
-    if not _has_flight_recorder():
+    if not has_gloo_flight_recorder():
         assert causes[0].startswith("mismatched collectives: gloo aborted rank ") and "it is the " \
             "receiver, not necessarily the rank whose call differs" in causes[0], outputs
     elif odd == 1:

@@ -19,6 +19,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from runtime_helpers import skip_without_gloo_flight_recorder
 
 from paijob.common import contract
 from paijob.runtime.agent import PaijobAgent
@@ -142,10 +143,8 @@ REAL = textwrap.dedent(
 def test_recent_calls_reads_this_torchs_own_recorder(tmp_path: Path):
     """The format is torch's, not ours: read from a real gloo group with the recorder on, as
     the launcher starts a gloo job's workers."""
-    torch = pytest.importorskip("torch")
-    if not hasattr(torch._C._distributed_c10d, "_dump_fr_trace"):  # noqa: SLF001
-        pytest.skip(f"torch {torch.__version__} has no flight recorder for gloo (the account "
-                    "then names the receiver and how to name the cause)")
+    pytest.importorskip("torch")
+    skip_without_gloo_flight_recorder("the account then names the receiver and how to name the cause")
     script = tmp_path / "real.py"
     script.write_text(REAL)
     env = {**os.environ, contract.FLIGHT_RECORDER: "8", "STORE": str(tmp_path / "store")}

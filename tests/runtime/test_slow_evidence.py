@@ -14,7 +14,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from runtime_helpers import free_port
+from runtime_helpers import free_port, skip_without_gloo_flight_recorder
 
 from paijob.common import contract
 from paijob.runtime.watch import evidence
@@ -137,10 +137,8 @@ TRAINS_UNTIL_ITS_COLLECTIVES_ARE_WRITTEN = textwrap.dedent(
 def test_a_real_worker_writes_when_it_enqueued_its_collectives(tmp_path: Path):
     """A gloo worker under the wrapper: its sampler writes rank0.slow.json with the recorder's
     creation times of its all_reduces (the wall clock) and its samples counted."""
-    torch = pytest.importorskip("torch")
-    if not hasattr(torch._C._distributed_c10d, "_dump_fr_trace"):  # noqa: SLF001
-        pytest.skip(f"torch {torch.__version__} has no flight recorder for gloo (the doctor then judges from "
-                    "the samples alone)")
+    pytest.importorskip("torch")
+    skip_without_gloo_flight_recorder("the doctor then judges from the samples alone")
     script = tmp_path / "train.py"
     script.write_text(TRAINS_UNTIL_ITS_COLLECTIVES_ARE_WRITTEN)
     folder = tmp_path / "hang"
