@@ -26,7 +26,12 @@ from dataclasses import dataclass, field
 
 ASK_KEY = "paijob/clock/{node}/ask"
 ANSWER_KEY = "paijob/clock/{node}/{round}"
-POLL = 0.005  # seconds between two looks for node 0's answer
+# seconds between two looks for node 0's answer: every look is a store call from a thread of its own
+# (bounded), through the channel the failure records and the hang verdict also take, so a round stays at
+# a few dozen calls (5 ms meant up to 300 a round, in the same seconds a failing job's nodes exchange
+# their records); the estimate's tight side is a poll plus a store call, so it is applied only where the
+# rounds prove the clocks differ by more (Ahead.estimate)
+POLL = 0.05
 WAIT = 1.5  # seconds node k waits for an answer (node 0 answers at its next 1 s tick)
 KEPT = 8  # rounds an estimate is made from (older ones may predate a clock step)
 

@@ -17,8 +17,8 @@ rank still keeps), and says:
 * the worst straggler of the run once more as the node finishes (the final summary).
 
 The other nodes' clocks are compared with node 0's through the store
-(:mod:`paijob.runtime.watch.clock`): node 0 answers at every tick, each other node asks once a
-look (its look then waits up to 1.5 s for the answer) and publishes how far ahead it is with its
+(:mod:`paijob.runtime.watch.clock`): node 0 answers at every tick, each other node asks once every
+:data:`CLOCK_EVERY` looks once its ranks train (that look then waits up to 1.5 s for the answer) and publishes how far ahead it is with its
 ranks; node 0 moves their enqueue times by that much.
 """
 
@@ -41,6 +41,7 @@ WINDOW_LOOKS = 6  # activities are counted over this many looks (a minute)
 PERSIST = 3  # looks in a row that name the same rank(s) before a straggler is said
 REPEAT = 180.0  # seconds between two lines about the same straggler (or phase)
 PREFIX = "slow-rank doctor: "
+CLOCK_EVERY = 6  # looks between two clock rounds of a node (a minute): clocks drift slowly
 
 Publish = Callable[[int, str], None]
 Gather = Callable[[int, int], list[str]]
@@ -73,6 +74,7 @@ class SlowDoctor:
         self._get, self._put = get, put
         self.ahead = clock.Ahead()  # node k: how far its clock is ahead of node 0's
         self._round = 0
+        self._looks = 0  # looks taken (the clock rounds come every CLOCK_EVERY of them)
         self._answered: dict[int, int] = {}  # node 0: the last clock round answered, per node
 
     def look(self, now: float, reports: Mapping[int, Mapping[str, Any]], states: list[RankState]) -> None:
@@ -93,12 +95,14 @@ class SlowDoctor:
                 self._say(message)
 
     def _look(self, now: float, reports: Mapping[int, Mapping[str, Any]], states: list[RankState]) -> None:
-        if self.node_rank != 0 and self._get and self._put:
+        mine = self._local(reports, states)
+        self._looks += 1
+        if self._clock_round_due(mine):
             self._round += 1
-            found = clock.ask(self.node_rank, self._round, self._get, self._put)
+            found = clock.ask(self.node_rank, self._round, self._get, self._put)  # type: ignore[arg-type]
             if found is not None:
                 self.ahead.add(*found)
-        mine = self._local(reports, states)
+            mine = [{**rank, "clock_ahead": self.ahead.estimate()} for rank in mine]
         if self.nnodes > 1 and self._publish is not None:
             self._publish(self.node_rank, json.dumps(mine))
         if self.node_rank != 0:
@@ -106,6 +110,12 @@ class SlowDoctor:
         remote = [item for text in (self._gather(self.nnodes, self.node_rank) if self._gather else [])
                   for item in _parsed(text)]
         self.judge(now, mine + remote)
+
+    def _clock_round_due(self, mine: list[dict[str, Any]]) -> bool:
+        """Node k asks node 0's clock once every :data:`CLOCK_EVERY` looks, and only once its ranks are
+        training: start-up (and a job that fails in its first seconds) pays nothing for it."""
+        return (self.node_rank != 0 and self._get is not None and self._put is not None and bool(mine)
+                and all(rank.get("first_progress") for rank in mine) and self._looks % CLOCK_EVERY == 1)
 
     def _local(self, reports: Mapping[int, Mapping[str, Any]], states: list[RankState]) -> list[dict[str, Any]]:
         """This node's ranks as published: who (from their rank states) and their evidence."""
