@@ -62,8 +62,7 @@ from paijob.openpai.taskenv import (  # noqa: E402
 )
 from paijob.runtime.config import LaunchConfig  # noqa: E402
 from paijob.runtime.console import say  # noqa: E402
-from paijob.runtime.netif import task_address  # noqa: E402
-from paijob.runtime.watch.failures import (  # noqa: E402
+from paijob.runtime.failure import (  # noqa: E402
     Failure,
     choose_root_cause,
     looks_secondary,
@@ -71,6 +70,7 @@ from paijob.runtime.watch.failures import (  # noqa: E402
     stopped_by_signal,
     strip_rank_prefix,
 )
+from paijob.runtime.netif import task_address  # noqa: E402
 from paijob.runtime.watch.hangwatch import (  # noqa: E402
     ACCOUNT_WAIT,
     Channel,

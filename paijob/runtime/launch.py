@@ -59,9 +59,9 @@ from paijob.errors import PaijobError
 from paijob.runtime.config import LaunchConfig, LaunchError, WorkerCommand
 from paijob.runtime.console import line_buffered_stdio, say, tell
 from paijob.runtime.env import MpiSlot
+from paijob.runtime.failure import Failure, report_root_cause, stopped_by_signal
 from paijob.runtime.netif import socket_ifname_env
 from paijob.runtime.probe import wait_for_master
-from paijob.runtime.watch.failures import Failure, report_root_cause, stopped_by_signal
 from paijob.runtime.watch.hangwatch import ACCOUNT_WAIT
 from paijob.runtime.watch.health import OneProcessHealth
 from paijob.runtime.watch.notice import ABORT, ACCOUNT, read_abort_notice, serve_notice

@@ -201,7 +201,7 @@ def _hold_knock_on(error: BaseException) -> int:
         return 0
     if hold <= 0:
         return 0
-    from paijob.runtime.watch.failures import looks_secondary
+    from paijob.runtime.failure import looks_secondary
 
     text = "".join(traceback.format_exception(type(error), error, error.__traceback__))
     if not looks_secondary(text):

@@ -54,7 +54,7 @@ def test_a_task_without_paijob_runtime_keeps_the_exit_spec_note_only(server: Loc
 REPORTS = textwrap.dedent('''
     import sys
     from paijob.runtime import console
-    from paijob.runtime.watch import failures
+    from paijob.runtime import failure as failures
 
     console.take_record_key()
     if sys.argv[1] == "reworded":  # what a change of the human lines' wording does

@@ -7,8 +7,8 @@ import pytest
 from paijob.common.cwd_safe import module_args
 from paijob.common.options import build_parsers, split_train_argv
 from paijob.runtime.config import LOCAL_RANK_MACRO, WorkerCommand, local_rank_style
+from paijob.runtime.failure import Failure, choose_root_cause, looks_secondary
 from paijob.runtime.probe import count_visible_gpus
-from paijob.runtime.watch.failures import Failure, choose_root_cause, looks_secondary
 
 
 @pytest.mark.parametrize(

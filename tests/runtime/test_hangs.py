@@ -32,8 +32,8 @@ from paijob.common import exitcodes
 from paijob.common.options import build_parsers
 from paijob.runtime.cli import hang_settings
 from paijob.runtime.config import HangSettings, LaunchError
+from paijob.runtime.failure import Failure
 from paijob.runtime.watch import progress
-from paijob.runtime.watch.failures import Failure
 from paijob.runtime.watch.hangwatch import process_ended
 from paijob.runtime.watch.progress import Sampler, collectives_issued
 from paijob.runtime.watch.spawnwatch import child_rank

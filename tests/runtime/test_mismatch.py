@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from paijob.runtime.watch.failures import Failure, choose_root_cause
+from paijob.runtime.failure import Failure, choose_root_cause
 from paijob.runtime.watch.mismatch import (
     calls_said,
     describe,

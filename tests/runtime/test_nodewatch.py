@@ -12,9 +12,9 @@ import pytest
 
 from paijob.runtime.config import LaunchConfig, WorkerCommand
 from paijob.runtime.env import DistEnv
+from paijob.runtime.failure import Failure
 from paijob.runtime.probe import MasterUnreachableError, wait_for_master
 from paijob.runtime.watch import nodewatch
-from paijob.runtime.watch.failures import Failure
 from paijob.runtime.watch.nodewatch import NodeWatch, StoreTimeout, bounded, first_line
 
 

@@ -23,8 +23,8 @@ from runtime_helpers import skip_without_gloo_flight_recorder
 
 from paijob.common import contract
 from paijob.runtime.agent import PaijobAgent
+from paijob.runtime.failure import Failure
 from paijob.runtime.watch import progress, recorder
-from paijob.runtime.watch.failures import Failure
 
 SITE = "/venv/lib/python3.11/site-packages/torch/distributed/"
 

@@ -18,7 +18,7 @@ from paijob.common.records import (
     last_failure,
 )
 from paijob.runtime import console
-from paijob.runtime.watch.failures import Failure, report_root_cause
+from paijob.runtime.failure import Failure, report_root_cause
 
 KEY = "the task's key"
 TAIL = ("[rank1]: Traceback (most recent call last):\n[rank1]:   File \"train.py\", line 9, in <module>\n"

@@ -18,7 +18,7 @@ import pytest
 from runtime_helpers import free_port
 
 from paijob.runtime.config import HangSettings
-from paijob.runtime.watch.failures import Failure
+from paijob.runtime.failure import Failure
 from paijob.runtime.watch.hangwatch import HangWatch, StoreChannel
 from paijob.runtime.watch.notice import ABORT, ACCOUNT, read_abort_notice, read_notice, serve_notice
 from paijob.runtime.watch.progress import Sampler

@@ -13,7 +13,7 @@ import pytest
 
 from paijob.common import exitcodes
 from paijob.runtime.config import HangSettings
-from paijob.runtime.watch.failures import Failure
+from paijob.runtime.failure import Failure
 from paijob.runtime.watch.progress import classify_wait
 from paijob.runtime.watch.verdict import (
     RankState,

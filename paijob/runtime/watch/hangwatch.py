@@ -37,8 +37,8 @@ from typing import Any
 from paijob.common import contract, procfs, untrusted
 from paijob.common.records import StallRecord
 from paijob.runtime.config import HangSettings
+from paijob.runtime.failure import Failure
 from paijob.runtime.watch import outside
-from paijob.runtime.watch.failures import Failure
 from paijob.runtime.watch.launched import Launched, read_file, read_reports
 from paijob.runtime.watch.lifecycle import Ticker
 from paijob.runtime.watch.progress import MAX_ERROR, write_new

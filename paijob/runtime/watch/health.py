@@ -18,8 +18,8 @@ from collections.abc import Callable, Mapping
 
 from paijob.common import contract
 from paijob.runtime.config import LaunchConfig
+from paijob.runtime.failure import Failure
 from paijob.runtime.netif import task_address
-from paijob.runtime.watch.failures import Failure
 from paijob.runtime.watch.hangwatch import (
     ACCOUNT_WAIT,
     Channel,

@@ -31,7 +31,7 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
-from paijob.runtime.watch.failures import Failure
+from paijob.runtime.failure import Failure
 from paijob.runtime.watch.progress import is_library
 
 DEBUG_VARIABLE = "TORCH_DISTRIBUTED_DEBUG"  # torch's name; DETAIL checks collectives' fingerprints

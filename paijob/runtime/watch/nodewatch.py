@@ -35,7 +35,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from paijob.common import exitcodes
-from paijob.runtime.watch.failures import Failure, choose_root_cause
+from paijob.runtime.failure import Failure, choose_root_cause
 from paijob.runtime.watch.lifecycle import StoreTimeout, Ticker, bounded
 
 if TYPE_CHECKING:

@@ -10,7 +10,7 @@ watches talk. What node 0 still has to tell the others, it tells on the same por
   store that never comes, and exit 2 too;
 * :data:`ACCOUNT`, node 0's account of torch's own process-group timeout (the rank
   that never arrived, :meth:`paijob.runtime.watch.hangwatch.HangWatch.account_now`),
-  as a :class:`~paijob.runtime.watch.failures.Failure` in JSON: every node prints
+  as a :class:`~paijob.runtime.failure.Failure` in JSON: every node prints
   the same root cause.
 
 Node 0 speaks first, as a real rendezvous store never does, so a notice cannot be

@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from paijob.runtime.watch.failures import Failure
+from paijob.runtime.failure import Failure
 from paijob.runtime.watch.lifecycle import StoreTimeout, bounded
 
 T = TypeVar("T")

@@ -30,7 +30,7 @@ from typing import Any
 from paijob.common import exitcodes
 from paijob.common.records import StallRecord, rank_ranges
 from paijob.runtime.config import HangSettings
-from paijob.runtime.watch.failures import Failure
+from paijob.runtime.failure import Failure
 from paijob.runtime.watch.progress import is_library
 
 HANG_EXIT = exitcodes.HANG
