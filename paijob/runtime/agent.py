@@ -55,7 +55,7 @@ from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, SignalEx
 from torch.distributed.elastic.rendezvous import RendezvousParameters  # noqa: E402
 from torch.distributed.elastic.rendezvous import registry as rdzv_registry  # noqa: E402
 
-from paijob.common import contract, exitcodes, procfs  # noqa: E402
+from paijob.common import contract, exitcodes  # noqa: E402
 from paijob.openpai.taskenv import (  # noqa: E402
     PAI_CURRENT_TASK_ROLE_CURRENT_TASK_INDEX,
     PAI_CURRENT_TASK_ROLE_NAME,
@@ -70,6 +70,7 @@ from paijob.runtime.failure import (  # noqa: E402
     stopped_by_signal,
     strip_rank_prefix,
 )
+from paijob.runtime.groups import group_alive, signal_group  # noqa: E402
 from paijob.runtime.netif import task_address  # noqa: E402
 from paijob.runtime.watch.hangwatch import (  # noqa: E402
     ACCOUNT_WAIT,
@@ -179,7 +180,7 @@ class PaijobAgent(LocalElasticAgent):
         its fixed 30 s); torch's own close then finds them gone.
         """
         for pgid in self._pgids:  # a stopped worker handles the SIGTERM below only once continued
-            _signal_group(pgid, signal.SIGCONT)
+            signal_group(pgid, signal.SIGCONT)
         if not _SHUTDOWN_TAKES_TIMEOUT and self._pcontext is not None:
             death_sig = kwargs.get("death_sig", args[0] if args else signal.SIGTERM)
             self._pcontext.close(death_sig, timeout=self.grace_period)
@@ -187,10 +188,7 @@ class PaijobAgent(LocalElasticAgent):
         # Workers run in their own sessions; whatever they left behind in their
         # process groups (data-loader workers, shells) goes too: no orphans.
         for pgid in self._pgids:
-            try:
-                os.killpg(pgid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
+            signal_group(pgid, signal.SIGKILL)
 
     def _exit_barrier(self) -> None:
         watch = self._watch()
@@ -262,13 +260,13 @@ class PaijobAgent(LocalElasticAgent):
         """The watchdog's way out: report the root cause, stop the workers now."""
         report_root_cause(failure, self.node_rank)
         for pgid in self._pgids:
-            _signal_group(pgid, signal.SIGTERM)
-            _signal_group(pgid, signal.SIGCONT)  # a stopped worker (T state) handles SIGTERM only once continued
+            signal_group(pgid, signal.SIGTERM)
+            signal_group(pgid, signal.SIGCONT)  # a stopped worker (T state) handles SIGTERM only once continued
         deadline = time.monotonic() + min(10.0, self._watch().grace_period)
-        while time.monotonic() < deadline and any(_group_alive(p) for p in self._pgids):
+        while time.monotonic() < deadline and any(group_alive(p) for p in self._pgids):
             time.sleep(0.1)
         for pgid in self._pgids:
-            _signal_group(pgid, signal.SIGKILL)
+            signal_group(pgid, signal.SIGKILL)
         self.remove_logs()
 
     def remove_logs(self) -> None:
@@ -416,18 +414,6 @@ class PaijobAgent(LocalElasticAgent):
         lines = [strip_rank_prefix(line) for line in lines]
         return "\n".join(lines[-_TAIL_LINES:])
 
-
-
-def _signal_group(pgid: int, signum: int) -> None:
-    try:
-        os.killpg(pgid, signum)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
-def _group_alive(pgid: int) -> bool:
-    """Whether a process of group ``pgid`` still runs (zombies awaiting their reaper do not)."""
-    return any(stat.pgrp == pgid and not stat.zombie for stat in procfs.processes())
 
 
 def _connect_store(master_addr: str, master_port: int, run_id: str, timeout: float) -> Any:

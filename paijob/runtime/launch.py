@@ -60,6 +60,7 @@ from paijob.runtime.config import LaunchConfig, LaunchError, WorkerCommand
 from paijob.runtime.console import line_buffered_stdio, say, tell
 from paijob.runtime.env import MpiSlot
 from paijob.runtime.failure import Failure, report_root_cause, stopped_by_signal
+from paijob.runtime.groups import signal_group
 from paijob.runtime.netif import socket_ifname_env
 from paijob.runtime.probe import wait_for_master
 from paijob.runtime.watch.hangwatch import ACCOUNT_WAIT
@@ -252,7 +253,7 @@ def supervise(
     def forward(signum: int, _frame: object) -> None:
         if not received:
             received.append(signum)
-            _signal_group(proc.pid, signum)
+            signal_group(proc.pid, signum)
 
     handled = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
     previous = {sig: signal.signal(sig, forward) for sig in handled}
@@ -265,7 +266,7 @@ def supervise(
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-        _signal_group(proc.pid, signal.SIGKILL)  # leftovers of the group: no orphans
+        signal_group(proc.pid, signal.SIGKILL)  # leftovers of the group: no orphans
     if received:
         say(stopped_by_signal(received[0], what))
         return exitcodes.from_signal(received[0])
@@ -306,14 +307,14 @@ def _wait(proc: subprocess.Popen[bytes], received: list[int], watch: MasterPortW
         except subprocess.TimeoutExpired:
             pass
         if not received and _must_stop(proc.pid, watch, hung, verdicts):
-            _signal_group(proc.pid, signal.SIGTERM)
-            _signal_group(proc.pid, signal.SIGCONT)  # a stopped process handles it once continued
+            signal_group(proc.pid, signal.SIGTERM)
+            signal_group(proc.pid, signal.SIGCONT)  # a stopped process handles it once continued
             deadline = time.monotonic() + grace_period
         if received and deadline is None:
             deadline = time.monotonic() + grace_period
         if deadline is not None and time.monotonic() >= deadline:
             say(f"{what} did not stop within {grace_period:.0f}s; sending SIGKILL")
-            _signal_group(proc.pid, signal.SIGKILL)
+            signal_group(proc.pid, signal.SIGKILL)
 
 
 def _must_stop(pid: int, watch: MasterPortWatch | None, hung: Callable[[], Failure | None] | None,
@@ -331,13 +332,6 @@ def _must_stop(pid: int, watch: MasterPortWatch | None, hung: Callable[[], Failu
             verdicts.append(verdict)
             return True
     return False
-
-
-def _signal_group(pgid: int, signum: int) -> None:
-    try:
-        os.killpg(pgid, signum)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def _announce(config: LaunchConfig) -> None:

@@ -75,11 +75,11 @@ def test_the_local_tracker_sees_a_task_child_with_an_odd_name(odd_sleep: subproc
 
 
 def test_the_agent_waits_for_a_group_whose_process_has_an_odd_name(odd_sleep: subprocess.Popen[bytes]) -> None:
-    from paijob.runtime.agent import _group_alive
+    from paijob.runtime.groups import group_alive
 
-    assert _group_alive(odd_sleep.pid)
+    assert group_alive(odd_sleep.pid)
     _exit_unreaped(odd_sleep)
-    assert not _group_alive(odd_sleep.pid)  # a zombie awaiting its reaper is not alive
+    assert not group_alive(odd_sleep.pid)  # a zombie awaiting its reaper is not alive
 
 
 def test_the_port_watch_finds_the_session_of_a_process_with_an_odd_name(
