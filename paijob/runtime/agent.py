@@ -62,50 +62,16 @@ from paijob.openpai.taskenv import (  # noqa: E402
 )
 from paijob.runtime.config import LaunchConfig  # noqa: E402
 from paijob.runtime.console import say  # noqa: E402
-from paijob.runtime.failure import (  # noqa: E402
-    Failure,
-    choose_root_cause,
-    looks_secondary,
-    report_root_cause,
-    stopped_by_signal,
-    strip_rank_prefix,
-)
+from paijob.runtime.failure import Failure, looks_secondary, report_root_cause  # noqa: E402
 from paijob.runtime.groups import group_alive, signal_group  # noqa: E402
 from paijob.runtime.netif import task_address  # noqa: E402
-from paijob.runtime.watch.hangwatch import (  # noqa: E402
-    ACCOUNT_WAIT,
-    Channel,
-    HangWatch,
-    StoreChannel,
-    process_ended,
-    stacks_folder,
-)
-from paijob.runtime.watch.health import answer_stacks_requests, host_name  # noqa: E402
-from paijob.runtime.watch.launched import Launched  # noqa: E402
-from paijob.runtime.watch.lifecycle import Watchers  # noqa: E402
-from paijob.runtime.watch.mismatch import (  # noqa: E402
-    calls_said,
-    mismatch_account,
-    said_size_abort,
-    script_line,
-    undecided,
-)
-from paijob.runtime.watch.nodewatch import NodeWatch, first_line  # noqa: E402
-from paijob.runtime.watch.recorder import ANSWER_WAIT, read_answers, request  # noqa: E402
-from paijob.runtime.watch.verdict import first_timed_out  # noqa: E402
+from paijob.runtime.watch.health import PerGpuHealth, first_line, read_tail  # noqa: E402
 
 if _user_cpp_log_level is None:
     os.environ.pop(_CPP_LOG_LEVEL, None)
 
 log = logging.getLogger("paijob.runtime")
-# Seconds node 0 waits for every node's record to name a mismatch's odd rank. A node stopped for
-# node 0's failure before its own workers exited publishes their words after stopping them:
-# node 0's poll (1 s), SIGTERM, the node's poll, at most a few seconds under load. Below
-# ACCOUNT_WAIT, so the nodes waiting for the account still get it.
-MISMATCH_WAIT = 10.0
-
-_TAIL_BYTES = 64 * 1024
-_TAIL_LINES = 40
+_TAIL_BYTES = 64 * 1024  # of the message torch's @record wrote for a failed worker
 
 
 def _accepts(function: Any, name: str) -> bool:
@@ -138,19 +104,13 @@ class PaijobAgent(LocalElasticAgent):
         self.grace_period = config.grace_period
         self.node_rank = config.dist.node_rank
         self.nnodes = config.dist.nnodes
-        self.local_failure: Failure | None = None
-        self.local_failures: list[Failure] = []  # every failed local worker (a mismatch's account reads them all)
         self.assigned_ranks: list[int] = []
         self.rank_pids: dict[int, int] = {}
         self._pgids: set[int] = set()
-        self.watch: NodeWatch | None = None  # set by run_per_gpu before run()
+        self.health: PerGpuHealth | None = None  # the door into the watch: set by run_per_gpu before run()
         self.log_root: str | None = None  # a folder of our own, removed when the node ends
         # What the workers get beyond this process's environment (paijob.common.contract.worker_env)
         self.worker_env = {k: v for k, v in (worker_env or {}).items() if os.environ.get(k) != v}
-        self.hang: HangWatch | None = None  # the hang watch (None: --hang-timeout 0)
-        self.recorded_calls: dict[str, list[dict[str, Any]]] = {}  # a mismatch's evidence, by rank
-        self._exited: set[int] = set()  # ranks whose exit was looked at
-        self._asked = False  # the live workers were asked for their calls (once a run)
 
     # -- worker lifecycle -------------------------------------------------
     def _start_workers(self, worker_group: Any) -> dict[int, Any]:
@@ -191,7 +151,7 @@ class PaijobAgent(LocalElasticAgent):
             signal_group(pgid, signal.SIGKILL)
 
     def _exit_barrier(self) -> None:
-        watch = self._watch()
+        watch = self._health().node  # told what the main thread does: its phases hold the deadlines
         watch.mark_done()
         watch.enter("exit barrier")
         super()._exit_barrier()
@@ -199,7 +159,7 @@ class PaijobAgent(LocalElasticAgent):
 
     # -- rendezvous -----------------------------------------------------------
     def _rendezvous(self, worker_group: Any) -> None:
-        watch = self._watch()
+        watch = self._health().node  # told what the main thread does: its phases hold the deadlines
         spec = worker_group.spec
         master = self.config.master
         limit = float(self.config.rendezvous_timeout)
@@ -252,9 +212,9 @@ class PaijobAgent(LocalElasticAgent):
             ),
         )
 
-    def _watch(self) -> NodeWatch:
-        assert self.watch is not None, "run_per_gpu sets agent.watch"
-        return self.watch
+    def _health(self) -> PerGpuHealth:
+        assert self.health is not None, "run_per_gpu sets agent.health"
+        return self.health
 
     def end_node(self, failure: Failure) -> None:
         """The watchdog's way out: report the root cause, stop the workers now."""
@@ -262,7 +222,7 @@ class PaijobAgent(LocalElasticAgent):
         for pgid in self._pgids:
             signal_group(pgid, signal.SIGTERM)
             signal_group(pgid, signal.SIGCONT)  # a stopped worker (T state) handles SIGTERM only once continued
-        deadline = time.monotonic() + min(10.0, self._watch().grace_period)
+        deadline = time.monotonic() + min(10.0, self.grace_period)
         while time.monotonic() < deadline and any(group_alive(p) for p in self._pgids):
             time.sleep(0.1)
         for pgid in self._pgids:
@@ -278,14 +238,14 @@ class PaijobAgent(LocalElasticAgent):
     def _ask_before_closing(self) -> None:
         """torch's poll stops every worker (``PContext.close``) in the same call that finds one
         failed: where gloo aborted that one for a collective's size, the others must be asked
-        for their calls first, so the ask runs just before torch's close, whoever calls it."""
+        for their calls first, so the watch is told just before torch's close, whoever calls it."""
         pcontext = self._pcontext
-        if pcontext is None or self.hang is None:
+        if pcontext is None:
             return
         close = pcontext.close
 
         def close_after_asking(*args: Any, **kwargs: Any) -> Any:
-            self._ask_calls_after_size_abort(self._exited_workers())
+            self._health().before_workers_stop()
             return close(*args, **kwargs)
 
         pcontext.close = close_after_asking  # type: ignore[method-assign]
@@ -293,52 +253,14 @@ class PaijobAgent(LocalElasticAgent):
     def _monitor_workers(self, worker_group: Any) -> RunResult:
         result = super()._monitor_workers(worker_group)
         if result.state == WorkerState.FAILED:
-            self.local_failure = self._describe_local_failure(result)
-            self.local_failure.calls = self.recorded_calls
-            self._watch().publish(self.local_failure)
+            self._health().workers_failed(self._describe_failures(result))
             return result
-        if result.state == WorkerState.HEALTHY and self._watch().failed:
-            self._ask_calls_after_size_abort(self._watch().records())
+        if result.state == WorkerState.HEALTHY and self._health().verdict() is not None:
             return RunResult(state=WorkerState.FAILED)
         return result
 
-    def _exited_workers(self) -> list[Failure]:
-        """Workers that exited since the last look, as their output left them (each once)."""
-        exited = []
-        for local_rank, rank in enumerate(self.assigned_ranks):
-            pid = self.rank_pids.get(rank)
-            if pid is None or rank in self._exited or not process_ended(pid):
-                continue
-            self._exited.add(rank)
-            exited.append(Failure(node_rank=self.node_rank, rank=rank, local_rank=local_rank,
-                                  returncode=None, secondary=False, time=time.time(),
-                                  tail=self._log_tail(local_rank)))
-        return exited
-
-    def _ask_calls_after_size_abort(self, failures: list[Failure]) -> None:
-        """Where gloo aborted a rank for a collective's size (here or on another node), ask this
-        node's live workers for their last collectives before they are stopped: which rank's call
-        differs is known only inside them (:mod:`paijob.runtime.watch.recorder`). Waits until
-        each live worker answered, at most :data:`ANSWER_WAIT` seconds."""
-        folder = self.worker_env.get(contract.HANG_DIR) or os.environ.get(contract.HANG_DIR)
-        if not folder or self.hang is None or self._asked or not said_size_abort(failures):
-            return
-        self._asked = True
-        try:
-            request(folder)
-        except OSError:
-            return
-        deadline = time.monotonic() + ANSWER_WAIT
-        while True:
-            answers = read_answers(folder, list(self.rank_pids))
-            waiting = [rank for rank, pid in self.rank_pids.items()
-                       if rank not in answers and not process_ended(pid)]
-            if not waiting or time.monotonic() >= deadline:
-                break
-            time.sleep(0.05)
-        self.recorded_calls = {str(rank): calls for rank, calls in answers.items() if calls}
-
-    def _describe_local_failure(self, result: RunResult) -> Failure:
+    def _describe_failures(self, result: RunResult) -> list[Failure]:
+        """torch's failed workers as paijob's failure records."""
         candidates = []
         for global_rank, failure in result.failures.items():
             tail = self._tail(failure)
@@ -355,37 +277,7 @@ class PaijobAgent(LocalElasticAgent):
                     tail=tail,
                 )
             )
-        self.local_failures = candidates
-        root = choose_root_cause(candidates)
-        assert root is not None
-        return root
-
-    def describe_stopped_workers(self) -> list[Failure]:
-        """This node's workers as their output left them, when we stopped them for a peer's
-        failure before they failed themselves (torch then reports no failures): what they said
-        may still be the evidence, e.g. torch's fingerprint check that every rank raised but
-        that was slow to exit."""
-        return [
-            Failure(node_rank=self.node_rank, rank=rank, local_rank=local_rank,
-                    returncode=-signal.SIGTERM, secondary=True, time=time.time(),
-                    tail=self._log_tail(local_rank))
-            for local_rank, rank in enumerate(self.assigned_ranks)
-        ]
-
-    def complete_local_failures(self) -> None:
-        """Add what this node's workers said that torch's failure report left out, once every
-        worker has ended. torch reads the workers when it finds the first failure and stops the
-        rest: torch 2.4 then reports none of the workers it stopped, and a worker it stopped
-        may still have been writing its traceback. Either way the odd rank of a mismatch was
-        named without its line (torch 2.4, one run in eight)."""
-        present = {f.rank for f in self.local_failures}
-        self.local_failures.extend(f for f in self.describe_stopped_workers() if f.rank not in present)
-        for failure in self.local_failures:
-            if failure.local_rank is None or script_line(failure.tail or ""):
-                continue
-            fresh = self._log_tail(failure.local_rank)
-            if script_line(fresh):
-                failure.tail = fresh
+        return candidates
 
     def _tail(self, failure: Any) -> str:
         data = failure.error_file_data or {}
@@ -394,26 +286,11 @@ class PaijobAgent(LocalElasticAgent):
             text = str(message.get("message", ""))
             stack = message.get("extraInfo", {}).get("py_callstack")
             return (stack or text)[-_TAIL_BYTES:]
-        return self._log_tail(failure.local_rank)
+        return self.log_tail(failure.local_rank)
 
-    def _log_tail(self, local_rank: int) -> str:
+    def log_tail(self, local_rank: int) -> str:
         """The last traceback (or lines) in the output copy of local rank ``local_rank``."""
-        path = None
-        if self._pcontext is not None:
-            path = self._pcontext.stderrs.get(local_rank)
-        if not path or not os.path.exists(path):
-            return ""
-        with open(path, "rb") as fh:
-            fh.seek(0, os.SEEK_END)
-            size = fh.tell()
-            fh.seek(max(0, size - _TAIL_BYTES))
-            text = fh.read().decode("utf-8", errors="replace")
-        start = text.rfind("Traceback (most recent call last)")
-        lines = (text[start:] if start >= 0 else text).rstrip().splitlines()
-        # torch prefixes a worker's uncaught traceback lines with "[rankN]:"; drop that.
-        lines = [strip_rank_prefix(line) for line in lines]
-        return "\n".join(lines[-_TAIL_LINES:])
-
+        return read_tail(self._pcontext.stderrs.get(local_rank) if self._pcontext is not None else None)
 
 
 def _connect_store(master_addr: str, master_port: int, run_id: str, timeout: float) -> Any:
@@ -501,61 +378,32 @@ def run_per_gpu(config: LaunchConfig, worker_env: Mapping[str, str] | None = Non
     agent = PaijobAgent(spec, logs_specs, config, worker_env)
     agent.log_root = log_root
     dist = config.dist
-    agent.watch = NodeWatch(
-        config,
+    health = agent.health = PerGpuHealth(
+        config, agent,
+        folder=agent.worker_env.get(contract.HANG_DIR) or os.environ.get(contract.HANG_DIR),
         connect=lambda: _connect_store(dist.master_addr, dist.master_port, config.run_id,
                                        config.heartbeat_timeout),
-        end_node=agent.end_node,
-        say=say,
-        who=_who(),
+        end_node=agent.end_node, say=say, who=_who(),
     )
     os.environ.setdefault("TORCHELASTIC_SIGNALS_TO_HANDLE", "SIGTERM,SIGINT,SIGHUP,SIGQUIT")
     _quiet_torch_elastic(config.verbose)
-    agent.hang = _start_hang_watch(config, agent)
-    watchers = Watchers(agent.hang)
-    watchers.start()
+    health.start()
     try:
-        return _run_agent(agent, config)
+        return _run_agent(agent, health, config)
     finally:
-        watchers.stop()
+        health.stop()
         agent.remove_logs()
 
 
-def _start_hang_watch(config: LaunchConfig, agent: PaijobAgent) -> HangWatch | None:
-    """The workers' samplers report into the folder the launcher named in their environment
-    (:func:`paijob.common.contract.worker_env`); one thread judges (node 0). SIGUSR1 asks it for
-    every rank's stack on every node (the job goes on)."""
-    watch = agent._watch()  # noqa: SLF001 - set by run_per_gpu
-    folder = agent.worker_env.get(contract.HANG_DIR) or os.environ.get(contract.HANG_DIR)
-    if not config.hang.enabled or not folder:
-        answer_stacks_requests(None, say)
-        return None
-    dist = config.dist
-
-    def declare(failure: Failure) -> None:
-        watch.publish(failure)
-        watch.declare(failure)
-
-    hang = HangWatch(
-        config.hang, folder=folder, node_rank=dist.node_rank, nnodes=dist.nnodes,
-        world_size=dist.world_size, host=host_name(os.environ),
-        stacks_dir=stacks_folder(config.log_dir, os.environ),
-        channel=StoreChannel(watch.call) if dist.nnodes > 1 else Channel(),
-        declare=declare, say=say, launched=Launched(ranks=lambda: agent.rank_pids),
-    )
-    answer_stacks_requests(hang, say)
-    return hang
-
-
-def _run_agent(agent: PaijobAgent, config: LaunchConfig) -> tuple[int, Failure | None]:
-    watch = agent._watch()  # noqa: SLF001 - set by run_per_gpu
+def _run_agent(agent: PaijobAgent, health: PerGpuHealth, config: LaunchConfig
+               ) -> tuple[int, Failure | None]:
     dist = config.dist
     try:
         result = agent.run()
     except SignalException as error:
-        return _stopped(watch, config, error.sigval), None
+        return health.stopped_by(error.sigval), None
     except Exception as error:
-        watch.close()
+        health.node.close()
         if agent.assigned_ranks:  # workers had started: a bug, keep the traceback
             raise
         raise _rendezvous_error(config, error) from error
@@ -566,115 +414,15 @@ def _run_agent(agent: PaijobAgent, config: LaunchConfig) -> tuple[int, Failure |
         )
     if result is not None and result.state == WorkerState.SUCCEEDED:
         # The exit barrier released the store (NodeWatch.release): no store call here.
-        watch.close()
+        health.node.close()
         return exitcodes.OK, None
-    local = [agent.local_failure] if agent.local_failure is not None else []
-    records = _with_timeout_account(agent, config, local, watch.records())
-    if config.multi_node and not any(not f.secondary for f in [*local, *records]):
-        # A peer's connection broke under our workers: wait for the cause (its record,
-        # or node 0's verdict that it was lost, which takes --heartbeat-timeout).
-        records = watch.wait_for_primary(local, timeout=config.heartbeat_timeout + 5.0)
-    records = _with_mismatch_account(agent, config, records)
-    root = choose_root_cause([*local, *records])
-    watch.finish_after_failure(linger=5.0)
-    watch.close()
+    root = health.explain_failure()
     if root is None:
         return exitcodes.INFRA_FAILURE, Failure(
             node_rank=dist.node_rank, rank=None, local_rank=None, returncode=None,
             secondary=False, time=time.time(), reason="the worker group failed for an unknown reason",
         )
     return root.exit_code, root
-
-
-def _with_timeout_account(agent: PaijobAgent, config: LaunchConfig, local: list[Failure],
-                          records: list[Failure]) -> list[Failure]:
-    """``records``, with the hang watch's account when torch's own timeout fired in a rank that
-    waited: node 0 names the rank that never arrived and publishes it; the other nodes wait
-    for that account, so every node prints the same root cause."""
-    if agent.hang is None:
-        return records
-    watch = agent._watch()  # noqa: SLF001 - set by run_per_gpu
-    explained = agent.hang.explain_timeout([*local, *records])
-    if explained is not None:
-        watch.publish(explained)
-        return [*records, explained]
-    if config.multi_node and first_timed_out([*local, *records]):
-        return watch.wait_for_account(timeout=ACCOUNT_WAIT)
-    return records
-
-
-def _with_mismatch_account(agent: PaijobAgent, config: LaunchConfig,
-                           records: list[Failure]) -> list[Failure]:
-    """``records``, with node 0's account when the workers' failures say a collective's calls
-    disagree (:mod:`paijob.runtime.watch.mismatch`): node 0 names the rank whose call differs
-    (waiting briefly for every node's record when its own ranks alone cannot tell) and publishes
-    it; the other nodes wait for it, so every node prints the same root cause."""
-    if any(f.overrides for f in records):
-        return records
-    watch = agent._watch()  # noqa: SLF001 - set by run_per_gpu
-    world_size = config.dist.world_size
-    account = _local_account(agent, records, world_size)
-    if account is None or not config.multi_node:
-        return records if account is None else [*records, account]
-    if config.dist.node_rank != 0:
-        _publish_our_words(agent, watch)
-        return watch.wait_for_account(timeout=ACCOUNT_WAIT)
-    others = set(range(1, config.dist.nnodes))
-
-    def enough(found: list[Failure]) -> bool:  # records hold node 0's own too: count the others
-        heard = {f.node_rank for f in found}
-        return others <= heard or not undecided([*agent.local_failures, *found], world_size)
-
-    if not enough(records):
-        records = watch.wait_for(enough, timeout=MISMATCH_WAIT)
-        account = mismatch_account([*agent.local_failures, *records], world_size) or account
-    watch.publish(account)
-    return [*records, account]
-
-
-def _local_account(agent: PaijobAgent, records: list[Failure], world_size: int) -> Failure | None:
-    """The mismatch account from what this node's workers said (their output, their recorders'
-    calls) and ``records``; None: no mismatch."""
-    if agent.local_failure is None:  # stopped for a peer's failure: what did ours say?
-        agent.local_failures = agent.describe_stopped_workers()
-    if agent.local_failures and not any(f.calls for f in agent.local_failures):
-        agent.local_failures[0].calls = agent.recorded_calls  # what our ranks' recorders said
-    account = mismatch_account([*agent.local_failures, *records], world_size)
-    if account is not None and agent.local_failure is not None:
-        agent.complete_local_failures()  # an odd rank's line, written as torch stopped it
-        account = mismatch_account([*agent.local_failures, *records], world_size)
-    return account
-
-
-def _publish_our_words(agent: PaijobAgent, watch: NodeWatch) -> None:
-    """A node other than 0 whose workers were stopped for a peer (it published nothing yet):
-    what its ranks said (torch's fingerprints) and their recorders' calls, for node 0's account."""
-    if agent.local_failure is not None or not agent.local_failures:
-        return
-    evidence = next((f for f in agent.local_failures if calls_said([f])), agent.local_failures[0])
-    if calls_said([evidence]) or agent.recorded_calls:
-        evidence.calls = agent.recorded_calls
-        watch.publish(evidence)
-
-
-def _stopped(watch: NodeWatch, config: LaunchConfig, signum: int) -> int:
-    """torch has stopped our workers: tell the other nodes why before they see us vanish."""
-    node_rank = config.dist.node_rank
-    name = signal.Signals(signum).name
-    watch.publish(
-        Failure(
-            node_rank=node_rank, rank=None, local_rank=None, returncode=None,
-            secondary=False, time=time.time(),
-            reason=(
-                f"node rank {node_rank} received {name} and stopped its workers (the job "
-                f"was stopped, or the task preempted)"
-            ),
-        )
-    )
-    watch.finish_after_failure(linger=3.0)
-    watch.close()
-    say(stopped_by_signal(signum, f"node rank {node_rank}'s {config.dist.nproc_per_node} worker(s)"))
-    return exitcodes.from_signal(signum)
 
 
 def _rendezvous_error(config: LaunchConfig, error: Exception) -> exitcodes.InfrastructureError:

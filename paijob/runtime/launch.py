@@ -63,16 +63,12 @@ from paijob.runtime.failure import Failure, report_root_cause, stopped_by_signal
 from paijob.runtime.groups import signal_group
 from paijob.runtime.netif import socket_ifname_env
 from paijob.runtime.probe import wait_for_master
-from paijob.runtime.watch.hangwatch import ACCOUNT_WAIT
-from paijob.runtime.watch.health import OneProcessHealth
-from paijob.runtime.watch.notice import ABORT, ACCOUNT, read_abort_notice, serve_notice
-from paijob.runtime.watch.portwatch import MasterPortWatch
+from paijob.runtime.watch.health import MasterPortWatch, OneProcessHealth, read_abort_notice
 from paijob.runtime.worker import finish, run_as_main
 
 log = logging.getLogger("paijob.runtime")
 
 INDUCTOR_CACHE_DIR = "TORCHINDUCTOR_CACHE_DIR"  # torch's name; default $TMPDIR/torchinductor_<user>
-NOTICE_LINGER = 30.0  # per-node: how long node 0 answers the waiting nodes after a diagnosis
 
 
 def launch(config: LaunchConfig) -> int:
@@ -159,13 +155,7 @@ def _launch_one_process(config: LaunchConfig, env: Mapping[str, str]) -> int:
                          started=health.started, explain=health.explain_failure)
     finally:
         health.stop()
-    # The declared port is free now (the script's store ended with it): tell the other nodes there.
-    if health.diagnosis is not None:
-        serve_notice(dist.master_port, ABORT, health.diagnosis, peers=dist.nnodes - 1,
-                     linger=min(config.master_timeout, NOTICE_LINGER))
-    elif health.notice is not None:
-        serve_notice(dist.master_port, ACCOUNT, health.notice.to_json(), peers=dist.nnodes - 1,
-                     linger=ACCOUNT_WAIT + 5.0)
+    health.tell_the_other_nodes()  # the declared port is free now: node 0's notice goes there
     return code
 
 

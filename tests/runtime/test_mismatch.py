@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from paijob.runtime.failure import Failure, choose_root_cause
+from paijob.runtime.watch.accounting import Accounting, read_tail
 from paijob.runtime.watch.mismatch import (
     calls_said,
     describe,
@@ -177,25 +178,38 @@ class ReplayedWatch:
         self.published.append(failure)
 
 
+class FakeLauncher:
+    """A launcher as the watch sees it (paijob.runtime.watch.launcher.Launcher), without torch: the
+    ranks it runs (by local rank) and what each one's output ends with."""
+
+    def __init__(self, node_rank: int, tails: dict[int, str], pids: dict[int, int] | None = None) -> None:
+        self.node_rank = node_rank
+        self.assigned_ranks = list(tails)
+        self.rank_pids = pids or {}
+        self.tails = list(tails.values())
+
+    def log_tail(self, local_rank: int) -> str:
+        return self.tails[local_rank] if local_rank < len(self.tails) else ""
+
+
 def node(node_rank: int, watch: ReplayedWatch, local: list[Failure], stopped: list[Failure],
-         recorded_calls: dict[str, list[dict[str, Any]]] | None = None) -> tuple[Any, Any]:
-    agent = SimpleNamespace(local_failure=local[0] if local else None, local_failures=local,
-                            describe_stopped_workers=lambda: stopped, _watch=lambda: watch,
-                            recorded_calls=recorded_calls or {}, complete_local_failures=lambda: None)
-    config = SimpleNamespace(multi_node=True, dist=SimpleNamespace(node_rank=node_rank, nnodes=2,
-                                                                   world_size=4))
-    return agent, config
+         recorded_calls: dict[str, list[dict[str, Any]]] | None = None) -> Accounting:
+    """Node ``node_rank`` of two (4 ranks) whose workers failed with ``local`` (torch's report) or,
+    stopped for a peer, left ``stopped``'s output."""
+    launcher = FakeLauncher(node_rank, {f.rank: f.tail for f in stopped if f.rank is not None})
+    accounting = Accounting(launcher, watch, nnodes=2, world_size=4)  # type: ignore[arg-type]
+    accounting.local_failure = local[0] if local else None
+    accounting.local_failures = local
+    accounting.recorded_calls = recorded_calls or {}
+    return accounting
 
 
 def test_node_0_waits_for_the_other_node_not_for_its_own_record_read_back():
     """What CI's busy machine showed: node 0's first poll held only its own record (the store
     holds every node's), and it named no rank."""
-    from paijob.runtime.agent import _with_mismatch_account
-
     own, node1 = DETAIL_ALL[0], DETAIL_ALL[2]
     watch = ReplayedWatch([[own], [own, node1]])
-    agent, config = node(0, watch, DETAIL_ALL[:2], [])
-    records = _with_mismatch_account(agent, config, [])
+    records = node(0, watch, DETAIL_ALL[:2], []).with_mismatch_account([])
     account = records[-1]
     assert account.reason.startswith("mismatched collectives (torch's fingerprint check): rank 1 calls "
                                      "ALLREDUCE [2000] Float at train.py:12; ranks 0, 2 call"), account.reason
@@ -205,31 +219,25 @@ def test_node_0_waits_for_the_other_node_not_for_its_own_record_read_back():
 def test_a_node_stopped_for_a_peer_publishes_what_its_ranks_said_then_waits_for_node_0():
     """Its ranks raised but had not exited when node 0's record stopped them: torch reports no
     failure of theirs, their output still holds the fingerprints node 0 needs."""
-    from paijob.runtime.agent import _with_mismatch_account
-
     stopped = [failure(2, said(2, "1000", 1, "2000")), failure(3, "")]
     watch = ReplayedWatch([[DETAIL_ALL[0]]])
-    agent, config = node(1, watch, [], stopped)
-    _with_mismatch_account(agent, config, [DETAIL_ALL[0]])
-    assert watch.published == [stopped[0]] and watch.waited_for_account
+    node(1, watch, [], stopped).with_mismatch_account([DETAIL_ALL[0]])
+    assert [f.tail for f in watch.published] == [stopped[0].tail] and watch.waited_for_account
     # A node whose own failure torch reported published it already: nothing twice.
     watch = ReplayedWatch([[DETAIL_ALL[0]]])
-    agent, config = node(1, watch, [DETAIL_ALL[2]], [])
-    _with_mismatch_account(agent, config, [DETAIL_ALL[0]])
+    node(1, watch, [DETAIL_ALL[2]], []).with_mismatch_account([DETAIL_ALL[0]])
     assert watch.published == [] and watch.waited_for_account
 
 
 def test_node_0_waits_for_the_other_nodes_recorded_calls_then_names_the_rank():
     """Without the fingerprint check: node 0's own live rank said its call, node 1's ranks said
     theirs in node 1's record; node 0 waits for that record, then names rank 1 on every node."""
-    from paijob.runtime.agent import _with_mismatch_account
-
     ours = {"1": [*BEFORE, call(6, 2000, line="train.py:14")]}
     receiver = failure(0, GLOO_ABORT, code=-6)
     watch = ReplayedWatch([[receiver], [receiver, ODD_1[2]]])
-    agent, config = node(0, watch, [receiver], [], recorded_calls=ours)
+    accounting = node(0, watch, [receiver], [], recorded_calls=ours)
     receiver.calls = ours  # set where the agent published its local failure
-    account = _with_mismatch_account(agent, config, [])[-1]
+    account = accounting.with_mismatch_account([])[-1]
     assert account.reason.startswith("mismatched collectives (torch's flight recorder): rank 1 calls "
                                      "all_reduce [2000] Float at train.py:14"), account.reason
     assert watch.published == [account]
@@ -238,13 +246,10 @@ def test_node_0_waits_for_the_other_nodes_recorded_calls_then_names_the_rank():
 def test_a_node_stopped_for_a_peer_publishes_its_ranks_recorded_calls():
     """Node 1's ranks were stopped for node 0's failure: no traceback says anything, but their
     recorders did; node 1 publishes that (once) and waits for node 0's account."""
-    from paijob.runtime.agent import _with_mismatch_account
-
     stopped = [failure(2, ""), failure(3, "")]
     ours = {"2": [call(6, 1000)], "3": [call(6, 1000)]}
     watch = ReplayedWatch([[RECEIVER]])
-    agent, config = node(1, watch, [], stopped, recorded_calls=ours)
-    _with_mismatch_account(agent, config, [RECEIVER])
+    node(1, watch, [], stopped, recorded_calls=ours).with_mismatch_account([RECEIVER])
     assert [f.calls for f in watch.published] == [ours] and watch.waited_for_account
 
 
@@ -253,18 +258,16 @@ def test_a_worker_torch_stopped_still_gives_the_odd_ranks_line(tmp_path):
     torch 2.4 reports no worker it stopped; rank 1 was named without sizes.py:13. Once every worker
     has ended, the node adds what its stopped workers wrote, and re-reads a tail that named no line
     (a traceback written as torch stopped it)."""
-    from paijob.runtime.agent import PaijobAgent
-
     logs = {0: tmp_path / "rank0.err", 1: tmp_path / "rank1.err"}
     logs[0].write_text(said(0, "1000", 1, "2000"))
     logs[1].write_text(said(1, "2000", 0, "1000"))
-    agent = SimpleNamespace(_pcontext=SimpleNamespace(stderrs={k: str(v) for k, v in logs.items()}),
-                            local_failures=[failure(0, "")], assigned_ranks=[0, 1], node_rank=0)
-    agent._log_tail = lambda local_rank: PaijobAgent._log_tail(agent, local_rank)  # type: ignore[arg-type]
-    agent.describe_stopped_workers = lambda: PaijobAgent.describe_stopped_workers(agent)  # type: ignore[arg-type]
+    launcher = SimpleNamespace(node_rank=0, assigned_ranks=[0, 1], rank_pids={},
+                               log_tail=lambda local_rank: read_tail(str(logs[local_rank])))
+    agent = Accounting(launcher, ReplayedWatch([[]]), nnodes=2, world_size=4)  # type: ignore[arg-type]
+    agent.local_failures = [failure(0, "")]
     before = mismatch_account([*agent.local_failures, DETAIL_ALL[2]])
     assert before is not None and "rank 1 calls ALLREDUCE [2000] Float;" in before.reason  # no line
-    PaijobAgent.complete_local_failures(agent)  # type: ignore[arg-type]
+    agent.complete_local_failures()
     assert [f.rank for f in agent.local_failures] == [0, 1]
     after = mismatch_account([*agent.local_failures, DETAIL_ALL[2]])
     assert after is not None and after.reason.startswith(

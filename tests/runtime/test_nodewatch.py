@@ -79,10 +79,12 @@ def make_watch(store: FakeStore, node_rank: int, nnodes: int, ends: list[Failure
                    nproc_per_node=1, world_size=nnodes, rank_offset=node_rank, backend="gloo")
     config = LaunchConfig(dist=dist, command=WorkerCommand(script="train.py"),
                           heartbeat_timeout=heartbeat_timeout, grace_period=0)
-    return NodeWatch(
+    watch = NodeWatch(
         config, connect=lambda: store, end_node=ends.append, say=lambda line: None,
         who=f"worker:{node_rank} at 10.0.0.{node_rank + 1}", poll_interval=0.05,
     )
+    watch.start()  # its watchdog starts with the node's other watchers (lifecycle.Watchers)
+    return watch
 
 
 def wait_until(predicate, timeout: float = 10.0) -> None:  # type: ignore[no-untyped-def]

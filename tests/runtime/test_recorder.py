@@ -25,6 +25,7 @@ from paijob.common import contract
 from paijob.runtime.agent import PaijobAgent
 from paijob.runtime.failure import Failure
 from paijob.runtime.watch import progress, recorder
+from paijob.runtime.watch.accounting import Accounting
 
 SITE = "/venv/lib/python3.11/site-packages/torch/distributed/"
 
@@ -90,9 +91,13 @@ def test_a_worker_answers_once_and_only_when_asked(tmp_path, torch_recorder):
 
 
 def asking_agent(folder: Path, pids: dict[int, int]) -> Any:
-    agent = SimpleNamespace(worker_env={contract.HANG_DIR: str(folder)}, hang=object(),
-                            recorded_calls={}, rank_pids=pids, _asked=False)
-    return agent, PaijobAgent._ask_calls_after_size_abort
+    """The watch's accounting of a node running ranks ``pids``, its samplers' folder ``folder``,
+    the hang watch on; and its way of asking them for their calls."""
+    launcher = SimpleNamespace(node_rank=0, assigned_ranks=list(pids), rank_pids=pids,
+                               log_tail=lambda local_rank: "")
+    agent = Accounting(launcher, SimpleNamespace(), nnodes=1, world_size=len(pids),  # type: ignore[arg-type]
+                       hang=object(), folder=str(folder))  # type: ignore[arg-type]
+    return agent, Accounting.ask_calls_after_size_abort
 
 
 ABORT = Failure(node_rank=0, rank=0, local_rank=0, returncode=-6, secondary=False, time=1.0,
@@ -120,7 +125,7 @@ def test_the_agent_asks_nothing_without_a_size_abort_and_waits_bounded_for_a_sil
     ask(agent, [Failure(node_rank=0, rank=0, local_rank=0, returncode=1, secondary=False,
                         time=1.0, tail="ValueError: bad label")])
     assert list(tmp_path.iterdir()) == []  # an ordinary failure: nobody asked, nobody waits
-    monkeypatch.setattr("paijob.runtime.agent.ANSWER_WAIT", 0.5)
+    monkeypatch.setattr("paijob.runtime.watch.accounting.ANSWER_WAIT", 0.5)
     started = time.monotonic()
     assert not agent._asked
     ask(agent, [ABORT])  # rank 1 runs but never answers (its sampler cannot run)
@@ -162,8 +167,10 @@ def test_torchs_close_asks_the_live_workers_first():
     before that close (a check before the poll loses a worker that dies in between)."""
     order: list[Any] = []
     pcontext = SimpleNamespace(close=lambda *args, **kwargs: order.append(("close", args)))
-    agent = SimpleNamespace(_pcontext=pcontext, hang=object(), _exited_workers=lambda: [ABORT],
-                            _ask_calls_after_size_abort=lambda failures: order.append(("ask", failures)))
+    accounting = SimpleNamespace(hang=object(), exited_workers=lambda: [ABORT],
+                                 ask_calls_after_size_abort=lambda failures: order.append(("ask", failures)))
+    health = SimpleNamespace(before_workers_stop=lambda: Accounting.before_workers_stop(accounting))  # type: ignore[arg-type]
+    agent = SimpleNamespace(_pcontext=pcontext, _health=lambda: health)
     PaijobAgent._ask_before_closing(agent)  # type: ignore[arg-type]
     pcontext.close(15)
     assert order == [("ask", [ABORT]), ("close", (15,))]

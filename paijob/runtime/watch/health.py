@@ -1,11 +1,22 @@
-"""The watchers of a ``per-node`` or ``dataparallel`` node, as the one thing its launcher starts and stops.
+"""The front door into the watch: what a node's launcher starts, stops and asks, in every mode.
 
-That node runs one process (the user's command) under :func:`paijob.runtime.launch.supervise`; its
-health is: the hang watch over that process's ranks (its ``mp.spawn`` children in ``per-node``
-mode), on several nodes the link to the script's own store through which the nodes' watches
-talk, and on node 0 the master's port. :class:`OneProcessHealth` builds them from the launch
-config, starts them together, answers ``supervise``'s questions (a verdict? a misconfigured
-port?) and stops them together (:class:`~paijob.runtime.watch.lifecycle.Watchers`).
+A launcher holds one :class:`NodeHealth` and nothing else of the watch (an import-linter contract
+in ``setup.cfg`` says so): it starts it before its workers, asks it for a verdict while they run
+(``verdict()``) and for the account of a failure once they failed (``explain_failure()``), and
+stops it when the node ends. Behind it, every watcher of the node lives under one start/stop
+group (:class:`~paijob.runtime.watch.lifecycle.Watchers`):
+
+* ``per-node`` and ``dataparallel`` (:class:`OneProcessHealth`): the node runs one process (the
+  user's command) under :func:`paijob.runtime.launch.supervise`; its health is the hang watch over
+  that process's ranks (its ``mp.spawn`` children in ``per-node`` mode), on several nodes the link
+  to the script's own store through which the nodes' watches talk, and on node 0 the master's port.
+* ``per-gpu`` (:class:`PerGpuHealth`): torch's elastic agent (:mod:`paijob.runtime.agent`) runs one
+  worker per GPU; its health is the node watch (heartbeats, failure records and the deadlines of
+  its waits, :mod:`~paijob.runtime.watch.nodewatch`), the hang watch, and the account of a failure
+  (:mod:`~paijob.runtime.watch.accounting`), which reads the agent only through the torch-free
+  :class:`~paijob.runtime.watch.launcher.Launcher`.
+
+A new watcher goes behind this door: built and grouped here, never wired in a launcher.
 """
 
 from __future__ import annotations
@@ -15,11 +26,13 @@ import signal
 import socket
 import time
 from collections.abc import Callable, Mapping
+from typing import Any, Protocol, runtime_checkable
 
-from paijob.common import contract
+from paijob.common import contract, exitcodes
 from paijob.runtime.config import LaunchConfig
-from paijob.runtime.failure import Failure
+from paijob.runtime.failure import Failure, choose_root_cause, stopped_by_signal
 from paijob.runtime.netif import task_address
+from paijob.runtime.watch.accounting import Accounting, read_tail
 from paijob.runtime.watch.hangwatch import (
     ACCOUNT_WAIT,
     Channel,
@@ -28,10 +41,43 @@ from paijob.runtime.watch.hangwatch import (
     stacks_folder,
 )
 from paijob.runtime.watch.launched import Launched
+from paijob.runtime.watch.launcher import Launcher
 from paijob.runtime.watch.lifecycle import Watchers
-from paijob.runtime.watch.notice import ACCOUNT, read_notice
+from paijob.runtime.watch.nodewatch import NodeWatch, first_line
+from paijob.runtime.watch.notice import ABORT, ACCOUNT, read_abort_notice, read_notice, serve_notice
 from paijob.runtime.watch.portwatch import MasterPortWatch
 from paijob.runtime.watch.storelink import StoreLink
+
+# What a launcher may take from the watch besides its NodeHealth: the failure record's helpers a
+# launcher's own messages use, and what node 0's notice says before the watchers start.
+__all__ = ["MasterPortWatch", "NodeHealth", "OneProcessHealth", "PerGpuHealth",
+           "answer_stacks_requests", "first_line", "host_name", "read_abort_notice", "read_tail"]
+
+NOTICE_LINGER = 30.0  # per-node: how long node 0 answers the waiting nodes after a diagnosis
+
+
+@runtime_checkable
+class NodeHealth(Protocol):
+    """The one interface through which either launch mode starts, stops and asks the watch."""
+
+    hang: HangWatch | None  # the hang watch (None: --hang-timeout 0)
+
+    def start(self) -> None:
+        """Start every watcher of the node (before its workers start)."""
+        ...
+
+    def stop(self) -> None:
+        """Stop and finish every watcher, once; after a success or a failure alike."""
+        ...
+
+    def verdict(self) -> Failure | None:
+        """A verdict that ends this node's workers now (a hang, another node's failure); None: none."""
+        ...
+
+    def explain_failure(self) -> Failure | None:
+        """The workers failed: the account that names the job's root cause, the same on every node;
+        None: the workers' own failure stands."""
+        ...
 
 
 def answer_stacks_requests(hang: HangWatch | None, say: Callable[[str], None]) -> None:
@@ -79,6 +125,7 @@ class OneProcessHealth:
                 accounts=spawned)
         self._watchers = Watchers(self.link, self.hang)
         self._say = say
+        self._config = config
 
     def start(self) -> None:
         answer_stacks_requests(self.hang, self._say)
@@ -139,3 +186,111 @@ class OneProcessHealth:
     def diagnosis(self) -> str | None:
         """What the port watch found wrong (the declared port free, another one taken)."""
         return self.port.diagnosis if self.port is not None else None
+
+    def tell_the_other_nodes(self) -> None:
+        """Once the command has ended, the declared port is free (the script's store ended with
+        it): node 0 serves the other nodes there what it diagnosed, or its account of a timeout."""
+        config = self._config
+        dist = config.dist
+        if self.diagnosis is not None:
+            serve_notice(dist.master_port, ABORT, self.diagnosis, peers=dist.nnodes - 1,
+                         linger=min(config.master_timeout, NOTICE_LINGER))
+        elif self.notice is not None:
+            serve_notice(dist.master_port, ACCOUNT, self.notice.to_json(), peers=dist.nnodes - 1,
+                         linger=ACCOUNT_WAIT + 5.0)
+
+
+class PerGpuHealth:
+    """The node watch, the hang watch and the account of a failure of a ``per-gpu`` node.
+
+    torch's agent tells :attr:`node` what its main thread does (rendezvous, exit barrier: the
+    phases whose deadlines the node watch holds); everything else it asks here.
+    """
+
+    def __init__(self, config: LaunchConfig, launcher: Launcher, *, folder: str | None,
+                 connect: Callable[[], Any], end_node: Callable[[Failure], None],
+                 say: Callable[[str], None], who: str = "") -> None:
+        """``folder``: the workers' samplers' folder (None: no hang watch); ``connect()`` makes this
+        node's own store client; ``end_node(failure)`` is the watchdog's way out (it stops the
+        workers: the watch sends no signal)."""
+        dist = config.dist
+        self.config = config
+        self._say = say
+        self.node = NodeWatch(config, connect=connect, end_node=end_node, say=say, who=who)
+        self.hang = self._hang_watch(launcher, folder) if config.hang.enabled and folder else None
+        self.accounting = Accounting(launcher, self.node, nnodes=dist.nnodes, world_size=dist.world_size,
+                                     hang=self.hang, folder=folder,
+                                     primary_wait=config.heartbeat_timeout + 5.0)
+        self._watchers = Watchers(self.node, self.hang)
+
+    def _hang_watch(self, launcher: Launcher, folder: str) -> HangWatch:
+        """The workers' samplers report into ``folder`` (named in their environment:
+        :func:`paijob.common.contract.worker_env`); one thread judges (node 0)."""
+        dist = self.config.dist
+        node = self.node
+
+        def declare(failure: Failure) -> None:
+            node.publish(failure)
+            node.declare(failure)
+
+        return HangWatch(
+            self.config.hang, folder=folder, node_rank=dist.node_rank, nnodes=dist.nnodes,
+            world_size=dist.world_size, host=host_name(os.environ),
+            stacks_dir=stacks_folder(self.config.log_dir, os.environ),
+            channel=StoreChannel(node.call) if dist.nnodes > 1 else Channel(),
+            declare=declare, say=self._say, launched=Launched(ranks=lambda: launcher.rank_pids),
+        )
+
+    def start(self) -> None:
+        """SIGUSR1 asks for every rank's stack on every node (the job goes on); every watcher starts."""
+        answer_stacks_requests(self.hang, self._say)
+        self._watchers.start()
+
+    def stop(self) -> None:
+        self._watchers.stop()
+
+    def verdict(self) -> Failure | None:
+        """Another node's failure record, a lost node or the hang watch's verdict: this node's
+        workers must stop. Where it says gloo aborted a rank for a collective's size, this node's
+        live workers are asked for their calls first."""
+        if not self.node.failed:
+            return None
+        records = self.node.records()
+        self.accounting.ask_calls_after_size_abort(records)
+        return choose_root_cause(records)
+
+    def workers_failed(self, failures: list[Failure]) -> Failure:
+        """torch found this node's workers ``failures``: their root cause, told to the other nodes."""
+        return self.accounting.workers_failed(failures)
+
+    def before_workers_stop(self) -> None:
+        """torch is about to stop every worker of this node (its poll found one failed)."""
+        self.accounting.before_workers_stop()
+
+    def explain_failure(self) -> Failure | None:
+        """The root cause, once this node's workers failed or were stopped for a peer; then this
+        node is counted out (node 0, the store's host, lingers until the others read why)."""
+        root = self.accounting.root_cause()
+        self.node.finish_after_failure(linger=5.0)
+        self.node.close()
+        return root
+
+    def stopped_by(self, signum: int) -> int:
+        """torch has stopped our workers for ``signum``: tell the other nodes why before they see
+        us vanish; the node's exit code."""
+        dist = self.config.dist
+        name = signal.Signals(signum).name
+        self.node.publish(
+            Failure(
+                node_rank=dist.node_rank, rank=None, local_rank=None, returncode=None,
+                secondary=False, time=time.time(),
+                reason=(
+                    f"node rank {dist.node_rank} received {name} and stopped its workers (the job "
+                    f"was stopped, or the task preempted)"
+                ),
+            )
+        )
+        self.node.finish_after_failure(linger=3.0)
+        self.node.close()
+        self._say(stopped_by_signal(signum, f"node rank {dist.node_rank}'s {dist.nproc_per_node} worker(s)"))
+        return exitcodes.from_signal(signum)

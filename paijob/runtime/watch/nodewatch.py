@@ -111,8 +111,18 @@ class NodeWatch:
         # the call blocking right now (heartbeat or bounded), if any: (start, what)
         self._blocked: dict[int, tuple[float, float]] = {}
         self._watchdog = _Watchdog(self)
-        self._watchdog.start()
         self._heartbeat: _Heartbeat | None = None
+
+    # -- one watcher among the node's others (lifecycle.Watchers) ----------------------
+    def start(self) -> None:
+        """The watchdog starts; the heartbeats start with the rendezvous (:meth:`start_heartbeats`)."""
+        self._watchdog.start()
+
+    def stop(self) -> None:
+        self.close()
+
+    def finish(self) -> None:
+        """Nothing is held past :meth:`stop` (the store client goes with the process)."""
 
     # -- phases of the main thread ------------------------------------------
     def enter(

@@ -1,0 +1,257 @@
+"""Why a node's workers failed, told the same on every node: the watch's side of a worker failure.
+
+Torch's agent finds a worker failed and stops the rest; what that failure means for the job is
+the watch's to say. A rank that timed out in torch's own collective timeout waited for another
+(the hang watch names the rank that never arrived, :mod:`paijob.runtime.watch.verdict`); a rank
+gloo aborted for a collective's size received a call that differs (the ranks' flight recorders,
+asked before torch stops them, name the odd rank, :mod:`paijob.runtime.watch.mismatch`). Node 0
+makes the account and publishes it; the other nodes wait for it, so every node prints one root
+cause. :class:`Accounting` does that against :class:`~paijob.runtime.watch.launcher.Launcher`
+(the ranks, their pids, their output) and the node's failure records (:class:`Records`): no torch,
+so a test drives it with a fake launcher.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from paijob.runtime.failure import Failure, choose_root_cause, strip_rank_prefix
+from paijob.runtime.watch.hangwatch import ACCOUNT_WAIT, HangWatch, process_ended
+from paijob.runtime.watch.launcher import Launcher
+from paijob.runtime.watch.mismatch import (
+    calls_said,
+    mismatch_account,
+    said_size_abort,
+    script_line,
+    undecided,
+)
+from paijob.runtime.watch.recorder import ANSWER_WAIT, read_answers, request
+from paijob.runtime.watch.verdict import first_timed_out
+
+# Seconds node 0 waits for every node's record to name a mismatch's odd rank. A node stopped for
+# node 0's failure before its own workers exited publishes their words after stopping them:
+# node 0's poll (1 s), SIGTERM, the node's poll, at most a few seconds under load. Below
+# ACCOUNT_WAIT, so the nodes waiting for the account still get it.
+MISMATCH_WAIT = 10.0
+
+TAIL_BYTES = 64 * 1024
+TAIL_LINES = 40
+
+
+def read_tail(path: str | None) -> str:
+    """The last traceback (or lines) of a worker's output copy at ``path``; "" when there is none."""
+    if not path or not os.path.exists(path):
+        return ""
+    with open(path, "rb") as fh:
+        fh.seek(0, os.SEEK_END)
+        size = fh.tell()
+        fh.seek(max(0, size - TAIL_BYTES))
+        text = fh.read().decode("utf-8", errors="replace")
+    start = text.rfind("Traceback (most recent call last)")
+    lines = (text[start:] if start >= 0 else text).rstrip().splitlines()
+    # torch prefixes a worker's uncaught traceback lines with "[rankN]:"; drop that.
+    lines = [strip_rank_prefix(line) for line in lines]
+    return "\n".join(lines[-TAIL_LINES:])
+
+
+class Records(Protocol):
+    """The failure records the nodes of a job exchange (:class:`~paijob.runtime.watch.nodewatch.NodeWatch`)."""
+
+    def records(self) -> list[Failure]: ...
+
+    def publish(self, failure: Failure) -> None: ...
+
+    def wait_for(self, enough: Callable[[list[Failure]], bool], timeout: float) -> list[Failure]: ...
+
+    def wait_for_primary(self, have: list[Failure], timeout: float) -> list[Failure]: ...
+
+    def wait_for_account(self, timeout: float) -> list[Failure]: ...
+
+
+class Accounting:
+    """One node's account of its workers' failure: what they said, their recorders' calls, and
+    the account that names the job's root cause."""
+
+    def __init__(self, launcher: Launcher, records: Records, *, nnodes: int, world_size: int,
+                 hang: HangWatch | None = None, folder: str | None = None,
+                 primary_wait: float = 0.0) -> None:
+        """``folder``: where the workers' samplers answer a request for their calls (the hang
+        watch's); ``hang`` None: the hang watch is off (no account of a timeout, nobody asked);
+        ``primary_wait``: how long a node whose failures are all consequences waits for their
+        cause (a peer's record, node 0's verdict on a lost node)."""
+        self.launcher = launcher
+        self.node = records
+        self.node_rank = launcher.node_rank
+        self.nnodes = nnodes
+        self.world_size = world_size
+        self.hang = hang
+        self.folder = folder
+        self.primary_wait = primary_wait
+        self.local_failure: Failure | None = None  # the root cause among this node's failed workers
+        self.local_failures: list[Failure] = []  # every failed local worker (a mismatch's account reads them all)
+        self.recorded_calls: dict[str, list[dict[str, Any]]] = {}  # a mismatch's evidence, by rank
+        self._exited: set[int] = set()  # ranks whose exit was looked at
+        self._asked = False  # the live workers were asked for their calls (once a run)
+
+    # -- what this node's workers said --------------------------------------------
+    def workers_failed(self, failures: list[Failure]) -> Failure:
+        """torch found ``failures`` (this node's failed workers): the root cause among them, with
+        the calls its ranks' recorders gave, published for the other nodes."""
+        root = choose_root_cause(failures)
+        assert root is not None, "torch reports a failed group with its failures"
+        self.local_failures = failures
+        self.local_failure = root
+        root.calls = self.recorded_calls
+        self.node.publish(root)
+        return root
+
+    def exited_workers(self) -> list[Failure]:
+        """Workers that exited since the last look, as their output left them (each once)."""
+        exited = []
+        launcher = self.launcher
+        for local_rank, rank in enumerate(launcher.assigned_ranks):
+            pid = launcher.rank_pids.get(rank)
+            if pid is None or rank in self._exited or not process_ended(pid):
+                continue
+            self._exited.add(rank)
+            exited.append(Failure(node_rank=self.node_rank, rank=rank, local_rank=local_rank,
+                                  returncode=None, secondary=False, time=time.time(),
+                                  tail=launcher.log_tail(local_rank)))
+        return exited
+
+    def stopped_workers(self) -> list[Failure]:
+        """This node's workers as their output left them, when we stopped them for a peer's
+        failure before they failed themselves (torch then reports no failures): what they said
+        may still be the evidence, e.g. torch's fingerprint check that every rank raised but
+        that was slow to exit."""
+        return [
+            Failure(node_rank=self.node_rank, rank=rank, local_rank=local_rank,
+                    returncode=-signal.SIGTERM, secondary=True, time=time.time(),
+                    tail=self.launcher.log_tail(local_rank))
+            for local_rank, rank in enumerate(self.launcher.assigned_ranks)
+        ]
+
+    def complete_local_failures(self) -> None:
+        """Add what this node's workers said that torch's failure report left out, once every
+        worker has ended. torch reads the workers when it finds the first failure and stops the
+        rest: torch 2.4 then reports none of the workers it stopped, and a worker it stopped
+        may still have been writing its traceback. Either way the odd rank of a mismatch was
+        named without its line (torch 2.4, one run in eight)."""
+        present = {f.rank for f in self.local_failures}
+        self.local_failures.extend(f for f in self.stopped_workers() if f.rank not in present)
+        for failure in self.local_failures:
+            if failure.local_rank is None or script_line(failure.tail or ""):
+                continue
+            fresh = self.launcher.log_tail(failure.local_rank)
+            if script_line(fresh):
+                failure.tail = fresh
+
+    # -- the flight recorders' calls ------------------------------------------------
+    def before_workers_stop(self) -> None:
+        """torch is about to stop every worker (its poll found one failed): where gloo aborted
+        one for a collective's size, the others must be asked for their calls first."""
+        if self.hang is not None:
+            self.ask_calls_after_size_abort(self.exited_workers())
+
+    def ask_calls_after_size_abort(self, failures: list[Failure]) -> None:
+        """Where gloo aborted a rank for a collective's size (here or on another node), ask this
+        node's live workers for their last collectives before they are stopped: which rank's call
+        differs is known only inside them (:mod:`paijob.runtime.watch.recorder`). Waits until
+        each live worker answered, at most :data:`ANSWER_WAIT` seconds."""
+        folder = self.folder
+        if not folder or self.hang is None or self._asked or not said_size_abort(failures):
+            return
+        self._asked = True
+        try:
+            request(folder)
+        except OSError:
+            return
+        pids = self.launcher.rank_pids
+        deadline = time.monotonic() + ANSWER_WAIT
+        while True:
+            answers = read_answers(folder, list(pids))
+            waiting = [rank for rank, pid in pids.items() if rank not in answers and not process_ended(pid)]
+            if not waiting or time.monotonic() >= deadline:
+                break
+            time.sleep(0.05)
+        self.recorded_calls = {str(rank): calls for rank, calls in answers.items() if calls}
+
+    # -- the account -------------------------------------------------------------------
+    def root_cause(self) -> Failure | None:
+        """The job's root cause as this node tells it, once its workers failed or were stopped:
+        its own failure and the other nodes' records, with node 0's accounts of a timeout and of
+        a mismatch; None: nothing failed that this node knows of."""
+        local = [self.local_failure] if self.local_failure is not None else []
+        records = self.with_timeout_account(local, self.node.records())
+        if self.nnodes > 1 and not any(not f.secondary for f in [*local, *records]):
+            # A peer's connection broke under our workers: wait for the cause (its record,
+            # or node 0's verdict that it was lost, which takes --heartbeat-timeout).
+            records = self.node.wait_for_primary(local, timeout=self.primary_wait)
+        records = self.with_mismatch_account(records)
+        return choose_root_cause([*local, *records])
+
+    def with_timeout_account(self, local: list[Failure], records: list[Failure]) -> list[Failure]:
+        """``records``, with the hang watch's account when torch's own timeout fired in a rank that
+        waited: node 0 names the rank that never arrived and publishes it; the other nodes wait
+        for that account, so every node prints the same root cause."""
+        if self.hang is None:
+            return records
+        explained = self.hang.explain_timeout([*local, *records])
+        if explained is not None:
+            self.node.publish(explained)
+            return [*records, explained]
+        if self.nnodes > 1 and first_timed_out([*local, *records]):
+            return self.node.wait_for_account(timeout=ACCOUNT_WAIT)
+        return records
+
+    def with_mismatch_account(self, records: list[Failure]) -> list[Failure]:
+        """``records``, with node 0's account when the workers' failures say a collective's calls
+        disagree (:mod:`paijob.runtime.watch.mismatch`): node 0 names the rank whose call differs
+        (waiting briefly for every node's record when its own ranks alone cannot tell) and publishes
+        it; the other nodes wait for it, so every node prints the same root cause."""
+        if any(f.overrides for f in records):
+            return records
+        account = self.local_account(records)
+        if account is None or self.nnodes == 1:
+            return records if account is None else [*records, account]
+        if self.node_rank != 0:
+            self.publish_our_words()
+            return self.node.wait_for_account(timeout=ACCOUNT_WAIT)
+        others = set(range(1, self.nnodes))
+
+        def enough(found: list[Failure]) -> bool:  # records hold node 0's own too: count the others
+            heard = {f.node_rank for f in found}
+            return others <= heard or not undecided([*self.local_failures, *found], self.world_size)
+
+        if not enough(records):
+            records = self.node.wait_for(enough, timeout=MISMATCH_WAIT)
+            account = mismatch_account([*self.local_failures, *records], self.world_size) or account
+        self.node.publish(account)
+        return [*records, account]
+
+    def local_account(self, records: list[Failure]) -> Failure | None:
+        """The mismatch account from what this node's workers said (their output, their recorders'
+        calls) and ``records``; None: no mismatch."""
+        if self.local_failure is None:  # stopped for a peer's failure: what did ours say?
+            self.local_failures = self.stopped_workers()
+        if self.local_failures and not any(f.calls for f in self.local_failures):
+            self.local_failures[0].calls = self.recorded_calls  # what our ranks' recorders said
+        account = mismatch_account([*self.local_failures, *records], self.world_size)
+        if account is not None and self.local_failure is not None:
+            self.complete_local_failures()  # an odd rank's line, written as torch stopped it
+            account = mismatch_account([*self.local_failures, *records], self.world_size)
+        return account
+
+    def publish_our_words(self) -> None:
+        """A node other than 0 whose workers were stopped for a peer (it published nothing yet):
+        what its ranks said (torch's fingerprints) and their recorders' calls, for node 0's account."""
+        if self.local_failure is not None or not self.local_failures:
+            return
+        evidence = next((f for f in self.local_failures if calls_said([f])), self.local_failures[0])
+        if calls_said([evidence]) or self.recorded_calls:
+            evidence.calls = self.recorded_calls
+            self.node.publish(evidence)

@@ -1,0 +1,171 @@
+"""The front door into the watch (paijob.runtime.watch.health): either launch mode starts, stops and
+asks the watch through one interface, and the failure accounting reads the launcher only through
+the torch-free Launcher Protocol, so a fake launcher drives it here, without torch."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from runtime_helpers import ROOT
+
+from paijob.runtime.config import HangSettings, LaunchConfig, WorkerCommand
+from paijob.runtime.env import DistEnv
+from paijob.runtime.failure import Failure
+from paijob.runtime.watch.accounting import Accounting, read_tail
+from paijob.runtime.watch.health import NodeHealth, OneProcessHealth, PerGpuHealth
+
+CLOSED = "RuntimeError: [../gloo/transport/tcp/pair.cc:534] Connection closed by peer"
+
+
+class FakeLauncher:
+    """Two workers (ranks 2 and 3 of node 1), their pids and what their output ends with."""
+
+    node_rank = 1
+
+    def __init__(self, pids: dict[int, int], tails: list[str]) -> None:
+        self.assigned_ranks = list(pids)
+        self.rank_pids = pids
+        self.tails = tails
+
+    def log_tail(self, local_rank: int) -> str:
+        return self.tails[local_rank]
+
+
+class FakeRecords:
+    """The node's failure records: ``later`` is what the other nodes publish while this one waits."""
+
+    def __init__(self, now: list[Failure], later: list[Failure]) -> None:
+        self.now, self.later = now, later
+        self.published: list[Failure] = []
+        self.waited: list[float] = []
+
+    def records(self) -> list[Failure]:
+        return list(self.now)
+
+    def publish(self, failure: Failure) -> None:
+        self.published.append(failure)
+
+    def wait_for(self, enough: Callable[[list[Failure]], bool], timeout: float) -> list[Failure]:
+        self.waited.append(timeout)
+        return [*self.now, *self.later]
+
+    def wait_for_primary(self, have: list[Failure], timeout: float) -> list[Failure]:
+        return self.wait_for(lambda records: any(not f.secondary for f in [*have, *records]), timeout)
+
+    def wait_for_account(self, timeout: float) -> list[Failure]:
+        return self.wait_for(lambda records: any(f.overrides for f in records), timeout)
+
+
+def ended() -> int:
+    """The pid of a process that has ended (and been reaped)."""
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+def worker(rank: int, tail: str, *, secondary: bool = False, at: float = 10.0) -> Failure:
+    return Failure(node_rank=1, rank=rank, local_rank=rank - 2, returncode=1, secondary=secondary,
+                   time=at, tail=tail)
+
+
+def config(nnodes: int = 1, node_rank: int = 0, hang: float = 0) -> LaunchConfig:
+    dist = DistEnv(master_addr="127.0.0.1", master_port=29500, node_rank=node_rank, nnodes=nnodes,
+                   nproc_per_node=2, world_size=2 * nnodes, rank_offset=2 * node_rank, backend="gloo")
+    return LaunchConfig(dist=dist, command=WorkerCommand(script="train.py"), heartbeat_timeout=7.0,
+                        hang=HangSettings(timeout=hang))
+
+
+def test_the_door_and_the_accounting_load_no_torch():
+    probe = ("import sys, paijob.runtime.watch.health, paijob.runtime.watch.accounting\n"
+             "print(sorted(m for m in ('torch', 'paijob.runtime.agent') if m in sys.modules))\n")
+    done = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
+
+
+def test_exited_and_stopped_workers_come_from_the_launchers_ranks_pids_and_tails():
+    running = subprocess.Popen(["sleep", "30"])
+    launcher = FakeLauncher({2: ended(), 3: running.pid}, ["ValueError: bad label", "still training"])
+    accounting = Accounting(launcher, FakeRecords([], []), nnodes=2, world_size=4)
+    try:
+        (exited,) = accounting.exited_workers()
+        assert (exited.rank, exited.local_rank, exited.tail) == (2, 0, "ValueError: bad label")
+        assert accounting.exited_workers() == []  # each exit is looked at once
+        stopped = accounting.stopped_workers()
+        assert [(f.rank, f.local_rank, f.tail) for f in stopped] == [
+            (2, 0, "ValueError: bad label"), (3, 1, "still training")]
+        assert all(f.secondary and f.returncode == -signal.SIGTERM for f in stopped)
+    finally:
+        running.kill()
+        running.wait()
+
+
+def test_a_workers_failure_is_published_as_its_root_cause_with_its_ranks_calls():
+    records = FakeRecords([], [])
+    accounting = Accounting(FakeLauncher({2: 1, 3: 1}, ["", ""]), records, nnodes=2, world_size=4)
+    accounting.recorded_calls = {"3": [{"seq": 6, "op": "all_reduce"}]}
+    consequence, cause = worker(2, CLOSED, secondary=True, at=9.0), worker(3, "ValueError: bad label")
+    root = accounting.workers_failed([consequence, cause])
+    assert root is cause and root.calls == accounting.recorded_calls
+    assert records.published == [cause]
+    assert accounting.root_cause() is cause
+
+
+def test_a_node_whose_workers_only_lost_a_peer_waits_for_the_cause_on_several_nodes_only():
+    lost = Failure(node_rank=0, rank=None, local_rank=None, returncode=None, secondary=False, time=11.0,
+                   reason="node rank 0 stopped sending heartbeats")
+    records = FakeRecords([], [lost])
+    accounting = Accounting(FakeLauncher({2: 1, 3: 1}, ["", ""]), records, nnodes=2, world_size=4,
+                            primary_wait=12.0)
+    accounting.workers_failed([worker(2, CLOSED, secondary=True)])
+    assert accounting.root_cause() is lost and records.waited == [12.0]
+    alone = FakeRecords([], [lost])
+    accounting = Accounting(FakeLauncher({2: 1}, [""]), alone, nnodes=1, world_size=2, primary_wait=12.0)
+    consequence = worker(2, CLOSED, secondary=True)
+    accounting.workers_failed([consequence])
+    assert accounting.root_cause() is consequence and alone.waited == []
+
+
+def test_a_tail_is_the_last_traceback_without_torchs_rank_prefix(tmp_path: Path):
+    log = tmp_path / "stderr.log"
+    log.write_text("[rank1]: step 1\nTraceback (most recent call last)\n[rank1]:   File \"train.py\", "
+                   "line 3\nTraceback (most recent call last)\n[rank1]: ValueError: bad label\n")
+    assert read_tail(str(log)) == "Traceback (most recent call last)\nValueError: bad label"
+    assert read_tail(str(tmp_path / "missing")) == "" and read_tail(None) == ""
+
+
+def test_the_per_gpu_node_watch_starts_and_stops_with_the_nodes_other_watchers():
+    ends: list[Failure] = []
+    health = PerGpuHealth(config(), FakeLauncher({0: 1, 1: 1}, ["", ""]), folder=None,
+                          connect=lambda: None, end_node=ends.append, say=lambda line: None)
+    watchdog = health.node._watchdog  # noqa: SLF001 - the thread the group starts
+    assert not watchdog._thread.is_alive()  # noqa: SLF001 - built, not started
+    health.start()
+    try:
+        assert watchdog._thread.is_alive()  # noqa: SLF001
+        assert health.verdict() is None
+        lost = worker(2, "", at=1.0)
+        health.node.declare(lost)
+        assert health.verdict() is lost  # what ends this node's workers now
+    finally:
+        health.stop()
+    watchdog.join(5.0)
+    assert not watchdog._thread.is_alive() and ends == []  # noqa: SLF001
+
+
+def test_either_launch_mode_asks_the_watch_through_one_interface():
+    one = OneProcessHealth(config(), {}, lambda line: None, watch_port=False)
+    per_gpu = PerGpuHealth(config(), FakeLauncher({0: 1}, [""]), folder=None, connect=lambda: None,
+                           end_node=lambda failure: None, say=lambda line: None)
+    try:
+        for health in (one, per_gpu):
+            assert isinstance(health, NodeHealth)
+            assert health.hang is None and health.verdict() is None  # --hang-timeout 0
+    finally:
+        per_gpu.stop()
+        one.stop()
