@@ -63,6 +63,21 @@ def first_line(error: BaseException) -> str:
     return text.splitlines()[0] if text else type(error).__name__
 
 
+def master_lost(node_rank: int, master: str, how: str) -> Failure:
+    """Node ``node_rank``'s verdict that the rendezvous store (node 0's agent, at ``master``) is gone."""
+    if node_rank == 0:
+        reason = f"node rank 0 lost its own rendezvous store at {master}: {how}"
+    else:
+        reason = (
+            f"node rank 0 (the master, rendezvous store at {master}) was lost: {how}; "
+            f"its task stopped, its node failed, or the network between us is cut"
+        )
+    return Failure(
+        node_rank=0, rank=None, local_rank=None, returncode=None, secondary=False,
+        time=time.time(), reason=reason,
+    )
+
+
 class NodeWatch:
     """Heartbeats and failure records of one node, and the deadlines that bound its waits."""
 
@@ -248,19 +263,6 @@ class NodeWatch:
         finally:
             self._blocked.pop(ident, None)
 
-    def _master_lost(self, how: str) -> Failure:
-        if self.node_rank == 0:
-            reason = f"node rank 0 lost its own rendezvous store at {self.master}: {how}"
-        else:
-            reason = (
-                f"node rank 0 (the master, rendezvous store at {self.master}) was lost: {how}; "
-                f"its task stopped, its node failed, or the network between us is cut"
-            )
-        return Failure(
-            node_rank=0, rank=None, local_rank=None, returncode=None, secondary=False,
-            time=time.time(), reason=reason,
-        )
-
     # -- verdicts -------------------------------------------------------------
     def declare(self, failure: Failure) -> None:
         """A fatal verdict from a thread: the main loop stops the workers, or the watchdog does."""
@@ -311,7 +313,7 @@ class NodeWatch:
         """A store call blocked past its deadline: the master is lost."""
         for started, limit in list(self._blocked.values()):
             if now - started > limit and self.fatal is None:
-                self.declare(self._master_lost(f"it did not answer for {limit:.0f}s"))
+                self.declare(master_lost(self.node_rank, self.master, f"it did not answer for {limit:.0f}s"))
 
     def _say_waiting_line(self, now: float) -> None:
         """At most one line every WAIT_MESSAGE_EVERY seconds about what the main thread waits for."""
@@ -479,8 +481,8 @@ class _Heartbeat(Ticker):
 
     def failed(self, error: Exception) -> bool:
         if not self.stopped:
-            self.node.declare(self.node._master_lost(  # noqa: SLF001
-                f"the connection to it failed ({first_line(error)})"))
+            self.node.declare(master_lost(self.node.node_rank, self.node.master,
+                                          f"the connection to it failed ({first_line(error)})"))
         return False
 
 
