@@ -65,6 +65,7 @@ def _job_lines(detail: dict[str, Any], job_id: str, shown: Callable[[str], str])
         yield f"exit code  {status['appExitCode']}" + (f" ({phrase}, OpenPAI's code)" if phrase else "")
     if status.get("paijobStall"):  # the local cluster: paijob-runtime's hang watch, while it runs
         yield f"stalled    {shown(status['paijobStall'])}"
+    yield from _slow_rank_lines(status.get("paijobSlowRank"), shown)
     cause = common.root_cause(detail) if status["state"] == "FAILED" else None
     if cause:
         yield f"cause      {shown(str(cause))}"
@@ -73,6 +74,31 @@ def _job_lines(detail: dict[str, Any], job_id: str, shown: Callable[[str], str])
         yield f"reason     {shown(message)}"
     for where, error in task_errors(detail):
         yield f"error      {where}: {shown(error)}"
+
+
+def _slow_rank_lines(slow: object, shown: Callable[[str], str]) -> Iterator[str]:
+    """The local cluster's slow-rank verdict (paijob-runtime's slow-rank doctor): its line, then each
+    rank's figures (how much of the time it waits for the others, how often it arrived last, what it
+    spends its time on)."""
+    if not isinstance(slow, dict) or not isinstance(slow.get("line"), str):
+        return
+    yield f"slow rank  {shown(slow['line'])}" + (" (over the run)" if slow.get("final") is True else "")
+    figures = slow.get("figures")
+    for figure in figures if isinstance(figures, list) else []:
+        if isinstance(figure, dict):
+            yield "           " + shown(_figure_line(figure))
+
+
+def _figure_line(figure: dict[str, Any]) -> str:
+    """``rank 3 (node rank 1, 10.0.0.6): waits 2% of the time, arrived last 40 times; compute 63%, data 9%``."""
+    activity = figure.get("activity")
+    shares = sorted(((name, share) for name, share in activity.items() if isinstance(share, (int, float))),
+                    key=lambda item: -item[1]) if isinstance(activity, dict) else []
+    doing = ", ".join(f"{name} {share:.0%}" for name, share in shares)
+    wait = figure.get("wait_share")
+    waits = f"waits {wait:.0%} of the time" if isinstance(wait, (int, float)) else "waits ?"
+    return (f"rank {figure.get('rank')} (node rank {figure.get('node_rank')}, {figure.get('host')}): {waits}, "
+            f"arrived last {figure.get('last')} times" + (f"; {doing}" if doing else ""))
 
 
 def _task_row(role: str, task: dict[str, Any], wide: bool) -> list[str]:

@@ -66,6 +66,11 @@ STALL_FILE = "PAIJOB_STALL_FILE"
 for N s: :class:`paijob.common.records.StallRecord`), which ``paijob status`` and the portal show while the
 job runs. (Was ``PAIJOB_PROGRESS_FILE``; no user sets it: the local cluster does, for its own paijob-runtime.)"""
 
+SLOW_FILE = "PAIJOB_SLOW_FILE"
+"""Set by the local cluster: node 0's slow-rank doctor keeps its latest verdict there (the rank the others
+wait for, every rank's figures: :class:`paijob.common.records.SlowRecord`), which ``paijob status`` and the
+portal show, while the job runs and after."""
+
 RECORD_KEY = "PAIJOB_RECORD_KEY"
 """Set by the local cluster, one per task: the key paijob-runtime signs its failure record with
 (:mod:`paijob.common.records`), so that a record a worker prints is not the runtime's. The runtime takes it
@@ -156,6 +161,7 @@ def worker_env(
     """
     env = dict(base)
     env.pop(STALL_FILE, None)  # the runtime's own report of a stall: a worker (the user's code) gets no pen for it
+    env.pop(SLOW_FILE, None)  # nor for its slow-rank verdict
     env.pop(RECORD_KEY, None)  # nor the key of the runtime's own failure record
     env.update(layout)
     env.setdefault("PYTHONUNBUFFERED", "1")

@@ -5,13 +5,16 @@ people and may be reworded any day; the local cluster, ``paijob status`` and the
 instead, so no reader parses wording. This module is the one home of their format (marker, fields,
 version), of the writer and of the reader; the runtime writes, the local cluster reads, both import it.
 
-A failure record is one line in the task's log, the last thing the runtime says::
+Three records: why a task failed, a stall, and a slow rank. A failure record is one line in the task's
+log, the last thing the runtime says::
 
     paijob-runtime: record {"v": 1, "kind": "failure", "node_rank": 0, "exit_code": 1, ...}
 
 The log is what travels everywhere: on a real OpenPAI cluster a task's log and its exit diagnostics are all
 there is. A stall record is a small JSON file that node 0's hang watch keeps where the local cluster asks
-(:data:`paijob.common.contract.STALL_FILE`), while the job runs.
+(:data:`paijob.common.contract.STALL_FILE`), while the job runs; a slow-rank record likewise, from node 0's
+slow-rank doctor (:data:`paijob.common.contract.SLOW_FILE`): its latest verdict while the job runs, the
+run's worst straggler once it ended.
 
 Distrust (issue 35). The job writes into the same log and can reach the same folder, so the reader is
 strict and bounded: a line of at most :data:`MAX_LINE` characters, the exact fields and types, or nothing.
@@ -256,3 +259,93 @@ def read_stall(path: str | os.PathLike[str], now: float | None = None) -> StallR
         return None
     fresh = (time.time() if now is None else now) - record.time < STALL_FRESH
     return record if fresh and record.ranks else None  # no ranks: the stall ended
+
+
+# -- slow ranks --------------------------------------------------------------------------------------
+
+SLOW_FRESH = 400.0  # seconds: the doctor says a persisting straggler again every 180 s; older, it went away
+MAX_SLOW_BYTES = 256 * 1024  # a slow record's file: a line and each rank's figures (~150 bytes a rank)
+MAX_LINE_TEXT = 1000  # characters of the doctor's line
+SLOW_KINDS = ("rank", "node", "phase")
+ACTIVITY_NAMES = ("collective", "data", "host", "compute", "other")
+
+
+@dataclass(frozen=True)
+class SlowRecord:
+    """Node 0's slow-rank doctor's verdict at ``time``: its line, the rank(s) it names and every rank's
+    figures (wait share, times it arrived last, activity shares); ``final``: the run's worst straggler,
+    said as node 0 ended."""
+
+    kind: str  # rank, node or phase (one rank working alone by design: not a straggler)
+    line: str
+    ranks: tuple[int, ...]
+    figures: tuple[dict[str, Any], ...] = ()
+    final: bool = False
+    time: float = 0.0
+
+    def to_json(self) -> str:
+        return json.dumps({"v": VERSION, "kind": "slow", "verdict": self.kind, "line": self.line,
+                           "ranks": list(self.ranks), "figures": list(self.figures), "final": self.final,
+                           "time": self.time})
+
+    def as_json(self) -> dict[str, Any]:
+        """The record as the local cluster serves it (``paijobSlowRank``)."""
+        return {"verdict": self.kind, "line": self.line, "ranks": list(self.ranks),
+                "figures": list(self.figures), "final": self.final, "time": self.time}
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> SlowRecord:
+        """The record :meth:`to_json` wrote, checked field by field, or :class:`RecordError`."""
+        try:
+            data = untrusted.loads(text)
+        except ValueError as error:
+            raise RecordError(f"not JSON: {error}") from None
+        keys = {"v", "kind", "verdict", "line", "ranks", "figures", "final", "time"}
+        if not isinstance(data, dict) or set(data) != keys or data["v"] != VERSION or data["kind"] != "slow":
+            raise RecordError("not a version-1 slow-rank record")
+        line, ranks, written = data["line"], data["ranks"], data["time"]
+        if data["verdict"] not in SLOW_KINDS or not isinstance(data["final"], bool):
+            raise RecordError("verdict or final: not the doctor's")
+        if not isinstance(line, str) or len(line) > MAX_LINE_TEXT or _CONTROL.search(line):
+            raise RecordError("line: not one printable line")
+        if not isinstance(ranks, list) or len(ranks) > MAX_RANKS or not all(_count(r) for r in ranks):
+            raise RecordError("ranks: not a list of ranks")
+        if not isinstance(written, (int, float)) or isinstance(written, bool):
+            raise RecordError("time: not a number")
+        figures = data["figures"]
+        if not isinstance(figures, list) or len(figures) > MAX_RANKS or not all(map(_figure, figures)):
+            raise RecordError("figures: not each rank's figures")
+        return cls(data["verdict"], line, tuple(ranks), tuple(figures), data["final"], float(written))
+
+
+def _share(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value <= 1
+
+
+def _figure(value: object) -> bool:
+    """One rank's figures as the doctor writes them (:func:`paijob.runtime.watch.straggler.figures`)."""
+    if not isinstance(value, dict) or set(value) != {"rank", "node_rank", "host", "local_rank", "wait_share",
+                                                     "last", "activity"}:
+        return False
+    host, local, activity = value["host"], value["local_rank"], value["activity"]
+    return (_count(value["rank"]) and _count(value["node_rank"]) and _count(value["last"])
+            and isinstance(host, str) and len(host) <= 64 and not _CONTROL.search(host)
+            and (local is None or _count(local)) and _share(value["wait_share"])
+            and isinstance(activity, dict) and set(activity) <= set(ACTIVITY_NAMES)
+            and all(map(_share, activity.values())))
+
+
+def read_slow(path: str | os.PathLike[str], *, running: bool, now: float | None = None) -> SlowRecord | None:
+    """The slow-rank doctor's record in ``path``: while the job runs, its latest verdict if said within
+    :data:`SLOW_FRESH` seconds; once it ended, whatever it said last (the run's worst straggler). Read as
+    :func:`read_stall` reads (bounded, no link, the exact form or nothing)."""
+    data = untrusted.read_regular(os.fspath(path), MAX_SLOW_BYTES)
+    if data is None:
+        return None
+    try:
+        record = SlowRecord.from_json(data)
+    except RecordError:
+        return None
+    if running and (time.time() if now is None else now) - record.time >= SLOW_FRESH:
+        return None
+    return record

@@ -14,10 +14,12 @@ import shutil
 import subprocess
 import threading
 from pathlib import Path
+from typing import Any
 
+from paijob.common import records
 from paijob.local import capacity, diagnostics
 from paijob.local.jobmodels import JobModels
-from paijob.local.processes import STALL_NAME
+from paijob.local.processes import SLOW_NAME, STALL_NAME
 from paijob.local.runner import JobRunner
 from paijob.local.store import Store
 from paijob.local.tracking import Tracker
@@ -84,6 +86,18 @@ class LocalCluster:
                 line = diagnostics.stall(path)  # bounded, and only in the runtime's own form
                 if line:
                     return line
+        return None
+
+    def slow_rank(self, job_id: str, attempt: int, plan: Job, *, running: bool) -> dict[str, Any] | None:
+        """paijob-runtime's slow-rank verdict for the job (the rank the others wait for, every rank's
+        figures): while it runs, the latest said in the last minutes; once it ended, the run's worst.
+        None: none. Only the job's own task folders are looked in, each file read bounded."""
+        for role in plan.roles:
+            for index in range(role.instances):
+                path = self.work_dir(job_id, attempt, role.name, index) / SLOW_NAME
+                found = records.read_slow(path, running=running)
+                if found:
+                    return found.as_json()
         return None
 
     def allocate_gpus(self, plan: Job) -> dict[tuple[str, int], str | None]:

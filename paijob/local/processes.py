@@ -41,6 +41,7 @@ from paijob.openpai.names import init_role_failure, role_name_breaks_init, role_
 MARKER = TASK_MARKER
 JOB_MARKER = contract.LOCAL_JOB
 STALL_NAME = ".paijob-stall.json"  # in a task's work folder (contract.STALL_FILE)
+SLOW_NAME = ".paijob-slow.json"  # in a task's work folder (contract.SLOW_FILE)
 
 Gpus = dict[tuple[str, int], str | None]  # role/index -> CUDA_VISIBLE_DEVICES (None: leave it alone)
 
@@ -234,6 +235,7 @@ class TaskProcesses:
         env[contract.STORAGE_MOUNT] = str(storage.mount_root(self.host.state_dir))  # the job's /mnt
         storage.folder(self.host.state_dir).mkdir(parents=True, exist_ok=True)
         env[contract.STALL_FILE] = str(workdir / STALL_NAME)  # node 0's hang watch: a stall
+        env[contract.SLOW_FILE] = str(workdir / SLOW_NAME)  # node 0's slow-rank doctor: its verdict
         env[contract.RECORD_KEY] = task.record_key
         return env, workdir
 

@@ -192,6 +192,9 @@ def job_detail(cluster: LocalCluster, job: dict[str, Any], attempt_id: int | Non
     stall = cluster.stall(job_id, attempt_id, plan) if latest and status.get("state") == "RUNNING" else None
     if stall:  # paijob's own field: paijob-runtime's hang watch sees ranks that stopped moving
         status["paijobStall"] = stall
+    slow = cluster.slow_rank(job_id, attempt_id, plan, running=status.get("state") == "RUNNING") if latest else None
+    if slow:  # paijob's own field: paijob-runtime's slow-rank doctor names the rank the others wait for
+        status["paijobSlowRank"] = slow
     status["retryDetails"] = _retry_details(cluster.store.attempts(job["username"], job["name"]), job["retries"])
     return {
         "name": job["name"],

@@ -158,3 +158,28 @@ def test_only_the_jobs_own_task_folders_are_looked_in(cluster: LocalCluster) -> 
     write_report(stall_file(cluster, "made-by-the-job"), [0])
     write_report(stall_file(cluster, "worker-9"), [9])  # no such task
     assert cluster.stall(JOB, 0, PLAN) is None
+
+
+def test_the_slow_rank_doctors_record_is_served_and_printed_by_status(
+        cluster: LocalCluster, capsys: pytest.CaptureFixture[str]) -> None:
+    from paijob.commands.status import print_status
+    from paijob.common.records import SlowRecord
+    from paijob.local.processes import SLOW_NAME
+
+    figure = {"rank": 3, "node_rank": 1, "host": "10.0.0.6", "local_rank": 1, "wait_share": 0.02, "last": 40,
+              "activity": {"compute": 0.63, "data": 0.09}}
+    record = SlowRecord(kind="rank", line="slow rank: rank 3 (node rank 1, host 10.0.0.6, local rank 1) holds the "
+                        "job back", ranks=(3,), figures=(figure,), final=True, time=time.time() - 3600)
+    path = stall_file(cluster, "worker-1").parent / SLOW_NAME
+    path.write_text(record.to_json())
+    assert cluster.slow_rank(JOB, 0, PLAN, running=True) is None  # said an hour ago: not while it runs
+    served = cluster.slow_rank(JOB, 0, PLAN, running=False)
+    assert served == record.as_json()
+    detail = {"jobStatus": {"state": "SUCCEEDED", "paijobSlowRank": served}, "taskRoles": {}}
+    print_status(detail, JOB)
+    out = capsys.readouterr().out
+    assert "slow rank  slow rank: rank 3 (node rank 1, host 10.0.0.6, local rank 1) holds the job back (over the " \
+        "run)\n" in out
+    assert "rank 3 (node rank 1, 10.0.0.6): waits 2% of the time, arrived last 40 times; compute 63%, data 9%" in out
+    path.write_text(record.to_json().replace("holds", "\\u001b[2Jholds"))  # a job's own control characters
+    assert cluster.slow_rank(JOB, 0, PLAN, running=False) is None

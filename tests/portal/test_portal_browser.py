@@ -175,6 +175,26 @@ def test_the_job_page_shows_tasks_exit_meaning_root_cause_and_masked_config(
     assert page_errors(driver) == []
 
 
+def test_the_job_page_shows_the_slow_rank_doctors_verdict_and_each_ranks_figures(
+        driver: Any, server: LocalServer, jobs: dict[str, str]) -> None:
+    from paijob.common.records import SlowRecord
+    from paijob.local.processes import SLOW_NAME
+
+    figure = {"rank": 1, "node_rank": 0, "host": "127.0.0.1", "local_rank": 1, "wait_share": 0.04, "last": 12,
+              "activity": {"data": 0.61, "compute": 0.2}}
+    line = "slow rank: rank 1 (node rank 0, host 127.0.0.1, local rank 1) holds the job back"
+    folder = server.cluster.work_dir(jobs["progress"], 0, "trainer", 0)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / SLOW_NAME).write_text(SlowRecord("rank", line, (1,), (figure,), final=True, time=1.0).to_json())
+    log_in(driver, server)
+    open_job(driver, server, jobs["progress"])
+    wait_for(driver, lambda d: "Slow rank" in css(d, "#cause-list")[0].text, "the slow-rank verdict")
+    text = css(driver, "#cause-list")[0].text
+    assert f"{line} (over the run)" in text
+    assert "rank 1 (node rank 0, 127.0.0.1): waits 4% of the time, arrived last 12 times; data 61%, compute 20%" in text
+    assert page_errors(driver) == []
+
+
 def test_a_log_line_holding_markup_stays_text(driver: Any, server: LocalServer, jobs: dict[str, str]) -> None:
     log_in(driver, server)
     open_job(driver, server, jobs["progress"])

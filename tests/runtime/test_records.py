@@ -219,3 +219,34 @@ def test_a_stall_is_fresh_for_less_than_15_seconds_and_reading_leaves_no_descrip
     path.write_text("not a record")
     assert records.read_stall(path, now=1000.0) is None
     assert len(list(Path("/proc/self/fd").iterdir())) == before
+
+
+def test_a_slow_rank_record_is_read_in_its_exact_form_only(tmp_path: Path):
+    from paijob.common.records import SLOW_FRESH, SlowRecord, read_slow
+
+    figure = {"rank": 3, "node_rank": 1, "host": "10.0.0.6", "local_rank": 1, "wait_share": 0.02, "last": 40,
+              "activity": {"compute": 0.63, "data": 0.09}}
+    record = SlowRecord(kind="rank", line="slow rank: rank 3 holds the job back", ranks=(3,), figures=(figure,),
+                        time=1000.0)
+    path = tmp_path / "slow.json"
+    path.write_text(record.to_json())
+    assert read_slow(path, running=True, now=1001.0) == record
+    assert read_slow(path, running=True, now=1000.0 + SLOW_FRESH) is None  # said long ago: it went away
+    assert read_slow(path, running=False, now=1e9) == record  # the job ended: its last word stays
+    hostile = [
+        {"line": "slow rank\x1b[2J: cleared"},  # a terminal's control characters
+        {"line": "x" * 5000},
+        {"verdict": "other"},
+        {"figures": [dict(figure, wait_share=7)]},
+        {"figures": [dict(figure, activity={"mining": 0.5})]},
+        {"figures": [dict(figure, host="h" * 100)]},
+        {"ranks": [-1]},
+        {"extra": 1},
+    ]
+    for change in hostile:
+        fields = {**json.loads(record.to_json()), **change}
+        path.write_text(json.dumps(fields))
+        assert read_slow(path, running=False) is None, change
+    path.unlink()
+    path.symlink_to(tmp_path / "elsewhere")
+    assert read_slow(path, running=False) is None

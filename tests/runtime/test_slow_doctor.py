@@ -238,3 +238,25 @@ def test_the_hang_watch_runs_the_doctor_at_its_ticks_and_sums_up_as_it_finishes(
     assert len(lines) == 1 and lines[0].startswith(PREFIX + "slow rank: rank 3 (node rank 0, host 10.0.0.5, local rank 1)")
     watch.finish()
     assert said[-1].startswith(PREFIX + "over the run: slow rank: rank 3") and not folder.exists()
+
+
+def test_node_0_keeps_its_verdict_as_a_record_for_status_and_the_portal(tmp_path):
+    from paijob.common import records
+
+    path = tmp_path / ".paijob-slow.json"
+    said: list[str] = []
+    found = doctor(said, record_file=str(path))
+    found.since = 0.0
+    for look in range(PERSIST + 1):
+        found.judge(10.0 * look, ranks(slow3, step=look))
+    kept = records.read_slow(path, running=True)
+    assert kept is not None and not kept.final and kept.kind == "rank" and kept.ranks == (3,)
+    assert PREFIX + kept.line == said[-1]
+    assert {f["rank"] for f in kept.figures} == {0, 1, 2, 3}  # every rank's figures
+    assert records.read_slow(path, running=True, now=kept.time + records.SLOW_FRESH) is None  # it went away
+    found.finish()
+    final = records.read_slow(path, running=False, now=kept.time + 10 * records.SLOW_FRESH)
+    assert final is not None and final.final and said[-1] == PREFIX + "over the run: " + final.line
+    other = SlowDoctor(node_rank=1, nnodes=2, world_size=4, folder="/nonexistent", read=lambda p: None,
+                       say=said.append, record_file=str(tmp_path / "node1.json"))
+    assert other.record_file is None  # node 0 judges: only it keeps the record

@@ -23,7 +23,9 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
-ACTIVITIES = ("collective", "data", "host", "compute", "other")
+from paijob.common.records import ACTIVITY_NAMES
+
+ACTIVITIES = ACTIVITY_NAMES  # one list: the slow-rank record (common.records) checks the names it carries
 
 _C10D = f"torch{os.sep}distributed{os.sep}distributed_c10d.py"
 _DATA = f"torch{os.sep}utils{os.sep}data{os.sep}"

@@ -26,13 +26,16 @@ from __future__ import annotations
 
 import json
 import math
+import time
 from collections import deque
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from paijob.common import untrusted
+from paijob.common.records import MAX_LINE_TEXT, SlowRecord
 from paijob.runtime.watch import clock
 from paijob.runtime.watch.evidence import checked, read_evidence
+from paijob.runtime.watch.progress import write_new
 from paijob.runtime.watch.straggler import Call, RankWindow, SlowVerdict, judge_slow
 from paijob.runtime.watch.verdict import RankState
 
@@ -55,9 +58,11 @@ class SlowDoctor:
                  read: Callable[[str], bytes | None], say: Callable[[str], None],
                  publish: Publish | None = None, gather: Gather | None = None,
                  get: clock.Get | None = None, put: clock.Set | None = None,
-                 every: float = LOOK_EVERY, repeat: float = REPEAT) -> None:
+                 every: float = LOOK_EVERY, repeat: float = REPEAT, record_file: str | None = None) -> None:
         """``publish``/``gather``: a node's ranks' evidence over the store; ``get``/``put``: a key's
-        text in the store (the clock rounds: :mod:`paijob.runtime.watch.clock`)."""
+        text in the store (the clock rounds: :mod:`paijob.runtime.watch.clock`); ``record_file``: where
+        node 0 keeps its latest verdict as a record, where the cluster asks (``PAIJOB_SLOW_FILE``)."""
+        self.record_file = record_file if node_rank == 0 else None
         self.node_rank, self.nnodes, self.world_size = node_rank, nnodes, world_size
         self.folder = folder
         self._read, self._say = read, say
@@ -169,11 +174,25 @@ class SlowDoctor:
         if verdict.kind != "phase" and (self.worst is None or verdict.wait_share >= self.worst.wait_share):
             self.worst = verdict
         self._say(PREFIX + verdict.line())
+        self._keep_record(verdict, final=False)
 
     def finish(self) -> None:
         """Node 0, as the node ends: the run's worst straggler once more (the final summary)."""
         if self.node_rank == 0 and self.worst is not None:
             self._say(f"{PREFIX}over the run: {self.worst.line()}")
+            self._keep_record(self.worst, final=True)
+
+    def _keep_record(self, verdict: SlowVerdict, *, final: bool) -> None:
+        """The verdict as a record where the cluster asks (``paijob status``, the portal read it)."""
+        if not self.record_file:
+            return
+        found = verdict.record()
+        record = SlowRecord(kind=verdict.kind, line=found["line"][:MAX_LINE_TEXT], ranks=verdict.culprits,
+                            figures=tuple(found["figures"]), final=final, time=time.time())
+        try:
+            write_new(self.record_file, record.to_json())
+        except OSError:
+            self.record_file = None  # the folder went away: the doctor goes on, unrecorded
 
 
 def _parsed(text: str) -> list[dict[str, Any]]:

@@ -133,6 +133,20 @@ function recordedCause(detail) {
   return `rank ${record.rank} ${where} failed with ${record.how}` + (record.error ? `: ${record.error}` : "");
 }
 
+// The slow-rank doctor's verdict: its line, then each rank's figures (as `paijob status` prints them).
+function slowRank(slow) {
+  if (!slow || typeof slow.line !== "string") return "";
+  const percent = (share) => `${Math.round(share * 100)}%`;
+  const lines = [slow.line + (slow.final ? " (over the run)" : "")];
+  for (const f of Array.isArray(slow.figures) ? slow.figures : []) {
+    const doing = Object.entries(f.activity || {}).sort((a, b) => b[1] - a[1])
+      .map(([name, share]) => `${name} ${percent(share)}`).join(", ");
+    lines.push(`rank ${f.rank} (node rank ${f.node_rank}, ${f.host}): waits ${percent(f.wait_share)} of the time, `
+      + `arrived last ${f.last} times` + (doing ? `; ${doing}` : ""));
+  }
+  return lines.join("\n");
+}
+
 function renderCause(detail) {
   const status = detail.jobStatus;
   const items = [];
@@ -146,6 +160,7 @@ function renderCause(detail) {
     add("Exit code", `${status.appExitCode}: ${exitMeaning(status.appExitSpec)} (${status.appExitSpec.type})`);
   }
   add("Stalled", status.paijobStall);  // paijob-runtime's hang watch, while the job runs
+  add("Slow rank", slowRank(status.paijobSlowRank));  // paijob-runtime's slow-rank doctor
   add("Failed rank", recordedCause(detail));
   add("Root cause", diagnosticsLines(detail.exitDiagnostics || status.exitDiagnostics).join("\n"));
   if (status.appExitDiagnostics !== status.appExitTriggerMessage) add("Diagnostics", status.appExitDiagnostics);
