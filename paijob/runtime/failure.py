@@ -66,6 +66,15 @@ class Failure:
     # this node's ranks' last collectives from torch's flight recorder, by rank (a mismatch's evidence:
     # paijob.runtime.watch.recorder); keys are strings, as JSON has them
     calls: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    left: bool = False  # a rank that left the job (exit code 0, its process group up): ``reason`` says where
+
+    @classmethod
+    def leaving(cls, *, node_rank: int, rank: int, local_rank: int | None, time: float, reason: str) -> Failure:
+        """A rank whose code ended with exit code 0 while its process group was still up: the root
+        cause when its peers then fail for the connection it closed (or wait for it) and nothing
+        else failed. It beats consequences, never a failure of its own."""
+        return cls(node_rank=node_rank, rank=rank, local_rank=local_rank, returncode=0, secondary=False,
+                   time=time, reason=reason, left=True)
 
     @property
     def exit_code(self) -> int:
@@ -76,7 +85,7 @@ class Failure:
         return exitcodes.from_worker_status(self.returncode) or exitcodes.USER_FAILURE
 
     def headline(self) -> str:
-        if self.rank is None:
+        if self.rank is None or self.left:
             return self.reason
         status = exitcodes.describe_status(self.returncode or 0)
         return (
@@ -105,11 +114,12 @@ class Failure:
 
 def choose_root_cause(failures: list[Failure]) -> Failure | None:
     """The hang watch's account of a process-group timeout beats the failure it explains;
-    primary failures beat consequences (peer-connection errors, workers we stopped),
-    a worker beats an infrastructure reason, then the earliest wins."""
+    primary failures beat consequences (peer-connection errors, workers we stopped), a rank
+    that left the job early beats only consequences, a worker beats an infrastructure reason,
+    then the earliest wins."""
     if not failures:
         return None
-    return min(failures, key=lambda f: (not f.overrides, f.secondary, f.rank is None, f.time))
+    return min(failures, key=lambda f: (not f.overrides, f.secondary, f.left, f.rank is None, f.time))
 
 
 def report_root_cause(root: Failure, node_rank: int) -> None:

@@ -54,12 +54,13 @@ import threading
 import time
 import traceback
 from collections.abc import Callable, Sequence
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from paijob.common import contract
 
 USAGE = "usage: python -m paijob.runtime.worker (SCRIPT | -m MODULE) [ARGS...]"
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+_SAMPLER: list[Any] = []  # this worker's progress sampler, once started (the hang watch asked for it)
 
 
 def die_with_parent(expected_parent: int | None = None) -> bool:
@@ -175,7 +176,10 @@ def run_as_main(target: str, args: Sequence[str], *, module: bool = False) -> in
                 sys.path.insert(0, script_dir)
             runpy.run_path(target, run_name="__main__")
     except SystemExit as error:
-        return exit_code_of(error)
+        code = exit_code_of(error)
+        if code == 0:
+            _note_leaving(error, target)
+        return code
     except KeyboardInterrupt as error:
         _print_user_traceback(error)
         return 128 + int(signal.SIGINT)
@@ -185,7 +189,20 @@ def run_as_main(target: str, args: Sequence[str], *, module: bool = False) -> in
             return -stopped
         _print_user_traceback(error)
         return 1
+    _note_leaving(None, target)
     return 0
+
+
+def _note_leaving(error: SystemExit | None, target: str) -> None:
+    """The script ended with exit code 0: where a process group is still up, tell the sampler
+    where it ended, for the ranks that may still wait for this one (a rank that leaves early)."""
+    sampler = _SAMPLER[0] if _SAMPLER else None
+    if sampler is None:
+        return
+    from paijob.runtime.watch.progress import in_process_group, leaving_frame
+
+    if in_process_group():
+        sampler.note_left(leaving_frame(error, target))
 
 
 def _hold_knock_on(error: BaseException) -> int:
@@ -214,7 +231,10 @@ def _hold_knock_on(error: BaseException) -> int:
     previous = signal.signal(signal.SIGTERM, stop)
     try:
         deadline = time.monotonic() + hold
+        sampler = _SAMPLER[0] if _SAMPLER else None
         while not stopped and time.monotonic() < deadline:
+            if sampler is not None:  # the agent may ask for our calls (a mismatch's account): answer at once
+                sampler.answer_request()
             time.sleep(0.05)
     finally:
         signal.signal(signal.SIGTERM, previous)
@@ -267,7 +287,9 @@ def _start_progress_sampler() -> None:
         return
     from paijob.runtime.watch.progress import start_from_env
 
-    start_from_env(skip_files=(__file__, runpy.__file__ or ""))
+    sampler = start_from_env(skip_files=(__file__, runpy.__file__ or ""))
+    if sampler is not None:
+        _SAMPLER.append(sampler)
 
 
 def main(argv: Sequence[str] | None = None) -> NoReturn:

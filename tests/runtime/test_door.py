@@ -17,6 +17,7 @@ from paijob.runtime.env import DistEnv
 from paijob.runtime.failure import Failure
 from paijob.runtime.watch.accounting import Accounting, read_tail
 from paijob.runtime.watch.health import NodeHealth, OneProcessHealth, PerGpuHealth
+from paijob.runtime.watch.verdict import RankState
 
 CLOSED = "RuntimeError: [../gloo/transport/tcp/pair.cc:534] Connection closed by peer"
 
@@ -169,3 +170,43 @@ def test_either_launch_mode_asks_the_watch_through_one_interface():
     finally:
         per_gpu.stop()
         one.stop()
+
+
+class FakeHang:
+    """The hang watch's part of an account: no timeout to explain, and the ranks that left."""
+
+    def __init__(self, left: list) -> None:  # type: ignore[type-arg]
+        self.left = left
+
+    def explain_timeout(self, failures: list[Failure]) -> None:
+        return None
+
+    def left_ranks(self) -> list:  # type: ignore[type-arg]
+        return self.left
+
+
+def left_rank(rank: int, line: int = 12) -> RankState:
+    return RankState(rank=rank, node_rank=1, host="10.0.0.1", local_rank=rank - 2, idle_for=3.0, busy=False,
+                     cpu_share=0.0, wait=None, collective=False, first_progress=True, stale_for=0.0,
+                     where=[["/job/train.py", line, "<module>"]], exited=True, left=True)
+
+
+def test_a_rank_that_left_is_the_cause_of_its_peers_lost_connections_and_nothing_else():
+    records = FakeRecords([], [])
+    accounting = Accounting(FakeLauncher({2: 1, 3: 1}, ["", ""]), records, nnodes=2, world_size=4,
+                            hang=FakeHang([left_rank(3)]), primary_wait=12.0)  # type: ignore[arg-type]
+    accounting.workers_failed([worker(2, CLOSED, secondary=True)])
+    root = accounting.root_cause()
+    assert root is not None and root.left and records.published[-1] is root
+    assert root.headline() == (
+        "rank 3 (node rank 1, host 10.0.0.1, local rank 1) exited with code 0 at train.py:12 while ranks "
+        "0-2 still needed it: it left the job with its process group up, and the collectives it was in "
+        "failed (a script that ends early, or a sys.exit(0) on one rank)")
+    assert root.exit_code == 1 and records.waited == []  # named at once: no wait for another cause
+    # a failure of its own beats a rank that left (a script's end without destroy_process_group is common)
+    records = FakeRecords([], [])
+    accounting = Accounting(FakeLauncher({2: 1, 3: 1}, ["", ""]), records, nnodes=2, world_size=4,
+                            hang=FakeHang([left_rank(3)]), primary_wait=12.0)  # type: ignore[arg-type]
+    cause = worker(2, "ValueError: bad label", at=99.0)
+    accounting.workers_failed([cause])
+    assert accounting.root_cause() is cause and all(not f.left for f in records.published)

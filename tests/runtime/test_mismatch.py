@@ -95,7 +95,9 @@ TABLE = [
      [RECEIVER, recorded(0, {1: [call(6, 1000)]}), recorded(1, {2: [call(6, 1000)]})],
      "mismatched collectives: gloo aborted rank 0 (node rank 0, local rank 0) on receiving 1000 "
      "bytes where its own call expected 500; the other ranks' calls (torch's flight recorder): "
-     "rank 1 calls all_reduce [1000] Float at train.py:12; rank 2 calls all_reduce [1000] Float"),
+     "rank 1 calls all_reduce [1000] Float at train.py:12; rank 2 calls all_reduce [1000] Float at train.py:12; "
+     "from these alone the call that differs cannot be told; rank 3 did not say its call (ended or "
+     "stopped before the recorder was read)"),
     ("the fingerprints beat the recorder", [*DETAIL_ALL, *ODD_1[1:]],
      "mismatched collectives (torch's fingerprint check): rank 1 calls ALLREDUCE [2000] Float"),
     ("gloo aborted the receiver, nobody else said: named as the receiver, with the way to the cause",
@@ -133,7 +135,7 @@ def test_two_ranks_that_disagree_in_the_recorder_name_nobody_and_more_words_are_
     wrong one. The account says both; undecided tells node 0 to wait for more nodes' words."""
     failures = [RECEIVER, recorded(0, {1: [call(6, 2000)]})]
     account = mismatch_account(failures, world_size=2)
-    assert account is not None and "the one that differs cannot be told" in account.reason
+    assert account is not None and "the call that differs cannot be told" in account.reason
     assert "rank 1 calls all_reduce [2000] Float at train.py:12" in account.reason
     assert undecided(failures, world_size=4) and not undecided(ODD_1, world_size=4)
     assert not undecided([RECEIVER], world_size=4)  # nobody speaks: waiting cannot help

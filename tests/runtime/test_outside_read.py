@@ -263,13 +263,16 @@ PY_SPY_JSON = json.dumps([
                 {"name": "Thread.run", "filename": "/usr/lib/python3.11/threading.py", "line": 982}]},
     {"pid": 11935, "thread_id": 140522100906880, "thread_name": None, "os_thread_id": 11935,
      "frames": [{"name": "step", "filename": "/job/t.py", "line": 7},
-                {"name": "<module>", "filename": "/job/t.py", "line": 20}]},
+                {"name": "<module>", "filename": "/job/t.py", "line": 20},
+                {"name": "run_path", "filename": "<frozen runpy>", "line": 291},
+                {"name": "run_as_main", "filename": "/venv/site-packages/paijob/runtime/worker.py", "line": 180},
+                {"name": "<module>", "filename": "<string>", "line": 4}]},  # the launcher's own frames
 ])
 
 
 def test_py_spys_json_becomes_each_threads_frames_outermost_first_and_the_main_thread_is_the_pids():
     main, others = outside.Read(outside.parse(PY_SPY_JSON)).split(11935, None)
-    assert main is not None and main.frames == [["/job/t.py", 20, "<module>"], ["/job/t.py", 7, "step"]]
+    assert main is not None and main.frames == [["/job/t.py", 20, "<module>"], ["/job/t.py", 7, "step"]]  # no <string>:4
     assert main.name == "thread 0x7fcdd9e85b80"  # no name read: its ident
     assert [(t.name, t.frames[-1]) for t in others] == [("spinner", ["/job/t.py", 4, "spin"])]
 

@@ -6,6 +6,7 @@ that produce these states run in test_hangs.py.
 
 from __future__ import annotations
 
+import os
 import threading
 from dataclasses import replace
 
@@ -224,6 +225,25 @@ def test_before_the_first_training_step_the_longer_allowance_holds():
     # ranks waiting inside a collective for one that never arrives: --hang-timeout
     verdict = judge([state(0, 21, started=False), state(1, 21, wait=None, started=False)], SETTINGS)
     assert verdict is not None and "(--hang-timeout 20s)" in verdict.headline(SETTINGS)
+
+
+def test_ranks_in_calls_that_cannot_match_are_judged_on_the_hang_timeout_before_the_first_step():
+    # issue 43: rank 3 calls broadcast at step 4 while the others all_reduce; no rank has made its
+    # first progress yet, but calls that differ never complete: --hang-timeout, not the allowance
+    states = [state(0, 21, started=False), state(1, 21, started=False), state(2, 21, started=False),
+              state(3, 21, wait="broadcast", line=50, started=False)]
+    verdict = judge(states, SETTINGS)
+    assert verdict is not None and verdict.kind == "hang" and [s.rank for s in verdict.culprits] == [3]
+    assert "(--hang-timeout 20s)" in verdict.headline(SETTINGS)
+    assert judge([replace(s, idle_for=19) for s in states], SETTINGS) is None  # not before it
+    # the same call everywhere before the first step (a slow first all_reduce): the allowance holds
+    assert judge([state(n, 30, started=False) for n in range(4)], SETTINGS) is None
+    # a send facing a recv differ by design: the allowance holds
+    assert judge([state(0, 30, wait="send", started=False), state(1, 30, wait="recv", started=False)],
+                 SETTINGS) is None
+    # one rank outside any call (loading data) is no mismatch: the never-arriving rule decides
+    assert judge([state(0, 30, wait="broadcast", started=False), state(1, 30, wait=None, started=False),
+                  state(2, 5, wait=None, busy=True, started=False)], SETTINGS) is None
 
 
 def test_the_rank_in_a_different_collective_than_most_is_the_culprit():
@@ -580,3 +600,30 @@ def test_a_timeout_a_sampler_noted_is_accounted_for_like_a_workers_failure():
     assert (account.returncode, account.overrides, account.exit_code) == (1, True, 1)
     assert timed_out_state([replace(s, error="ValueError: bad label") for s in LAST_LOOK]) is None
     assert timed_out_state(LAST_LOOK) is None
+
+
+def test_ranks_waiting_in_collectives_for_a_rank_that_left_name_the_rank_that_left():
+    gone = replace(state(3, 26, wait=None, line=12), exited=True, left=True)
+    verdict = judge([state(0, 25), state(1, 25), state(2, 25), gone], SETTINGS)
+    assert verdict is not None and verdict.kind == "hang" and [s.rank for s in verdict.culprits] == [3]
+    headline = verdict.headline(SETTINGS)
+    assert ("rank 3 (node rank 1, host 10.0.0.1, local rank 1) exited with code 0 at train.py:12 while its "
+            "process group was still up (it left the job); ranks 0-2 wait in all_reduce at train.py:42") in headline
+    # a rank that ended without leaving a group (destroyed it first) is not blamed
+    ended = replace(gone, left=False)
+    verdict = judge([state(0, 25), state(1, 25), state(2, 25), ended], SETTINGS)
+    assert verdict is not None and verdict.culprits == []
+
+
+def test_a_rank_waiting_on_a_queue_nobody_feeds_says_its_producer_may_have_died():
+    import queue as queue_module
+
+    stdlib = os.path.dirname(queue_module.__file__)
+    frames = [["/job/train.py", 30, "main"], [f"{stdlib}/queue.py", 171, "get"], [f"{stdlib}/threading.py", 320, "wait"]]
+    stuck = replace(state(1, 25, wait=None), where=report_frames(frames))
+    verdict = judge([state(0, 25), stuck], SETTINGS)
+    assert verdict is not None and "is stuck at train.py:30 in main, outside any collective, waiting on a queue " \
+        "that no live thread of its code feeds (a producer thread that died?" in verdict.headline(SETTINGS)
+    fed = replace(stuck, threads=[["producer", report_frames([["/job/train.py", 12, "produce"]])]])
+    verdict = judge([state(0, 25), fed], SETTINGS)
+    assert verdict is not None and "no live thread" not in verdict.headline(SETTINGS)

@@ -30,7 +30,7 @@ from paijob.runtime.watch.mismatch import (
     undecided,
 )
 from paijob.runtime.watch.recorder import ANSWER_WAIT, read_answers, request
-from paijob.runtime.watch.verdict import first_timed_out
+from paijob.runtime.watch.verdict import first_timed_out, left_phrase, rank_ranges
 
 # Seconds node 0 waits for every node's record to name a mismatch's odd rank. A node stopped for
 # node 0's failure before its own workers exited publishes their words after stopping them:
@@ -187,12 +187,35 @@ class Accounting:
         a mismatch; None: nothing failed that this node knows of."""
         local = [self.local_failure] if self.local_failure is not None else []
         records = self.with_timeout_account(local, self.node.records())
+        if not any(not f.secondary for f in [*local, *records]):
+            records = [*records, *self.publish_leaver()]
         if self.nnodes > 1 and not any(not f.secondary for f in [*local, *records]):
             # A peer's connection broke under our workers: wait for the cause (its record,
             # or node 0's verdict that it was lost, which takes --heartbeat-timeout).
             records = self.node.wait_for_primary(local, timeout=self.primary_wait)
         records = self.with_mismatch_account(records)
         return choose_root_cause([*local, *records])
+
+    def publish_leaver(self) -> list[Failure]:
+        """Every failure so far is a consequence (a peer closed its connection): a rank that left
+        the job (its code ended with exit code 0, its process group up) is their cause. The
+        earliest this node knows of (its own; node 0: every node's), published so every node
+        names it; [] when none left."""
+        gone = self.hang.left_ranks() if self.hang is not None else []
+        if not gone:
+            return []
+        first = gone[0]
+        waiting = sorted(set(range(self.world_size)) - {s.rank for s in gone})
+        ranks = rank_ranges(waiting)
+        failure = Failure.leaving(
+            node_rank=first.node_rank, rank=first.rank, local_rank=first.local_rank,
+            time=time.time() - first.idle_for,
+            reason=(f"{left_phrase(first)} while {'ranks' if len(waiting) > 1 else 'rank'} {ranks} "
+                    f"still needed it: it left the job with its process group up, and the "
+                    f"collectives it was in failed (a script that ends early, or a sys.exit(0) "
+                    f"on one rank)"))
+        self.node.publish(failure)
+        return [failure]
 
     def with_timeout_account(self, local: list[Failure], records: list[Failure]) -> list[Failure]:
         """``records``, with the hang watch's account when torch's own timeout fired in a rank that

@@ -111,6 +111,9 @@ def summarise(report: dict[str, Any], *, node_rank: int, host: str, now: float,
     stale_for = max(0.0, age - interval)
     seen, unread = outside_stacks(report, outside_read if stopped else None)
     frames, threads, source = main_and_threads(report, dump, seen)
+    left = report.get("left")
+    if isinstance(left, dict) and _frame(left.get("where")):
+        frames = [left["where"]]  # where its code ended: the place its sampler last saw is older
     return RankState(
         rank=int(report["rank"]),
         node_rank=node_rank,
@@ -135,7 +138,14 @@ def summarise(report: dict[str, Any], *, node_rank: int, host: str, now: float,
         error=str(report.get("error") or "")[:MAX_ERROR],
         outside=source == "outside",
         unread=unread,
+        left=isinstance(left, dict) and _frame(left.get("where")),
     )
+
+
+def _frame(value: Any) -> bool:
+    """Whether ``value`` is one ``[file, line, function]`` frame as a sampler writes it."""
+    return (isinstance(value, list) and len(value) == 3 and isinstance(value[0], str)
+            and isinstance(value[1], int) and isinstance(value[2], str))
 
 
 def main_and_threads(report: dict[str, Any], dump: str,
@@ -342,10 +352,12 @@ class HangWatch(Ticker):
         self.accounts = accounts  # per-node mode: the ranks' samplers note a timeout (node 0 accounts for it)
         self.account: Failure | None = None  # node 0's account of torch's own timeout (accounts)
         self._remote: list[RankState] = []  # the other nodes' ranks at the last gather
+        self._left: dict[int, RankState] = {}  # ranks seen ended with their process group up (node 0: every node's)
         self._evidence = threading.Lock()  # the tick and account_now both update it
         self.slow = SlowDoctor(node_rank=node_rank, nnodes=nnodes, world_size=world_size, folder=folder,
                                read=read_file, say=say, publish=channel.publish_slow,
-                               gather=channel.gather_slow, get=channel.get_text, put=channel.set_text)
+                               gather=channel.gather_slow, get=channel.get_text, put=channel.set_text,
+                               record_file=os.environ.get(contract.SLOW_FILE) or None)
 
     def start(self) -> None:
         self._say(self.settings.described())
@@ -413,6 +425,8 @@ class HangWatch(Ticker):
         for state in states:
             if not state.exited and not state.error:
                 self._running[state.rank] = state
+            if state.exited and state.left:
+                self._left.setdefault(state.rank, state)
         self.last_states = [self._running[rank] for rank in sorted(self._running)]
         return states
 
@@ -437,6 +451,15 @@ class HangWatch(Ticker):
             if self.account is not None:
                 return self.account
             return self._account(self._note_evidence(local + self._remote), now)
+
+    def left_ranks(self) -> list[RankState]:
+        """The ranks that left the job (their code ended with the process group up) as this node
+        knows now: its own, read now, and on node 0 every node's from their last summaries."""
+        now = time.time()
+        _reports, local = self._read_local(now)
+        with self._evidence:
+            self._note_evidence(local + self._remote)
+            return [self._left[rank] for rank in sorted(self._left)]
 
     def timed_out_here(self) -> bool:
         """Whether a rank of this node noted torch's own process-group timeout (its file, now)."""

@@ -110,7 +110,7 @@ def _account(failures: Sequence[Failure], world_size: int | None) -> tuple[Failu
         return None
     recorded = recorded_calls(failures)
     named = _from_recorder(receiver, failures, recorded, world_size)
-    return (named, True) if named is not None else (_receiver(receiver, recorded), False)
+    return (named, True) if named is not None else (_receiver(receiver, recorded, world_size), False)
 
 
 # -- torch's flight recorder -------------------------------------------------------------------
@@ -251,19 +251,24 @@ def _named(failures: Sequence[Failure], calls: dict[int, str]) -> Failure:
         reason="mismatched collectives (torch's fingerprint check): " + "; ".join(phrases))
 
 
-def _receiver(failure: Failure, recorded: dict[int, list[dict[str, Any]]]) -> Failure:
+def _receiver(failure: Failure, recorded: dict[int, list[dict[str, Any]]],
+              world_size: int | None = None) -> Failure:
     at = parting(recorded)
     who = (f"gloo aborted rank {failure.rank} (node rank {failure.node_rank}, local rank "
            f"{failure.local_rank}) on receiving {_got_expected(failure)}")
     if at:  # what the others said, though it names nobody
         said = "; ".join(_call(rank, describe(call), call.get("line")) for rank, call in sorted(at.items()))
-        how = (f"; the other ranks' calls (torch's flight recorder): {said}; with no call the most "
-               f"common, the one that differs cannot be told")
+        how = (f"; the other ranks' calls (torch's flight recorder): {said}; from these alone "
+               f"the call that differs cannot be told")
     else:
         how = (f": it is the receiver, not necessarily the rank whose call differs (another size, "
                f"dtype or collective). To have that rank named with its line, run again with "
                f"{DEBUG_VARIABLE}=DETAIL in the task's environment (torch then checks every "
                f"collective's shapes across ranks before running it, at a cost)")
+    silent = sorted(set(range(world_size)) - set(recorded) - {failure.rank}) if world_size and recorded else []
+    if silent:  # the account names who could not say their calls, never silently less
+        how += (f"; {_ranks(silent)} did not say {'their calls' if len(silent) > 1 else 'its call'} "
+                f"(ended or stopped before the recorder was read)")
     return Failure(
         node_rank=failure.node_rank, rank=None, local_rank=None, returncode=failure.returncode,
         secondary=False, time=failure.time - 1e-3, tail=failure.tail, overrides=True,

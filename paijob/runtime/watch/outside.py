@@ -65,12 +65,24 @@ def find_py_spy() -> str | None:
     return shutil.which(PY_SPY)
 
 
+# The launcher's own frames below the user's code in a worker: python's ``-c`` bootstrap (``<string>``),
+# the worker wrapper and runpy. The sampler drops them from its stacks; a stack read from outside the same.
+_LAUNCH_FRAMES = ("<string>", f"paijob{os.sep}runtime{os.sep}worker.py", f"{os.sep}runpy.py", "<frozen runpy>")
+
+
+def without_launch_frames(frames: list[list[Any]]) -> list[list[Any]]:
+    """``frames`` (outermost first) from the first frame above the launcher's own."""
+    ours = [i for i, frame in enumerate(frames) if str(frame[0]).endswith(_LAUNCH_FRAMES)]
+    return frames[ours[-1] + 1:] if ours and ours[-1] + 1 < len(frames) else frames
+
+
 def parse(text: str) -> tuple[Thread, ...]:
     """``py-spy dump --json``'s output (each thread's frames innermost first) as :class:`Thread` s."""
     threads = []
     for item in json.loads(text):
         ident = int(item.get("thread_id") or 0)
-        frames = [[f["filename"], int(f["line"]), f["name"]] for f in reversed(item.get("frames") or [])]
+        frames = without_launch_frames(
+            [[f["filename"], int(f["line"]), f["name"]] for f in reversed(item.get("frames") or [])])
         threads.append(Thread(ident, int(item.get("os_thread_id") or 0),
                               str(item.get("thread_name") or f"thread 0x{ident:x}"), frames))
     return tuple(threads)

@@ -136,6 +136,16 @@ def classify_wait(frames: list[Frame]) -> tuple[str | None, bool]:
     return None, False
 
 
+_THREADING = f"{os.sep}threading.py"
+_JOIN_FUNCTIONS = frozenset({"join", "_wait_for_tstate_lock"})
+
+
+def joining(frame: FrameType | None) -> bool:
+    """Whether ``frame`` (a thread's innermost) is ``Thread.join`` waiting for another thread."""
+    return (frame is not None and frame.f_code.co_filename.endswith(_THREADING)
+            and frame.f_code.co_name in _JOIN_FUNCTIONS)
+
+
 def in_c10d(frames: list[Frame]) -> bool:
     """Whether the stack is inside a ``torch.distributed`` API call (all_reduce, barrier, recv...),
     not one of the waits told apart by other means (``backward``, DDP, the rendezvous)."""
@@ -267,9 +277,11 @@ class Sampler:
         self.rising_samples = 0  # samples that saw more collectives done than the one before
         self.longest_wait = 0.0  # the longest wait inside one torch.distributed call (calibration)
         self.seq = 0
+        self._watched: int | None = None  # the ident of the thread sampled last (watched_thread)
         self.start_time = own_start_time()
         self.dump_after = max(DUMP_AFTER, 3 * interval)
         self.error = ""  # the exception that ended the rank's function (``mp.spawn`` children): see note_error
+        self.left: dict[str, Any] | None = None  # the rank ended while in a process group: see note_left
         self._last: dict[str, Any] | None = None  # the last report written
         self._stack_fd: int | None = None
         self.evidence = Evidence(folder, rank, is_library=is_library, write=write_new)  # the slow-rank doctor's
@@ -323,13 +335,16 @@ class Sampler:
         """One look at the main thread: where it is, whether it moved or worked since the last look."""
         now, wall = time.time(), time.monotonic()
         issued = collectives_issued()  # before the stack: a collective counts once it is left
-        frame = sys._current_frames().get(self.main.ident or -1)  # noqa: SLF001 - the sampler's whole point
+        watched, frame = self.watched_thread()
+        if watched.ident != self._watched:  # another thread: its CPU is not comparable with the last
+            self._watched, self._cpu = watched.ident, None
+        tid = self.tid if watched is self.main else (watched.native_id or self.tid)
         frames = main_stack(frame, skip_files=self.skip_files)
         signature = tuple((id(f.f_code), line) for f, line in _walk(frame))
         moved = signature != self._signature or issued != self._issued
         self._signature, self._issued = signature, issued
-        cpu, stat_bytes = _thread_cpu(self.tid)
-        io_bytes, io_file_bytes = _io_bytes(self.tid)
+        cpu, stat_bytes = _thread_cpu(tid)
+        io_bytes, io_file_bytes = _io_bytes(tid)
         elapsed = max(1e-3, wall - self._wall)
         cpu_share = 0.0 if cpu is None or self._cpu is None else (cpu - self._cpu) / elapsed
         busy = cpu_share >= BUSY_CPU_SHARE
@@ -354,7 +369,7 @@ class Sampler:
             "local_rank": self.local_rank,
             "pid": os.getpid(),
             "start_time": self.start_time,
-            "main_thread": self.main.ident,
+            "main_thread": watched.ident,
             "seq": self.seq,
             "time": now,
             "active_at": self.active_at,
@@ -370,9 +385,29 @@ class Sampler:
             "first_progress": self.first_progress,
             "longest_wait": round(self.longest_wait, 1),
             "frames": frames,
-            "threads": other_threads(self.main.ident, self._thread.ident) if still else [],
+            "threads": other_threads(watched.ident, self._thread.ident) if still else [],
             "error": self.error,
         }
+
+    def watched_thread(self) -> tuple[threading.Thread, FrameType | None]:
+        """The thread the rank's verdict is about, and its innermost frame: the main thread, unless
+        it waits in ``join()`` for a thread that trains (training in a side thread); then the
+        joined-for thread inside a ``torch.distributed`` call, else the first with code of the
+        user's. A healthy main thread in ``join()`` at the end of a run changes nothing."""
+        current = sys._current_frames()  # noqa: SLF001 - the sampler's whole point
+        frame = current.get(self.main.ident or -1)
+        if not joining(frame):
+            return self.main, frame
+        candidates = [(thread, current.get(thread.ident or -1)) for thread in threading.enumerate()
+                      if thread is not self.main and thread is not self._thread and not thread.daemon]
+        stacks = [(thread, found, main_stack(found)) for thread, found in candidates if found is not None]
+        for thread, found, stack in stacks:
+            if in_c10d(stack):
+                return thread, found
+        for thread, found, stack in stacks:
+            if any(not is_library(f[0]) for f in stack):
+                return thread, found
+        return self.main, frame
 
     def _note_process_io(self, now: float) -> None:
         """Whether any thread moved data since the last look (a long collective's transfer: gloo's
@@ -419,6 +454,8 @@ class Sampler:
     def write(self, report: dict[str, Any]) -> None:
         if self.error and not report.get("error"):  # a sample taken before the error was noted
             report = {**report, "error": self.error}
+        if self.left is not None and "left" not in report:  # a sample taken before the exit was noted
+            report = {**report, "left": self.left}
         text = json.dumps(report, separators=(",", ":"))
         write_new(self.path, text)
         self._last = report
@@ -436,6 +473,47 @@ class Sampler:
                 self.write({**self._last, "error": self.error, "time": time.time()})
             except OSError:
                 pass
+
+    def answer_request(self) -> None:
+        """Answer the agent's request for this rank's calls now, if it asked (from the worker's main
+        thread while it holds back a knock-on error: within 50 ms, not at the next sample, so a
+        mismatch's account does not hang on the sampler's rhythm under load)."""
+        with contextlib.suppress(Exception):  # the watch must never break the worker
+            answer_calls_request(os.path.dirname(self.path), self.rank)
+
+    def note_left(self, where: list[Any]) -> None:
+        """The rank's code ended with exit code 0 while its process group was still up
+        (``where``: ``[file, line, function]`` of its ``sys.exit``, line 0 for the script's end).
+        Harmless by itself (many scripts end without ``destroy_process_group``), it is the root
+        cause when the ranks still in a collective with it then fail or wait
+        (:mod:`paijob.runtime.watch.leaving`): said at once, on the last report."""
+        self.left = {"where": where, "time": time.time()}
+        if self._last is not None:
+            try:
+                self.write({**self._last, "left": self.left, "time": time.time()})
+            except OSError:
+                pass
+
+
+def leaving_frame(error: BaseException | None, target: str, function: str = "<module>") -> list[Any]:
+    """Where a rank's code ended: the frame that raised ``SystemExit`` (``sys.exit`` is C: the
+    traceback's last frame is its caller), else the end of ``function`` in ``target`` (line 0)."""
+    tb = error.__traceback__ if error is not None else None
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    if tb is None:
+        return [target, 0, function]
+    return [tb.tb_frame.f_code.co_filename, tb.tb_lineno, tb.tb_frame.f_code.co_name]
+
+
+def in_process_group() -> bool:
+    """Whether this process is still a rank of an initialised process group of more than one
+    rank (torch already loaded: a script that never imported torch is in none)."""
+    c10d = sys.modules.get(_C10D_MODULE)
+    try:
+        return bool(c10d is not None and c10d.is_initialized() and c10d.get_world_size() > 1)
+    except Exception:  # noqa: BLE001 - a torch whose group is half torn down: not a rank any more
+        return False
 
 
 # -- the last collectives, when the agent asks (paijob.runtime.watch.recorder) -------------------

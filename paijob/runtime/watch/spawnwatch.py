@@ -34,7 +34,7 @@ import traceback
 from collections.abc import Callable
 from typing import Any, NoReturn
 
-from paijob.runtime.watch.progress import Sampler, start_from_env
+from paijob.runtime.watch.progress import Sampler, in_process_group, leaving_frame, start_from_env
 
 TORCH_TARGET = ("torch.multiprocessing.spawn", "_wrap")  # mp.spawn's per-child entry point
 _installed: list[Callable[..., Any]] = []  # BaseProcess.start before the hook
@@ -97,12 +97,25 @@ def noting_errors(fn: Callable[..., Any], sampler: Sampler) -> Callable[..., Any
     @functools.wraps(fn)
     def run(*args: Any, **kwargs: Any) -> Any:
         try:
-            return fn(*args, **kwargs)
+            result = fn(*args, **kwargs)
+        except SystemExit as error:
+            if error.code in (None, 0) and in_process_group():
+                sampler.note_left(leaving_frame(error, *_source(fn)))
+            raise
         except Exception as error:
             sampler.note_error(error_text(error))
             raise
+        if in_process_group():  # the function returned with its process group up: a rank that left
+            sampler.note_left(leaving_frame(None, *_source(fn)))
+        return result
 
     return run
+
+
+def _source(fn: Callable[..., Any]) -> tuple[str, str]:
+    """``fn``'s file and name (where a rank that returned ended)."""
+    code = getattr(fn, "__code__", None)
+    return (code.co_filename, code.co_name) if code is not None else ("?", "?")
 
 
 def error_text(error: BaseException) -> str:

@@ -66,6 +66,7 @@ class RankState:
     error: str = ""  # the exception that ended its function (an ``mp.spawn`` child's, noted by its sampler)
     outside: bool = False  # a stopped rank: ``where`` and ``threads`` read now from outside its process (py-spy)
     unread: str = ""  # a stopped rank whose stack could not be read from outside: why, and the way to it
+    left: bool = False  # its code ended (exit code 0) with its process group still up; ``where``: where it ended
 
     @property
     def silent(self) -> bool:
@@ -251,6 +252,8 @@ def waiting_phrase(states: Sequence[RankState]) -> str:
 
 
 def stuck_phrase(state: RankState, why: str) -> str:
+    if state.left and state.exited:
+        return f"{left_phrase(state)} while its process group was still up (it left the job)"
     if state.stopped:
         head = f"{state.name()} is stopped (T state in /proc: SIGSTOP or a debugger)"
         if state.outside:
@@ -270,7 +273,23 @@ def stuck_phrase(state: RankState, why: str) -> str:
         return f"{state.name()} waits for its DataLoader worker{worker} at {state.location}"
     if state.collective:
         return f"{state.name()} waits in {state.wait} at {state.location} ({why})"
-    return f"{state.name()} is stuck at {state.location} in {_function(state)}, outside any collective"
+    return (f"{state.name()} is stuck at {state.location} in {_function(state)}, outside any collective"
+            + _unfed_queue(state))
+
+
+_QUEUE = f"{os.sep}queue.py"
+
+
+def _unfed_queue(state: RankState) -> str:
+    """``, waiting on a queue that no live thread of its code feeds (...)``: a rank in ``Queue.get``
+    whose other threads run none of the user's code (its producer thread died: threading printed its
+    traceback). "" otherwise."""
+    if not any(str(frame[0]).endswith(_QUEUE) and frame[2] == "get" for frame in state.where):
+        return ""
+    if any(not is_library(str(frame[0])) for _name, frames in state.threads for frame in frames):
+        return ""
+    return (", waiting on a queue that no live thread of its code feeds (a producer thread that died? "
+            "its traceback is in the rank's output)")
 
 
 def straggler_phrase(state: RankState) -> str:
@@ -338,7 +357,36 @@ def judge(states: Sequence[RankState], settings: HangSettings,
         verdict = verdict_at(running, configured_limit(running, settings), settings)
     if verdict is not None and verdict.kind == "hang" and ended_lately(states, verdict.limit):
         return None
-    return verdict
+    return blame_leavers(verdict, states)
+
+
+def leavers(states: Sequence[RankState]) -> list[RankState]:
+    """The ranks whose code ended (exit code 0) while their process group was up, earliest first."""
+    return [s for s in states if s.exited and s.left]
+
+
+def blame_leavers(verdict: Verdict | None, states: Sequence[RankState]) -> Verdict | None:
+    """A hang whose ranks all wait inside ``torch.distributed`` calls while a rank of theirs has
+    left (its code ended with its process group up): that rank is the culprit, whatever the
+    waiting ranks look like (they wait for a rank that will never come)."""
+    if verdict is None or verdict.kind != "hang":
+        return verdict
+    gone = leavers(states)
+    waiting = [s for s in states if not s.exited]
+    if not gone or not waiting or not all(s.c10d for s in waiting):
+        return verdict
+    return replace(verdict, culprits=gone, others=waiting, why=LEFT)
+
+
+LEFT = "left the job: its code ended (exit code 0) with its process group still up"
+
+
+def left_phrase(state: RankState) -> str:
+    """``rank 3 (...) exited with code 0 at train.py:12``: where a rank that left ended."""
+    file, line, function = state.where[0] if state.where else ("?", 0, "?")
+    place = f"at {os.path.basename(str(file))}:{line}" if line else (
+        f"at the end of {function if function != '<module>' else os.path.basename(str(file))}")
+    return f"{state.name()} exited with code 0 {place}"
 
 
 def ended_lately(states: Sequence[RankState], limit: Limit) -> bool:
@@ -365,10 +413,12 @@ def configured_limit(states: Sequence[RankState], settings: HangSettings) -> Lim
     first training step (a model built, data loaded: all of it before the first step).
 
     Before the first step, ``--hang-timeout`` still holds for a rank that never arrives: some
-    ranks wait inside a collective while the others are outside any (or silent, or stopped).
+    ranks wait inside a collective while the others are outside any (or silent, or stopped);
+    and for ranks inside calls that cannot match (:func:`cannot_match`).
     Every rank loading data after building DDP is outside a collective: the allowance holds."""
     started = all(s.first_progress for s in states)
-    if started or settings.first_timeout <= settings.timeout or never_arriving(states, settings.timeout):
+    if (started or settings.first_timeout <= settings.timeout or never_arriving(states, settings.timeout)
+            or cannot_match(states)):
         return Limit(settings.timeout, "--hang-timeout")
     return Limit(settings.first_timeout, "--hang-first-timeout")
 
@@ -380,6 +430,22 @@ def never_arriving(states: Sequence[RankState], timeout: float) -> bool:
     waiting = [s for s in states if s.collective and not s.odd]
     absent = [s for s in states if s not in waiting]
     return bool(waiting) and bool(absent) and all(s.idle_for >= timeout for s in absent)
+
+
+# Calls in which ranks of one group legitimately differ (one sends, the other receives).
+POINT_TO_POINT = frozenset({"send", "recv", "isend", "irecv", "batch_isend_irecv"})
+
+
+def cannot_match(states: Sequence[RankState]) -> bool:
+    """Whether every rank waits inside a ``torch.distributed`` call and their calls differ
+    (``all_reduce`` on some ranks, ``broadcast`` on another): calls that can never complete
+    each other, in whatever phase. Nothing a healthy job does before its first step looks like
+    it (a rank loading data or building a model is outside any call), so the first-step
+    allowance does not apply. Point-to-point calls differ by design and are left out."""
+    if len(states) < 2 or not all(s.c10d and s.wait and not s.odd for s in states):
+        return False
+    calls = {s.wait for s in states}
+    return len(calls) > 1 and not calls & POINT_TO_POINT
 
 
 def calibrated_limit(states: Sequence[RankState], settings: HangSettings) -> Limit | None:

@@ -1,0 +1,186 @@
+"""Hang shapes of the doctor's third round (issue 43) as real 2-node gloo jobs on loopback: calls that
+cannot match before the first step, and a rank that leaves the job early.
+
+The rules themselves are pinned on plain data in test_verdict.py and test_accounting.py; these jobs
+show that the sampler, the node watch and the account bring them to the user, the same on every node.
+"""
+
+from __future__ import annotations
+
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+from runtime_helpers import base_env, free_port, root_cause, task_env, wait_all
+
+from paijob.common import exitcodes
+
+# rank 3 calls broadcast at step 4 while the others all_reduce; each step takes ~50 ms, so no rank
+# has made its first progress (collectives rising in 3 samples) when they stop
+MISMATCH_IN_THE_FIRST_SECOND = textwrap.dedent(
+    """
+    import os, time
+    import torch
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo")
+    t = torch.ones(4)
+    for step in range(100000):
+        if dist.get_rank() == 3 and step == 4:
+            dist.broadcast(t, src=0)
+        else:
+            dist.all_reduce(t)
+        time.sleep(0.05)
+    """
+)
+
+# the last rank leaves at step 20 with sys.exit(0); the others go on calling all_reduce
+LEAVES_EARLY = textwrap.dedent(
+    """
+    import sys, time
+    import torch
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo")
+    t = torch.ones(4)
+    for step in range(100000):
+        if dist.get_rank() == dist.get_world_size() - 1 and step == 20:
+            sys.exit(0)
+        dist.all_reduce(t)
+        time.sleep(0.02)
+    """
+)
+LEAVE_LINE = 10  # sys.exit(0)
+
+# every rank trains in a side thread that the main thread joins; rank 2's trainer waits forever
+TRAINS_IN_A_THREAD_AND_ONE_WAITS = textwrap.dedent(
+    """
+    import threading, time
+    import torch
+    import torch.distributed as dist
+
+    def train():
+        t = torch.ones(4)
+        for step in range(100000):
+            if dist.get_rank() == 2 and step == 30:
+                threading.Event().wait()  # rank 2's trainer waits forever
+            dist.all_reduce(t)
+            time.sleep(0.02)
+
+    dist.init_process_group("gloo")
+    trainer = threading.Thread(target=train, name="trainer")
+    trainer.start()
+    trainer.join()
+    """
+)
+THREAD_WAIT_LINE = 10
+
+
+def start_two_nodes(start_task, tmp_path: Path, source: str, options: list[str]) -> list:  # type: ignore[no-untyped-def]
+    script = tmp_path / "job.py"
+    script.write_text(source)
+    port = free_port()
+    args = ["train", "--grace-period", "3", "--nproc-per-node", "2", *options, str(script)]
+    return [start_task(args, task_env(port, i), name=f"node{i}") for i in (0, 1)]
+
+
+@pytest.mark.slow
+def test_calls_that_cannot_match_in_the_first_second_are_a_hang_at_the_hang_timeout(tmp_path: Path, start_task):
+    timeout = 15
+    tasks = start_two_nodes(start_task, tmp_path, MISMATCH_IN_THE_FIRST_SECOND,
+                            ["--hang-timeout", str(timeout), "--hang-first-timeout", "1800"])
+    started = time.time()
+    codes = wait_all(tasks, timeout=240)
+    outputs = "\n".join(t.output for t in tasks)
+    took = max(t.ended_at or time.time() for t in tasks) - started
+    assert codes == [exitcodes.HANG] * 2, outputs
+    assert took < 25 + timeout + 60, f"took {took:.0f}s"  # start-up, the timeout, the account: not 1800 s
+    for task in tasks:
+        cause = root_cause(task.output)
+        assert cause is not None and "(--hang-timeout 15s)" in cause, task.output
+        assert "rank 3 (node rank 1, host 127.0.0.1, local rank 1)" in cause, task.output
+        assert "broadcast" in cause, task.output
+
+
+@pytest.mark.slow
+def test_a_rank_that_leaves_early_is_named_on_every_node(tmp_path: Path, start_task):
+    tasks = start_two_nodes(start_task, tmp_path, LEAVES_EARLY, ["--hang-timeout", "60"])
+    started = time.time()
+    codes = wait_all(tasks, timeout=240)
+    outputs = "\n".join(t.output for t in tasks)
+    took = max(t.ended_at or time.time() for t in tasks) - started
+    assert codes == [exitcodes.USER_FAILURE] * 2, outputs
+    assert took < 60, f"took {took:.0f}s"  # seconds after the leave, not the 65 s wait for a cause
+    for task in tasks:
+        cause = root_cause(task.output)
+        assert cause is not None, task.output
+        assert f"rank 3 (node rank 1, host 127.0.0.1, local rank 1) exited with code 0 at job.py:{LEAVE_LINE}" in (
+            cause), task.output
+        assert "ranks 0-2 still needed it" in cause, task.output
+
+
+def test_a_rank_that_leaves_early_on_one_node_is_named_at_its_line(tmp_path: Path, start_task):
+    script = tmp_path / "job.py"
+    script.write_text(LEAVES_EARLY)
+    task = start_task(["train", "--grace-period", "3", "--nproc-per-node", "2", "--hang-timeout", "60",
+                       str(script)], base_env())
+    assert task.wait(timeout=150) == exitcodes.USER_FAILURE, task.output
+    cause = root_cause(task.output)
+    assert cause is not None and "rank 1 (node rank 0, host " in cause, task.output
+    assert f"local rank 1) exited with code 0 at job.py:{LEAVE_LINE} while rank 0 still needed it" in cause, (
+        task.output)
+
+
+TRAINS_IN_A_THREAD = textwrap.dedent(
+    """
+    import json, sys, threading, time
+    from paijob.runtime.watch.progress import Sampler
+
+    def train():
+        time.sleep(5)  # the trainer's line
+
+    def look():
+        time.sleep(0.5)
+        report = Sampler(sys.argv[1], 0, interval=0.1).sample()
+        print(json.dumps(report), flush=True)
+
+    trainer = threading.Thread(target=train, name="trainer")
+    trainer.start()
+    threading.Thread(target=look, daemon=True).start()
+    trainer.join()
+    """
+)
+
+
+def test_a_main_thread_that_joins_a_trainer_is_sampled_as_the_trainer(tmp_path: Path):
+    import json
+    import subprocess
+    import sys
+
+    script = tmp_path / "threaded.py"
+    script.write_text(TRAINS_IN_A_THREAD)
+    done = subprocess.run([sys.executable, str(script), str(tmp_path)], capture_output=True, text=True,
+                          timeout=60, env=base_env(), check=False)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout.splitlines()[0])
+    user = [frame for frame in report["frames"] if frame[0] == str(script)]
+    assert user[-1][1:] == [6, "train"], report["frames"]  # the trainer's line, not trainer.join()
+    assert all(frame[2] != "join" for frame in report["frames"])
+
+
+@pytest.mark.slow
+def test_training_in_a_thread_names_the_one_rank_whose_trainer_is_stuck(tmp_path: Path, start_task):
+    tasks = start_two_nodes(start_task, tmp_path, TRAINS_IN_A_THREAD_AND_ONE_WAITS,
+                            ["--hang-timeout", "15", "--hang-first-timeout", "15"])
+    codes = wait_all(tasks, timeout=240)
+    outputs = "\n".join(t.output for t in tasks)
+    assert codes == [exitcodes.HANG] * 2, outputs
+    for task in tasks:
+        cause = root_cause(task.output)
+        assert cause is not None, task.output
+        assert (f"rank 2 (node rank 1, host 127.0.0.1, local rank 0) is stuck at job.py:{THREAD_WAIT_LINE} in train, "
+                "outside any collective") in cause, task.output
+        for other in (0, 1, 3):
+            assert f"rank {other} (node rank" not in cause.split("; ranks ")[0], task.output
+        assert len(cause) < 400, cause
