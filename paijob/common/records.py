@@ -324,15 +324,13 @@ def _share(value: object) -> bool:
 
 def _figure(value: object) -> bool:
     """One rank's figures as the doctor writes them (:func:`paijob.runtime.watch.straggler.figures`)."""
-    if not isinstance(value, dict) or set(value) != {"rank", "node_rank", "host", "local_rank", "wait_share",
-                                                     "last", "activity"}:
-        return False
-    host, local, activity = value["host"], value["local_rank"], value["activity"]
-    return (_count(value["rank"]) and _count(value["node_rank"]) and _count(value["last"])
-            and isinstance(host, str) and len(host) <= 64 and not _CONTROL.search(host)
-            and (local is None or _count(local)) and _share(value["wait_share"])
-            and isinstance(activity, dict) and set(activity) <= set(ACTIVITY_NAMES)
-            and all(map(_share, activity.values())))
+    keys = {"rank", "node_rank", "host", "local_rank", "wait_share", "last", "activity"}
+    return (isinstance(value, dict) and set(value) == keys
+            and _count(value["rank"]) and _count(value["node_rank"]) and _count(value["last"])
+            and isinstance(value["host"], str) and len(value["host"]) <= 64 and not _CONTROL.search(value["host"])
+            and (value["local_rank"] is None or _count(value["local_rank"])) and _share(value["wait_share"])
+            and isinstance(value["activity"], dict) and set(value["activity"]) <= set(ACTIVITY_NAMES)
+            and all(map(_share, value["activity"].values())))
 
 
 def read_slow(path: str | os.PathLike[str], *, running: bool, now: float | None = None) -> SlowRecord | None:

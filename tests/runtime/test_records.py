@@ -250,3 +250,38 @@ def test_a_slow_rank_record_is_read_in_its_exact_form_only(tmp_path: Path):
     path.unlink()
     path.symlink_to(tmp_path / "elsewhere")
     assert read_slow(path, running=False) is None
+
+
+def test_a_slow_rank_records_limits_are_exact(tmp_path: Path):
+    from paijob.common.records import MAX_RANKS, SlowRecord, read_slow
+
+    def figure(rank: int, **change: object) -> dict:  # type: ignore[type-arg]
+        return {"rank": rank, "node_rank": 0, "host": "h", "local_rank": None, "wait_share": 0.0, "last": 0,
+                "activity": {name: 1.0 for name in ("collective", "data", "host", "compute", "other")}, **change}
+
+    path = tmp_path / "slow.json"
+
+    def read(**change: object) -> SlowRecord | None:
+        record = SlowRecord("node", "slow node", (0,), (figure(0),), time=1000.0)
+        path.write_text(json.dumps({**json.loads(record.to_json()), **change}))
+        return read_slow(path, running=True, now=1399.0)
+
+    assert read() is not None  # 399 s old, every activity, shares of 0 and 1, no local rank: shown
+    assert read_slow(path, running=True, now=1400.0) is None  # 400 s old: the straggler went away
+    assert read(line="x" * 1000) is not None and read(line="x" * 1001) is None
+    assert read(ranks=list(range(MAX_RANKS))) is not None and read(ranks=list(range(MAX_RANKS + 1))) is None
+    assert read(figures=[figure(r) for r in range(MAX_RANKS)]) is not None
+    assert read(figures=[figure(r) for r in range(MAX_RANKS + 1)]) is None
+    assert read(figures=[figure(0, host="h" * 64)]) is not None and read(figures=[figure(0, host="h" * 65)]) is None
+    assert read(figures=[figure(0, local_rank=3)]) is not None
+    for bad in ({"wait_share": -0.01}, {"wait_share": 1.01}, {"local_rank": "0"}, {"host": 5}):
+        assert read(figures=[figure(0, **bad)]) is None, bad
+    assert read(figures=["rank 0"]) is None and read(figures=[{"rank": 0}]) is None
+    assert read(time="soon") is None and read(time=True) is None
+    padded = SlowRecord("rank", "slow rank", (1,), time=1e12).to_json()
+    path.write_text(padded + " " * (256 * 1024 - len(padded)))
+    assert read_slow(path, running=False) is not None  # 256 KiB: read
+    path.write_text(padded + " " * (256 * 1024 + 1 - len(padded)))
+    assert read_slow(path, running=False) is None  # one byte more: refused unread
+    path.write_text("not json")
+    assert read_slow(path, running=False) is None

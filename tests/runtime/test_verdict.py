@@ -627,3 +627,54 @@ def test_a_rank_waiting_on_a_queue_nobody_feeds_says_its_producer_may_have_died(
     fed = replace(stuck, threads=[["producer", report_frames([["/job/train.py", 12, "produce"]])]])
     verdict = judge([state(0, 25), fed], SETTINGS)
     assert verdict is not None and "no live thread" not in verdict.headline(SETTINGS)
+
+
+def test_calls_that_cannot_match_need_every_rank_inside_a_differing_call():
+    from paijob.runtime.watch.verdict import cannot_match
+
+    assert cannot_match([state(0, 21), state(1, 21, wait="broadcast")])
+    assert not cannot_match([state(0, 21), state(1, 21)])  # the same call
+    assert not cannot_match([state(0, 21)])  # one rank
+    assert not cannot_match([state(0, 21), state(1, 21, wait=None)])  # one outside any call
+    assert not cannot_match([state(0, 21), replace(state(1, 21, wait="broadcast"), stopped=True)])  # odd
+    assert not cannot_match([state(0, 21, wait="send"), state(1, 21, wait="recv")])
+    assert not cannot_match([state(0, 21, wait="isend"), state(1, 21, wait="all_reduce")])
+
+
+def test_where_a_rank_that_left_ended_is_said_in_words():
+    from paijob.runtime.watch.verdict import left_phrase
+
+    gone = replace(state(3, 26, wait=None), exited=True, left=True)
+    name = "rank 3 (node rank 1, host 10.0.0.1, local rank 1)"
+    assert left_phrase(replace(gone, where=[["/job/train.py", 12, "<module>"]])) == (
+        f"{name} exited with code 0 at train.py:12")
+    assert left_phrase(replace(gone, where=[["/job/train.py", 0, "<module>"]])) == (
+        f"{name} exited with code 0 at the end of train.py")
+    assert left_phrase(replace(gone, where=[["/job/train.py", 0, "run"]])) == (
+        f"{name} exited with code 0 at the end of run")  # an mp.spawn function that returned
+    assert left_phrase(replace(gone, where=[])) == f"{name} exited with code 0"
+    assert left_phrase(replace(gone, exited=False, where=[["/job/train.py", 0, "<module>"]])) == (
+        f"{name} ended its code at the end of train.py but its process has not exited")
+
+
+def test_a_rank_that_left_is_blamed_only_for_a_hang():
+    gone = replace(state(3, 26, wait=None, line=12), exited=True, left=True)
+    assert judge([state(0, 5), state(1, 5), state(2, 5), gone], SETTINGS) is None  # no hang yet
+    straggling = judge([state(0, 25), state(1, 25), state(2, 0.5, wait=None, busy=True), gone], SETTINGS)
+    assert straggling is not None and straggling.kind == "straggler" and [s.rank for s in straggling.culprits] == [2]
+    outside = judge([state(0, 25), state(1, 25), state(2, 25, wait=None), gone], SETTINGS)
+    assert outside is not None and [s.rank for s in outside.culprits] == [2]  # one outside any call: not the leaver's
+
+
+def test_a_queue_hint_needs_queue_get_and_no_thread_running_the_users_code():
+    import queue as queue_module
+
+    stdlib = os.path.dirname(queue_module.__file__)
+    put = replace(state(1, 25, wait=None), where=report_frames([["/job/train.py", 30, "main"],
+                                                                [f"{stdlib}/queue.py", 140, "put"]]))
+    verdict = judge([state(0, 25), put], SETTINGS)
+    assert verdict is not None and "no live thread" not in verdict.headline(SETTINGS)
+    get = replace(put, where=report_frames([["/job/train.py", 30, "main"], [f"{stdlib}/queue.py", 171, "get"]]),
+                  threads=[["pin_memory", report_frames([[f"{stdlib}/threading.py", 320, "wait"]])]])
+    verdict = judge([state(0, 25), get], SETTINGS)
+    assert verdict is not None and "no live thread of its code feeds" in verdict.headline(SETTINGS)

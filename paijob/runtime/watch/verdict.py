@@ -252,7 +252,7 @@ def waiting_phrase(states: Sequence[RankState]) -> str:
 
 
 def stuck_phrase(state: RankState, why: str) -> str:
-    if state.left and state.exited:
+    if state.left:
         return f"{left_phrase(state)} while its process group was still up (it left the job)"
     if state.stopped:
         head = f"{state.name()} is stopped (T state in /proc: SIGSTOP or a debugger)"
@@ -382,10 +382,15 @@ LEFT = "left the job: its code ended (exit code 0) with its process group still 
 
 
 def left_phrase(state: RankState) -> str:
-    """``rank 3 (...) exited with code 0 at train.py:12``: where a rank that left ended."""
-    file, line, function = state.where[0] if state.where else ("?", 0, "?")
-    place = f"at {os.path.basename(str(file))}:{line}" if line else (
-        f"at the end of {function if function != '<module>' else os.path.basename(str(file))}")
+    """``rank 3 (...) exited with code 0 at train.py:12``: where a rank that left ended (``where``: the
+    frame of its ``sys.exit``, line 0 for the end of its script or function)."""
+    if not state.where:
+        return f"{state.name()} exited with code 0"
+    file, line, function = state.where[0]
+    name = os.path.basename(str(file)) if function == "<module>" else function
+    place = f"at {os.path.basename(str(file))}:{line}" if line else f"at the end of {name}"
+    if not state.exited:  # its code ended, its process not: a thread that never ends, an atexit handler
+        return f"{state.name()} ended its code {place} but its process has not exited"
     return f"{state.name()} exited with code 0 {place}"
 
 
@@ -442,10 +447,8 @@ def cannot_match(states: Sequence[RankState]) -> bool:
     each other, in whatever phase. Nothing a healthy job does before its first step looks like
     it (a rank loading data or building a model is outside any call), so the first-step
     allowance does not apply. Point-to-point calls differ by design and are left out."""
-    if len(states) < 2 or not all(s.c10d and s.wait and not s.odd for s in states):
-        return False
     calls = {s.wait for s in states}
-    return len(calls) > 1 and not calls & POINT_TO_POINT
+    return all(s.c10d and s.wait and not s.odd for s in states) and len(calls) > 1 and not calls & POINT_TO_POINT
 
 
 def calibrated_limit(states: Sequence[RankState], settings: HangSettings) -> Limit | None:
