@@ -303,19 +303,27 @@ class SlowRecord:
         keys = {"v", "kind", "verdict", "line", "ranks", "figures", "final", "time"}
         if not isinstance(data, dict) or set(data) != keys or data["v"] != VERSION or data["kind"] != "slow":
             raise RecordError("not a version-1 slow-rank record")
-        line, ranks, written = data["line"], data["ranks"], data["time"]
-        if data["verdict"] not in SLOW_KINDS or not isinstance(data["final"], bool):
-            raise RecordError("verdict or final: not the doctor's")
-        if not isinstance(line, str) or len(line) > MAX_LINE_TEXT or _CONTROL.search(line):
-            raise RecordError("line: not one printable line")
-        if not isinstance(ranks, list) or len(ranks) > MAX_RANKS or not all(_count(r) for r in ranks):
-            raise RecordError("ranks: not a list of ranks")
-        if not isinstance(written, (int, float)) or isinstance(written, bool):
-            raise RecordError("time: not a number")
-        figures = data["figures"]
-        if not isinstance(figures, list) or len(figures) > MAX_RANKS or not all(map(_figure, figures)):
-            raise RecordError("figures: not each rank's figures")
-        return cls(data["verdict"], line, tuple(ranks), tuple(figures), data["final"], float(written))
+        problem = _slow_problem(data)
+        if problem:
+            raise RecordError(problem)
+        return cls(data["verdict"], data["line"], tuple(data["ranks"]), tuple(data["figures"]), data["final"],
+                   float(data["time"]))
+
+
+def _slow_problem(data: dict[str, Any]) -> str | None:
+    """What is wrong with a slow-rank record's fields (its keys already checked); None: nothing."""
+    line, ranks, written, figures = data["line"], data["ranks"], data["time"], data["figures"]
+    if data["verdict"] not in SLOW_KINDS or not isinstance(data["final"], bool):
+        return "verdict or final: not the doctor's"
+    if not isinstance(line, str) or len(line) > MAX_LINE_TEXT or _CONTROL.search(line):
+        return "line: not one printable line"
+    if not isinstance(ranks, list) or len(ranks) > MAX_RANKS or not all(_count(r) for r in ranks):
+        return "ranks: not a list of ranks"
+    if not isinstance(written, (int, float)) or isinstance(written, bool):
+        return "time: not a number"
+    if not isinstance(figures, list) or len(figures) > MAX_RANKS or not all(map(_figure, figures)):
+        return "figures: not each rank's figures"
+    return None
 
 
 def _share(value: object) -> bool:

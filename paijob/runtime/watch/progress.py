@@ -335,10 +335,7 @@ class Sampler:
         """One look at the main thread: where it is, whether it moved or worked since the last look."""
         now, wall = time.time(), time.monotonic()
         issued = collectives_issued()  # before the stack: a collective counts once it is left
-        watched, frame = self.watched_thread()
-        if watched.ident != self._watched:  # another thread: its CPU is not comparable with the last
-            self._watched, self._cpu = watched.ident, None
-        tid = self.tid if watched is self.main else (watched.native_id or self.tid)
+        watched, frame, tid = self._watched_now()
         frames = main_stack(frame, skip_files=self.skip_files)
         signature = tuple((id(f.f_code), line) for f, line in _walk(frame))
         moved = signature != self._signature or issued != self._issued
@@ -388,6 +385,14 @@ class Sampler:
             "threads": other_threads(watched.ident, self._thread.ident) if still else [],
             "error": self.error,
         }
+
+    def _watched_now(self) -> tuple[threading.Thread, FrameType | None, int]:
+        """The thread to sample (:meth:`watched_thread`), its innermost frame and its kernel id (for
+        its CPU time and I/O); a change of thread restarts the CPU comparison."""
+        watched, frame = self.watched_thread()
+        if watched.ident != self._watched:  # another thread: its CPU is not comparable with the last
+            self._watched, self._cpu = watched.ident, None
+        return watched, frame, self.tid if watched is self.main else (watched.native_id or self.tid)
 
     def watched_thread(self) -> tuple[threading.Thread, FrameType | None]:
         """The thread the rank's verdict is about, and its innermost frame: the main thread, unless
