@@ -8,9 +8,9 @@ goes through here, so each bound is written once:
 
 * :func:`read_regular`: a regular file only, opened without following a link and without blocking
   (``O_NONBLOCK``: a FIFO never stalls the reader), at most ``limit`` bytes;
-* :func:`loads`: JSON or :class:`ValueError`, never ``RecursionError``, and at most :data:`MAX_DEPTH`
+* :func:`loads`: JSON or :class:`ValueError`, never ``RecursionError``, at most :data:`MAX_DEPTH`
   levels deep, so code that walks the value recursively (a scrubber, a printer) cannot be made to
-  overflow either.
+  overflow either, and at most :data:`MAX_ITEMS` values, so what it becomes in memory is bounded too.
 """
 
 from __future__ import annotations
@@ -21,6 +21,10 @@ import stat
 from typing import Any
 
 MAX_DEPTH = 64  # levels of nesting a parsed value may have; OpenPAI's and the watch's own are under 10
+# values a parsed text may hold, counted before parsing (its commas and openings: an over-count). A byte cap
+# alone does not bound memory: 240 MB of ``[0,0,...`` is 120 million values, 2.26 GB once parsed (issue 46).
+# A list of 20,000 jobs is about 600,000.
+MAX_ITEMS = 2_000_000
 
 
 def read_regular(path: str, limit: int) -> bytes | None:
@@ -43,6 +47,8 @@ def read_regular(path: str, limit: int) -> bytes | None:
 def loads(data: str | bytes | bytearray) -> Any:
     """``json.loads`` for text someone else wrote: every failure (bad JSON, bad UTF-8, nesting deeper
     than :data:`MAX_DEPTH` or than the interpreter's recursion limit) is a :class:`ValueError`."""
+    if _values(data) > MAX_ITEMS:
+        raise ValueError(f"JSON of more than {MAX_ITEMS:,} values")
     try:
         value = json.loads(data)
     except RecursionError:
@@ -50,6 +56,13 @@ def loads(data: str | bytes | bytearray) -> Any:
     if depth(value) > MAX_DEPTH:
         raise ValueError(f"JSON nested deeper than {MAX_DEPTH} levels")
     return value
+
+
+def _values(data: str | bytes | bytearray) -> int:
+    """An over-count of the values in JSON text: its commas and openings (also those inside strings)."""
+    if isinstance(data, str):
+        return data.count(",") + data.count("[") + data.count("{")
+    return data.count(b",") + data.count(b"[") + data.count(b"{")
 
 
 def depth(value: Any) -> int:

@@ -10,6 +10,7 @@ match gets the fault instead. Faults:
 ``trickle``                  the normal answer, status line and headers included, at 1 byte/s
 ``bad-json``                 200 with a truncated JSON body
 ``deep-json``                200 with JSON nested 200,000 deep (json.loads raises RecursionError, not ValueError)
+``wide-json``                200 with 2.5 million values in 5 MB of JSON (parsed, a hundred times its size in memory)
 ``html-200``                 200 with an HTML page (a captive portal, a wrong URL)
 ``wrong-shape``              200 with JSON that is not what the API sends
 ``odd-fields``               200 with the right shape but odd optional fields (times as text, ports as a list)
@@ -120,6 +121,8 @@ def _handler(fake: FakePai) -> type[BaseHTTPRequestHandler]:
                 return self.answer(200, b'{"jobStatus": {"state": "RUNN')
             if fault == "deep-json":
                 return self.answer(200, b"[" * 200_000 + b"]" * 200_000)
+            if fault == "wide-json":
+                return self.answer(200, b"[" + b"0," * 2_500_000 + b"0]")
             if fault == "html-200":
                 return self.answer(200, "<html><head><title>Sign in</title></head><body><p>Portal</p></body></html>",
                                    "text/html")

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import requests
 from cluster_helpers import TOKEN, job_yaml
+from suite_helpers import paijob
 
 from paijob import api, cli
 from paijob.local.daemon import local_user
@@ -20,12 +21,6 @@ from paijob.remote import profiles
 
 PACKAGE = Path(api.__file__).parent
 GOLDEN = Path(__file__).parent / "golden"
-
-
-def paijob(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = cli.main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 @pytest.fixture

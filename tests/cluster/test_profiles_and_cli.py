@@ -12,18 +12,13 @@ from typing import Any
 
 import pytest
 from cluster_helpers import TOKEN, job_yaml
+from suite_helpers import paijob
 
 from paijob import cli
 from paijob.api import resolve_cluster
 from paijob.local.daemon import local_user
 from paijob.local.server import LocalServer
 from paijob.remote import profiles
-
-
-def paijob(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = cli.main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def test_cluster_profiles_are_added_listed_used_and_removed(capsys: pytest.CaptureFixture[str],

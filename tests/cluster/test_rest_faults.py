@@ -163,7 +163,7 @@ def test_the_process_exits_at_the_deadline_though_the_server_still_trickles(fake
 # --------------------------------------------------------------------------- bad answers
 
 
-@pytest.mark.parametrize("fault", ["bad-json", "deep-json", "html-200", "wrong-shape"])
+@pytest.mark.parametrize("fault", ["bad-json", "deep-json", "wide-json", "html-200", "wrong-shape"])
 @pytest.mark.parametrize("verb", [*READS, "login"])
 def test_a_success_status_with_a_body_that_is_not_the_api_s_is_a_clear_error(
         verb: str, fault: str, fake: FakePai, tmp_path: Path, capsys: pytest.CaptureFixture[str],

@@ -15,6 +15,7 @@ from types import SimpleNamespace
 
 import pytest
 from cluster_helpers import job_yaml
+from suite_helpers import paijob
 
 from paijob import api, cli
 from paijob.local import daemon
@@ -32,12 +33,6 @@ def state(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 def local(state: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("PAIJOB_LOCAL_STATE_DIR", str(state))
     return state
-
-
-def paijob(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = cli.main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def test_run_local_starts_the_cluster_follows_logs_and_exits_0_on_success(

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import requests
 from cluster_helpers import TOKEN, job_yaml
+from suite_helpers import paijob
 
-from paijob import cli
 from paijob.local import daemon
 from paijob.local.daemon import local_user
 from paijob.local.server import LocalServer
@@ -18,12 +18,6 @@ from paijob.remote import profiles
 from paijob.remote.client import PaiClient
 
 PASTED = "eyJhbGciOiJIUzI1NiJ9.eyJ1c2VybmFtZSI6ImFsaWNlIn0.c2lnbmF0dXJlLXBhc3RlZA"
-
-
-def paijob(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = cli.main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 # --------------------------------------------------------------------------- cluster add --token

@@ -19,9 +19,9 @@ import pytest
 import requests
 import yaml
 from cluster_helpers import TOKEN, job_yaml
+from suite_helpers import paijob
 from swagger_check import check, load_swagger
 
-from paijob import cli
 from paijob.local import daemon
 from paijob.local import storage as local_storage
 from paijob.local.server import LocalServer
@@ -44,12 +44,6 @@ def storage_job(name: str, storage: str, commands: list[str], sub: str = "runs")
     job = yaml.safe_load(job_yaml(name, [output_export(storage, sub), *commands]))
     job["extras"] = {"storages": [mount(storage)]}
     return yaml.safe_dump(job, sort_keys=False)
-
-
-def paijob(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = cli.main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 # --------------------------------------------------------------------------- the values and the job

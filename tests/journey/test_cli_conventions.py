@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+from suite_helpers import paijob
 
-from paijob import cli
 from paijob.local import daemon
 
 JOB = """\
@@ -30,12 +30,6 @@ taskRoles:
       - 'for i in 1 2 3 4 5; do echo "[rank$PAI_TASK_INDEX]: line $i"; done'
       - {last}
 """
-
-
-def paijob(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = cli.main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 @pytest.fixture(autouse=True)

@@ -8,16 +8,9 @@ import threading
 from pathlib import Path
 
 import pytest
+from suite_helpers import make_tree
 
 from paijob import cli, copyout
-
-
-def make_tree(root: Path, files: dict[str, str]) -> Path:
-    for rel, text in files.items():
-        path = root / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-    return root
 
 
 @pytest.fixture

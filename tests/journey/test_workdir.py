@@ -12,20 +12,13 @@ from pathlib import Path
 
 import pytest
 import yaml
+from suite_helpers import make_tree
 
 from paijob import project, workdir
 from paijob.openpai import jsyaml, markers
 from paijob.validate import verdict as validate
 
 REFERENCE = Path("/work/shared/reference/openpai/upstream")
-
-
-def make_tree(root: Path, files: dict[str, str]) -> Path:
-    for rel, text in files.items():
-        path = root / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-    return root
 
 
 def names(root: Path) -> list[str]:

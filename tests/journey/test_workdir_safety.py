@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from suite_helpers import make_tree
 
 from paijob import api, cli, workdir
 from paijob.workdir import scan
@@ -28,14 +29,6 @@ SECRET_PATHS = [".env", ".env.production", "prod.env", ".envrc", ".netrc", ".pyp
                 "my-service-account.json", "store.p12", "infra/terraform.tfstate", ".vault-token", ".ENV",
                 "Credentials.JSON", ".huggingface/token", ".cache/huggingface/token", "hf/huggingface/stored_tokens",
                 "deploy/.docker/config.json", "tools/.config/gh/hosts.yml"]
-
-
-def make_tree(root: Path, files: dict[str, str]) -> Path:
-    for rel, text in files.items():
-        path = root / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-    return root
 
 
 def members(snap: workdir.Snapshot) -> dict[str, tarfile.TarInfo]:

@@ -13,19 +13,12 @@ from pathlib import Path
 
 import pytest
 import yaml
+from suite_helpers import make_tree
 
 from paijob import cli, workdir
 
 PASSWORD = "SEKRIT-registry-pw-0451"
 HF_TOKEN = "hf_" + "AbCdEfGhIjKlMnOpQrStUvWxYzAbCdEfGh"  # the shape of a Hugging Face token: hf_ + 34 letters
-
-
-def make_tree(root: Path, files: dict[str, str]) -> Path:
-    for rel, text in files.items():
-        path = root / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-    return root
 
 
 def shipped(snap: workdir.Snapshot) -> tuple[list[str], bytes]:

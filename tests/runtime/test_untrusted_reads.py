@@ -71,3 +71,12 @@ def test_a_fifo_planted_as_an_answer_does_not_block_the_agent(tmp_path: Path) ->
     os.mkfifo(recorder.answer_path(str(tmp_path), 1))
     Path(recorder.answer_path(str(tmp_path), 2)).write_text("[" * 100_000)
     assert in_thread(recorder.read_answers, str(tmp_path), [1, 2]) == {}
+
+
+def test_json_of_more_values_than_the_bound_is_refused_before_it_is_parsed() -> None:
+    at_bound = b"[" + b"0," * (untrusted.MAX_ITEMS - 1) + b"0]"  # MAX_ITEMS - 1 commas and one opening
+    assert len(untrusted.loads(at_bound)) == untrusted.MAX_ITEMS
+    with pytest.raises(ValueError, match="more than 2,000,000 values"):
+        untrusted.loads(b"[" + b"0," * untrusted.MAX_ITEMS + b"0]")
+    with pytest.raises(ValueError, match="values"):
+        untrusted.loads("[" + "{}," * untrusted.MAX_ITEMS + "{}]")  # text too, objects too
