@@ -63,7 +63,7 @@ from paijob.runtime.failure import Failure, report_root_cause, stopped_by_signal
 from paijob.runtime.groups import signal_group
 from paijob.runtime.netif import socket_ifname_env
 from paijob.runtime.probe import wait_for_master
-from paijob.runtime.watch.health import MasterPortWatch, OneProcessHealth, read_abort_notice
+from paijob.runtime.watch.health import MasterPortWatch, OneProcessHealth, node_0_notice
 from paijob.runtime.worker import finish, run_as_main
 
 log = logging.getLogger("paijob.runtime")
@@ -176,13 +176,22 @@ def _wait_for_master(config: LaunchConfig) -> None:
             log=say,
         )
     except PaijobError:
-        reason = read_abort_notice(dist.master_addr, dist.master_port) if notice else None
-        if reason is None:
+        found = node_0_notice(dist.master_addr, dist.master_port) if notice else None
+        if found is None:
             raise
-        raise LaunchError(f"node rank 0 stopped the job: {reason}") from None
-    reason = read_abort_notice(dist.master_addr, dist.master_port) if notice else None
-    if reason is not None:
-        raise LaunchError(f"node rank 0 stopped the job: {reason}")
+        raise _notice_error(*found) from None
+    found = node_0_notice(dist.master_addr, dist.master_port) if notice else None
+    if found is not None:
+        raise _notice_error(*found)
+
+
+def _notice_error(reason: str, failed: bool) -> LaunchError:
+    """Node 0's notice as this node's error: exit 1 where node 0's command failed (its account), 2 where
+    node 0 stopped the job for what it diagnosed (a script on the wrong port)."""
+    error = LaunchError(reason)
+    if failed:
+        error.exit_code = exitcodes.USER_FAILURE
+    return error
 
 
 def launch_horovod(slot: MpiSlot, command: WorkerCommand, precision: str | None = None) -> int:

@@ -232,6 +232,8 @@ def _hold_knock_on(error: BaseException) -> int:
     try:
         deadline = time.monotonic() + hold
         sampler = _SAMPLER[0] if _SAMPLER else None
+        if sampler is not None:  # what the agent may ask for next (a mismatch's account), read ahead
+            sampler.prepare_answer()
         while not stopped and time.monotonic() < deadline:
             if sampler is not None:  # the agent may ask for our calls (a mismatch's account): answer at once
                 sampler.answer_request()

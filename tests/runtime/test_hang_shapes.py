@@ -184,3 +184,48 @@ def test_training_in_a_thread_names_the_one_rank_whose_trainer_is_stuck(tmp_path
         for other in (0, 1, 3):
             assert f"rank {other} (node rank" not in cause.split("; ranks ")[0], task.output
         assert len(cause) < 400, cause
+
+
+JOINS_WITHIN_8_SECONDS = textwrap.dedent(
+    """
+    import os
+    from datetime import timedelta
+    import torch.distributed as dist
+    import torch.multiprocessing as mp
+
+    def run(local_rank, nprocs):
+        rank = int(os.environ["NODE_RANK"]) * nprocs + local_rank
+        dist.init_process_group("gloo", rank=rank, world_size=int(os.environ["WORLD_SIZE"]),
+                                timeout=timedelta(seconds=8))
+        dist.barrier()
+
+    if __name__ == "__main__":
+        nprocs = int(os.environ["NPROC_PER_NODE"])
+        mp.spawn(run, args=(nprocs,), nprocs=nprocs)
+    """
+)
+
+
+@pytest.mark.slow
+def test_a_node_that_starts_after_the_start_up_timeout_is_named_as_never_joined_on_every_node(
+        tmp_path: Path, start_task):
+    """per-node mode: node 0's ranks give up in init_process_group (8 s) before node 1 starts. Used to be:
+    "node rank N failed with exit code 1" on each node, nothing saying node 1 never joined."""
+    script = tmp_path / "job.py"
+    script.write_text(JOINS_WITHIN_8_SECONDS)
+    port = free_port()
+    args = ["train", "--mode", "per-node", "--nproc-per-node", "2", "--grace-period", "3", "--hang-timeout", "60",
+            str(script)]
+    first = start_task(args, task_env(port, 0), name="node0")
+    deadline = time.time() + 120
+    while "never joined" not in first.output and first.proc.poll() is None and time.time() < deadline:
+        time.sleep(0.5)
+    late = start_task(args, task_env(port, 1), name="node1")  # node 0 serves its account a minute
+    codes = wait_all([first, late], timeout=180)
+    outputs = first.output + "\n" + late.output
+    assert codes == [exitcodes.USER_FAILURE] * 2, outputs
+    for task in (first, late):
+        cause = root_cause(task.output)
+        assert cause is not None and "start-up: node rank 1 (ranks 2-3) never joined: torch's timeout fired in " \
+            "rank " in cause, task.output
+        assert "init_process_group at job.py:" in cause, task.output

@@ -678,3 +678,26 @@ def test_a_queue_hint_needs_queue_get_and_no_thread_running_the_users_code():
                   threads=[["pin_memory", report_frames([[f"{stdlib}/threading.py", 320, "wait"]])]])
     verdict = judge([state(0, 25), get], SETTINGS)
     assert verdict is not None and "no live thread of its code feeds" in verdict.headline(SETTINGS)
+
+
+def test_ranks_never_seen_when_a_start_up_times_out_are_named_with_their_nodes():
+    from paijob.runtime.watch.verdict import account_of_timeout
+
+    waiting = [replace(state(0, 9, wait="init_process_group", started=False), error="DistStoreError: wait timeout"),
+               state(1, 9, wait="init_process_group", line=7, started=False)]
+    account = account_of_timeout(waiting[0], waiting, 100.0, world_size=4, nnodes=2)
+    assert account is not None and account.overrides and account.node_rank == 1 and account.time < 100.0
+    assert account.reason.startswith(
+        "start-up: node rank 1 (ranks 2-3) never joined: torch's timeout fired in rank 0's init_process_group at "
+        "train.py:42 while it waited for them")
+    assert "pass init_process_group a longer timeout=" in account.reason
+    one = account_of_timeout(waiting[0], waiting, 100.0, world_size=3, nnodes=3)
+    assert one is not None and "start-up: node rank 2 (rank 2) never joined" in one.reason
+    two = account_of_timeout(waiting[0], waiting, 100.0, world_size=6, nnodes=3)
+    assert two is not None and "start-up: node ranks 1-2 (ranks 2-5) never joined" in two.reason
+    assert two.node_rank == 1  # the first node that never joined
+    alone = account_of_timeout(waiting[0], waiting[:1], 100.0, world_size=2, nnodes=1)
+    assert alone is not None and "start-up: node rank 0 (rank 1) never joined" in alone.reason
+    seen = account_of_timeout(waiting[0], waiting, 100.0, world_size=4, nnodes=2, seen={2, 3})
+    assert seen is None  # every rank was seen once (they failed later): not a start-up that never joined
+    assert account_of_timeout(waiting[0], waiting, 100.0) is None  # no world size: nothing to miss

@@ -58,7 +58,9 @@ from paijob.runtime.watch.verdict import (
 )
 
 STACKS_FILE = "paijob-stacks.txt"
-ACCOUNT_WAIT = 15.0  # seconds a node waits for node 0's account of a collective's timeout
+# seconds a node waits for node 0's account (of a collective's timeout, of a mismatch): node 0 asks its
+# ranks for their calls (recorder.ANSWER_WAIT), then waits for the other nodes' words (MISMATCH_WAIT)
+ACCOUNT_WAIT = 20.0
 STACKS_WAIT = 5.0  # how long node 0 waits for the other nodes' full stacks
 MAX_THREADS = 8  # other threads of a rank kept in its summary
 
@@ -352,6 +354,7 @@ class HangWatch(Ticker):
         self.accounts = accounts  # per-node mode: the ranks' samplers note a timeout (node 0 accounts for it)
         self.account: Failure | None = None  # node 0's account of torch's own timeout (accounts)
         self._remote: list[RankState] = []  # the other nodes' ranks at the last gather
+        self._seen: set[int] = set()  # every rank whose state was ever read (node 0: every node's)
         self._left: dict[int, RankState] = {}  # ranks seen ended with their process group up (node 0: every node's)
         self._evidence = threading.Lock()  # the tick and account_now both update it
         self.slow = SlowDoctor(node_rank=node_rank, nnodes=nnodes, world_size=world_size, folder=folder,
@@ -422,6 +425,7 @@ class HangWatch(Ticker):
         """``states`` sorted by rank; where each rank was while it ran kept as the evidence for a
         timeout's account (a rank that ended or raised stays where it was last seen running)."""
         states.sort(key=lambda s: s.rank)
+        self._seen.update(s.rank for s in states)
         for state in states:
             if not state.exited and not state.error:
                 self._running[state.rank] = state
@@ -436,7 +440,8 @@ class HangWatch(Ticker):
         if not self.accounts or self.account is not None:
             return None
         failed = timed_out_state(states)
-        self.account = None if failed is None else account_of_timeout(failed, self.last_states, now)
+        self.account = None if failed is None else account_of_timeout(
+            failed, self.last_states, now, world_size=self.world_size, nnodes=self.nnodes, seen=self._seen)
         return self.account
 
     def account_now(self) -> Failure | None:
@@ -460,6 +465,10 @@ class HangWatch(Ticker):
         with self._evidence:
             self._note_evidence(local + self._remote)
             return [self._left[rank] for rank in sorted(self._left)]
+
+    def local_errors(self) -> dict[int, str]:
+        """The errors this node's ranks' functions ended with, as their samplers noted them (now), by rank."""
+        return {s.rank: s.error for s in self._read_local(time.time())[1] if s.error}
 
     def timed_out_here(self) -> bool:
         """Whether a rank of this node noted torch's own process-group timeout (its file, now)."""

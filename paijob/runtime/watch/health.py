@@ -22,6 +22,7 @@ A new watcher goes behind this door: built and grouped here, never wired in a la
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import time
@@ -44,16 +45,20 @@ from paijob.runtime.watch.launched import Launched
 from paijob.runtime.watch.launcher import Launcher
 from paijob.runtime.watch.lifecycle import Watchers
 from paijob.runtime.watch.nodewatch import NodeWatch, first_line
-from paijob.runtime.watch.notice import ABORT, ACCOUNT, read_abort_notice, read_notice, serve_notice
+from paijob.runtime.watch.notice import ABORT, ACCOUNT, read_notice, serve_notice
 from paijob.runtime.watch.portwatch import MasterPortWatch
 from paijob.runtime.watch.storelink import StoreLink
 
 # What a launcher may take from the watch besides its NodeHealth: the failure record's helpers a
 # launcher's own messages use, and what node 0's notice says before the watchers start.
 __all__ = ["MasterPortWatch", "NodeHealth", "OneProcessHealth", "PerGpuHealth",
-           "answer_stacks_requests", "first_line", "host_name", "read_abort_notice", "read_tail"]
+           "answer_stacks_requests", "first_line", "host_name", "node_0_notice", "read_tail"]
 
 NOTICE_LINGER = 30.0  # per-node: how long node 0 answers the waiting nodes after a diagnosis
+NOTICE_WAIT = 5.0  # per-node: how long a node whose ranks failed at once looks for node 0's notice
+LATE_NODE_LINGER = 60.0  # per-node: how long node 0 serves its account to nodes that have not read it
+# torch's words for a store client that never got through (a start-up that never joined)
+_UNREACHED = re.compile(r"trying to connect|Connection refused|Ping failed|failed to connect|connect\(\) ", re.IGNORECASE)
 
 
 @runtime_checkable
@@ -87,6 +92,24 @@ def answer_stacks_requests(hang: HangWatch | None, say: Callable[[str], None]) -
             "stacks on request: the hang watch is off (--hang-timeout 0), no stacks to print"))
     else:
         signal.signal(signal.SIGUSR1, lambda *_: hang.request_stacks())
+
+
+def node_0_notice(addr: str, port: int) -> tuple[str, bool] | None:
+    """What node 0 serves on the master's port once its command ended (``per-node``), for a node that
+    arrives then, and whether the job failed: its diagnosis (the job stopped, False), or its account of
+    the job's failure (a start-up timeout that named this node as never joined, True); None: no
+    notice, the port is the script's store."""
+    found = read_notice(addr, port)
+    if found is None:
+        return None
+    kind, text = found
+    if kind == ABORT:
+        return f"node rank 0 stopped the job: {text}", False
+    try:
+        account = Failure.from_json(text)
+    except (ValueError, TypeError):
+        return None
+    return f"node rank 0's command had already failed, before this node started its own: {account.headline()}", True
 
 
 def host_name(environ: Mapping[str, str]) -> str:
@@ -154,15 +177,36 @@ class OneProcessHealth:
             return None
         if self.hang.node_rank == 0:
             return self.hang.account_now()
-        if self.link is None or not self.hang.timed_out_here():
+        if self.link is None:
             return None
-        deadline = time.monotonic() + ACCOUNT_WAIT
+        errors = self.hang.local_errors()
+        if not errors:
+            return None
+        # a rank timed out: node 0's account comes through the store or its notice; a rank that failed
+        # at once (its store gone: node 0's notice answered in its place) looks for the notice briefly
+        deadline = time.monotonic() + (ACCOUNT_WAIT if self.hang.timed_out_here() else NOTICE_WAIT)
         while time.monotonic() < deadline:
             found = self.link.verdict() or self._account_notice()
             if found is not None:
                 return found
             time.sleep(0.5)
-        return None
+        return self._never_reached(errors)
+
+    def _never_reached(self, errors: dict[int, str]) -> Failure | None:
+        """No account came from node 0, and every rank of this node failed to reach the job's store
+        (connecting timed out, or was refused): this node never joined. None: they failed otherwise."""
+        if not errors or not all(_UNREACHED.search(text) for text in errors.values()):
+            return None
+        dist = self._config.dist
+        ranks = sorted(errors)
+        return Failure(
+            node_rank=dist.node_rank, rank=None, local_rank=None, returncode=1, secondary=False,
+            time=time.time(), overrides=True,
+            reason=(f"start-up: node rank {dist.node_rank} (ranks {ranks[0]}-{ranks[-1]}) never joined: its ranks "
+                    f"could not reach the job's store at {dist.master_addr}:{dist.master_port} "
+                    f"(MASTER_ADDR:MASTER_PORT) before their timeout; node 0's rank 0 hosts it, and had "
+                    f"ended or was not there yet (see node 0's log): start every node within the timeout, "
+                    f"or pass init_process_group a longer timeout="))
 
     @property
     def notice(self) -> Failure | None:
@@ -195,9 +239,9 @@ class OneProcessHealth:
         if self.diagnosis is not None:
             serve_notice(dist.master_port, ABORT, self.diagnosis, peers=dist.nnodes - 1,
                          linger=min(config.master_timeout, NOTICE_LINGER))
-        elif self.notice is not None:
+        elif self.notice is not None:  # until every other node read it; a node that starts late reads it too
             serve_notice(dist.master_port, ACCOUNT, self.notice.to_json(), peers=dist.nnodes - 1,
-                         linger=ACCOUNT_WAIT + 5.0)
+                         linger=max(ACCOUNT_WAIT + 5.0, min(config.master_timeout, LATE_NODE_LINGER)))
 
 
 class PerGpuHealth:

@@ -282,6 +282,7 @@ class Sampler:
         self.dump_after = max(DUMP_AFTER, 3 * interval)
         self.error = ""  # the exception that ended the rank's function (``mp.spawn`` children): see note_error
         self.left: dict[str, Any] | None = None  # the rank ended while in a process group: see note_left
+        self._prepared: list[dict[str, Any]] | None = None  # its calls read ahead of a request (prepare_answer)
         self._last: dict[str, Any] | None = None  # the last report written
         self._stack_fd: int | None = None
         self.evidence = Evidence(folder, rank, is_library=is_library, write=write_new)  # the slow-rank doctor's
@@ -289,6 +290,11 @@ class Sampler:
 
     def start(self) -> None:
         self._open_stack_file()
+        # the first report now, from the starting thread: a rank whose code then holds the GIL in C
+        # (a store client retrying its connection for its whole timeout) is known to the watch (vouched
+        # for while alive) before it fails, so its error is believed after it ended
+        with contextlib.suppress(Exception):  # the watch must never break the worker
+            self.write(self.sample())
         self._thread.start()
         folder, interval = os.path.dirname(self.path), self.interval
         os.register_at_fork(after_in_child=lambda: watch_forked_child(folder, interval))
@@ -473,18 +479,21 @@ class Sampler:
         the rank that never arrived, on every node (:func:`paijob.runtime.watch.verdict.timed_out_state`).
         Called from the failing thread; nothing else changes."""
         self.error = error[:MAX_ERROR]
-        if self._last is not None:
-            try:
-                self.write({**self._last, "error": self.error, "time": time.time()})
-            except OSError:
-                pass
+        self._write_now({"error": self.error})
+
+    def prepare_answer(self) -> None:
+        """Read this rank's recent calls now, for :meth:`answer_request`: the recorder's first dump with
+        stacks takes about a second (more under load), which a rank holding back a knock-on error
+        spends before the agent asks, not after (the agent waits :data:`~paijob.runtime.watch.recorder.ANSWER_WAIT`)."""
+        with contextlib.suppress(Exception):  # the watch must never break the worker
+            self._prepared = recent_calls()
 
     def answer_request(self) -> None:
         """Answer the agent's request for this rank's calls now, if it asked (from the worker's main
         thread while it holds back a knock-on error: within 50 ms, not at the next sample, so a
         mismatch's account does not hang on the sampler's rhythm under load)."""
         with contextlib.suppress(Exception):  # the watch must never break the worker
-            answer_calls_request(os.path.dirname(self.path), self.rank)
+            answer_calls_request(os.path.dirname(self.path), self.rank, self._prepared)
 
     def note_left(self, where: list[Any]) -> None:
         """The rank's code ended with exit code 0 while its process group was still up
@@ -493,11 +502,17 @@ class Sampler:
         cause when the ranks still in a collective with it then fail or wait
         (:mod:`paijob.runtime.watch.leaving`): said at once, on the last report."""
         self.left = {"where": where, "time": time.time()}
-        if self._last is not None:
-            try:
-                self.write({**self._last, "left": self.left, "time": time.time()})
-            except OSError:
-                pass
+        self._write_now({"left": self.left})
+
+    def _write_now(self, news: dict[str, Any]) -> None:
+        """The last report with ``news``, written now from the calling thread; before the first sample
+        (a rank that fails or leaves in its first second), a report that says who it is and ``news``."""
+        last = self._last or {"rank": self.rank, "local_rank": self.local_rank, "pid": os.getpid(),
+                              "start_time": self.start_time, "main_thread": self.main.ident, "seq": 0}
+        try:
+            self.write({**last, **news, "time": time.time()})
+        except OSError:
+            pass
 
 
 def leaving_frame(error: BaseException | None, target: str, function: str = "<module>") -> list[Any]:
@@ -532,17 +547,17 @@ def answer_path(folder: str, rank: int) -> str:
     return os.path.join(folder, f"rank{rank}.calls.json")
 
 
-def answer_calls_request(folder: str, rank: int) -> bool:
-    """Write this rank's recent calls once the agent asked (at each sample); whether an answer
-    was written. An answer is written once; a rank without a recorder answers ``null``, so the
-    agent need not wait for it."""
+def answer_calls_request(folder: str, rank: int, prepared: list[dict[str, Any]] | None = None) -> bool:
+    """Write this rank's recent calls (``prepared``: as read ahead, else read now) once the agent asked (at
+    each sample); whether an answer was written. An answer is written once; a rank without a recorder
+    answers ``null``, so the agent need not wait for it."""
     path = answer_path(folder, rank)
     if not os.path.exists(os.path.join(folder, REQUEST_FILE)) or os.path.exists(path):
         return False
     nonce = request_nonce(folder)
     if nonce is None:
         return False
-    write_new(path, json.dumps({"nonce": nonce, "calls": recent_calls()}))
+    write_new(path, json.dumps({"nonce": nonce, "calls": prepared if prepared is not None else recent_calls()}))
     return True
 
 

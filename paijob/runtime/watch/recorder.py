@@ -34,7 +34,9 @@ from typing import Any
 from paijob.common import untrusted
 from paijob.runtime.watch.progress import REQUEST_FILE, answer_path, request_nonce, write_new
 
-ANSWER_WAIT = 3.0  # seconds an agent waits for its workers' answers (a sample comes once a second)
+# seconds an agent waits for its workers' answers: a sample comes once a second, and a rank's first read
+# of the recorder with stacks takes about a second (more on a busy machine)
+ANSWER_WAIT = 6.0
 MAX_ANSWER = 64 * 1024  # bytes of an answer read
 
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 import linecache
 import os
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -510,12 +510,44 @@ def timed_out_state(states: Sequence[RankState]) -> RankState | None:
     return next((s for s in sorted(states, key=lambda s: s.rank) if _TIMED_OUT.search(s.error)), None)
 
 
-def account_of_timeout(failed: RankState, last_states: Sequence[RankState], now: float) -> Failure | None:
-    """:func:`never_arrived` for a rank whose sampler noted the timeout (no worker failure record:
-    ``per-node`` mode, where the node's one process fails for all its ranks)."""
+def account_of_timeout(failed: RankState, last_states: Sequence[RankState], now: float,
+                       world_size: int | None = None, nnodes: int = 1,
+                       seen: Collection[int] = ()) -> Failure | None:
+    """:func:`never_joined` or :func:`never_arrived` for a rank whose sampler noted the timeout (no
+    worker failure record: ``per-node`` mode, where the node's one process fails for all its ranks)."""
     failure = Failure(node_rank=failed.node_rank, rank=failed.rank, local_rank=failed.local_rank,
                       returncode=1, secondary=False, time=now, tail=failed.error)
-    return never_arrived(failure, last_states)
+    return (never_joined(failure, last_states, {*seen, *(s.rank for s in last_states)}, world_size, nnodes)
+            or never_arrived(failure, last_states))
+
+
+def never_joined(failed: Failure, last_states: Sequence[RankState], seen: Collection[int],
+                 world_size: int | None, nnodes: int) -> Failure | None:
+    """The root cause for ``failed`` (a rank whose start-up or collective timed out) when ranks of the
+    job were never seen at all: their node's paijob-runtime never reached the store the watches share
+    (it started too late, or cannot reach it), or they failed before it did. ``seen``: every rank the
+    watch ever saw. None: every rank was seen."""
+    if not world_size:
+        return None
+    missing = sorted(set(range(world_size)).difference(seen))
+    waiter = next((s for s in last_states if s.rank == failed.rank), None)
+    if not missing or waiter is None:
+        return None
+    per_node = max(1, world_size // max(1, nnodes))
+    nodes = sorted({rank // per_node for rank in missing})
+    where = f"{waiter.wait} at {waiter.location}" if waiter.wait else waiter.location
+    noun = "node rank" if len(nodes) == 1 else "node ranks"
+    reason = (f"start-up: {noun} {rank_ranges(nodes)} ({_ranks_phrase(missing)}) never joined: torch's timeout "
+              f"fired in rank {failed.rank}'s {where} while it waited for them, and the watch never saw them "
+              f"(their paijob-runtime did not reach the job's store in time: started late, cannot reach "
+              f"MASTER_ADDR:MASTER_PORT, or failed first: see that node's log); start every node within the timeout, or pass init_process_group a "
+              f"longer timeout=")
+    return Failure(node_rank=nodes[0], rank=None, local_rank=None, returncode=failed.returncode,
+                   secondary=False, time=failed.time - 1e-3, reason=reason, overrides=True)
+
+
+def _ranks_phrase(ranks: Sequence[int]) -> str:
+    return ("ranks " if len(ranks) > 1 else "rank ") + rank_ranges(ranks)
 
 
 def never_arrived(failed: Failure, last_states: Sequence[RankState]) -> Failure | None:
