@@ -123,8 +123,10 @@ def test_a_rank_that_leaves_early_is_named_on_every_node(tmp_path: Path, start_t
 def test_a_rank_that_leaves_early_on_one_node_is_named_at_its_line(tmp_path: Path, start_task):
     script = tmp_path / "job.py"
     script.write_text(LEAVES_EARLY)
+    env = base_env()
+    env["PAIJOB_KNOCK_ON_HOLD"] = "1"  # rank 0's knock-on error held 1 s, not 5 (the fast suite's time)
     task = start_task(["train", "--grace-period", "3", "--nproc-per-node", "2", "--hang-timeout", "60",
-                       str(script)], base_env())
+                       str(script)], env)
     assert task.wait(timeout=150) == exitcodes.USER_FAILURE, task.output
     cause = root_cause(task.output)
     assert cause is not None and "rank 1 (node rank 0, host " in cause, task.output
@@ -137,13 +139,16 @@ TRAINS_IN_A_THREAD = textwrap.dedent(
     import json, sys, threading, time
     from paijob.runtime.watch.progress import Sampler
 
+    looked = threading.Event()
+
     def train():
-        time.sleep(5)  # the trainer's line
+        looked.wait()  # the trainer's line
 
     def look():
-        time.sleep(0.5)
+        time.sleep(0.5)  # the main thread is in join() by now
         report = Sampler(sys.argv[1], 0, interval=0.1).sample()
         print(json.dumps(report), flush=True)
+        looked.set()
 
     trainer = threading.Thread(target=train, name="trainer")
     trainer.start()
@@ -165,7 +170,7 @@ def test_a_main_thread_that_joins_a_trainer_is_sampled_as_the_trainer(tmp_path: 
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout.splitlines()[0])
     user = [frame for frame in report["frames"] if frame[0] == str(script)]
-    assert user[-1][1:] == [6, "train"], report["frames"]  # the trainer's line, not trainer.join()
+    assert user[-1][1:] == [8, "train"], report["frames"]  # the trainer's line, not trainer.join()
     assert all(frame[2] != "join" for frame in report["frames"])
 
 
