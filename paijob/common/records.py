@@ -43,9 +43,9 @@ import json
 import os
 import re
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from paijob.common import untrusted
 
@@ -223,20 +223,40 @@ class StallRecord:
     @classmethod
     def from_json(cls, text: str | bytes) -> StallRecord:
         """The record :meth:`to_json` wrote, checked field by field, or :class:`RecordError`."""
-        try:
-            data = json.loads(text)
-        except ValueError as error:
-            raise RecordError(f"not JSON: {error}") from None
-        if not isinstance(data, dict) or set(data) != {"v", "kind", "ranks", "seconds", "time"}:
-            raise RecordError("not a stall record's fields")
+        data = _record_object(text, "stall", {"ranks", "seconds", "time"})
         ranks, seconds, written = data["ranks"], data["seconds"], data["time"]
-        if data["v"] != VERSION or data["kind"] != "stall":
-            raise RecordError("not a version-1 stall record")
         if not isinstance(ranks, list) or len(ranks) > MAX_RANKS or not all(_count(r) for r in ranks):
             raise RecordError("ranks: not a list of ranks")
         if not _count(seconds) or not isinstance(written, (int, float)) or isinstance(written, bool):
             raise RecordError("seconds or time: not numbers")
         return cls(tuple(ranks), seconds, float(written))
+
+
+def _record_object(text: str | bytes, kind: str, fields: set[str]) -> dict[str, Any]:
+    """The JSON object of a version-1 record of ``kind`` with exactly ``fields`` (and ``v``, ``kind``),
+    read bounded (:mod:`paijob.common.untrusted`), or :class:`RecordError`."""
+    try:
+        data = untrusted.loads(text)
+    except ValueError as error:
+        raise RecordError(f"not JSON: {error}") from None
+    if not isinstance(data, dict) or set(data) != {"v", "kind", *fields} or data["v"] != VERSION or data["kind"] != kind:
+        raise RecordError(f"not a version-1 {kind} record")
+    return data
+
+
+R = TypeVar("R")
+
+
+def _read_record(path: str | os.PathLike[str], limit: int, parse: Callable[[bytes], R]) -> R | None:
+    """The record in the file at ``path`` (a regular file of at most ``limit`` bytes, no link) as ``parse``
+    reads it; None: no such file, or not the record."""
+    data = untrusted.read_regular(os.fspath(path), limit)
+    if data is None:
+        return None
+    try:
+        return parse(data)
+    except RecordError:
+        return None
 
 
 def _count(value: object) -> bool:
@@ -250,12 +270,8 @@ def read_stall(path: str | os.PathLike[str], now: float | None = None) -> StallR
     :data:`MAX_STALL_BYTES` (never through a link, never a FIFO) and kept only in the exact form
     :meth:`StallRecord.to_json` writes, so a job can neither make each status request read 150 MB nor
     put its own text in ``paijob status``."""
-    data = untrusted.read_regular(os.fspath(path), MAX_STALL_BYTES)
-    if data is None:
-        return None
-    try:
-        record = StallRecord.from_json(data)
-    except RecordError:
+    record = _read_record(path, MAX_STALL_BYTES, StallRecord.from_json)
+    if record is None:
         return None
     fresh = (time.time() if now is None else now) - record.time < STALL_FRESH
     return record if fresh and record.ranks else None  # no ranks: the stall ended
@@ -296,13 +312,7 @@ class SlowRecord:
     @classmethod
     def from_json(cls, text: str | bytes) -> SlowRecord:
         """The record :meth:`to_json` wrote, checked field by field, or :class:`RecordError`."""
-        try:
-            data = untrusted.loads(text)
-        except ValueError as error:
-            raise RecordError(f"not JSON: {error}") from None
-        keys = {"v", "kind", "verdict", "line", "ranks", "figures", "final", "time"}
-        if not isinstance(data, dict) or set(data) != keys or data["v"] != VERSION or data["kind"] != "slow":
-            raise RecordError("not a version-1 slow-rank record")
+        data = _record_object(text, "slow", {"verdict", "line", "ranks", "figures", "final", "time"})
         problem = _slow_problem(data)
         if problem:
             raise RecordError(problem)
@@ -345,12 +355,8 @@ def read_slow(path: str | os.PathLike[str], *, running: bool, now: float | None 
     """The slow-rank doctor's record in ``path``: while the job runs, its latest verdict if said within
     :data:`SLOW_FRESH` seconds; once it ended, whatever it said last (the run's worst straggler). Read as
     :func:`read_stall` reads (bounded, no link, the exact form or nothing)."""
-    data = untrusted.read_regular(os.fspath(path), MAX_SLOW_BYTES)
-    if data is None:
-        return None
-    try:
-        record = SlowRecord.from_json(data)
-    except RecordError:
+    record = _read_record(path, MAX_SLOW_BYTES, SlowRecord.from_json)
+    if record is None:
         return None
     if running and (time.time() if now is None else now) - record.time >= SLOW_FRESH:
         return None
