@@ -109,6 +109,7 @@ TINY_CHECK = ["--allow-cpu", "--arch", "tinynet", "--batch-size", "8", "--image-
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU run of the harness")
+@pytest.mark.slow  # ~20 s of real jobs: the slow stage keeps the README's command under 10 min
 def test_gpu_check_measures_pairs_side_by_side_and_skips_what_would_not_fit(tmp_path: Path) -> None:
     proc = subprocess.run([sys.executable, str(BENCH / "gpu_check.py"), *TINY_CHECK, "--budget", "400",
                            "--pairs", "bf16,fp16,bf16-compiled", "--guess-eager", "20", "--guess-compiled", "1e6",

@@ -9,6 +9,7 @@ import textwrap
 import time
 from pathlib import Path
 
+import pytest
 from runtime_helpers import base_env, free_port, task_env, wait_all
 
 from paijob.common import exitcodes, records
@@ -189,6 +190,7 @@ OVERRIDES_MASTER = textwrap.dedent(
 )
 
 
+@pytest.mark.slow  # ~20 s of real jobs: the slow stage keeps the README's command under 10 min
 def test_per_node_script_that_sets_its_own_master_port_is_a_configuration_error_on_both_nodes(
     tmp_path: Path, start_task
 ):

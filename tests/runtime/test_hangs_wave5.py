@@ -38,6 +38,7 @@ GIL_SLEEP_RETURNS_IN_FULL = textwrap.dedent(
 )
 
 
+@pytest.mark.slow  # ~20 s of real jobs: the slow stage keeps the README's command under 10 min
 def test_a_c_call_holding_the_gil_is_not_interrupted_by_the_watch(tmp_path: Path, start_task):
     """The watch used to send SIGUSR2 to a silent rank (after 10 s): libc's sleep returned early."""
     script = tmp_path / "gil.py"
@@ -135,6 +136,7 @@ DDP_THEN_A_LONG_LOAD = textwrap.dedent(
 )
 
 
+@pytest.mark.slow  # ~20 s of real jobs: the slow stage keeps the README's command under 10 min
 def test_a_model_built_before_a_long_load_is_still_before_the_first_step(tmp_path: Path,
                                                                           start_task):
     """DDP built, then a load longer than --hang-timeout: still the first-progress allowance."""
