@@ -273,7 +273,7 @@ def supervise(
         tell(FailureRecord(node_rank, exitcodes.CONFIG_ERROR, watch.diagnosis))  # said when it was found
         return exitcodes.CONFIG_ERROR
     if verdicts:
-        report_root_cause(verdicts[0], 0)
+        report_root_cause(verdicts[0], node_rank)
         return verdicts[0].exit_code
     code = exitcodes.from_worker_status(returncode)
     if returncode != 0:

@@ -28,6 +28,7 @@ from paijob.runtime.watch.verdict import (
     report_frames,
     stall_line,
     timed_out_state,
+    unseen_phrase,
     waiting_phrase,
 )
 
@@ -701,3 +702,27 @@ def test_ranks_never_seen_when_a_start_up_times_out_are_named_with_their_nodes()
     seen = account_of_timeout(waiting[0], waiting, 100.0, world_size=4, nnodes=2, seen={2, 3})
     assert seen is None  # every rank was seen once (they failed later): not a start-up that never joined
     assert account_of_timeout(waiting[0], waiting, 100.0) is None  # no world size: nothing to miss
+
+
+def test_ranks_node_0_cannot_read_count_as_the_jobs_but_are_not_judged_and_are_said():
+    """Issue 43 row 4: ``per-node`` rank 0, whose process hosts the store, stopped; node 1's ranks
+    cannot be read (as last read: ``unseen``). The verdict is rank 0's, and says who was not seen."""
+    unseen = [replace(rank(n, idle=3, wait=None, line=9), unseen=True, stale_for=12.4) for n in (2, 3)]
+    states = [rank(0, stopped=True, wait=None, line=7), rank(1), *unseen]
+    verdict = judge(states, SETTINGS, expected_ranks=4)
+    assert verdict is not None and verdict.kind == "hang"
+    assert [s.rank for s in verdict.culprits] == [0] and [s.rank for s in verdict.others] == [1]
+    assert verdict.unseen == unseen
+    assert verdict.headline(SETTINGS).endswith(
+        "rank 1 waits in all_reduce at train.py:42 for 25s; ranks 2-3 (node rank 1) not seen for 12s: the "
+        "store they report through is in a stopped process; exit 124")
+    assert judge([rank(0), rank(1)], SETTINGS, expected_ranks=4) is None  # unread ranks missing: no verdict
+    assert judge([rank(0), rank(1), *unseen], SETTINGS, expected_ranks=4).unseen == unseen  # type: ignore[union-attr]
+    assert judge([rank(0), rank(1, wait=None)], SETTINGS).unseen == []  # type: ignore[union-attr]
+
+
+def test_the_unseen_phrase_names_ranks_and_nodes_and_the_shortest_absence():
+    assert unseen_phrase([replace(rank(3), unseen=True, stale_for=7.6)]) == (
+        "rank 3 (node rank 1) not seen for 8s: the store they report through is in a stopped process")
+    states = [replace(rank(n), unseen=True, stale_for=9.0 + n) for n in (2, 3, 4, 5)]
+    assert unseen_phrase(states).startswith("ranks 2-5 (node ranks 1, 2) not seen for 11s")

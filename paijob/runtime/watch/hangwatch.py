@@ -89,6 +89,12 @@ def parse_dump(text: str) -> dict[int, list[list[Any]]]:
     return threads
 
 
+def unseen_since(state: RankState, seconds: float) -> RankState:
+    """``state``, read ``seconds`` ago and unreadable since: counted as a rank of the job, not judged
+    (:attr:`RankState.unseen`), ``stale_for`` how long it has not been seen."""
+    return replace(state, unseen=True, stale_for=seconds)
+
+
 def outside_stacks(report: dict[str, Any], read: outside.Read | None) -> tuple[dict[str, Any] | None, str]:
     """A stopped rank's stacks as py-spy read them from outside, in its sampler report's shape
     (``frames``, ``threads``), and ``""``; or None and why not (``""``: no read was made)."""
@@ -354,6 +360,7 @@ class HangWatch(Ticker):
         self.accounts = accounts  # per-node mode: the ranks' samplers note a timeout (node 0 accounts for it)
         self.account: Failure | None = None  # node 0's account of torch's own timeout (accounts)
         self._remote: list[RankState] = []  # the other nodes' ranks at the last gather
+        self._remote_read: dict[int, tuple[float, list[RankState]]] = {}  # node: when read, its ranks
         self._seen: set[int] = set()  # every rank whose state was ever read (node 0: every node's)
         self._left: dict[int, RankState] = {}  # ranks seen ended with their process group up (node 0: every node's)
         self._evidence = threading.Lock()  # the tick and account_now both update it
@@ -400,7 +407,7 @@ class HangWatch(Ticker):
                 self._say(text)
         if self.node_rank != 0 or self.verdict is not None or self.account is not None:
             return
-        remote = self.channel.gather(self.nnodes, self.node_rank) if self.nnodes > 1 else []
+        remote = self._gather_remote(local, now) if self.nnodes > 1 else []
         with self._evidence:
             self._remote = remote
             states = self._note_evidence(local + remote)
@@ -421,13 +428,30 @@ class HangWatch(Ticker):
         self.verdict = verdict
         self._end(verdict, reports)
 
+    def _gather_remote(self, local: list[RankState], now: float) -> list[RankState]:
+        """The other nodes' ranks as they published them through the store.
+
+        In ``per-node`` mode that store lives in the script's rank 0 (on this node): while rank 0's
+        process is stopped the store answers no one, and a node that cannot be read counts as last read,
+        its ranks counted as unseen (not judged: :func:`unseen_since`). Without this node 0 judged
+        nothing (the other nodes' ranks missing) and the job hung silently, where rank 0's stopped
+        process, seen here, is the verdict."""
+        remote = self.channel.gather(self.nnodes, self.node_rank)
+        read = {s.node_rank for s in remote}
+        for node in read:
+            self._remote_read[node] = (now, [s for s in remote if s.node_rank == node])
+        if not (self.accounts and any(s.rank == 0 and s.stopped for s in local)):
+            return remote
+        return remote + [unseen_since(s, now - read_at) for node, (read_at, states) in sorted(self._remote_read.items())
+                         if node not in read for s in states]
+
     def _note_evidence(self, states: list[RankState]) -> list[RankState]:
         """``states`` sorted by rank; where each rank was while it ran kept as the evidence for a
         timeout's account (a rank that ended or raised stays where it was last seen running)."""
         states.sort(key=lambda s: s.rank)
         self._seen.update(s.rank for s in states)
         for state in states:
-            if not state.exited and not state.error:
+            if not state.exited and not state.error and not state.unseen:
                 self._running[state.rank] = state
             if state.exited and state.left:
                 self._left.setdefault(state.rank, state)
@@ -465,6 +489,10 @@ class HangWatch(Ticker):
         with self._evidence:
             self._note_evidence(local + self._remote)
             return [self._left[rank] for rank in sorted(self._left)]
+
+    def local_states(self) -> list[RankState]:
+        """This node's ranks as their samplers report now."""
+        return self._read_local(time.time())[1]
 
     def local_errors(self) -> dict[int, str]:
         """The errors this node's ranks' functions ended with, as their samplers noted them (now), by rank."""

@@ -48,6 +48,7 @@ from paijob.runtime.watch.nodewatch import NodeWatch, first_line
 from paijob.runtime.watch.notice import ABORT, ACCOUNT, read_notice, serve_notice
 from paijob.runtime.watch.portwatch import MasterPortWatch
 from paijob.runtime.watch.storelink import StoreLink
+from paijob.runtime.watch.verdict import waiting_phrase
 
 # What a launcher may take from the watch besides its NodeHealth: the failure record's helpers a
 # launcher's own messages use, and what node 0's notice says before the watchers start.
@@ -56,6 +57,9 @@ __all__ = ["MasterPortWatch", "NodeHealth", "OneProcessHealth", "PerGpuHealth",
 
 NOTICE_LINGER = 30.0  # per-node: how long node 0 answers the waiting nodes after a diagnosis
 NOTICE_WAIT = 5.0  # per-node: how long a node whose ranks failed at once looks for node 0's notice
+# per-node: how much longer than the hang timeout another node waits for node 0's word before it judges
+# on its own (node 0 judges a stopped rank 0 within ~15 s of its timeout, then stops its ranks: ours fail)
+NODE_0_GRACE = 60.0
 LATE_NODE_LINGER = 60.0  # per-node: how long node 0 serves its account to nodes that have not read it
 # torch's words for a store client that never got through (a start-up that never joined)
 _UNREACHED = re.compile(r"trying to connect|Connection refused|Ping failed|failed to connect|connect\(\) ", re.IGNORECASE)
@@ -164,8 +168,31 @@ class OneProcessHealth:
     def verdict(self) -> Failure | None:
         """The hang verdict that ends this node, once (node 0's, or read from it); None: none yet."""
         if self.link is not None:
-            return self.link.verdict()
+            return self.link.verdict() or self._node_0_unheard()
         return self.hang.take_verdict() if self.hang is not None else None
+
+    def _node_0_unheard(self) -> Failure | None:
+        """Another node's own verdict when the script's store (in node 0's rank 0) has answered nothing
+        for the hang timeout and :data:`NODE_0_GRACE` more while every rank here waits: node 0, which
+        judges, is stopped, frozen or cut off (alive, it would have judged and stopped its ranks by then,
+        and ours would have failed). None: not (yet) so."""
+        hang, link = self.hang, self.link
+        if hang is None or link is None or hang.node_rank == 0:
+            return None
+        silent = link.unanswered_for()
+        if silent < hang.settings.timeout + NODE_0_GRACE:
+            return None
+        states = hang.local_states()
+        if not states or not all(s.c10d or s.idle_for >= hang.settings.timeout for s in states):
+            return None
+        dist = self._config.dist
+        return Failure(
+            node_rank=dist.node_rank, rank=None, local_rank=None, returncode=None, secondary=False,
+            time=time.time(), exit_status=exitcodes.INFRA_FAILURE,
+            reason=(f"node rank 0 stopped answering: the job's store at {dist.master_addr}:{dist.master_port} "
+                    f"(hosted by its rank 0) has not answered for {silent:.0f}s, and node 0's hang watch, which "
+                    f"judges, sent no verdict; here {waiting_phrase(states)}: node 0 is stopped, frozen or "
+                    f"cut off from this node"))
 
     def explain_failure(self) -> Failure | None:
         """The command failed on its own: when a rank timed out in torch's own process-group
@@ -210,11 +237,12 @@ class OneProcessHealth:
 
     @property
     def notice(self) -> Failure | None:
-        """Node 0's account of a timeout, when another node may not have read it from the store
-        (to be served on the declared port once the command has ended); None: nothing to tell."""
+        """Node 0's account of a timeout, or its hang verdict, when another node may not have read it
+        from the store (to be served on the declared port once the command has ended: a verdict on a
+        stopped rank 0, whose store answered no one); None: nothing to tell."""
         if self.hang is None or self.link is None or self.hang.node_rank != 0:
             return None
-        account = self.hang.account
+        account = self.hang.account or self.link.declared
         return account if account is not None and not self.link.everyone_read else None
 
     def _account_notice(self) -> Failure | None:

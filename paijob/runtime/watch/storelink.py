@@ -35,6 +35,12 @@ SEEN_KEY = "paijob/hang/seen"  # a counter: the nodes that read the verdict
 VERDICT_WAIT = 8.0  # node 0 waits at most this long for the other nodes to read its verdict
 CALL_TIMEOUT = 5.0
 RECONNECT_EVERY = 2.0
+# after a call or a connection that timed out (the store's process stopped: the kernel still accepts
+# connections for it): each try costs CALL_TIMEOUT, so the watch's tick would spend half a minute in
+# them, and node 0's verdict on that stopped rank would come that much later
+QUIET_RETRY = 15.0
+SILENT_CLOSE_WAIT = 1.0  # close: the wait for calls in flight into a store that stopped answering
+SILENT_SHARE = 0.8  # a failed call that lasted this share of its timeout met a silent store
 CLOSE_WAIT = 4 * (CALL_TIMEOUT + 1.0)  # close: the longest wait for calls still inside torch (they end sooner)
 TORCH_CPP_LOG_LEVEL = "TORCH_CPP_LOG_LEVEL"  # torch's name
 POLL_EVERY = 1.0  # the other nodes look for node 0's verdict this often
@@ -59,6 +65,8 @@ class StoreLink:
         self._closed = False
         self._in_flight = 0  # calls counted in (:meth:`_inside_torch`) and not yet out of torch
         self.everyone_read = False  # node 0: every other node read its verdict from the store
+        self.declared: Failure | None = None  # node 0: the verdict it declared (its notice, if unread)
+        self._unanswered_since: float | None = None  # monotonic: the first call that timed out since the last answer
 
     def call(self, fn: Callable[[Any], T], timeout: float = CALL_TIMEOUT) -> T | None:
         """``fn(store)``, at most ``timeout`` seconds; None when there is no store (yet), it fails,
@@ -66,12 +74,35 @@ class StoreLink:
         client = self._connected()
         if client is None:
             return None
+        started = time.monotonic()
         try:
-            return self._inside_torch(lambda: fn(client), timeout)
-        except (StoreTimeout, Exception):  # noqa: BLE001 - the store is gone or not there yet
-            with self._lock:
-                self._client = None
+            found = self._inside_torch(lambda: fn(client), timeout)
+        except (StoreTimeout, Exception):  # noqa: BLE001 - the store is gone, not there yet, or silent
+            self._failed(started, timeout)
             return None
+        with self._lock:
+            self._unanswered_since = None
+        return found
+
+    def _failed(self, started: float, timeout: float) -> None:
+        """Forget the client after a call (or connection) that began at ``started`` failed. One that
+        lasted about its ``timeout`` (ours, or the store client's own, which raises) met a store whose
+        process answers no one: that starts the store's silence, and the next try waits
+        :data:`QUIET_RETRY`; one refused or broken at once (no store yet, or gone) is tried again soon."""
+        now = time.monotonic()
+        silent = now - started >= SILENT_SHARE * timeout
+        with self._lock:
+            self._client = None
+            self._next_connect = now + (QUIET_RETRY if silent else RECONNECT_EVERY)
+            if silent and self._unanswered_since is None:
+                self._unanswered_since = started
+
+    def unanswered_for(self) -> float:
+        """Seconds since the store stopped answering (calls and connections time out, where a store
+        that is gone refuses them); 0 while it answers."""
+        with self._lock:
+            since = self._unanswered_since
+        return 0.0 if since is None else time.monotonic() - since
 
     def _inside_torch(self, fn: Callable[[], T], timeout: float) -> T:
         """``fn()`` (torch's code) in a bounded thread, counted in flight from before that thread starts
@@ -133,19 +164,27 @@ class StoreLink:
         torch's C++ code when the interpreter ends (it would abort: :meth:`_inside_torch`)."""
         # A call's own timeout bounds it in C++, but on a loaded machine it returns late: wait for it
         # well past that timeout.
+        # Calls into a store that has answered nothing for longer than a quiet retry never return (torch's
+        # own timeout does not hold for a server that accepted and went quiet): nothing to wait for, and
+        # the runtime ends by os._exit (a call late on a busy machine is waited for, as before).
         with self._lock:
             self._closed = True
             self._client = None
-            self._idle.wait_for(lambda: not self._in_flight, CLOSE_WAIT)
+            since = self._unanswered_since
+            silent = since is not None and time.monotonic() - since >= QUIET_RETRY
+            wait = SILENT_CLOSE_WAIT if silent else CLOSE_WAIT
+            self._idle.wait_for(lambda: not self._in_flight, wait)
 
     def _connected(self) -> Any:
         with self._lock:
             if self._closed or self._client is not None or time.monotonic() < self._next_connect:
                 return self._client
             self._next_connect = time.monotonic() + RECONNECT_EVERY
+        started = time.monotonic()
         try:
             client = self._inside_torch(self._connect, CALL_TIMEOUT + 1.0)
-        except (StoreTimeout, Exception):  # noqa: BLE001 - rank 0 has not started its store yet
+        except (StoreTimeout, Exception):  # noqa: BLE001 - rank 0 has not started its store yet, or is stopped
+            self._failed(started, CALL_TIMEOUT)
             return None
         with self._lock:
             if not self._closed:
@@ -167,6 +206,7 @@ class StoreLink:
             time.sleep(0.2)
         with self._lock:
             self._verdict = failure
+            self.declared = failure
         self._declared.set()
 
     def verdict(self) -> Failure | None:

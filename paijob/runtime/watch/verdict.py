@@ -67,6 +67,7 @@ class RankState:
     outside: bool = False  # a stopped rank: ``where`` and ``threads`` read now from outside its process (py-spy)
     unread: str = ""  # a stopped rank whose stack could not be read from outside: why, and the way to it
     left: bool = False  # its code ended (exit code 0) with its process group still up; ``where``: where it ended
+    unseen: bool = False  # node 0 cannot read it now (the store it reports through is stopped): as last read
 
     @property
     def silent(self) -> bool:
@@ -151,6 +152,7 @@ class Verdict:
     culprits: list[RankState]
     others: list[RankState]
     why: str  # how the culprits were told apart
+    unseen: list[RankState] = field(default_factory=list)  # ranks node 0 cannot read now: not judged
 
     def headline(self, settings: HangSettings) -> str:
         if self.kind == "straggler":
@@ -162,6 +164,8 @@ class Verdict:
             parts.append(self.why)
         if self.others:
             parts.append(waiting_phrase(self.others))
+        if self.unseen:
+            parts.append(unseen_phrase(self.unseen))
         return "; ".join(parts) + f"; exit {HANG_EXIT}"
 
     def first_part(self) -> str:
@@ -249,6 +253,16 @@ def waiting_phrase(states: Sequence[RankState]) -> str:
     if rest:
         phrases.append(f"ranks {rank_ranges(s.rank for s in rest)} wait elsewhere")
     return ", ".join(phrases)
+
+
+def unseen_phrase(states: Sequence[RankState]) -> str:
+    """``ranks 2-3 (node rank 1) not seen for 31s: the store they report through is in a stopped
+    process``: the ranks the verdict could not judge, and why."""
+    nodes = sorted({s.node_rank for s in states})
+    where = ", ".join(str(n) for n in nodes)
+    seconds = min(s.stale_for for s in states)
+    return (f"{_ranks_phrase(sorted(s.rank for s in states))} (node rank{'s' if len(nodes) > 1 else ''} "
+            f"{where}) not seen for {seconds:.0f}s: the store they report through is in a stopped process")
 
 
 def stuck_phrase(state: RankState, why: str) -> str:
@@ -357,6 +371,9 @@ def judge(states: Sequence[RankState], settings: HangSettings,
         verdict = verdict_at(running, configured_limit(running, settings), settings)
     if verdict is not None and verdict.kind == "hang" and ended_lately(states, verdict.limit):
         return None
+    unseen = [s for s in states if s.unseen]
+    if verdict is not None and unseen:
+        verdict = replace(verdict, unseen=unseen)
     return blame_leavers(verdict, states)
 
 
@@ -410,7 +427,7 @@ def judged_ranks(states: Sequence[RankState], settings: HangSettings,
         return []
     if expected_ranks is not None and len(states) < expected_ranks:
         return []
-    return [s for s in states if not s.exited]
+    return [s for s in states if not s.exited and not s.unseen]
 
 
 def configured_limit(states: Sequence[RankState], settings: HangSettings) -> Limit:
