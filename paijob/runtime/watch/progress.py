@@ -57,6 +57,7 @@ from types import FrameType
 from typing import Any
 
 from paijob.common import contract, untrusted
+from paijob.runtime.watch import seal
 from paijob.runtime.watch.evidence import Evidence
 
 DEFAULT_INTERVAL = 1.0
@@ -285,11 +286,15 @@ class Sampler:
         self._prepared: list[dict[str, Any]] | None = None  # its calls read ahead of a request (prepare_answer)
         self._last: dict[str, Any] | None = None  # the last report written
         self._stack_fd: int | None = None
+        self._seal: seal.Seal | None = None  # this process's key, in its memory only, and its socket to the watch
         self.evidence = Evidence(folder, rank, is_library=is_library, write=write_new)  # the slow-rank doctor's
         self._thread = threading.Thread(target=self._run, name="paijob-progress", daemon=True)
 
     def start(self) -> None:
         self._open_stack_file()
+        # the key first: the watch files it under this process (the kernel says which) before any
+        # report is read, and believes a report of this rank only with this key's MAC
+        self._seal = seal.Seal.open(os.path.dirname(self.path), self.rank)
         # the first report now, from the starting thread: a rank whose code then holds the GIL in C
         # (a store client retrying its connection for its whole timeout) is known to the watch (vouched
         # for while alive) before it fails, so its error is believed after it ended
@@ -468,6 +473,9 @@ class Sampler:
         if self.left is not None and "left" not in report:  # a sample taken before the exit was noted
             report = {**report, "left": self.left}
         text = json.dumps(report, separators=(",", ":"))
+        if self._seal is not None:  # signed, and sent where no other process can overwrite it
+            text = self._seal.sign(text)
+            self._seal.send(text)
         write_new(self.path, text)
         self._last = report
         self._own_io = len(text.encode("utf-8")) + 64  # + the io file read between (its length varies)
