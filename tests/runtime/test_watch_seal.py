@@ -21,7 +21,7 @@ import pytest
 from runtime_helpers import base_env, root_cause
 
 from paijob.common import exitcodes
-from paijob.runtime.watch import seal
+from paijob.runtime.watch import progress, recorder, seal
 from paijob.runtime.watch.launched import Launched, read_reports
 from paijob.runtime.watch.progress import own_start_time
 
@@ -110,6 +110,24 @@ def test_a_key_is_filed_under_the_process_the_kernel_names_not_the_rank_it_claim
         assert seal.KeyBox.open(str(tmp_path)) is None  # the name is held: nobody binds it in our place
     finally:
         keys.close()
+
+
+def test_an_answer_written_in_a_ranks_place_after_the_request_is_not_believed(tmp_path: Path, sampled) -> None:  # type: ignore[no-untyped-def]
+    proc, keys = sampled
+    launched = Launched(ranks=lambda: {1: proc.pid}, keys=keys)
+    def sealed_by(rank: int, data: bytes) -> bool:
+        return launched.sealed_by(rank, proc.pid, data)
+
+    recorder.request(str(tmp_path))
+    answer = tmp_path / "rank1.calls.json"
+    wait_for(answer)
+    assert recorder.read_answers(str(tmp_path), [1], sealed_by) == {1: None}  # its own: no recorder here
+    nonce = progress.request_nonce(str(tmp_path))
+    forged = {"nonce": nonce, "calls": [{"group": "0", "seq": 7, "op": "all_reduce", "sizes": [[9]],
+                                         "dtypes": ["float"], "line": "train.py:1"}]}
+    answer.write_text(json.dumps(forged))  # after the request, with its nonce, by another process
+    assert recorder.read_answers(str(tmp_path), [1], sealed_by) == {}
+    assert recorder.read_answers(str(tmp_path), [1]) != {}  # what the nonce alone let through
 
 
 FORGES_RANK_1 = textwrap.dedent(

@@ -69,6 +69,14 @@ class Launched:
                 and not _older(report, self.believed.get(rank))):
             self.believed[rank] = report
 
+    def sealed_by(self, rank: int, pid: int, data: bytes) -> bool:
+        """Whether ``data`` (an answer of ``rank``'s, :mod:`paijob.runtime.watch.recorder`) was signed by
+        process ``pid`` with the key it sent as ``rank``'s; True where the watch holds no keys."""
+        if self.keys is None:
+            return True
+        stat = procfs.read_stat(pid)
+        return stat is not None and self.keys.verify(rank, pid, stat.start_time, data)
+
     def take_forged(self) -> list[int]:
         """The ranks whose file failed its MAC since the last call (each told once a run)."""
         found = sorted(self.forged - self._told)

@@ -336,7 +336,7 @@ class Sampler:
                 self.write(report)
                 if self.evidence.due(report["time"]):
                     self.evidence.write(report["time"], report)
-                answer_calls_request(folder, self.rank)  # a stat, unless the agent asked (a mismatch)
+                answer_calls_request(folder, self.rank, sealed=self._seal)  # a stat, unless the agent asked
             except Exception:  # noqa: BLE001 - the watch must never break training
                 pass
             time.sleep(self.interval)
@@ -501,7 +501,7 @@ class Sampler:
         thread while it holds back a knock-on error: within 50 ms, not at the next sample, so a
         mismatch's account does not hang on the sampler's rhythm under load)."""
         with contextlib.suppress(Exception):  # the watch must never break the worker
-            answer_calls_request(os.path.dirname(self.path), self.rank, self._prepared)
+            answer_calls_request(os.path.dirname(self.path), self.rank, self._prepared, sealed=self._seal)
 
     def note_left(self, where: list[Any]) -> None:
         """The rank's code ended with exit code 0 while its process group was still up
@@ -555,17 +555,20 @@ def answer_path(folder: str, rank: int) -> str:
     return os.path.join(folder, f"rank{rank}.calls.json")
 
 
-def answer_calls_request(folder: str, rank: int, prepared: list[dict[str, Any]] | None = None) -> bool:
+def answer_calls_request(folder: str, rank: int, prepared: list[dict[str, Any]] | None = None, *,
+                         sealed: seal.Seal | None = None) -> bool:
     """Write this rank's recent calls (``prepared``: as read ahead, else read now) once the agent asked (at
-    each sample); whether an answer was written. An answer is written once; a rank without a recorder
-    answers ``null``, so the agent need not wait for it."""
+    each sample); whether an answer was written. An answer is written once, signed with this process's key
+    (``sealed``, as its reports are); a rank without a recorder answers ``null``, so the agent need not wait
+    for it."""
     path = answer_path(folder, rank)
     if not os.path.exists(os.path.join(folder, REQUEST_FILE)) or os.path.exists(path):
         return False
     nonce = request_nonce(folder)
     if nonce is None:
         return False
-    write_new(path, json.dumps({"nonce": nonce, "calls": prepared if prepared is not None else recent_calls()}))
+    text = json.dumps({"nonce": nonce, "calls": prepared if prepared is not None else recent_calls()})
+    write_new(path, text if sealed is None else sealed.sign(text))
     return True
 
 
