@@ -27,7 +27,10 @@ closed to make room, so a new connection (the token holder's, the portal's)
 is accepted at once: 1,100 tokenless sockets each sending a keep-alive request
 every 15 s no longer stop the server answering anyone. A trusted connection is
 never evicted; a request being served never is, nor a new connection in its first
-``FRESH_GRACE`` seconds (time to send its first request and show its token).
+``FRESH_GRACE`` seconds (time to send its first request and show its token). Nor can queued requests keep
+a connection "busy": one without the token that pipelines more than ``MAX_PIPELINED`` requests ahead of
+reading their answers is closed (1,100 sockets x 2,000 unread pipelined requests no longer time the token
+holder out).
 """
 
 from __future__ import annotations
@@ -53,6 +56,7 @@ UNTRUSTED_KEEPALIVE = 5  # seconds an answered connection without the token or a
 EVICT_BATCH = 16  # slots freed at once when the cap is reached (untrusted connections idle the longest)
 FRESH_GRACE = 5.0  # seconds a new connection that has sent no request yet is never closed to make room
 CLEANUP_INTERVAL = 5  # how often those two are checked
+MAX_PIPELINED = 8  # requests a connection without the token may have waiting for their answers; more: it is closed
 MAX_HEADER_BYTES = 32 * 1024
 # rest-server's express.js answer to a body over body-parser's limit (no code, the message alone)
 TOO_LARGE = {"message": "request entity too large"}
@@ -125,6 +129,21 @@ class _Channel(HTTPChannel):
 
     def trust(self) -> None:
         self.trusted = True
+
+    def received(self, data: bytes) -> bool:
+        """waitress's own (every complete request in ``data`` is queued), but a connection without the token
+        that has more than ``MAX_PIPELINED`` requests waiting is closed, its waiting requests dropped: it sends
+        faster than it reads its answers (pipelining thousands and reading none). Queued requests made a
+        connection "busy", never closed to make room, and the server worked through all of them (issue 46:
+        1,100 sockets x 2,000 requests timed the token holder out). No HTTP client pipelines that deep."""
+        result: bool = super().received(data)
+        if len(self.requests) > MAX_PIPELINED and not self.trusted:
+            with self.requests_lock:
+                for request in self.requests[1:]:  # the first may be being served: waitress ends it
+                    request.close()
+                del self.requests[1:]
+                self.will_close = True
+        return result
 
     def evictable(self, now: float) -> bool:
         """Untrusted, serving nothing and not already closing, and past its first moments: it may be closed

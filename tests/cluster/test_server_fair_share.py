@@ -199,3 +199,35 @@ def test_a_new_connection_is_not_closed_to_make_room_before_it_sent_its_request(
     assert answer(mine, WITH_TOKEN).startswith(b"HTTP/1.1 200")  # mine was kept open
     for sock in (*others, mine):
         sock.close()
+
+
+PIPELINED = 2000  # requests each tokenless socket sends at once, never reading an answer (issue 46)
+
+
+def test_the_token_holder_is_answered_while_tokenless_sockets_pipeline_requests_they_never_read(
+        capped: LocalServer) -> None:
+    """1,100 sockets each pipelining 2,000 requests and reading none timed the token holder out 2 times in 4:
+    every connection with requests queued was "serving", so none was ever closed to make room, and the
+    server worked through millions of requests first. Scaled down: 60 sockets over a cap of 40."""
+    attackers = []
+    try:
+        for _ in range(ATTACKERS):
+            sock = socket.create_connection(("127.0.0.1", capped.port), timeout=5)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # reads nothing: answers pile up
+            sock.setblocking(False)
+            try:
+                sock.send(TOKENLESS * PIPELINED)  # what the kernel takes of it
+            except OSError:
+                pass
+            attackers.append(sock)
+        took = []
+        for _ in range(3):
+            start = time.monotonic()
+            reply = requests.get(f"{capped.url}{API}/jobs", headers={"Authorization": f"Bearer {TOKEN}"},
+                                 timeout=15)
+            took.append(time.monotonic() - start)
+            assert reply.status_code == 200
+        assert max(took) < 3.0, took  # before: 6 s and more on a quiet machine, here; now well under a second
+    finally:
+        for sock in attackers:
+            sock.close()

@@ -377,6 +377,8 @@ class HangWatch(Ticker):
         """The slow-rank doctor's final summary; the workers' sampler files go with the node (the
         stacks file stays)."""
         self.slow.finish()
+        if self.launched is not None and self.launched.keys is not None:
+            self.launched.keys.close()
         shutil.rmtree(self.folder, ignore_errors=True)
 
     def take_verdict(self) -> Failure | None:
@@ -505,6 +507,9 @@ class HangWatch(Ticker):
     def _read_local(self, now: float) -> tuple[dict[int, dict[str, Any]], list[RankState]]:
         """This node's believed sampler files, and each one's rank state as of ``now``."""
         reports = read_reports(self.folder, self.launched)
+        for rank in self.launched.take_forged() if self.launched is not None else ():
+            self._say(f"hang watch: rank{rank}.json named rank {rank}'s process but was not written by it (no "
+                      f"valid seal of its own): not believed; rank {rank} is judged by its last own report")
         return reports, [self._summarise(rank, report, now) for rank, report in reports.items()]
 
     def _summarise(self, rank: int, report: dict[str, Any], now: float) -> RankState:

@@ -47,6 +47,7 @@ from paijob.runtime.watch.lifecycle import Watchers
 from paijob.runtime.watch.nodewatch import NodeWatch, first_line
 from paijob.runtime.watch.notice import ABORT, ACCOUNT, read_notice, serve_notice
 from paijob.runtime.watch.portwatch import MasterPortWatch
+from paijob.runtime.watch.seal import KeyBox
 from paijob.runtime.watch.storelink import StoreLink
 from paijob.runtime.watch.verdict import waiting_phrase
 
@@ -141,7 +142,7 @@ class OneProcessHealth:
                 self.link = StoreLink(dist.master_addr, dist.master_port, prefix=config.run_id,
                                       node_rank=dist.node_rank, nnodes=dist.nnodes)
             launched = Launched(ranks=lambda: {0: self.pids[0]} if self.pids and not spawned else {},
-                                roots=lambda: self.pids if spawned else ())
+                                roots=lambda: self.pids if spawned else (), keys=KeyBox.open(folder))
             link = self.link
             self.hang = HangWatch(
                 config.hang, folder=folder, node_rank=dist.node_rank if spawned else 0,
@@ -310,7 +311,8 @@ class PerGpuHealth:
             world_size=dist.world_size, host=host_name(os.environ),
             stacks_dir=stacks_folder(self.config.log_dir, os.environ),
             channel=StoreChannel(node.call) if dist.nnodes > 1 else Channel(),
-            declare=declare, say=self._say, launched=Launched(ranks=lambda: launcher.rank_pids),
+            declare=declare, say=self._say,
+            launched=Launched(ranks=lambda: launcher.rank_pids, keys=KeyBox.open(folder)),
         )
 
     def start(self) -> None:

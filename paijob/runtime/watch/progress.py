@@ -57,6 +57,7 @@ from types import FrameType
 from typing import Any
 
 from paijob.common import contract, untrusted
+from paijob.runtime.watch import seal
 from paijob.runtime.watch.evidence import Evidence
 
 DEFAULT_INTERVAL = 1.0
@@ -285,11 +286,15 @@ class Sampler:
         self._prepared: list[dict[str, Any]] | None = None  # its calls read ahead of a request (prepare_answer)
         self._last: dict[str, Any] | None = None  # the last report written
         self._stack_fd: int | None = None
+        self._seal: seal.Seal | None = None  # this process's key, in its memory only, and its socket to the watch
         self.evidence = Evidence(folder, rank, is_library=is_library, write=write_new)  # the slow-rank doctor's
         self._thread = threading.Thread(target=self._run, name="paijob-progress", daemon=True)
 
     def start(self) -> None:
         self._open_stack_file()
+        # the key first: the watch files it under this process (the kernel says which) before any
+        # report is read, and believes a report of this rank only with this key's MAC
+        self._seal = seal.Seal.open(os.path.dirname(self.path), self.rank)
         # the first report now, from the starting thread: a rank whose code then holds the GIL in C
         # (a store client retrying its connection for its whole timeout) is known to the watch (vouched
         # for while alive) before it fails, so its error is believed after it ended
@@ -331,7 +336,7 @@ class Sampler:
                 self.write(report)
                 if self.evidence.due(report["time"]):
                     self.evidence.write(report["time"], report)
-                answer_calls_request(folder, self.rank)  # a stat, unless the agent asked (a mismatch)
+                answer_calls_request(folder, self.rank, sealed=self._seal)  # a stat, unless the agent asked
             except Exception:  # noqa: BLE001 - the watch must never break training
                 pass
             time.sleep(self.interval)
@@ -468,6 +473,9 @@ class Sampler:
         if self.left is not None and "left" not in report:  # a sample taken before the exit was noted
             report = {**report, "left": self.left}
         text = json.dumps(report, separators=(",", ":"))
+        if self._seal is not None:  # signed, and sent where no other process can overwrite it
+            text = self._seal.sign(text)
+            self._seal.send(text)
         write_new(self.path, text)
         self._last = report
         self._own_io = len(text.encode("utf-8")) + 64  # + the io file read between (its length varies)
@@ -493,7 +501,7 @@ class Sampler:
         thread while it holds back a knock-on error: within 50 ms, not at the next sample, so a
         mismatch's account does not hang on the sampler's rhythm under load)."""
         with contextlib.suppress(Exception):  # the watch must never break the worker
-            answer_calls_request(os.path.dirname(self.path), self.rank, self._prepared)
+            answer_calls_request(os.path.dirname(self.path), self.rank, self._prepared, sealed=self._seal)
 
     def note_left(self, where: list[Any]) -> None:
         """The rank's code ended with exit code 0 while its process group was still up
@@ -547,17 +555,20 @@ def answer_path(folder: str, rank: int) -> str:
     return os.path.join(folder, f"rank{rank}.calls.json")
 
 
-def answer_calls_request(folder: str, rank: int, prepared: list[dict[str, Any]] | None = None) -> bool:
+def answer_calls_request(folder: str, rank: int, prepared: list[dict[str, Any]] | None = None, *,
+                         sealed: seal.Seal | None = None) -> bool:
     """Write this rank's recent calls (``prepared``: as read ahead, else read now) once the agent asked (at
-    each sample); whether an answer was written. An answer is written once; a rank without a recorder
-    answers ``null``, so the agent need not wait for it."""
+    each sample); whether an answer was written. An answer is written once, signed with this process's key
+    (``sealed``, as its reports are); a rank without a recorder answers ``null``, so the agent need not wait
+    for it."""
     path = answer_path(folder, rank)
     if not os.path.exists(os.path.join(folder, REQUEST_FILE)) or os.path.exists(path):
         return False
     nonce = request_nonce(folder)
     if nonce is None:
         return False
-    write_new(path, json.dumps({"nonce": nonce, "calls": prepared if prepared is not None else recent_calls()}))
+    text = json.dumps({"nonce": nonce, "calls": prepared if prepared is not None else recent_calls()})
+    write_new(path, text if sealed is None else sealed.sign(text))
     return True
 
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
+from collections.abc import Callable
 from typing import Any
 
 from paijob.common import untrusted
@@ -43,8 +44,8 @@ MAX_ANSWER = 64 * 1024  # bytes of an answer read
 def request(folder: str) -> None:
     """Ask every live worker of this node for its last collectives (idempotent). The request holds a fresh
     nonce that an answer must repeat, and answers already in the folder are removed first: an answer the job
-    wrote before the agent asked is never believed (issue 46). (A process of the job that reads the request
-    and writes in a rank's place after it is not told apart: same user, same folder.)"""
+    wrote before the agent asked is never believed (issue 46); where the watch holds the samplers' keys, an
+    answer must also be signed by the rank's own process (:func:`read_answers`)."""
     path = os.path.join(folder, REQUEST_FILE)
     if os.path.exists(path):
         return
@@ -55,10 +56,13 @@ def request(folder: str) -> None:
     write_new(path, secrets.token_hex(16))
 
 
-def read_answers(folder: str, ranks: list[int]) -> dict[int, list[dict[str, Any]] | None]:
+def read_answers(folder: str, ranks: list[int], sealed_by: Callable[[int, bytes], bool] | None = None
+                 ) -> dict[int, list[dict[str, Any]] | None]:
     """What the ranks among ``ranks`` that answered said (``None``: no recorder). An answer is
     a job's own file: read without following a link, at most :data:`MAX_ANSWER` bytes, and only
-    well-formed entries are kept, their text printable and short (it is printed in the account)."""
+    well-formed entries are kept, their text printable and short (it is printed in the account).
+    ``sealed_by(rank, data)``: whether rank's own process signed it (:mod:`paijob.runtime.watch.seal`);
+    an answer it did not is not believed."""
     found: dict[int, list[dict[str, Any]] | None] = {}
     nonce = request_nonce(folder)
     if nonce is None:
@@ -71,6 +75,8 @@ def read_answers(folder: str, ranks: list[int]) -> dict[int, list[dict[str, Any]
             continue
         if not isinstance(value, dict) or value.get("nonce") != nonce:
             continue  # not an answer to this request
+        if sealed_by is not None and not sealed_by(rank, data or b""):
+            continue  # written in the rank's place by another process
         listed = value.get("calls")
         calls = [c for c in map(_checked, listed if isinstance(listed, list) else []) if c is not None]
         found[rank] = calls or None
