@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 
     from paijob import project as project_config
     from paijob.copyout import CopyPlan, CopyReport
-    from paijob.local.prune import PruneReport
+    from paijob.local.conveniences import PruneReport
     from paijob.remote.client import PaiClient
     from paijob.remote.logs import LogFollower
     from paijob.remote.profiles import Cluster
@@ -101,7 +101,7 @@ class PreparedJob:
     notes: list[str] = field(default_factory=list)
     target: Cluster | None = None  # the cluster profile, resolved once (a local cluster's address, unstarted)
     snapshot: Snapshot | None = None  # the workdir in memory, when a local cluster must store it (``ship``)
-    snapshot_home: Path | None = None  # the local cluster's state dir that ``ship`` stores it in
+    snapshot_path: Path | None = None  # where ``ship`` stores it for the local cluster (the job names it there)
     # ``text`` as the server reads it: read once by the render's validation, then kept in step with
     # every edit (name, workdir), so nothing reads the text again. ``read_as`` is the text it describes.
     document: Any = field(default=None, repr=False)
@@ -120,7 +120,7 @@ def resolve_cluster(name: str | None = None, *, start_local: bool = True,
     ``on_note`` hears what the user should be told (a local cluster started on the way).
     """
     from paijob import project as project_config
-    from paijob.local import daemon
+    from paijob.local import conveniences as local
     from paijob.remote import profiles
 
     if name is None:
@@ -132,7 +132,7 @@ def resolve_cluster(name: str | None = None, *, start_local: bool = True,
         name = profiles.current_name()
     if name != profiles.LOCAL:
         return profiles.named(name)
-    return daemon.local_cluster(on_note=on_note) if start_local else daemon.local_cluster_address()
+    return local.cluster(on_note=on_note) if start_local else local.address()
 
 
 def prepare(request: JobRequest, project: project_config.Project | None = None) -> PreparedJob:
@@ -165,8 +165,7 @@ def prepare(request: JobRequest, project: project_config.Project | None = None) 
     job = PreparedJob(renamed.text, renamed.name, source, cluster, warnings, [], target,
                       document=renamed.job, read_as=renamed.text, install_route=result.report.install_route)
     if request.ask_cluster:  # what submit would refuse, refused here: before the render's warnings are shown
-        if not target.is_local:
-            refuse_placeholder_images(renamed.job, source, target.name)
+        refuse_placeholder_images(renamed.job, source, target.name)
         check_storages(renamed.job, target, source)
     workdir = request.workdir or _value_workdir(result.values) or project.workdir
     if workdir:
@@ -231,13 +230,13 @@ def _carry_workdir(job: PreparedJob, folder: str, *, force: bool, skip_unreadabl
 
     snap = workdir.snapshot(folder, force=force, skip_unreadable=skip_unreadable, guarded=[profiles.config_path()],
                             private=[Path(value) for value in private])
-    home = None
+    stored_at = None
     if job.target is None or job.target.is_local:
-        from paijob.local import daemon
+        from paijob.local import conveniences as local
 
-        home = daemon.state_dir()
-        job.snapshot, job.snapshot_home = snap, home
-    carried = workdir.carried(job.document, snap, home)
+        stored_at = local.snapshot_path(snap)
+        job.snapshot, job.snapshot_path = snap, stored_at
+    carried = workdir.carried(job.document, snap, stored_at)
     job.text, job.document, job.read_as = carried.text, carried.job, carried.text
     job.notes.extend(carried.notes)
 
@@ -248,10 +247,10 @@ def ship(job: PreparedJob) -> None:
     :func:`submit` calls it; a caller that submits ``dry_run(job)``'s request itself calls it first.
     A real cluster needs nothing: the snapshot travels in the job text.
     """
-    if job.snapshot is not None and job.snapshot_home is not None:
-        from paijob import workdir
+    if job.snapshot is not None and job.snapshot_path is not None:
+        from paijob.local import conveniences as local
 
-        workdir.store_local(job.snapshot, job.snapshot_home)
+        local.keep_snapshot(job.snapshot, job.snapshot_path)
 
 
 def _target(cluster: str | Cluster | None) -> Cluster:
@@ -273,9 +272,9 @@ def connect(cluster: str | Cluster | None = None, *, timeout: float = 30.0, star
 
     target = _target(cluster)
     if target.is_local:
-        from paijob.local import daemon
+        from paijob.local import conveniences as local
 
-        target = daemon.local_cluster(start=start_local, on_note=on_note)
+        target = local.cluster(start=start_local, on_note=on_note)
     return PaiClient(target.url, target.token, user=target.user, api_path=target.api_path,
                      timeout=timeout, cluster_name=target.name)
 
@@ -318,10 +317,10 @@ def check_storages(job: Any, cluster: str | Cluster | None, source: str = "job")
         return
     target = _target(cluster)
     client = None
-    if target.is_local:
-        from paijob.local import storage
+    if target.is_local:  # known without the server, which prepare does not start
+        from paijob.local import conveniences as local
 
-        mine = storage.names()
+        mine = local.storage_names()
     else:
         client = connect(target, timeout=10.0, start_local=False)
         mine = [entry.name for entry in client.storages()]
@@ -368,19 +367,22 @@ def submit(job: PreparedJob | HttpRequest, client: PaiClient) -> str:
         from paijob.openpai.jsyaml import load_job
 
         sent = load_job(job.text, job.source).value
-    if not client.is_local:
-        refuse_placeholder_images(sent, job.source, client.cluster_name)
+    refuse_placeholder_images(sent, job.source, client.cluster_name)
     ship(job)
     return client.submit(client.submission(job.text, sent))
 
 
 def refuse_placeholder_images(loaded: Any, source: str, cluster_name: str) -> None:
     """A real cluster cannot pull an image on a reserved example domain (``*.example.com``, ``*.invalid``):
-    refuse before sending, with how to set the image (``validate`` and ``--dry-run`` only warn).
+    refuse before sending, with how to set the image (``validate`` and ``--dry-run`` only warn). The local
+    cluster pulls no image: nothing is refused there.
 
     ``loaded``: the job as the server reads it (``PreparedJob.document``)."""
+    from paijob.remote.profiles import is_local
     from paijob.validate.rules import SET_IMAGE_HINT, placeholder_image
 
+    if is_local(cluster_name):
+        return
     for item in loaded.get("prerequisites") or () if isinstance(loaded, dict) else ():
         uri = item.get("uri") if isinstance(item, dict) and item.get("type") == "dockerimage" else None
         host = placeholder_image(uri)
@@ -455,18 +457,9 @@ def stacks(client: PaiClient, job: str) -> tuple[str, int]:
             f"'[p]aijob-runtime train') and kill -USR1 it: every node prints its ranks' stacks "
             f"into its log (paijob logs {job_id})"
         )
-    import signal
+    from paijob.local import conveniences as local
 
-    from paijob.local import daemon, tracking
-
-    marker = f"{tracking.cluster_id(daemon.state_dir())}:{job_id}"
-    pids = tracking.runtime_launchers(marker)
-    for pid in pids:
-        try:
-            os.kill(pid, signal.SIGUSR1)
-        except OSError:
-            pass
-    return job_id, len(pids)
+    return job_id, local.signal_stacks(job_id)
 
 
 def output_location(cluster_name: str, job_id: str, job: Any = None) -> str | None:
@@ -535,22 +528,18 @@ def _output_root(target: Cluster, job: str, document: Any = None) -> tuple[Path,
     """Job ``job``'s output folder on this machine (see ``copy_output``), and the job's full id;
     ``document``: the job itself when the caller has it (None: read the cluster's copy)."""
     from paijob import copyout
-    from paijob.local import daemon, storage
     from paijob.render.storage_route import job_route
 
+    if target.is_local:  # its folders are on this machine, whether its server runs or not
+        return _local_output_root(job, document)
     if "~" not in job:
-        user = daemon.local_user() if target.is_local else target.user
-        if not user:
+        if not target.user:
             raise copyout.OutputError(f"give the job as USER~{job}: the profile of cluster {target.name} names "
                                       "no user")
-        job = f"{user}~{job}"
+        job = f"{target.user}~{job}"
     user, name = job.split("~", 1)
     route = job_route(document if document is not None else _job_config(target, job))
-    if target.is_local:
-        local = route is not None and route.name in [s["name"] for s in storage.summary()["storages"]]
-        folder = (storage.folder(daemon.state_dir(), route.name) / route.folder(user, name) if local and route
-                  else copyout.local_output_dir(daemon.state_dir(), job))
-    elif route is None:
+    if route is None:
         raise copyout.OutputError(
             f"job {job} on cluster {target.name} keeps its {contract.OUTPUT_DIR} where paijob cannot reach it: "
             "submit it with --set storage=NAME (a storage of yours, GET /api/v2/storages) and `paijob cp` reads "
@@ -558,6 +547,19 @@ def _output_root(target: Cluster, job: str, document: Any = None) -> tuple[Path,
     else:
         folder = _mounted_output(target, route, user, name)
     return folder, job
+
+
+def _local_output_root(job: str, document: Any = None) -> tuple[Path, str]:
+    """``_output_root`` on the local cluster: its own output folder for the job, or the job's folder on the
+    local storage its route names; the job's stored config is read where the caller has no ``document``."""
+    from paijob.local import conveniences as local
+    from paijob.render.storage_route import job_route
+
+    job = job if "~" in job else f"{local.user()}~{job}"
+    route = job_route(document if document is not None else _loaded_job(local.stored_config(job), job))
+    if route is None:
+        return local.output_folder(job), job
+    return local.output_folder(job, route.name, route.folder(*job.split("~", 1))), job
 
 
 def _mounted_output(target: Cluster, route: Any, user: str, name: str) -> Path:
@@ -613,24 +615,14 @@ def _unmounted(client: PaiClient, target: Cluster, route: Any, on_storage: str, 
 
 
 def _job_config(target: Cluster, job_id: str) -> Any:
-    """The job ``job_id`` as its cluster stored it (the local cluster's store, read directly), or None."""
+    """The job ``job_id`` of a real cluster as the cluster stored it (``GET /jobs/{id}/config``), or None."""
+    return _loaded_job(connect(target, start_local=False).get_config(job_id), job_id)
+
+
+def _loaded_job(text: str | None, job_id: str) -> Any:
+    """A stored job config as the server reads it; None for none, or for text that is not YAML."""
     from paijob.openpai.jsyaml import YamlError, load_job
 
-    if target.is_local:
-        from paijob.local import daemon
-        from paijob.local.store import Store
-
-        database = daemon.state_dir() / "jobs.sqlite"
-        if not database.exists():
-            return None
-        store = Store(database)
-        try:
-            row = store.job(*job_id.split("~", 1))
-        finally:
-            store.close()
-        text = row["config"] if row else None
-    else:
-        text = connect(target, start_local=False).get_config(job_id)
     try:
         return load_job(text, job_id).value if text else None
     except YamlError:
@@ -834,32 +826,31 @@ def login(name: str, url: str, user: str, password: str, *, expiration: int | No
 
 def local_up(port: int = 0) -> dict[str, Any]:
     """Start the local cluster unless it runs; its info (url, pid, ``already``, ``state_dir``)."""
-    from paijob.local import daemon
+    from paijob.local import conveniences as local
 
-    return {**daemon.up(port=port), "state_dir": str(daemon.state_dir())}
+    return local.up(port=port)
 
 
 def local_down() -> bool:
     """Stop the local cluster (its running jobs first); False when none was running."""
-    from paijob.local import daemon
+    from paijob.local import conveniences as local
 
-    return daemon.down()
+    return local.down()
 
 
 def local_status() -> dict[str, Any]:
-    """``running``, ``state_dir``, and when it runs its ``url``, ``pid`` and job counts by state (``jobs``)."""
-    from paijob.local import daemon
-    from paijob.remote.client import PaiClient
+    """``running``, ``state_dir``, and when it runs its ``url``, ``pid`` and job counts by state (``jobs``),
+    asked over its REST API as any cluster's."""
+    from paijob.local import conveniences as local
     from paijob.remote.profiles import LOCAL
 
-    directory = daemon.state_dir()
-    info = daemon.running(directory)
+    directory = local.state_dir()
+    info = local.running()
     data: dict[str, Any] = {"running": bool(info), "state_dir": str(directory)}
     if info:
         data.update(url=info["url"], pid=info["pid"])
-        client = PaiClient(str(info["url"]), daemon.read_token(directory), cluster_name=LOCAL)
         counts: dict[str, int] = {}
-        for job in client.list_jobs():
+        for job in connect(LOCAL, start_local=False).list_jobs():
             counts[job["state"]] = counts.get(job["state"], 0) + 1
         data["jobs"] = counts
     return data
@@ -867,25 +858,24 @@ def local_status() -> dict[str, Any]:
 
 def portal_link(on_note: Callable[[str], None] | None = None) -> str:
     """A one-time login link to the local cluster's web portal (the cluster is started when down)."""
-    from paijob.local import daemon
+    from paijob.local import conveniences as local
 
-    return daemon.portal_link(on_note=on_note)
+    return local.portal_link(on_note=on_note)
 
 
 def open_in_browser(url: str) -> bool:
     """Open ``url`` in a graphical browser, through a page only this user can read (the login code never
     on a command line); False when this session has no graphical browser."""
-    from paijob.local import daemon
+    from paijob.local import conveniences as local
 
-    return daemon.open_in_browser(url)
+    return local.open_in_browser(url)
 
 
 def prune_local(older_than: str = "0s", *, outputs: bool = False, dry_run: bool = False) -> PruneReport:
     """Remove finished local jobs' work folders and logs (and outputs): ``paijob local prune``."""
-    from paijob.local import daemon
-    from paijob.local.prune import parse_duration, prune
+    from paijob.local import conveniences as local
 
-    return prune(daemon.state_dir(), older_than=parse_duration(older_than), outputs=outputs, dry_run=dry_run)
+    return local.prune(older_than, outputs=outputs, dry_run=dry_run)
 
 
 def terminal_text(stream: TextIO, *, raw: bool = False, names: bool = False) -> Callable[[str], str]:

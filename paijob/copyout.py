@@ -3,11 +3,12 @@
 Every task of a job sees the same folder in ``PAIJOB_OUTPUT_DIR``, kept across
 the job's attempts and task retries, so a retried attempt finds the
 checkpoints of the one before. On the local cluster it is
-``<state dir>/outputs/<user~name>``, made by the task runner. On a real
-OpenPAI cluster it is the template value ``outputDir``, or a folder on the
-storage the job names (``storage: NAME``, OpenPAI's ``teamwise_storage``
-plugin); ``api.copy_output`` finds the folder (the local state dir, or where
-this machine mounts that storage) and this module copies out of it.
+``<state dir>/outputs/<user~name>`` (``paijob.local.layout.output``), made
+by the task runner. On a real OpenPAI cluster it is the template value
+``outputDir``, or a folder on the storage the job names (``storage: NAME``,
+OpenPAI's ``teamwise_storage`` plugin); ``api.copy_output`` finds the folder
+(the local state dir, or where this machine mounts that storage) and this
+module copies out of it.
 
 The folder was written by the job, which is untrusted code, so the copy is
 ``cp -r`` done carefully:
@@ -89,11 +90,6 @@ class CopyReport:
 
     def skip(self, path: str, why: str) -> None:
         self.skipped.append(f"{path} ({why})")
-
-
-def local_output_dir(state_dir: Path, job_id: str) -> Path:
-    """The output folder of job ``user~name`` on the local cluster whose state is in ``state_dir``."""
-    return state_dir / "outputs" / job_id
 
 
 def split_source(source: str) -> tuple[str, str]:

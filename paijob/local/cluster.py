@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from paijob.common import records
-from paijob.local import capacity, diagnostics
+from paijob.local import capacity, diagnostics, layout
 from paijob.local.jobmodels import JobModels
 from paijob.local.processes import SLOW_NAME, STALL_NAME
 from paijob.local.runner import JobRunner
@@ -61,7 +61,7 @@ class LocalCluster:
     def __init__(self, state_dir: Path) -> None:
         self.state_dir = state_dir
         state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-        self.store = Store(state_dir / "jobs.sqlite")
+        self.store = Store(layout.database(state_dir))
         self.gpus = detect_gpus()
         self._gpu_next = 0
         self._lock = threading.Lock()
@@ -71,10 +71,10 @@ class LocalCluster:
         self._recover()
 
     def log_dir(self, job_id: str, attempt: int, role: str, index: int, task_attempt: int) -> Path:
-        return self.state_dir / "logs" / job_id / str(attempt) / role / str(index) / str(task_attempt)
+        return layout.task_logs(self.state_dir, job_id, attempt, role, index, task_attempt)
 
     def work_dir(self, job_id: str, attempt: int, role: str, index: int) -> Path:
-        return self.state_dir / "work" / job_id / str(attempt) / f"{role}-{index}"
+        return layout.task_work(self.state_dir, job_id, attempt, role, index)
 
     def stall(self, job_id: str, attempt: int, plan: Job) -> str | None:
         """paijob-runtime's line about a running job's stalled ranks (no progress for N s on

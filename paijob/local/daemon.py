@@ -1,9 +1,8 @@
 """The local cluster as a background service: state dir, token, up / down / status.
 
-State dir: ``$PAIJOB_LOCAL_STATE_DIR``, else ``$XDG_STATE_HOME/paijob/local``,
-else ``~/.local/state/paijob/local``. It holds ``token`` (0600, made fresh by
-every ``up``), ``server.json`` (pid, port, url of the running server),
-``jobs.sqlite`` (jobs, attempts, tasks), ``logs/``, ``work/`` and ``server.log``.
+The state dir and what lies where in it: :mod:`paijob.local.layout`. This module
+makes the ``token`` (0600, fresh at every ``up``), writes ``server.json`` (pid,
+port, url of the running server) and starts the server with ``server.log``.
 
 It is private whatever the umask: ``up`` takes group and other permissions off
 everything already in it (directories 0700, files 0600 or 0700) and starts the
@@ -42,7 +41,8 @@ from paijob.common import contract, procfs
 from paijob.common.cwd_safe import module_args
 from paijob.common.safefile import atomic_write
 from paijob.errors import PaijobError
-from paijob.local import settings
+from paijob.local import layout, settings
+from paijob.local.layout import state_dir
 from paijob.remote.profiles import LOCAL, Cluster
 
 START_TIMEOUT = 20.0
@@ -52,21 +52,13 @@ class LocalClusterError(PaijobError):
     """The local cluster could not be started, reached or stopped."""
 
 
-def state_dir() -> Path:
-    explicit = os.environ.get(contract.LOCAL_STATE_DIR)
-    if explicit:
-        return Path(explicit).expanduser()
-    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
-    return Path(base) / "paijob" / "local"
-
-
 def _write_private(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     atomic_write(path, text.encode("utf-8"), mode=0o600)
 
 
 def read_token(directory: Path | None = None) -> str | None:
-    path = (directory or state_dir()) / "token"
+    path = (directory or state_dir()) / layout.TOKEN
     try:
         return path.read_text().strip() or None
     except FileNotFoundError:
@@ -75,23 +67,23 @@ def read_token(directory: Path | None = None) -> str | None:
 
 def new_token(directory: Path | None = None) -> str:
     token = secrets.token_urlsafe(32)
-    _write_private((directory or state_dir()) / "token", token + "\n")
+    _write_private((directory or state_dir()) / layout.TOKEN, token + "\n")
     return token
 
 
 def write_server_info(directory: Path, info: dict[str, Any]) -> None:
-    _write_private(directory / "server.json", json.dumps(info))
+    _write_private(directory / layout.SERVER_INFO, json.dumps(info))
 
 
 def clear_server_info(directory: Path, pid: int) -> None:
     info = server_info(directory)
     if info and info.get("pid") == pid:
-        (directory / "server.json").unlink(missing_ok=True)
+        (directory / layout.SERVER_INFO).unlink(missing_ok=True)
 
 
 def server_info(directory: Path | None = None) -> dict[str, Any] | None:
     try:
-        data: dict[str, Any] = json.loads(((directory or state_dir()) / "server.json").read_text())
+        data: dict[str, Any] = json.loads(((directory or state_dir()) / layout.SERVER_INFO).read_text())
         return data
     except (FileNotFoundError, ValueError):
         return None
@@ -214,7 +206,7 @@ def running(directory: Path | None = None) -> dict[str, Any] | None:
     if not info:
         return None
     if not _is_server(_pid(info), directory):
-        (directory / "server.json").unlink(missing_ok=True)
+        (directory / layout.SERVER_INFO).unlink(missing_ok=True)
         return None
     if not _healthy(str(info.get("url"))):
         return None
@@ -230,7 +222,7 @@ def up(directory: Path | None = None, port: int = 0) -> dict[str, Any]:
     directory = directory or state_dir()
     settings.check()  # the server inherits this environment: a bad setting is named here, before it starts
     secure(directory)
-    with os.fdopen(_open_private(directory / "up.lock", os.O_WRONLY), "w") as lock:
+    with os.fdopen(_open_private(directory / layout.UP_LOCK, os.O_WRONLY), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         return _up_locked(directory, port)
 
@@ -245,9 +237,9 @@ def _up_locked(directory: Path, port: int) -> dict[str, Any]:
             f"a local cluster process (pid {stale['pid']}) holds {directory} but does not answer; "
             f"stop it with `paijob local down` or `kill {stale['pid']}`"
         )
-    (directory / "server.json").unlink(missing_ok=True)
+    (directory / layout.SERVER_INFO).unlink(missing_ok=True)
     new_token(directory)
-    log_file = os.fdopen(_open_private(directory / "server.log", os.O_WRONLY | os.O_APPEND), "ab")
+    log_file = os.fdopen(_open_private(directory / layout.SERVER_LOG, os.O_WRONLY | os.O_APPEND), "ab")
     proc = subprocess.Popen(
         [sys.executable, *module_args("paijob.local.server"), "--state-dir", str(directory.resolve()), "--port", str(port)],
         stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True,
@@ -259,20 +251,20 @@ def _up_locked(directory: Path, port: int) -> dict[str, Any]:
         if proc.poll() is not None:
             raise LocalClusterError(
                 f"the local cluster exited at start (code {proc.returncode}): {_last_line(directory)}; "
-                f"see {directory / 'server.log'}"
+                f"see {directory / layout.SERVER_LOG}"
             )
         info = server_info(directory)
         if info and info.get("pid") == proc.pid and _healthy(str(info["url"])):
             return {**info, "already": False}
         time.sleep(0.1)
     proc.terminate()
-    raise LocalClusterError(f"the local cluster did not answer within {START_TIMEOUT:g} s; see {directory / 'server.log'}")
+    raise LocalClusterError(f"the local cluster did not answer within {START_TIMEOUT:g} s; see {directory / layout.SERVER_LOG}")
 
 
 def _last_line(directory: Path) -> str:
     """The server's last words (its one-line reason when it refuses to start)."""
     try:
-        lines = (directory / "server.log").read_bytes()[-4096:].decode(errors="replace").strip().splitlines()
+        lines = (directory / layout.SERVER_LOG).read_bytes()[-4096:].decode(errors="replace").strip().splitlines()
     except OSError:
         return "no server.log"
     return lines[-1][:300] if lines else "server.log is empty"
@@ -284,7 +276,7 @@ def down(directory: Path | None = None, timeout: float = 60) -> bool:
     info = server_info(directory)
     pid = _pid(info)
     if not info or not _is_server(pid, directory):  # a stale file: its pid may be anyone's by now
-        (directory / "server.json").unlink(missing_ok=True)
+        (directory / layout.SERVER_INFO).unlink(missing_ok=True)
         return False
     os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + timeout
@@ -292,7 +284,7 @@ def down(directory: Path | None = None, timeout: float = 60) -> bool:
         time.sleep(0.1)
     if _is_server(pid, directory):
         os.kill(pid, signal.SIGKILL)
-    (directory / "server.json").unlink(missing_ok=True)
+    (directory / layout.SERVER_INFO).unlink(missing_ok=True)
     return True
 
 
@@ -327,7 +319,7 @@ def local_cluster(directory: Path | None = None, start: bool = True,
             f"the local cluster is not running (state dir {directory}); start it with `paijob local up` "
             "(`paijob run --local` starts it by itself)"
         )
-    return Cluster(LOCAL, str(info["url"]), local_user(), token, token_source=str(directory / "token"))
+    return Cluster(LOCAL, str(info["url"]), local_user(), token, token_source=str(directory / layout.TOKEN))
 
 
 def local_cluster_address(directory: Path | None = None) -> Cluster:
@@ -337,7 +329,7 @@ def local_cluster_address(directory: Path | None = None) -> Cluster:
     check_owned(directory)
     info = server_info(directory) or {}
     return Cluster(LOCAL, str(info.get("url", "http://127.0.0.1:<port>")), None, None,
-                   token_source=str(directory / "token"))
+                   token_source=str(directory / layout.TOKEN))
 
 
 def portal_link(directory: Path | None = None, on_note: Callable[[str], None] | None = None) -> str:
@@ -362,9 +354,6 @@ def portal_link(directory: Path | None = None, on_note: Callable[[str], None] | 
     return login_url(cluster.url, code)
 
 
-PORTAL_PAGE = "portal-open.html"  # in the state dir: the page `paijob local open` hands the browser
-
-
 def login_page(url: str, directory: Path | None = None) -> Path:
     """A page only this user can read (0600, in the user's own state dir) that sends the browser on to
     ``url``. The browser is handed this page's ``file://`` address instead of ``url``: a browser's command
@@ -379,7 +368,7 @@ def login_page(url: str, directory: Path | None = None) -> Path:
             f'<meta http-equiv="refresh" content="0;url={target}">\n<title>paijob portal</title></head>\n'
             f'<body><p>Opening the paijob portal: <a href="{target}">continue</a> '
             f"(the link works once, within {int(_code_ttl())} seconds).</p></body></html>\n")
-    path = directory / PORTAL_PAGE
+    path = directory / layout.PORTAL_PAGE
     try:
         _write_private(path, text)
     except OSError as error:

@@ -3,8 +3,9 @@
 rest-server's job detail has one diagnostics string per task and one per job attempt
 (``models/v2/job/k8s.js``: ``generateExitDiagnostics``' summary). On OpenPAI it summarises the container's
 exit; here, where the task's log is at hand, it says what the script itself died of. paijob-runtime writes
-that as a record, the last line it writes (the runtime's ``report_root_cause`` writes ``Failure.record()``;
-the record's format is :mod:`paijob.common.records`'); the human lines above it are never parsed.
+that as a record, the last line it writes (``paijob.runtime.failure.report_root_cause`` writes
+``Failure.record()``; the record's format is :mod:`paijob.common.records`'); the human lines above it are
+never parsed.
 
 Both reports live within the job's reach (its log, its folder), so both are read with
 :mod:`paijob.common.records`' distrust: a record counts only when it is signed with the task's own key

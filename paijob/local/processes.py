@@ -28,8 +28,7 @@ from typing import Protocol
 from paijob.common import contract
 from paijob.common.ports import Reservation, reserve
 from paijob.common.records import FailureRecord
-from paijob.copyout import local_output_dir
-from paijob.local import capacity, faults, storage
+from paijob.local import capacity, faults, layout, storage
 from paijob.local.settings import openpai_before_1_6, stop_grace
 from paijob.local.store import Store, now_ms
 from paijob.local.tasklog import LogSink
@@ -229,11 +228,11 @@ class TaskProcesses:
         private_tmp = workdir / ".tmp"
         private_tmp.mkdir(exist_ok=True)
         env["TMPDIR"] = str(private_tmp)
-        output = local_output_dir(self.host.state_dir, self.job_id)  # shared, kept across attempts
+        output = layout.output(self.host.state_dir, self.job_id)  # shared, kept across attempts
         output.mkdir(parents=True, exist_ok=True)
         env[contract.OUTPUT_DIR] = str(output)
-        env[contract.STORAGE_MOUNT] = str(storage.mount_root(self.host.state_dir))  # the job's /mnt
-        storage.folder(self.host.state_dir).mkdir(parents=True, exist_ok=True)
+        env[contract.STORAGE_MOUNT] = str(layout.storages(self.host.state_dir))  # the job's /mnt
+        layout.storage(self.host.state_dir, storage.NAME).mkdir(parents=True, exist_ok=True)
         env[contract.STALL_FILE] = str(workdir / STALL_NAME)  # node 0's hang watch: a stall
         env[contract.SLOW_FILE] = str(workdir / SLOW_NAME)  # node 0's slow-rank doctor: its verdict
         env[contract.RECORD_KEY] = task.record_key

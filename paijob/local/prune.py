@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from paijob.errors import PaijobError
+from paijob.local import layout
 from paijob.local.store import Store
 from paijob.openpai.jobstate import is_terminal
 
@@ -54,7 +55,7 @@ def _size(path: Path) -> int:
 
 
 def _load_jobs(state_dir: Path) -> list[dict[str, Any]]:
-    database = state_dir / "jobs.sqlite"
+    database = layout.database(state_dir)
     if not database.exists():
         return []
     store = Store(database)
@@ -65,14 +66,14 @@ def _load_jobs(state_dir: Path) -> list[dict[str, Any]]:
 
 
 def _finished_job_folders(state_dir: Path, jobs: list[dict[str, Any]], cutoff_ms: float,
-                          folders: tuple[str, ...]) -> list[tuple[str, list[Path]]]:
+                          outputs: bool) -> list[tuple[str, list[Path]]]:
     """(job id, its folders present) of every job that finished before ``cutoff_ms``."""
     found = []
     for job in jobs:
         if not is_terminal(job["state"]) or (job["completed_time"] or 0) > cutoff_ms:
             continue
         job_id = f"{job['username']}~{job['name']}"
-        present = [state_dir / folder / job_id for folder in folders if (state_dir / folder / job_id).exists()]
+        present = [folder for folder in layout.job_folders(state_dir, job_id, outputs=outputs) if folder.exists()]
         if present:
             found.append((job_id, present))
     return found
@@ -80,7 +81,7 @@ def _finished_job_folders(state_dir: Path, jobs: list[dict[str, Any]], cutoff_ms
 
 def unpinned_snapshots(state_dir: Path, jobs: list[dict[str, Any]], now: float) -> list[Path]:
     """Snapshots no unfinished job names and none stored or reused in the last ``SNAPSHOT_GRACE`` seconds."""
-    snapshots = state_dir / "snapshots"
+    snapshots = layout.snapshots(state_dir)
     if not snapshots.is_dir():
         return []
     active_configs = [str(job["config"] or "") for job in jobs if not is_terminal(job["state"])]
@@ -109,8 +110,7 @@ def prune(state_dir: Path, *, older_than: float = 0.0, outputs: bool = False, dr
     report = PruneReport()
     jobs = _load_jobs(state_dir)
     current = now if now is not None else time.time()
-    folders = ("work", "logs", "outputs") if outputs else ("work", "logs")
-    for job_id, present in _finished_job_folders(state_dir, jobs, (current - older_than) * 1000, folders):
+    for job_id, present in _finished_job_folders(state_dir, jobs, (current - older_than) * 1000, outputs):
         report.jobs.append(job_id)
         report.paths.extend(present)
     report.paths.extend(unpinned_snapshots(state_dir, jobs, current))
@@ -118,18 +118,15 @@ def prune(state_dir: Path, *, older_than: float = 0.0, outputs: bool = False, dr
     if not dry_run:
         _remove(report.paths)
         for path in report.paths:  # what `paijob logs` then says instead of "not found"
-            if path.parent == state_dir / "logs":
-                (state_dir / "logs" / f"{path.name}{PRUNED_SUFFIX}").write_text(f"{time.time():.0f}\n")
+            if path.parent == layout.logs(state_dir):
+                layout.pruned_mark(state_dir, path.name).write_text(f"{time.time():.0f}\n")
     return report
-
-
-PRUNED_SUFFIX = ".pruned"
 
 
 def pruned_note(state_dir: Path, job_id: str) -> str | None:
     """Why a finished job's logs are missing, when ``prune`` removed them (else None)."""
     try:
-        when = float((state_dir / "logs" / f"{job_id}{PRUNED_SUFFIX}").read_text())
+        when = float(layout.pruned_mark(state_dir, job_id).read_text())
     except (OSError, ValueError):
         return None
     stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(when))

@@ -4,7 +4,7 @@ A real cluster lists the storages a user may use at ``GET /api/v2/storages`` and
 mounts the ones a job names (the ``teamwise_storage`` runtime plugin or
 ``extras.storages``) at ``/mnt/<name>``. The local cluster runs tasks as plain
 processes, with nothing to mount into, so it serves one storage, ``shared``, as
-the folder ``<state dir>/storages/shared`` and tells each task where the mounts are
+the folder ``<state dir>/storages/shared`` (:func:`paijob.local.layout.storage`) and tells each task where the mounts are
 (``PAIJOB_STORAGE_MOUNT``, which the templates read in place of ``/mnt``). The JSON
 shapes are rest-server's (swagger ``StorageSummary`` / ``StorageDetail``).
 """
@@ -14,17 +14,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from paijob.local import layout
+
 NAME = "shared"
-
-
-def mount_root(state_dir: Path) -> Path:
-    """The folder a local task finds its storages in (``PAIJOB_STORAGE_MOUNT``)."""
-    return state_dir / "storages"
-
-
-def folder(state_dir: Path, name: str = NAME) -> Path:
-    """Storage ``name``'s folder on this machine."""
-    return mount_root(state_dir) / name
 
 
 def names() -> list[str]:
@@ -45,4 +37,4 @@ def detail(state_dir: Path, name: str) -> dict[str, Any] | None:
     if name != NAME:
         return None
     return {"name": NAME, "share": True, "volumeName": NAME, "default": False, "readOnly": False, "type": "other",
-            "data": {"path": str(folder(state_dir))}}
+            "data": {"path": str(layout.storage(state_dir, NAME))}}

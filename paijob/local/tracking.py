@@ -42,14 +42,12 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from paijob.common import contract, procfs
-from paijob.local import settings
+from paijob.local import layout, settings
 
 log = logging.getLogger(__name__)
 
 POLL = 0.05
 TASK_MARKER = contract.LOCAL_TASK
-CLUSTER_ID_FILE = "cluster-id"
-RECORDS_DIR = "running"
 # Moves the shell into the task's cgroup (echo is a builtin: the writer is the shell), then becomes the task.
 _ENTER_CGROUP = 'echo 0 > "$1" || exit 125; shift; exec "$@"'
 # Makes the task's main process a child subreaper (survives exec), then becomes the task. 36: PR_SET_CHILD_SUBREAPER
@@ -69,7 +67,7 @@ except OSError as error:
 
 def cluster_id(state_dir: Path) -> str:
     """This state dir's random id (created once, mode 0600)."""
-    path = state_dir / CLUSTER_ID_FILE
+    path = state_dir / layout.CLUSTER_ID
     try:
         value = path.read_text().strip()
         if value:
@@ -131,6 +129,12 @@ def marked(uids: Iterable[str]) -> set[int]:
             found.add(pid)
     found.discard(os.getpid())
     return found
+
+
+def job_marker(cluster: str, job_id: str) -> str:
+    """The value of ``PAIJOB_LOCAL_JOB`` for job ``job_id`` of the cluster with id ``cluster``
+    (:func:`cluster_id`): unique to that cluster (two state dirs may share job ids)."""
+    return f"{cluster}:{job_id}"
 
 
 def runtime_launchers(job_marker: str) -> list[int]:
@@ -308,7 +312,7 @@ class Records:
     """``<state dir>/running/<uid>``: the main process of each running task, found again after a crash."""
 
     def __init__(self, state_dir: Path) -> None:
-        self.dir = state_dir / RECORDS_DIR
+        self.dir = layout.running(state_dir)
 
     def add(self, uid: str, pid: int) -> None:
         self.dir.mkdir(mode=0o700, exist_ok=True)
@@ -363,8 +367,8 @@ class Tracker:
         return argv
 
     def job_marker(self, job_id: str) -> str:
-        """The value of ``PAIJOB_LOCAL_JOB``: unique to this cluster (two state dirs may share job ids)."""
-        return f"{self.cluster_id}:{job_id}"
+        """The value of ``PAIJOB_LOCAL_JOB`` for this cluster's job ``job_id`` (:func:`job_marker`)."""
+        return job_marker(self.cluster_id, job_id)
 
     def _members(self, uids: list[str], tree: set[int]) -> set[int]:
         found = {pid for pid in tree if _alive(pid)} | {pid for pid in marked(uids) if _alive(pid)}

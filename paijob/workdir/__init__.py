@@ -25,7 +25,6 @@ from paijob.workdir.carry import (
     local_command,
     prepend_command,
     store_local,
-    stored_path,
 )
 from paijob.workdir.pack import (
     MAX_SNAPSHOT_BYTES,
@@ -39,7 +38,7 @@ from paijob.workdir.scan import walk
 
 __all__ = ["INLINE_DIR", "MAX_SNAPSHOT_BYTES", "MAX_SNAPSHOT_FILES", "PARAMETER", "Snapshot", "WorkdirError",
            "carried", "embed", "human_size", "inline_command", "list_files", "local_command", "prepend_command",
-           "snapshot", "store_local", "stored_path", "walk"]
+           "snapshot", "store_local", "walk"]
 
 
 def list_files(root: str) -> list[tuple[str, int]]:

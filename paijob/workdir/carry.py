@@ -55,17 +55,12 @@ def inline_command() -> str:
             f"echo <% $parameters.{PARAMETER} %> | base64 -d | tar -xz")
 
 
-def stored_path(snap: Snapshot, state_dir: Path) -> Path:
-    """Where the local cluster keeps ``snap`` (content-addressed: the same tree, the same file)."""
-    return state_dir / "snapshots" / f"{snap.digest}.tar.gz"
-
-
-def store_local(snap: Snapshot, state_dir: Path) -> Path:
-    """Keep the archive in the local cluster's state dir (touched when reused); returns its path.
+def store_local(snap: Snapshot, path: Path) -> Path:
+    """Keep the archive at ``path``, where the local cluster reads it (``paijob.local.layout.snapshot``: by
+    content, so an existing file is the same archive and is only touched); returns ``path``.
 
     The one effect of this package: only a real submit takes it (``paijob.api.ship``).
     """
-    path = stored_path(snap, state_dir)
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     if path.exists():
         os.utime(path)  # recently stored: local prune leaves it for the job about to be submitted
@@ -143,16 +138,16 @@ class Carried(NamedTuple):
     notes: list[str]
 
 
-def carried(job: Any, snap: Snapshot, state_dir: Path | None) -> Carried:
+def carried(job: Any, snap: Snapshot, stored_at: Path | None) -> Carried:
     """``job`` (a loaded job mapping, left as it is) starting every task in ``snap``. Pure.
 
-    ``state_dir``: the local cluster's state dir (the text names the archive at
-    :func:`stored_path`, which :func:`store_local` writes when the job is really
-    submitted), or None for a real cluster (the snapshot is carried in the job).
+    ``stored_at``: where the local cluster keeps the archive (the text names it there;
+    :func:`store_local` writes it when the job is really submitted), or None for a real
+    cluster (the snapshot is carried in the job).
     """
     edited = _editable(job)
-    if state_dir is not None:
-        path = stored_path(snap, state_dir)
+    if stored_at is not None:
+        path = stored_at
         _prepend(edited, local_command(path))
         lines = [f"{snap.describe()}, kept in {path} (written when the job is submitted, never by --dry-run)"]
         return Carried(_dump(edited), edited, lines + list(snap.left_out))

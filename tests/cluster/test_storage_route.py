@@ -22,7 +22,7 @@ from cluster_helpers import TOKEN, job_yaml
 from suite_helpers import paijob
 from swagger_check import check, load_swagger
 
-from paijob.local import daemon
+from paijob.local import daemon, layout
 from paijob.local import storage as local_storage
 from paijob.local.server import LocalServer
 from paijob.openpai.storages import Storage, job_storages, parse_summary, summary_problem, where
@@ -154,7 +154,7 @@ def test_on_the_local_cluster_the_task_writes_to_the_storage_and_cp_brings_it_ba
     code, _, err = paijob(capsys, "run", str(job), "--local", "--name", "st1")
     assert code == 0, err
     user = daemon.local_user()
-    written = local_storage.folder(local) / "runs" / user / "st1" / "result.txt"
+    written = layout.storage(local, local_storage.NAME) / "runs" / user / "st1" / "result.txt"
     assert written.read_text() == f"result of {user}~st1\n"
     # the hint names the cluster: it must work when another cluster is the default
     assert f"paijob: output folder {written.parent} (`paijob cp st1:PATH . -c local` copies from it)" in err

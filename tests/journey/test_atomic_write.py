@@ -13,7 +13,7 @@ import pytest
 
 from paijob import workdir
 from paijob.common import safefile
-from paijob.local import daemon
+from paijob.local import daemon, layout
 from paijob.remote import profiles
 
 Synced = set[tuple[int, int]]  # (st_dev, st_ino) of every file or folder fsync'ed
@@ -57,7 +57,8 @@ def _write_server_info(tmp_path: Path) -> Path:
 def _store_snapshot(tmp_path: Path) -> Path:
     (tmp_path / "src").mkdir()
     (tmp_path / "src" / "train.py").write_text("print('hi')\n")
-    return workdir.store_local(workdir.snapshot(tmp_path / "src"), tmp_path / "state")
+    snap = workdir.snapshot(tmp_path / "src")
+    return workdir.store_local(snap, layout.snapshot(tmp_path / "state", snap.digest))
 
 
 def _write_output(tmp_path: Path) -> Path:

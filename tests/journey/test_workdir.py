@@ -15,6 +15,7 @@ import yaml
 from suite_helpers import make_tree
 
 from paijob import project, workdir
+from paijob.local import layout
 from paijob.openpai import jsyaml, markers
 from paijob.validate import verdict as validate
 
@@ -195,8 +196,8 @@ def test_the_body_limit_is_express_bodyparser_texts_default() -> None:
 def test_local_snapshots_are_stored_once_by_content(tmp_path: Path) -> None:
     make_tree(tmp_path / "src", {"train.py": ""})
     snap = workdir.snapshot(tmp_path / "src")
-    path = workdir.store_local(snap, tmp_path / "state")
-    assert path == workdir.store_local(snap, tmp_path / "state")
+    path = workdir.store_local(snap, layout.snapshot(tmp_path / "state", snap.digest))
+    assert path == workdir.store_local(snap, layout.snapshot(tmp_path / "state", snap.digest))
     assert path.read_bytes() == snap.archive and path.name == f"{snap.digest}.tar.gz"
 
 

@@ -14,7 +14,7 @@ import pytest
 import requests
 
 from paijob import cli
-from paijob.local import daemon
+from paijob.local import daemon, layout
 from paijob.local.portal.sessions import CSRF_HEADER, SESSION_PATH
 
 
@@ -72,8 +72,8 @@ def test_open_uses_a_graphical_browser_and_says_when_there_is_none(
     monkeypatch.setenv("DISPLAY", ":0")
     code, out, err = open_portal(capsys)
     assert code == 0 and "no graphical browser" not in err
-    assert opened == [(local / daemon.PORTAL_PAGE).as_uri()]  # the page, never the link with its code
-    assert out.strip() in (local / daemon.PORTAL_PAGE).read_text()
+    assert opened == [(local / layout.PORTAL_PAGE).as_uri()]  # the page, never the link with its code
+    assert out.strip() in (local / layout.PORTAL_PAGE).read_text()
 
 
 BROWSER_SCRIPT = """#!/bin/sh
@@ -103,7 +103,7 @@ def test_the_login_code_never_rides_on_the_browsers_command_line(tmp_path: Path,
     link = done.stdout.strip()
     code = link.split("#code=")[1]
     argv = (record / "argv").read_text()
-    assert code not in argv and argv.strip() == (local / daemon.PORTAL_PAGE).as_uri()
+    assert code not in argv and argv.strip() == (local / layout.PORTAL_PAGE).as_uri()
     mode, owner = (record / "mode").read_text().split()
     assert mode == "600" and int(owner) == os.getuid()
     page = (record / "page").read_text()

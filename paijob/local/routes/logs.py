@@ -11,6 +11,7 @@ from pathlib import Path
 
 from flask import Blueprint, Response, current_app, request, send_file
 
+from paijob.local import layout
 from paijob.local.cluster import LocalCluster
 from paijob.local.prune import pruned_note
 from paijob.local.routes.shared import LOGS, authorised, error, find_job, log_token
@@ -37,7 +38,7 @@ def blueprint(cluster: LocalCluster) -> Blueprint:
             return job
         path = cluster.log_dir(job_id, attempt, role_names(cluster.models.of(job)).get(role, ""), index,
                                task_attempt) / file_name
-        inside = (cluster.state_dir / "logs").resolve() in path.resolve().parents
+        inside = layout.logs(cluster.state_dir).resolve() in path.resolve().parents
         return path if inside and path.is_file() else None
 
     @logs.get("/<job_id>/<n:attempt>/<role>/<n:index>/<n:task_attempt>/<any(stdout,stderr,all):name>")
