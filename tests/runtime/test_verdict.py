@@ -256,6 +256,21 @@ def test_the_rank_in_a_different_collective_than_most_is_the_culprit():
             verdict.headline(SETTINGS))
 
 
+def test_the_same_call_from_another_line_is_not_called_a_different_collective():
+    """Issue 43: an all_reduce on another process group (or one the others skipped) was called "a
+    different collective"; the sampler sees the same call at another line, and says that."""
+    states = [state(0, 25), state(1, 25, line=50), state(2, 25), state(3, 25, wait="barrier", line=50)]
+    verdict = judge(states, SETTINGS)
+    assert verdict is not None and [s.rank for s in verdict.culprits] == [1, 3]
+    assert "a different collective than the other ranks" in verdict.headline(SETTINGS)  # rank 3's barrier
+    states = [state(0, 25), state(1, 25, line=50), state(2, 25), state(3, 25)]
+    verdict = judge(states, SETTINGS)
+    assert verdict is not None and [s.rank for s in verdict.culprits] == [1]
+    assert "rank 1 (node rank 0, host 10.0.0.0, local rank 1) waits in all_reduce at train.py:50 " \
+        "(the same call as the other ranks, from another line (another process group, or a call the " \
+        "others skipped or made earlier): mismatched collectives)" in verdict.headline(SETTINGS)
+
+
 def test_every_rank_in_the_same_collective_names_no_culprit_but_says_so():
     verdict = judge([state(0, 25), state(1, 25)], SETTINGS)
     assert verdict is not None and verdict.culprits == []

@@ -329,6 +329,10 @@ def pick_culprits(states: Sequence[RankState]) -> tuple[list[RankState], str]:
                     f"complete (a lost message, a network or GPU fault)")
     largest = max(len(members) for members in groups.values())
     minority = [s for members in groups.values() if len(members) < largest for s in members]
+    majority_calls = {wait for (wait, _location), members in groups.items() if len(members) == largest}
+    if minority and all(s.wait in majority_calls for s in minority):  # the same call, from another line
+        return minority, ("the same call as the other ranks, from another line (another process group, "
+                          "or a call the others skipped or made earlier): mismatched collectives")
     if minority:
         return minority, "a different collective than the other ranks: mismatched collectives"
     return [], "the ranks wait in different collectives: mismatched collectives"
