@@ -71,6 +71,10 @@ SLOW_FILE = "PAIJOB_SLOW_FILE"
 wait for, every rank's figures: :class:`paijob.common.records.SlowRecord`), which ``paijob status`` and the
 portal show, while the job runs and after."""
 
+SLOW_VERDICT_NAME = "slow-verdict.json"
+"""In the hang watch's folder (``PAIJOB_HANG_DIR``) of node 0: the slow-rank doctor's latest verdict, as in
+``PAIJOB_SLOW_FILE``, for rank 0's own summary (a recipe's ``summary.json``) on any cluster."""
+
 RECORD_KEY = "PAIJOB_RECORD_KEY"
 """Set by the local cluster, one per task: the key paijob-runtime signs its failure record with
 (:mod:`paijob.common.records`), so that a record a worker prints is not the runtime's. The runtime takes it

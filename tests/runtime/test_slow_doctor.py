@@ -27,8 +27,8 @@ def ranks(extra, *, progress=True, step=0, activity=None):
 
 
 def doctor(said, **kwargs):
-    return SlowDoctor(node_rank=0, nnodes=2, world_size=4, folder="/nonexistent", read=lambda p: None,
-                      say=said.append, **kwargs)
+    kwargs.setdefault("folder", "/nonexistent")
+    return SlowDoctor(node_rank=0, nnodes=2, world_size=4, read=lambda p: None, say=said.append, **kwargs)
 
 
 def slow3(rank, step):
@@ -259,4 +259,21 @@ def test_node_0_keeps_its_verdict_as_a_record_for_status_and_the_portal(tmp_path
     assert final is not None and final.final and said[-1] == PREFIX + "over the run: " + final.line
     other = SlowDoctor(node_rank=1, nnodes=2, world_size=4, folder="/nonexistent", read=lambda p: None,
                        say=said.append, record_file=str(tmp_path / "node1.json"))
-    assert other.record_file is None  # node 0 judges: only it keeps the record
+    assert other.record_files == []  # node 0 judges: only it keeps the record
+
+
+def test_node_0_keeps_its_verdict_beside_the_samplers_where_rank_0s_summary_reads_it(tmp_path, monkeypatch):
+    """Issue 44: a recipe's summary.json carries the doctor's verdict (rank 0 runs on node 0)."""
+    from paijob.common import contract
+    from paijob.runtime.recipes.summary import slow_rank
+
+    said: list[str] = []
+    found = doctor(said, folder=str(tmp_path))
+    found.since = 0.0
+    assert slow_rank({contract.HANG_DIR: str(tmp_path)}) is None  # nothing said yet
+    for look in range(PERSIST + 1):
+        found.judge(10.0 * look, ranks(slow3, step=look))
+    summary = slow_rank({contract.HANG_DIR: str(tmp_path)})
+    assert summary is not None and summary["ranks"] == [3] and summary["verdict"] == "rank"
+    assert PREFIX + summary["line"] == said[-1] and {f["rank"] for f in summary["figures"]} == {0, 1, 2, 3}
+    assert slow_rank({}) is None  # no hang watch

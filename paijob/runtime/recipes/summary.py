@@ -9,6 +9,8 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import json
+import os
+from collections.abc import Mapping
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -16,6 +18,7 @@ from typing import Any
 import torch.distributed as dist
 import torch.nn as nn
 
+from paijob.common import contract, records
 from paijob.runtime.recipes.loglines import SUMMARY_FILE, summary_line
 from paijob.runtime.recipes.startup import Run
 from paijob.runtime.recipes.state import RunState
@@ -52,6 +55,8 @@ def summarise(run: Run, state: RunState, wall_seconds: float) -> dict[str, Any]:
         # every rank's host step times (s); under DDP they match, each step waiting for the slowest
         # rank: which rank that is, the slow-rank doctor says (docs/runtime/faults.md)
         "step_time_s": [{"rank": rank, **times} for rank, (_digest, times) in enumerate(gathered)],
+        # the slow-rank doctor's last verdict while the run trained (None: it named no straggler)
+        "slow_rank": slow_rank(),
         "wall_time_s": wall_seconds,
         "resumed_from": state.resumed_from,
         "checkpoint": str(state.last_checkpoint) if state.last_checkpoint else None,
@@ -65,6 +70,16 @@ def summarise(run: Run, state: RunState, wall_seconds: float) -> dict[str, Any]:
         "nonfinite": run.guard.summary(model.stepper.loss_scale()),
         "config": asdict(cfg),
     }
+
+
+def slow_rank(environ: Mapping[str, str] = os.environ) -> dict[str, Any] | None:
+    """Rank 0 (on node 0, where the doctor judges): the slow-rank doctor's latest verdict, the rank(s) it
+    named and every rank's figures, as ``paijob status`` shows them; None: no verdict, or no hang watch."""
+    folder = environ.get(contract.HANG_DIR)
+    if not folder:
+        return None
+    record = records.read_slow(os.path.join(folder, contract.SLOW_VERDICT_NAME), running=False)
+    return record.as_json() if record is not None else None
 
 
 def publish_summary(run: Run, summary: dict[str, Any]) -> None:

@@ -26,12 +26,13 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from paijob.common import untrusted
+from paijob.common import contract, untrusted
 from paijob.common.records import MAX_LINE_TEXT, SlowRecord
 from paijob.runtime.watch import clock
 from paijob.runtime.watch.evidence import checked, read_evidence
@@ -62,7 +63,9 @@ class SlowDoctor:
         """``publish``/``gather``: a node's ranks' evidence over the store; ``get``/``put``: a key's
         text in the store (the clock rounds: :mod:`paijob.runtime.watch.clock`); ``record_file``: where
         node 0 keeps its latest verdict as a record, where the cluster asks (``PAIJOB_SLOW_FILE``)."""
-        self.record_file = record_file if node_rank == 0 else None
+        # node 0's verdict: where the cluster asks, and beside the samplers' files for rank 0's summary
+        ours = os.path.join(folder, contract.SLOW_VERDICT_NAME)
+        self.record_files = [f for f in (record_file, ours) if f] if node_rank == 0 else []
         self.node_rank, self.nnodes, self.world_size = node_rank, nnodes, world_size
         self.folder = folder
         self._read, self._say = read, say
@@ -183,16 +186,18 @@ class SlowDoctor:
             self._keep_record(self.worst, final=True)
 
     def _keep_record(self, verdict: SlowVerdict, *, final: bool) -> None:
-        """The verdict as a record where the cluster asks (``paijob status``, the portal read it)."""
-        if not self.record_file:
+        """The verdict as a record where the cluster asks (``paijob status``, the portal read it) and
+        where rank 0's summary does (:data:`~paijob.common.contract.SLOW_VERDICT_NAME`)."""
+        if not self.record_files:
             return
         found = verdict.record()
         record = SlowRecord(kind=verdict.kind, line=found["line"][:MAX_LINE_TEXT], ranks=verdict.culprits,
                             figures=tuple(found["figures"]), final=final, time=time.time())
-        try:
-            write_new(self.record_file, record.to_json())
-        except OSError:
-            self.record_file = None  # the folder went away: the doctor goes on, unrecorded
+        for path in list(self.record_files):
+            try:
+                write_new(path, record.to_json())
+            except OSError:
+                self.record_files.remove(path)  # the folder went away: the doctor goes on, unrecorded there
 
 
 def _parsed(text: str) -> list[dict[str, Any]]:
