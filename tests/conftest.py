@@ -12,8 +12,11 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
+from suite_helpers import background_cluster
 
 _SCRATCH_VAR = "PAIJOB_TESTS_SCRATCH"
 
@@ -36,3 +39,19 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 
 _scratch_key = pytest.StashKey[str]()
+
+
+@pytest.fixture(scope="module")
+def local_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """One background local cluster for the module (it takes a second or two to start): its state folder.
+    The first verb that needs it starts it; it is stopped after the module's last test."""
+    with background_cluster(tmp_path_factory.mktemp("cluster") / "state") as state:
+        yield state
+
+
+@pytest.fixture
+def local(local_cluster: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """``PAIJOB_LOCAL_STATE_DIR`` points at the module's background local cluster, with a 2 s stop grace."""
+    monkeypatch.setenv("PAIJOB_LOCAL_STATE_DIR", str(local_cluster))
+    monkeypatch.setenv("PAIJOB_LOCAL_STOP_GRACE", "2")
+    return local_cluster

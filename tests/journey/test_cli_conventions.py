@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -39,20 +38,6 @@ def _isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     for var in ("PAI_CLUSTER_URL", "PAI_TOKEN", "PAI_USER"):
         monkeypatch.delenv(var, raising=False)
-
-
-@pytest.fixture(scope="module")
-def cluster_state(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    directory = tmp_path_factory.mktemp("conventions") / "state"
-    yield directory
-    daemon.down(directory)
-
-
-@pytest.fixture
-def local(cluster_state: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv("PAIJOB_LOCAL_STATE_DIR", str(cluster_state))
-    monkeypatch.setenv("PAIJOB_LOCAL_STOP_GRACE", "2")
-    return cluster_state
 
 
 @pytest.mark.parametrize("argv", [["list"], ["status", "nojob"], ["logs", "nojob"], ["stop", "nojob"]])

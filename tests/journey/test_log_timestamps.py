@@ -12,9 +12,9 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
+from suite_helpers import background_cluster, isolate
 
 from paijob import cli
-from paijob.local import daemon
 
 JOB = """\
 protocolVersion: 2
@@ -33,12 +33,9 @@ STAMP = re.compile(r"^worker/0 \| (\S+Z) (first|second|third)$")
 
 @pytest.fixture
 def state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
-    monkeypatch.setenv("PAIJOB_LOCAL_STATE_DIR", str(tmp_path / "state"))
-    for var in ("PAI_CLUSTER_URL", "PAI_TOKEN", "PAI_USER"):
-        monkeypatch.delenv(var, raising=False)
-    yield tmp_path / "state"
-    daemon.down(tmp_path / "state")
+    isolate(tmp_path, monkeypatch)
+    with background_cluster(tmp_path / "state") as directory:
+        yield directory
 
 
 def stamps(out: str) -> dict[str, float]:

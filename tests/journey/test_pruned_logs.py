@@ -7,9 +7,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from suite_helpers import background_cluster, isolate
 
 from paijob import cli
-from paijob.local import daemon
 
 JOB = """\
 protocolVersion: 2
@@ -27,13 +27,9 @@ taskRoles:
 
 @pytest.fixture
 def state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
-    monkeypatch.setenv("PAIJOB_LOCAL_STATE_DIR", str(tmp_path / "state"))
-    monkeypatch.setenv("PAIJOB_LOCAL_STOP_GRACE", "2")
-    for var in ("PAI_CLUSTER_URL", "PAI_TOKEN", "PAI_USER"):
-        monkeypatch.delenv(var, raising=False)
-    yield tmp_path / "state"
-    daemon.down(tmp_path / "state")
+    isolate(tmp_path, monkeypatch)
+    with background_cluster(tmp_path / "state") as directory:
+        yield directory
 
 
 def test_logs_of_a_pruned_job_say_it_was_pruned(state: Path, tmp_path: Path,

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 from portal_helpers import TOKEN, find_browser, new_browser
+from suite_helpers import isolate
 
 from paijob.local.daemon import local_user
 from paijob.local.server import LocalServer
@@ -17,11 +18,7 @@ from paijob.remote.client import PaiClient
 @pytest.fixture(autouse=True)
 def _isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """No test reads or writes the user's real profiles or local-cluster state."""
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
-    monkeypatch.setenv("PAIJOB_LOCAL_STATE_DIR", str(tmp_path / "state"))
-    monkeypatch.setenv("PAIJOB_LOCAL_STOP_GRACE", "2")
-    for var in ("PAI_CLUSTER_URL", "PAI_TOKEN", "PAI_USER", "DISPLAY", "WAYLAND_DISPLAY"):
-        monkeypatch.delenv(var, raising=False)
+    isolate(tmp_path, monkeypatch, "DISPLAY", "WAYLAND_DISPLAY")
 
 
 @pytest.fixture(scope="module")

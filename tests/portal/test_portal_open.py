@@ -7,7 +7,6 @@ import re
 import subprocess
 import sys
 import webbrowser
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -16,20 +15,6 @@ import requests
 from paijob import cli
 from paijob.local import daemon, layout
 from paijob.local.portal.sessions import CSRF_HEADER, SESSION_PATH
-
-
-@pytest.fixture(scope="module")
-def state(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """One background local cluster for the module (`open` starts it)."""
-    directory = tmp_path_factory.mktemp("open") / "state"
-    yield directory
-    daemon.down(directory)
-
-
-@pytest.fixture
-def local(state: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv("PAIJOB_LOCAL_STATE_DIR", str(state))
-    return state
 
 
 def open_portal(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:

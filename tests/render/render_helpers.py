@@ -1,18 +1,15 @@
-"""Shared helpers of the render / validate / templates tests."""
+"""Shared helpers of the render and templates tests."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
-import pytest
-
-from paijob.cli import main
+from suite_helpers import paijob
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 GOLDEN = HERE / "golden"
-FIXTURES = HERE / "fixtures"
 EXAMPLES = ROOT / "examples"
 
 UPDATE_GOLDEN = os.environ.get("PAIJOB_UPDATE_GOLDEN") == "1"
@@ -65,11 +62,4 @@ def golden_path(template: str, case: str) -> Path:
     return GOLDEN / f"{template}-{case}.yaml"
 
 
-def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    """Run ``paijob ARGV`` in-process: (exit code, stdout, stderr)."""
-    try:
-        code = main(list(argv))
-    except SystemExit as exit_:  # argparse errors
-        code = int(exit_.code or 0)
-    out, err = capsys.readouterr()
-    return code, out, err
+run_cli = paijob  # the suite's one in-process CLI runner, under the name the render tests use

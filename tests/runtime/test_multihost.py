@@ -15,9 +15,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from hang_programs import HANGS
 from netns import Host, Network, netns_unavailable
 from runtime_helpers import MASTER_TIMEOUT, RUNTIME, base_env, root_cause
-from test_hangs import HANGS
 
 from paijob.common import exitcodes
 from paijob.openpai import taskenv

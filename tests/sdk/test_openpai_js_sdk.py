@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent / "cluster"))  # the swagger checker and the shared token
+sys.path.insert(0, str(HERE.parent / "local"))  # the swagger checker (the shared token is in tests/)
 
 from cluster_helpers import TOKEN  # noqa: E402
 from swagger_check import check, load_swagger  # noqa: E402

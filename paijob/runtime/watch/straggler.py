@@ -18,7 +18,7 @@ the runtime already has, at no per-step cost, name it:
   from these samples instead (the share of samples inside a collective, which holds only where collectives block the
   Python thread: gloo).
 
-The rules (thresholds below, pinned in ``tests/runtime/test_straggler.py``):
+The rules (thresholds below, pinned in ``tests/runtime/watch/test_straggler.py``):
 
 * **quiet** unless the ranks that wait do so for at least :data:`THRESHOLD` (10 %) of the wall
   time on average, the ranks they wait for (those waiting at most half as much as the most

@@ -15,7 +15,7 @@
 
 The threaded watcher that gathers the states and acts on a verdict is
 :mod:`paijob.runtime.watch.hangwatch`; the rules are pinned on plain data in
-``tests/runtime/test_verdict.py``.
+``tests/runtime/watch/test_verdict.py``.
 """
 
 from __future__ import annotations

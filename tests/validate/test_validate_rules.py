@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from render_helpers import run_cli
+from suite_helpers import paijob
 
 from paijob.validate.verdict import ERROR, WARNING, Problem, ValidationReport, validate_text
 
@@ -306,14 +306,14 @@ def test_validate_cli_exit_codes_and_output(capsys: pytest.CaptureFixture[str], 
     bad = tmp_path / "bad.yaml"
     bad.write_text(edit("      gpu: 8", "      gpu: eight"))
 
-    code, _, _ = run_cli(capsys, "validate", str(warned))
+    code, _, _ = paijob(capsys, "validate", str(warned))
     assert code == 2  # OpenPAI v1.6+ cannot run role ps_server
-    code, out, err = run_cli(capsys, "validate", "--openpai-before-1.6", str(good), str(warned))
+    code, out, err = paijob(capsys, "validate", "--openpai-before-1.6", str(good), str(warned))
     assert code == 0 and err == ""
     assert f"ok: {good} — 1 role, world size 32 (4 nodes × 8 processes), port label SynPort" in out
     assert f"{warned}:9: warning: taskRoles.ps_server: the runtime rewrites" in out
 
-    code, out, _ = run_cli(capsys, "validate", str(good), str(bad), str(tmp_path / "missing.yaml"))
+    code, out, _ = paijob(capsys, "validate", str(good), str(bad), str(tmp_path / "missing.yaml"))
     assert code == 2
     assert (
         f"{bad}:13: error: taskRoles.worker.resourcePerInstance.gpu: expected integer, got string 'eight'"
@@ -327,7 +327,7 @@ def test_validate_reads_stdin(capsys: pytest.CaptureFixture[str], monkeypatch: p
     import io
 
     monkeypatch.setattr("sys.stdin", io.StringIO(BASE))
-    code, out, _ = run_cli(capsys, "validate", "-")
+    code, out, _ = paijob(capsys, "validate", "-")
     assert code == 0 and out.startswith("ok: <stdin>")
 
 
@@ -336,7 +336,7 @@ def test_validate_master_role_and_port_label_options(
 ) -> None:
     job = tmp_path / "job.yaml"
     job.write_text(BASE)
-    code, out, _ = run_cli(capsys, "validate", "--port-label", "Other", str(job))
+    code, out, _ = paijob(capsys, "validate", "--port-label", "Other", str(job))
     assert code == 2 and "declares no such port" in out
 
 
@@ -478,8 +478,8 @@ def test_the_openpai_before_1_6_flag_holds_for_its_own_command_only(capsys: pyte
                                                                     tmp_path: Path) -> None:
     job = tmp_path / "roles.yaml"
     job.write_text(BASE.replace("  worker:", "  ps_server:"))
-    assert run_cli(capsys, "validate", "--openpai-before-1.6", str(job))[0] == 0
-    assert run_cli(capsys, "validate", str(job))[0] == 2
+    assert paijob(capsys, "validate", "--openpai-before-1.6", str(job))[0] == 0
+    assert paijob(capsys, "validate", str(job))[0] == 2
 
 
 def test_commands_split_into_the_words_shlex_gives() -> None:

@@ -132,7 +132,7 @@ def test_a_stop_survives_a_worker_waking_the_loop_while_it_queues_the_close(tmp_
     """waitress's worker threads wake the I/O loop through the trigger's pipe whenever a response is ready,
     and the loop then runs every queued thunk. When that wake-up came between stop queueing its close and
     writing its own byte, the close had already run: stop's write went to a closed pipe (EBADF, seen in a CI
-    run of tests/cluster) or, once the descriptor number was reused, into another file. Forced here."""
+    run of tests/local) or, once the descriptor number was reused, into another file. Forced here."""
     srv = LocalServer(tmp_path / "state", TOKEN).start()
     trigger = srv.server.trigger
     write_byte = trigger._physical_pull

@@ -9,7 +9,6 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -18,21 +17,6 @@ from cluster_helpers import job_yaml
 from suite_helpers import paijob
 
 from paijob import api, cli
-from paijob.local import daemon
-
-
-@pytest.fixture(scope="module")
-def state(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """One background local cluster for the module (it takes a second or two to start)."""
-    directory = tmp_path_factory.mktemp("service") / "state"
-    yield directory
-    daemon.down(directory)
-
-
-@pytest.fixture
-def local(state: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv("PAIJOB_LOCAL_STATE_DIR", str(state))
-    return state
 
 
 def test_run_local_starts_the_cluster_follows_logs_and_exits_0_on_success(

@@ -20,7 +20,6 @@ import pytest
 from cluster_helpers import TOKEN, job_yaml
 
 from paijob import cli
-from paijob.local import daemon
 from paijob.local.daemon import local_user
 from paijob.local.server import LocalServer
 from paijob.openpai import jsyaml, model
@@ -83,14 +82,6 @@ def workdir(tmp_path: Path) -> str:
     return str(folder)
 
 
-@pytest.fixture(scope="module")
-def local_state(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """One background local cluster for the module; its reads happen in its own process."""
-    directory = tmp_path_factory.mktemp("parse-once") / "state"
-    yield directory
-    daemon.down(directory)
-
-
 def paijob(*argv: str) -> None:
     assert cli.main(list(argv)) == 0
 
@@ -112,16 +103,16 @@ def test_a_rendered_template_with_a_workdir_is_read_once(counts: Counts, workdir
     assert "tar -xzf" in capsys.readouterr().out
 
 
-def test_submit_to_the_local_cluster_reads_the_job_once(counts: Counts, job_file: str, local_state: Path,
+def test_submit_to_the_local_cluster_reads_the_job_once(counts: Counts, job_file: str, local_cluster: Path,
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("PAIJOB_LOCAL_STATE_DIR", str(local_state))
+    monkeypatch.setenv("PAIJOB_LOCAL_STATE_DIR", str(local_cluster))
     paijob("submit", job_file, "-c", "local", "--name", "local-once", "--wait")
     assert (counts.client_loads(), counts.parses) == ([job_file], 1)
 
 
-def test_run_local_reads_the_job_once(counts: Counts, job_file: str, local_state: Path,
+def test_run_local_reads_the_job_once(counts: Counts, job_file: str, local_cluster: Path,
                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("PAIJOB_LOCAL_STATE_DIR", str(local_state))
+    monkeypatch.setenv("PAIJOB_LOCAL_STATE_DIR", str(local_cluster))
     paijob("run", job_file, "--local")
     assert (counts.client_loads(), counts.parses) == ([job_file], 1)
 

@@ -7,12 +7,14 @@ from pathlib import Path
 
 import pytest
 import yaml
-from render_helpers import FIXTURES, GOLDEN
 from test_validate_rules import BASE
 
 from paijob.validate.schema import JOB_SCHEMA, iter_schema_errors
 from paijob.validate.verdict import validate_file
 
+HERE = Path(__file__).resolve().parent
+FIXTURES = HERE / "fixtures"
+GOLDEN = HERE.parent / "render" / "golden"  # the built-in templates' rendered jobs (tests/render)
 FIXTURE_FILES = sorted(FIXTURES.glob("*.yaml"))
 
 

@@ -1,4 +1,4 @@
-"""Fixtures for the cluster tests: an in-process local cluster on a free loopback port."""
+"""Fixtures for the local cluster's tests: an in-process local cluster on a free loopback port."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 from cluster_helpers import TOKEN
+from suite_helpers import isolate
 
 from paijob.local.daemon import local_user
 from paijob.local.server import LocalServer
@@ -16,11 +17,7 @@ from paijob.remote.client import PaiClient
 @pytest.fixture(autouse=True)
 def _isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """No test reads or writes the user's real profiles or local-cluster state."""
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
-    monkeypatch.setenv("PAIJOB_LOCAL_STATE_DIR", str(tmp_path / "state"))
-    monkeypatch.setenv("PAIJOB_LOCAL_STOP_GRACE", "2")
-    for var in ("PAI_CLUSTER_URL", "PAI_TOKEN", "PAI_USER"):
-        monkeypatch.delenv(var, raising=False)
+    isolate(tmp_path, monkeypatch)
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from render_helpers import run_cli
+from suite_helpers import paijob
 
 from paijob.errors import PaijobError
 from paijob.openpai.jsyaml import (
@@ -194,7 +194,7 @@ def test_validate_cli_refuses_hostile_yaml_with_one_line_and_exit_2(
     job = tmp_path / "job.yaml"
     job.write_bytes(content)
     start = time.monotonic()
-    code, out, err = run_cli(capsys, "validate", str(job))
+    code, out, err = paijob(capsys, "validate", str(job))
     assert code == 2, (out, err)
     assert "Traceback" not in out + err
     assert time.monotonic() - start < 2.0

@@ -134,19 +134,6 @@ def test_the_local_cluster_refuses_at_submit_a_job_that_mounts_a_storage_it_does
     assert mine.status_code == 202, mine.text
 
 
-@pytest.fixture(scope="module")
-def state(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    directory = tmp_path_factory.mktemp("storage") / "state"
-    yield directory
-    daemon.down(directory)
-
-
-@pytest.fixture
-def local(state: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv("PAIJOB_LOCAL_STATE_DIR", str(state))
-    return state
-
-
 def test_on_the_local_cluster_the_task_writes_to_the_storage_and_cp_brings_it_back(
         capsys: pytest.CaptureFixture[str], local: Path, tmp_path: Path) -> None:
     job = tmp_path / "job.yaml"

@@ -1,4 +1,4 @@
-"""The hang watch's wave-5 rules on real gloo jobs: it never changes the program it watches, no
+"""The hang watch on real gloo jobs: it never changes the program it watches, no
 default kills a healthy job, and a stuck rank is named where it really is, every thread of it.
 
 One node here (fast); the two-node shapes of issue 33 are in the slow stage below.
