@@ -127,6 +127,9 @@ def report_root_cause(root: Failure, node_rank: int) -> None:
     # the hang watch judges the whole job, and accounts for a timeout from every rank's state
     job_wide = root.exit_status == exitcodes.HANG or root.overrides
     where = "" if root.node_rank == node_rank or job_wide else " (on another node)"
+    # its own line: a worker stopped mid-line (a stopped rank continued to be killed, a progress bar)
+    # would otherwise run into it
+    print(file=sys.stderr)
     say(f"error: {root.headline()}{where}")
     for line in root.detail.splitlines():
         print(f"  {line}", file=sys.stderr)

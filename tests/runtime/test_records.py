@@ -57,9 +57,13 @@ def test_the_report_ends_with_the_record_signed_with_the_key_the_runtime_took(
     assert environ == {"HOME": "/root"}
     report_root_cause(worker_failure(), 1)
     lines = capsys.readouterr().err.splitlines()
-    assert lines[0].startswith("paijob-runtime: error: worker rank 3") and lines[-1].startswith(records.MARKER)
+    assert lines[0] == ""  # a line of its own, whatever a worker left unfinished
+    assert lines[1].startswith("paijob-runtime: error: worker rank 3") and lines[-1].startswith(records.MARKER)
     assert last_failure("\n".join(lines), KEY) == worker_failure().record(node_rank=1)
     assert last_failure("\n".join(lines), "another key") is None
+    # a record that follows a killed worker's unfinished line on the same line (a log without our blank line)
+    glued = "epoch 3:  41%|####1     | 410/1000" + lines[-1]
+    assert last_failure("\n".join([*lines[:-1], glued]), KEY) == worker_failure().record(node_rank=1)
 
 
 def test_what_the_runtime_writes_the_reader_takes_however_long_its_texts() -> None:

@@ -327,15 +327,21 @@ def pick_culprits(states: Sequence[RankState]) -> tuple[list[RankState], str]:
         (wait, location), _members = next(iter(groups.items()))
         return [], (f"every rank waits in {wait} at {location}: the collective itself does not "
                     f"complete (a lost message, a network or GPU fault)")
+    return _minority(groups)
+
+
+def _minority(groups: dict[tuple[str, str], list[RankState]]) -> tuple[list[RankState], str]:
+    """The ranks outside the largest groups of (call, line), and how they differ: another call, or the
+    same call from another line."""
     largest = max(len(members) for members in groups.values())
     minority = [s for members in groups.values() if len(members) < largest for s in members]
+    if not minority:
+        return [], "the ranks wait in different collectives: mismatched collectives"
     majority_calls = {wait for (wait, _location), members in groups.items() if len(members) == largest}
-    if minority and all(s.wait in majority_calls for s in minority):  # the same call, from another line
+    if all(s.wait in majority_calls for s in minority):  # the same call, from another line
         return minority, ("the same call as the other ranks, from another line (another process group, "
                           "or a call the others skipped or made earlier): mismatched collectives")
-    if minority:
-        return minority, "a different collective than the other ranks: mismatched collectives"
-    return [], "the ranks wait in different collectives: mismatched collectives"
+    return minority, "a different collective than the other ranks: mismatched collectives"
 
 
 def stall_line(states: Sequence[RankState], settings: HangSettings) -> str | None:
