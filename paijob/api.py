@@ -40,14 +40,14 @@ if TYPE_CHECKING:
     from paijob.copyout import CopyPlan, CopyReport
     from paijob.local.conveniences import PruneReport
     from paijob.remote.client import PaiClient
-    from paijob.remote.logs import LogFollower
+    from paijob.remote.log_follower import LogFollower
     from paijob.remote.profiles import Cluster
     from paijob.remote.request import HttpRequest
     from paijob.render.templates import TemplateRef
     from paijob.render.templating import RenderResult
     from paijob.render.values import SetArg
     from paijob.render.values_doc import ValueDoc
-    from paijob.validate.verdict import ValidationReport
+    from paijob.validate.report import ValidationReport
     from paijob.workdir import Snapshot
 
 if getattr(paijob, "__file__", None) is None:  # a namespace package: see ShadowedPackageError
@@ -148,7 +148,7 @@ def prepare(request: JobRequest, project: project_config.Project | None = None) 
     from paijob import project as project_config
     from paijob.render import templating
     from paijob.render.job_name import rename_job
-    from paijob.validate.verdict import require_sendable
+    from paijob.validate.report import require_sendable
 
     project = project if project is not None else project_config.load()
     spec = request.job or project.template
@@ -182,7 +182,7 @@ def _attach_workdir(job: PreparedJob, workdir: str, request: JobRequest, project
     chose (not ``--workdir``) must lie in the project."""
     from paijob import project as project_config
     from paijob.render.values import holds_secrets
-    from paijob.validate.verdict import require_sendable
+    from paijob.validate.report import require_sendable
 
     if not request.workdir:
         project_config.check_workdir(project, workdir)  # a cloned project's choice stays in the project
@@ -197,7 +197,7 @@ def _render_for(target: Cluster, request: JobRequest, spec: str, values: list[st
     init container cannot find): every other job renders once and costs the cluster nothing."""
     from paijob.openpai.names import role_name_breaks_init
     from paijob.render import templating
-    from paijob.validate.verdict import JobValidationError
+    from paijob.validate.report import JobValidationError
 
     before = request.openpai_before_1_6
     ask = before is None and request.ask_cluster
@@ -281,7 +281,7 @@ def connect(cluster: str | Cluster | None = None, *, timeout: float = 30.0, star
 
 def openpai_before_1_6_setting() -> bool | None:
     """``PAIJOB_OPENPAI_BEFORE_1_6`` as the user set it (None: unset); a value other than 0 or 1 is refused."""
-    from paijob.validate.verdict import before_v1_6_setting
+    from paijob.validate.report import before_v1_6_setting
 
     return before_v1_6_setting()
 
@@ -651,7 +651,7 @@ def follow_logs(client: PaiClient, job_id: str, *, role: str | None = None, inde
 
     from paijob import termsafe
     from paijob.openpai.rest import rest_role_name
-    from paijob.remote.logs import LogFollower
+    from paijob.remote.log_follower import LogFollower
 
     if tail is not None and tail < 0:
         raise PaijobError(f"--tail {tail}: give a number of lines, 0 or more")
@@ -714,7 +714,7 @@ def validate(source: str | Path, text: str | bytes | None = None, *, master_role
     A file that cannot be read is a report with one error, not an exception. ``openpai_before_1_6``: the
     cluster is older than OpenPAI v1.6 (None: the setting, else not; :func:`openpai_before_1_6` asks a cluster).
     """
-    from paijob.validate.verdict import Problem, ValidationReport, validate_file, validate_text
+    from paijob.validate.report import Problem, ValidationReport, validate_file, validate_text
 
     options = {"master_role": master_role, "port_label": port_label, "openpai_before_1_6": openpai_before_1_6}
     if text is not None:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from paijob.commands import _options
 
 if TYPE_CHECKING:
-    from paijob.validate.verdict import ValidationReport
+    from paijob.validate.report import ValidationReport
 
 DESCRIPTION = """\
 Check OpenPAI job YAML files with the verdict of the OpenPAI server: the YAML

@@ -4,7 +4,7 @@
 worker. The grammar lives here, below the runtime, so that ``paijob render`` and
 ``paijob validate`` check a job's recipe arguments (``recipeArgs``) with the very
 parser the task will use, before the queue, without importing torch (the recipes'
-``cli`` imports it): ``recipe_arguments_error`` says what the recipe would refuse,
+``command`` imports it): ``recipe_arguments_error`` says what the recipe would refuse,
 with "did you mean" for a mistyped option.
 """
 

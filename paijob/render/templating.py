@@ -57,7 +57,7 @@ from paijob.render.templates import (
     user_include,
 )
 from paijob.render.values import SetArg, Values, ValuesError, build_values
-from paijob.validate.verdict import (
+from paijob.validate.report import (
     WARNING,
     JobValidationError,
     Problem,
@@ -505,7 +505,7 @@ def render(
     and sets are then an error). ``sets`` are ``("set" | "set-string",
     "key=value")`` in command-line order. Raises ``PaijobError`` subclasses
     (see ``render_template``). ``openpai_before_1_6``: the cluster is older than OpenPAI v1.6 (None: the
-    ``PAIJOB_OPENPAI_BEFORE_1_6`` setting; see ``paijob.validate.verdict.validate_job``).
+    ``PAIJOB_OPENPAI_BEFORE_1_6`` setting; see ``paijob.validate.report.validate_job``).
     """
     if not template:
         raise PaijobError("no template given; see 'paijob templates' for the built-ins")

@@ -139,7 +139,7 @@ def server_rendering(job: Job) -> Iterator[Finding]:
     """``protocolRender``: mustache.js parses every role's commands and every docker auth
     value; what it cannot parse (or a non-string auth value) fails the POST (HTTP 500).
 
-    Only for a job that passed the schema: the server stops at the schema, so verdict runs
+    Only for a job that passed the schema: the server stops at the schema, so ``report`` runs
     this rule only then (it has the schema's errors already; not in ``SERVER_RULES``)."""
     for role in job.roles:
         try:

@@ -6,7 +6,7 @@ kind is written out here), quirks included, because ``paijob validate``
 must accept what the server accepts:
 
 * ``taskRoles`` and ``ports`` have no ``type``: a non-mapping passes the
-  schema (the server then fails on it; ``paijob.validate.verdict`` reports that);
+  schema (the server then fails on it; ``paijob.validate.report`` reports that);
 * ``extraContainerOptions`` has a *property* named ``additionalProperties``
   (a misplaced ``additionalProperties: false``), so unknown keys are allowed
   there, except a key literally named ``additionalProperties``;
@@ -23,7 +23,7 @@ evaluator in ajv's JavaScript view of values (:data:`~paijob.openpai.schemaeval.
 a number with an integral value (and ±Infinity) is an ``integer``, and a date
 (``2001-12-14``, a JavaScript Date) is an ``object`` with no properties.
 Rules that relate fields (prerequisite names, deployments, hived) live in
-``paijob.validate.verdict``, as they live in the server's middleware.
+``paijob.validate.report``, as they live in the server's middleware.
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ sys.path.insert(0, str(HERE))
 
 from cases import ACCEPT, CASES, EXAMPLES, REJECT, Case  # noqa: E402
 
-from paijob.validate.verdict import validate_text  # noqa: E402
+from paijob.validate.report import validate_text  # noqa: E402
 
 
 def paijob_verdict(text: str) -> str:

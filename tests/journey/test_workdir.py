@@ -17,7 +17,7 @@ from suite_helpers import make_tree
 from paijob import project, workdir
 from paijob.local import layout
 from paijob.openpai import jsyaml, markers
-from paijob.validate import verdict as validate
+from paijob.validate.report import validate_text
 
 REFERENCE = Path("/work/shared/reference/openpai/upstream")
 
@@ -173,7 +173,7 @@ def test_the_job_carries_one_copy_whatever_its_role_count(tmp_path: Path) -> Non
     for role in ("server", "worker", "extra"):
         folder = unpack_inline(shipped, role, tmp_path / role)
         assert (Path(folder) / "data" / "x.csv").read_text() == "1,2\n"
-    assert validate.validate_text(shipped, "shipped").ok
+    assert validate_text(shipped, "shipped").ok
 
 
 def test_a_job_over_the_servers_body_limit_names_the_workdir_and_its_share(tmp_path: Path) -> None:

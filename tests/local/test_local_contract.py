@@ -23,8 +23,8 @@ from paijob.openpai.jsyaml import load_job
 from paijob.openpai.model import Job, parse_job
 from paijob.openpai.names import runtime_role_name
 from paijob.runtime import cli as runtime_cli
+from paijob.validate.report import validate_file
 from paijob.validate.runtime_plan import DistributedPlan, RuntimeCall, runtime_calls
-from paijob.validate.verdict import validate_file
 
 GOLDEN = Path(__file__).resolve().parents[1] / "render" / "golden"
 GOLDENS = sorted(GOLDEN.glob("*.yaml"))

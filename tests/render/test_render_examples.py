@@ -9,7 +9,7 @@ import pytest
 from render_helpers import EXAMPLES, ROOT, UPDATE_GOLDEN
 
 from paijob.render.templating import render_template
-from paijob.validate.verdict import validate_file
+from paijob.validate.report import validate_file
 
 VALUES = sorted(EXAMPLES.glob("*.values.yaml"))
 

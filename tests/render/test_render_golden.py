@@ -8,7 +8,7 @@ from render_helpers import GOLDEN, GOLDEN_CASES, UPDATE_GOLDEN, golden_path
 
 from paijob.render.templates import builtin_names
 from paijob.render.templating import render_template
-from paijob.validate.verdict import validate_file
+from paijob.validate.report import validate_file
 
 CASES = [(t, c) for t, cases in GOLDEN_CASES.items() for c in cases]
 

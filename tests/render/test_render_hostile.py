@@ -18,7 +18,7 @@ from paijob.errors import PaijobError
 from paijob.render.filters import shell_quote, yaml_scalar
 from paijob.render.templates import builtin_names, find_template
 from paijob.render.templating import render_template
-from paijob.validate.verdict import validate_text
+from paijob.validate.report import validate_text
 
 TEMPLATES = ROOT / "templates"
 

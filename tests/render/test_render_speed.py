@@ -46,7 +46,7 @@ def test_building_the_cli_parser_does_not_load_jinja() -> None:
     # `paijob --help`, `paijob status` ... must not pay for the template engine.
     assert_not_loaded_after(
         "from paijob.cli import build_parser\nbuild_parser()\n",
-        ("jinja2", "paijob.render.templating", "paijob.validate.verdict", "torch"),
+        ("jinja2", "paijob.render.templating", "paijob.validate.report", "torch"),
     )
 
 

@@ -95,7 +95,7 @@ def test_nothing_is_installed_without_the_compat_flag() -> None:
     code = textwrap.dedent("""
         import sys
         import paijob.runtime.apex_compat, paijob.runtime.precision
-        import paijob.runtime.recipes.trainer, paijob.runtime.recipes.cli
+        import paijob.runtime.recipes.trainer, paijob.runtime.recipes.command
         from paijob.runtime.precision import resolve_policy
         resolve_policy("apex:O2", "cpu")
         leaked = [n for n in sys.modules if n == "apex" or n.startswith("apex.")]

@@ -11,7 +11,7 @@ import pytest
 import torch
 from training_helpers import TINY
 
-from paijob.runtime.recipes.cli import main
+from paijob.runtime.recipes.command import main
 from paijob.runtime.recipes.data import DataError, SyntheticImages
 from paijob.runtime.recipes.feed import Feed
 

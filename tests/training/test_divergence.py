@@ -11,7 +11,7 @@ import torch
 from training_helpers import TINY
 
 from paijob.common.exitcodes import DIVERGED, RUNTIME_EXIT_CODES, openpai_verdict
-from paijob.runtime.recipes.cli import main
+from paijob.runtime.recipes.command import main
 from paijob.runtime.recipes.divergence import DivergenceGuard
 
 pytestmark = pytest.mark.usefixtures("clean_torch_state")

@@ -18,7 +18,7 @@ pytestmark = [
 
 
 def test_fp16_policy_uses_grad_scaler_and_learns_on_gpu(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from paijob.runtime.recipes.cli import main
+    from paijob.runtime.recipes.command import main
 
     policy = resolve_policy("fp16", "cuda")
     assert isinstance(policy.make_scaler(), torch.amp.GradScaler)
@@ -34,7 +34,7 @@ def test_every_precision_trains_finite_through_the_recipe_on_gpu(precision: str,
     """Issue 32: fp16 and O2 recipes trained NaN on an H100 and reported success."""
     import math
 
-    from paijob.runtime.recipes.cli import main
+    from paijob.runtime.recipes.command import main
 
     code = main(["imagenet", "--arch", "tinyresnet", "--image-size", "64", "--num-classes", "10", "--epochs", "3",
                  "--steps-per-epoch", "12", "--lr", "0.05", "--precision", precision,

@@ -194,7 +194,7 @@ def test_the_recipe_trains_on_the_gpus_fp16_optimizer_and_scaler(tmp_path: Path,
     from training_helpers import TINY
 
     from paijob.runtime.recipes import startup
-    from paijob.runtime.recipes.cli import main
+    from paijob.runtime.recipes.command import main
 
     real = startup.resolve_policy
     built: list[Any] = []

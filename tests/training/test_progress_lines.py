@@ -12,7 +12,7 @@ import pytest
 import torch
 from training_helpers import base_env
 
-from paijob.runtime.recipes.cli import main
+from paijob.runtime.recipes.command import main
 from paijob.runtime.recipes.loglines import (
     LINES_PER_EPOCH,
     MAX_INTERVAL,

@@ -16,7 +16,7 @@ import torch
 from training_helpers import ROOT, TINY, assert_all_ranks_succeeded, base_env, run_ranks, summary_of
 
 from paijob.runtime.recipes import checkpoint as ckpt
-from paijob.runtime.recipes.cli import main
+from paijob.runtime.recipes.command import main
 from paijob.runtime.recipes.data import (
     SyntheticImages,
     load_cifar10,
@@ -105,13 +105,13 @@ def test_ddp_two_ranks_keep_parameters_bitwise_equal(tmp_path: Path) -> None:
 def test_recipe_process_ends_with_mains_code_and_flushed_output() -> None:
     """The entry point skips finalisation (gloo threads outlive DDP): nothing printed may be lost."""
     script = ("import sys\n"
-              "from paijob.runtime.recipes import cli\n"
+              "from paijob.runtime.recipes import command\n"
               "def fake_main(argv=None):\n"
               "    print('unflushed summary', end='')\n"
               "    sys.stderr.write('unflushed log')\n"
               "    return 3\n"
-              "cli.main = fake_main\n"
-              "cli.main_and_exit()\n")
+              "command.main = fake_main\n"
+              "command.main_and_exit()\n")
     env = {k: v for k, v in base_env().items() if k != "PYTHONUNBUFFERED"}  # pipes buffer, as in a job
     result = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env,
                             capture_output=True, text=True, timeout=60)
@@ -424,12 +424,12 @@ class _SyncCounter:
 
 def _count_syncs_in_steps(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, extra: list[str]) -> tuple[int, list[str]]:
     """Run cifar10 in-process; count sync calls from each step's start until the epoch's log line."""
-    from paijob.runtime.recipes import cli
+    from paijob.runtime.recipes import command
     from paijob.runtime.recipes.loglines import Progress
 
     counter = _SyncCounter(monkeypatch)
     steps = {"n": 0}
-    real_recipe = cli._cifar10_recipe
+    real_recipe = command._cifar10_recipe
 
     def counted_recipe() -> Any:
         recipe = real_recipe()
@@ -449,7 +449,7 @@ def _count_syncs_in_steps(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, extra
         counter.active = False  # the log interval's one read of the loss
         real_log(self, *args, **kwargs)
 
-    monkeypatch.setattr(cli, "_cifar10_recipe", counted_recipe)
+    monkeypatch.setattr(command, "_cifar10_recipe", counted_recipe)
     monkeypatch.setattr(Progress, "log_step", log_point)
     code = main(["cifar10", "--epochs", "2", "--steps-per-epoch", "5", "--output-dir", str(tmp_path),
                  "--no-resume", *TINY, *extra])
@@ -482,10 +482,10 @@ def test_sync_counter_sees_a_boolean_mask_flip(monkeypatch: pytest.MonkeyPatch) 
 @pytest.mark.parametrize("precision", ["bf16", "fp16"])
 def test_training_steps_on_a_gpu_pass_sync_debug_mode_error(precision: str, tmp_path: Path,
                                                             monkeypatch: pytest.MonkeyPatch) -> None:
-    from paijob.runtime.recipes import cli
+    from paijob.runtime.recipes import command
     from paijob.runtime.recipes.loglines import Progress
 
-    real_recipe = cli._cifar10_recipe
+    real_recipe = command._cifar10_recipe
 
     def strict_recipe() -> Any:
         recipe = real_recipe()
@@ -504,7 +504,7 @@ def test_training_steps_on_a_gpu_pass_sync_debug_mode_error(precision: str, tmp_
         torch.cuda.set_sync_debug_mode("default")
         real_log(self, *args, **kwargs)
 
-    monkeypatch.setattr(cli, "_cifar10_recipe", strict_recipe)
+    monkeypatch.setattr(command, "_cifar10_recipe", strict_recipe)
     monkeypatch.setattr(Progress, "log_step", log_point)
     try:
         for placement in ("host", "device"):
@@ -746,16 +746,16 @@ class _DecodedFolder:
 
 def test_image_folder_path_trains_and_evaluates_every_sample_once(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    from paijob.runtime.recipes import cli
+    from paijob.runtime.recipes import command
 
-    real_recipe = cli._cifar10_recipe
+    real_recipe = command._cifar10_recipe
 
     def folder_recipe() -> Any:
         recipe = real_recipe()
         recipe.load_data = lambda cfg, info: (_DecodedFolder(96, 0), _DecodedFolder(40, 1))
         return recipe
 
-    monkeypatch.setattr(cli, "_cifar10_recipe", folder_recipe)
+    monkeypatch.setattr(command, "_cifar10_recipe", folder_recipe)
     code, summary = run_recipe(["cifar10", "--epochs", "2", "--workers", "1", "--batch-size", "32",
                                 "--output-dir", str(tmp_path), "--log-interval", "1000"], capsys)
     assert code == 0 and summary["data_placement"] == "loader"

@@ -9,8 +9,8 @@ import pytest
 import yaml
 from test_validate_rules import BASE
 
+from paijob.validate.report import validate_file
 from paijob.validate.schema import JOB_SCHEMA, iter_schema_errors
-from paijob.validate.verdict import validate_file
 
 HERE = Path(__file__).resolve().parent
 FIXTURES = HERE / "fixtures"

@@ -11,7 +11,7 @@ import pytest
 from paijob.openpai.jsyaml import load_job
 from paijob.openpai.model import parse_job
 from paijob.openpai.taskenv import resource_value
-from paijob.validate.verdict import validate_text
+from paijob.validate.report import validate_text
 
 JOB = """\
 protocolVersion: 2

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from suite_helpers import paijob
 
-from paijob.validate.verdict import ERROR, WARNING, Problem, ValidationReport, validate_text
+from paijob.validate.report import ERROR, WARNING, Problem, ValidationReport, validate_text
 
 BASE = """\
 protocolVersion: 2

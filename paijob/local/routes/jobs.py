@@ -24,12 +24,12 @@ def validate(text: str) -> tuple[Job | None, list[str]]:
     The text is read (YAML) and parsed into the model once, here; the job's
     runner and the views use that model. A YAML error raises ``YamlError``.
     """
-    from paijob.validate import verdict
+    from paijob.validate.report import validate_loaded
 
     # the server's own checks: a role name OpenPAI v1.6+ cannot run is accepted, as rest-server does, and
     # fails at start (processes.py), unless the cluster runs as an older one
-    report = verdict.validate_loaded(load_job(text, "job"), "job", len(text.encode("utf-8", "surrogatepass")),
-                                     openpai_before_1_6=True)
+    report = validate_loaded(load_job(text, "job"), "job", len(text.encode("utf-8", "surrogatepass")),
+                             openpai_before_1_6=True)
     return report.model, [p.format("job") for p in report.errors]
 
 

@@ -1,6 +1,6 @@
 """What a run is asked to do: the recipe (what differs between recipes) and its settings.
 
-``cli`` builds both from the command line; every phase of ``engine.train`` reads them and
+``command`` builds both from the command line; every phase of ``trainer.train`` reads them and
 none changes them.
 """
 
