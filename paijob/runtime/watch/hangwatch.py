@@ -89,6 +89,14 @@ def parse_dump(text: str) -> dict[int, list[list[Any]]]:
     return threads
 
 
+def never_read(rank: int, node_rank: int, seconds: float) -> RankState:
+    """A rank of another node whose state never reached node 0 (not judged; ``seconds``: how long the
+    watch has looked)."""
+    return RankState(rank=rank, node_rank=node_rank, host="", local_rank=None, idle_for=0.0, busy=False,
+                     cpu_share=0.0, wait=None, collective=False, first_progress=False, stale_for=seconds,
+                     unseen=True)
+
+
 def unseen_since(state: RankState, seconds: float) -> RankState:
     """``state``, read ``seconds`` ago and unreadable since: counted as a rank of the job, not judged
     (:attr:`RankState.unseen`), ``stale_for`` how long it has not been seen."""
@@ -361,6 +369,7 @@ class HangWatch(Ticker):
         self.account: Failure | None = None  # node 0's account of torch's own timeout (accounts)
         self._remote: list[RankState] = []  # the other nodes' ranks at the last gather
         self._remote_read: dict[int, tuple[float, list[RankState]]] = {}  # node: when read, its ranks
+        self._began = time.time()  # when the watch was made: how long a rank never read has been unseen
         self._seen: set[int] = set()  # every rank whose state was ever read (node 0: every node's)
         self._left: dict[int, RankState] = {}  # ranks seen ended with their process group up (node 0: every node's)
         self._evidence = threading.Lock()  # the tick and account_now both update it
@@ -444,8 +453,12 @@ class HangWatch(Ticker):
             self._remote_read[node] = (now, [s for s in remote if s.node_rank == node])
         if not (self.accounts and any(s.rank == 0 and s.stopped for s in local)):
             return remote
-        return remote + [unseen_since(s, now - read_at) for node, (read_at, states) in sorted(self._remote_read.items())
-                         if node not in read for s in states]
+        found = remote + [unseen_since(s, now - read_at) for node, (read_at, states) in sorted(self._remote_read.items())
+                          if node not in read for s in states]
+        known = {s.rank for s in local + found}  # a node never read (rank 0 stopped before: a slow start-up)
+        per_node = max(1, self.world_size // self.nnodes)
+        return found + [never_read(rank, rank // per_node, now - self._began)
+                        for rank in range(self.world_size) if rank not in known]
 
     def _note_evidence(self, states: list[RankState]) -> list[RankState]:
         """``states`` sorted by rank; where each rank was while it ran kept as the evidence for a

@@ -124,5 +124,19 @@ def test_node_0_counts_the_unread_node_as_last_read_only_while_its_own_rank_0_is
         return
     assert [(s.rank, s.unseen, s.stale_for, s.idle_for) for s in found] == [(2, True, 12.0, 2.0),
                                                                             (3, True, 12.0, 2.0)]
-    channel.states = [state(2)]  # readable again (one rank so far)
-    assert [(s.rank, s.unseen) for s in watch._gather_remote(stopped, 113.0)] == [(2, False)]  # noqa: SLF001
+    channel.states = [state(2), state(3)]  # readable again
+    assert [(s.rank, s.unseen) for s in watch._gather_remote(stopped, 113.0)] == [(2, False), (3, False)]  # noqa: SLF001
+
+
+def test_node_0_counts_a_node_it_never_read_as_unseen_while_its_rank_0_is_stopped(tmp_path: Path):
+    """Rank 0 stopped before node 0's watch ever read node 1 (a slow start-up, a busy machine): node 1's
+    ranks still count, unseen since the watch began, and the stopped rank 0 is judged."""
+    channel = Channel2([])
+    watch = HangWatch(HangSettings(timeout=10), folder=str(tmp_path), node_rank=0, nnodes=2, world_size=4,
+                      host="h", stacks_dir=None, channel=channel, declare=lambda failure: None,
+                      say=lambda line: None, accounts=True)
+    local = [replace(state(0), stopped=True), state(1)]
+    found = watch._gather_remote(local, time.time() + 30)  # noqa: SLF001
+    assert [(s.rank, s.node_rank, s.unseen) for s in found] == [(2, 1, True), (3, 1, True)]
+    assert all(29 < s.stale_for < 32 for s in found)
+    assert watch._gather_remote([state(0), state(1)], time.time()) == []  # noqa: SLF001 - rank 0 runs
