@@ -2,7 +2,7 @@
 what it does out (no I/O, no clock, no threads).
 
 Why: a slow job costs more than a hung one and says nothing: one rank (a throttled GPU, a starved
-DataLoader, a slow mount) makes every other rank wait at every collective. Two pieces of evidence
+DataLoader, a slow mount) makes every other rank wait at every collective. Three pieces of evidence
 the runtime already has, at no per-step cost, name it:
 
 * **when each rank enqueued each collective**: torch's flight recorder keeps every collective's
@@ -17,6 +17,8 @@ the runtime already has, at no per-step cost, name it:
   Where the recorder is missing (torch 2.4's gloo; no rank kept a collective), the wait share is read
   from these samples instead (the share of samples inside a collective, which holds only where collectives block the
   Python thread: gloo).
+* **how long each rank's main thread waited for a CPU**: the kernel's run delay (``schedstat``),
+  as shares of the wall time on a CPU and waiting for one (:func:`cpu_shares`).
 
 The rules (thresholds below, pinned in ``tests/runtime/watch/test_straggler.py``):
 
@@ -355,10 +357,9 @@ def cpu_waiting(late: Sequence[RankWindow], waiting: Sequence[RankWindow]) -> tu
     mine = statistics.fmean(w.cpu_wait or 0.0 for w in late)
     others = statistics.median(w.cpu_wait or 0.0 for w in known)
     starved = statistics.fmean(map(_starved, late))
-    if (mine >= CPU_WAIT and mine >= others + CPU_WAIT_MARGIN
-            and starved >= statistics.median(map(_starved, known)) + CPU_STARVED_MARGIN):
-        return mine, others
-    return None
+    taken = (mine >= CPU_WAIT and mine >= others + CPU_WAIT_MARGIN
+             and starved >= statistics.median(map(_starved, known)) + CPU_STARVED_MARGIN)
+    return (mine, others) if taken else None
 
 
 def _starved(window: RankWindow) -> float:

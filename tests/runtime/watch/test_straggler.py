@@ -427,6 +427,19 @@ def test_the_cpu_rules_edges(late, others, cpu):
     assert (CPU_PHRASE in verdict.line()) is cpu
 
 
+def test_a_stopped_rank_is_not_waiting_for_a_cpu():
+    """SIGSTOP (or a debugger): neither on a CPU nor runnable; described by its samples."""
+    found = with_cpu(windows(simulate(slow_rank_3_computing), activity=COMPUTING), {3: (0.0, 0.0)})
+    verdict = judge_slow(found)
+    assert verdict is not None and verdict.activity == "compute" and "cpu_wait" in verdict.record()["figures"][3]
+
+
+def test_the_cpu_wait_figure_is_rounded_to_three_places():
+    found = with_cpu(windows(simulate(slow_rank_3_computing), activity=COMPUTING), {3: (0.2, 0.78456)})
+    verdict = judge_slow(found)
+    assert verdict is not None and verdict.record()["figures"][3]["cpu_wait"] == 0.785
+
+
 def test_the_others_cpu_wait_is_their_median():
     """One waiting rank that itself waits for a CPU does not hide the late one's (the median, not the mean)."""
     found = with_cpu(windows(simulate(slow_rank_3_computing), activity=COMPUTING),
