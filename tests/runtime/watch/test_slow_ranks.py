@@ -138,7 +138,7 @@ class Throttle(threading.Thread):
             return
         (self.group / "cgroup.procs").write_text(str(self.pid))  # every thread of the process
         until = time.time() + self.hold
-        while time.time() < until and not self.stop.is_set() and "slow-rank doctor: " not in self.node_0.output:
+        while time.time() < until and not self.stop.is_set() and "slow-rank doctor: slow rank:" not in self.node_0.output:
             self.stop.wait(1.0)
         self.release()
 
