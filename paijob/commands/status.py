@@ -90,15 +90,18 @@ def _slow_rank_lines(slow: object, shown: Callable[[str], str]) -> Iterator[str]
 
 
 def _figure_line(figure: dict[str, Any]) -> str:
-    """``rank 3 (node rank 1, 10.0.0.6): waits 2% of the time, arrived last 40 times; compute 63%, data 9%``."""
+    """``rank 3 (node rank 1, 10.0.0.6): waits 2% of the time, arrived last 40 times; compute 63%, data 9%``
+    (then ``; waits for a CPU 78%`` where the doctor knew it)."""
     activity = figure.get("activity")
     shares = sorted(((name, share) for name, share in activity.items() if isinstance(share, (int, float))),
                     key=lambda item: -item[1]) if isinstance(activity, dict) else []
     doing = ", ".join(f"{name} {share:.0%}" for name, share in shares)
     wait = figure.get("wait_share")
     waits = f"waits {wait:.0%} of the time" if isinstance(wait, (int, float)) else "waits ?"
+    cpu = figure.get("cpu_wait")
+    for_cpu = f"; waits for a CPU {cpu:.0%}" if isinstance(cpu, (int, float)) else ""
     return (f"rank {figure.get('rank')} (node rank {figure.get('node_rank')}, {figure.get('host')}): {waits}, "
-            f"arrived last {figure.get('last')} times" + (f"; {doing}" if doing else ""))
+            f"arrived last {figure.get('last')} times" + (f"; {doing}" if doing else "") + for_cpu)
 
 
 def _task_row(role: str, task: dict[str, Any], wide: bool) -> list[str]:

@@ -290,7 +290,7 @@ ACTIVITY_NAMES = ("collective", "data", "host", "compute", "other")
 @dataclass(frozen=True)
 class SlowRecord:
     """Node 0's slow-rank doctor's verdict at ``time``: its line, the rank(s) it names and every rank's
-    figures (wait share, times it arrived last, activity shares); ``final``: the run's worst straggler,
+    figures (wait share, times it arrived last, activity shares, share waiting for a CPU where known); ``final``: the run's worst straggler,
     said as node 0 ended."""
 
     kind: str  # rank, node or phase (one rank working alone by design: not a straggler)
@@ -344,7 +344,9 @@ def _share(value: object) -> bool:
 def _figure(value: object) -> bool:
     """One rank's figures as the doctor writes them (:func:`paijob.runtime.watch.straggler.figures`)."""
     keys = {"rank", "node_rank", "host", "local_rank", "wait_share", "last", "activity"}
-    return (isinstance(value, dict) and set(value) == keys
+    # cpu_wait (the share of the wall time waiting for a CPU): only where the rank's readings were known
+    return (isinstance(value, dict) and set(value) in (keys, keys | {"cpu_wait"})
+            and _share(value.get("cpu_wait", 0.0))
             and _count(value["rank"]) and _count(value["node_rank"]) and _count(value["last"])
             and isinstance(value["host"], str) and len(value["host"]) <= 64 and not _CONTROL.search(value["host"])
             and (value["local_rank"] is None or _count(value["local_rank"])) and _share(value["wait_share"])

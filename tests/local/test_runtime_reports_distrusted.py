@@ -169,7 +169,8 @@ def test_the_slow_rank_doctors_record_is_served_and_printed_by_status(
     figure = {"rank": 3, "node_rank": 1, "host": "10.0.0.6", "local_rank": 1, "wait_share": 0.02, "last": 40,
               "activity": {"compute": 0.63, "data": 0.09}}
     record = SlowRecord(kind="rank", line="slow rank: rank 3 (node rank 1, host 10.0.0.6, local rank 1) holds the "
-                        "job back", ranks=(3,), figures=(figure,), final=True, time=time.time() - 3600)
+                        "job back", ranks=(3,), figures=(figure, dict(figure, rank=2, cpu_wait=0.78)), final=True,
+                        time=time.time() - 3600)
     path = stall_file(cluster, "worker-1").parent / SLOW_NAME
     path.write_text(record.to_json())
     assert cluster.slow_rank(JOB, 0, PLAN, running=True) is None  # said an hour ago: not while it runs
@@ -180,6 +181,8 @@ def test_the_slow_rank_doctors_record_is_served_and_printed_by_status(
     out = capsys.readouterr().out
     assert "slow rank  slow rank: rank 3 (node rank 1, host 10.0.0.6, local rank 1) holds the job back (over the " \
         "run)\n" in out
-    assert "rank 3 (node rank 1, 10.0.0.6): waits 2% of the time, arrived last 40 times; compute 63%, data 9%" in out
+    assert "rank 3 (node rank 1, 10.0.0.6): waits 2% of the time, arrived last 40 times; compute 63%, data 9%\n" in out
+    assert "rank 2 (node rank 1, 10.0.0.6): waits 2% of the time, arrived last 40 times; compute 63%, data 9%; " \
+        "waits for a CPU 78%\n" in out  # where the doctor knew it
     path.write_text(record.to_json().replace("holds", "\\u001b[2Jholds"))  # a job's own control characters
     assert cluster.slow_rank(JOB, 0, PLAN, running=False) is None

@@ -185,13 +185,16 @@ def test_the_job_page_shows_the_slow_rank_doctors_verdict_and_each_ranks_figures
     line = "slow rank: rank 1 (node rank 0, host 127.0.0.1, local rank 1) holds the job back"
     folder = server.cluster.work_dir(jobs["progress"], 0, "trainer", 0)
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / SLOW_NAME).write_text(SlowRecord("rank", line, (1,), (figure,), final=True, time=1.0).to_json())
+    figures = (figure, dict(figure, rank=0, local_rank=0, cpu_wait=0.78))
+    (folder / SLOW_NAME).write_text(SlowRecord("rank", line, (1,), figures, final=True, time=1.0).to_json())
     log_in(driver, server)
     open_job(driver, server, jobs["progress"])
     wait_for(driver, lambda d: "Slow rank" in css(d, "#cause-list")[0].text, "the slow-rank verdict")
     text = css(driver, "#cause-list")[0].text
     assert f"{line} (over the run)" in text
-    assert "rank 1 (node rank 0, 127.0.0.1): waits 4% of the time, arrived last 12 times; data 61%, compute 20%" in text
+    assert "rank 1 (node rank 0, 127.0.0.1): waits 4% of the time, arrived last 12 times; data 61%, compute 20%\n" in text
+    assert "rank 0 (node rank 0, 127.0.0.1): waits 4% of the time, arrived last 12 times; data 61%, compute 20%; " \
+        "waits for a CPU 78%" in text
     assert page_errors(driver) == []
 
 

@@ -242,6 +242,8 @@ def test_a_slow_rank_record_is_read_in_its_exact_form_only(tmp_path: Path):
         {"line": "x" * 5000},
         {"verdict": "other"},
         {"figures": [dict(figure, wait_share=7)]},
+        {"figures": [dict(figure, cpu_wait=7)]},
+        {"figures": [dict(figure, cpu_wait="78%")]},
         {"figures": [dict(figure, activity={"mining": 0.5})]},
         {"figures": [dict(figure, host="h" * 100)]},
         {"ranks": [-1]},
@@ -278,7 +280,9 @@ def test_a_slow_rank_records_limits_are_exact(tmp_path: Path):
     assert read(figures=[figure(r) for r in range(MAX_RANKS + 1)]) is None
     assert read(figures=[figure(0, host="h" * 64)]) is not None and read(figures=[figure(0, host="h" * 65)]) is None
     assert read(figures=[figure(0, local_rank=3)]) is not None
-    for bad in ({"wait_share": -0.01}, {"wait_share": 1.01}, {"local_rank": "0"}, {"host": 5}):
+    assert read(figures=[figure(0, cpu_wait=0), figure(1, cpu_wait=1.0), figure(2)]) is not None  # where known
+    for bad in ({"wait_share": -0.01}, {"wait_share": 1.01}, {"local_rank": "0"}, {"host": 5},
+                {"cpu_wait": -0.01}, {"cpu_wait": 1.01}, {"cpu_wait": None}, {"cpu_wait": True}):
         assert read(figures=[figure(0, **bad)]) is None, bad
     assert read(figures=["rank 0"]) is None and read(figures=[{"rank": 0}]) is None
     assert read(time="soon") is None and read(time=True) is None

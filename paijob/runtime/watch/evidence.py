@@ -5,7 +5,10 @@ samples counted by activity and when it enqueued its recent collectives. The sam
 (:mod:`paijob.runtime.watch.progress`) already looks at the main thread once a second; here it only
 counts that look (a dictionary increment), and every :data:`WRITE_EVERY` seconds reads torch's
 flight recorder **without stack traces** (about 1 ms for 256 entries, on the sampler's thread, never
-on the training step) and writes ``rank<N>.slow.json`` beside its ``rank<N>.json``. Nothing is
+on the training step) and writes ``rank<N>.slow.json`` beside its ``rank<N>.json``, with the main
+thread's CPU time and **run delay** so far (the kernel's ``schedstat``: time spent runnable but
+waiting for a CPU, which a cgroup's CPU quota or other processes on its cores make grow; one small
+read of ``/proc``). Nothing is
 added to a training step: the recorder records every collective anyway (it is on for the hang
 watch's mismatch account), and its ring buffer keeps the last :data:`~paijob.common.contract.FLIGHT_RECORDER_ENTRIES`.
 
@@ -17,9 +20,11 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import os
 import pickle
 import sys
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -41,9 +46,12 @@ class Evidence:
     """One worker's counts (by activity, and the line most seen for each) and its recent collectives."""
 
     def __init__(self, folder: str, rank: int, *, is_library: Callable[[str], bool],
-                 write: Callable[[str, str], None]) -> None:
+                 write: Callable[[str, str], None], tid: int | None = None) -> None:
+        """``tid``: the main thread's id (its CPU time and run delay are read; None: this process's
+        thread-group leader, ``/proc/self/schedstat``)."""
         self.path = evidence_path(folder, rank)
         self.rank = rank
+        self.schedstat = f"/proc/self/task/{tid}/schedstat" if tid else "/proc/self/schedstat"
         self._is_library = functools.lru_cache(maxsize=4096)(is_library)  # a file's answer never changes
         self._write = write
         self.activity: dict[str, int] = {}
@@ -94,6 +102,7 @@ class Evidence:
             "time": now, "first_progress": report.get("first_progress"),
             "activity": self.activity, "lines": lines,
             "calls": sorted(self.calls.values(), key=lambda c: (c[0], c[1])),
+            "cpu": cpu_times(self.schedstat),
         }, separators=(",", ":")))
 
 
@@ -102,6 +111,18 @@ def _most_seen(seen: Mapping[str, Mapping[str, int]]) -> list[Any]:
     key = max(seen, key=lambda k: sum(seen[k].values()))
     at = max(seen[key], key=seen[key].__getitem__)
     return [key.split("\t")[0], at, sum(seen[key].values())]
+
+
+def cpu_times(path: str = "/proc/self/schedstat") -> list[float] | None:
+    """``[on CPU, run delay, when]`` in seconds: a thread's CPU time and time spent runnable but
+    waiting for a CPU since it started (``schedstat``'s first two fields, ns), and ``time.monotonic()``
+    as read; None: no such file (a kernel without schedstat, not Linux) or not its form."""
+    try:
+        with open(path, "rb") as handle:
+            fields = handle.read(256).split()
+        return [int(fields[0]) / 1e9, int(fields[1]) / 1e9, time.monotonic()]
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def recorded_entries() -> list[dict[str, Any]] | None:
@@ -148,7 +169,19 @@ def checked(value: Mapping[str, Any]) -> dict[str, Any]:
         "calls": [[_text(c[0], 16), c[1], _text(c[2], 40), float(c[3])] for c in calls[:KEPT_CALLS]
                   if isinstance(c, list) and len(c) == 4 and isinstance(c[1], int)
                   and isinstance(c[3], (int, float))],
+        "cpu": _cpu(value.get("cpu")),
     }
+
+
+def _cpu(value: Any) -> list[float] | None:
+    """``[on CPU, run delay, when]`` as :func:`cpu_times` wrote it: three finite numbers, none
+    negative; None otherwise (a file of an older version, which has none: unknown)."""
+    if not isinstance(value, list) or len(value) != 3:
+        return None
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
+               for v in value):
+        return None
+    return [float(v) for v in value]
 
 
 def _of(value: Mapping[str, Any], key: str, kind: type) -> Any:

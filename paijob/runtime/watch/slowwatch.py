@@ -7,7 +7,7 @@ believed sampler files and the same channel between the nodes, and adds no threa
 publishes its ranks' evidence (:mod:`paijob.runtime.watch.evidence`) under its own key of the
 rendezvous store; node 0 gathers every node's, judges on the window since its previous look
 (activities: the counts' growth over the last :data:`WINDOW_LOOKS` looks; collectives: those each
-rank still keeps), and says:
+rank still keeps; time waiting for a CPU: over the last :data:`CPU_LOOKS` looks), and says:
 
 * a straggler (a rank or a node) once it was found in :data:`PERSIST` looks in a row, then again
   every :data:`REPEAT` seconds while it lasts;
@@ -37,11 +37,12 @@ from paijob.common.records import MAX_LINE_TEXT, SlowRecord
 from paijob.runtime.watch import clock
 from paijob.runtime.watch.evidence import checked, read_evidence
 from paijob.runtime.watch.progress import write_new
-from paijob.runtime.watch.straggler import Call, RankWindow, SlowVerdict, judge_slow
+from paijob.runtime.watch.straggler import Call, RankWindow, SlowVerdict, cpu_shares, judge_slow
 from paijob.runtime.watch.verdict import RankState
 
 LOOK_EVERY = 10.0  # seconds between two looks
 WINDOW_LOOKS = 6  # activities are counted over this many looks (a minute)
+CPU_LOOKS = 2  # CPU shares over this many looks (20 s): within the PERSIST looks a straggler is late in a row
 PERSIST = 3  # looks in a row that name the same rank(s) before a straggler is said
 REPEAT = 180.0  # seconds between two lines about the same straggler (or phase)
 PREFIX = "slow-rank doctor: "
@@ -73,6 +74,7 @@ class SlowDoctor:
         self.every, self.repeat = every, repeat
         self._looked = -float("inf")
         self._counts: deque[dict[int, dict[str, int]]] = deque(maxlen=WINDOW_LOOKS + 1)
+        self._cpu: deque[dict[int, Any]] = deque(maxlen=CPU_LOOKS + 1)  # each rank's CPU reading, per look
         self.since: float | None = None  # node 0's time when every rank was first past its first step
         self._streak: tuple[tuple[int, ...], int] = ((), 0)
         self._said: dict[tuple[str, tuple[int, ...]], float] = {}
@@ -141,14 +143,16 @@ class SlowDoctor:
         if self.since is None:
             self.since = now  # start-up is over: judge only from here on
         self._counts.append({r["rank"]: dict(r.get("activity") or {}) for r in live})
+        self._cpu.append({r["rank"]: r.get("cpu") for r in live})
         offsets = {r["node_rank"]: float(r.get("clock_ahead") or 0.0) for r in live}
         verdict = judge_slow(self.windows(live), offsets, since=self.since)
         self._note(now, verdict)
         return verdict
 
     def windows(self, ranks: list[dict[str, Any]]) -> list[RankWindow]:
-        """Each rank's window: its collectives, and its activities counted since the oldest look kept."""
+        """Each rank's window: its collectives, and its activities and CPU shares since the oldest look kept."""
         oldest = self._counts[0]
+        oldest_cpu = self._cpu[0] if self._cpu else {}
         windows = []
         for r in sorted(ranks, key=lambda item: item["rank"]):
             before = oldest.get(r["rank"], {})
@@ -156,8 +160,9 @@ class SlowDoctor:
             if len(self._counts) == 1 or sum(activity.values()) <= 0:
                 activity = dict(r.get("activity") or {})
             calls = tuple(Call(str(c[0]), int(c[1]), str(c[2]), float(c[3])) for c in r.get("calls") or [])
+            cpu = cpu_shares(oldest_cpu.get(r["rank"]), r.get("cpu")) or (None, None)
             windows.append(RankWindow(r["rank"], r["node_rank"], str(r["host"]), r.get("local_rank"),
-                                      calls, activity, r.get("lines") or {}))
+                                      calls, activity, r.get("lines") or {}, *cpu))
         return windows
 
     def _note(self, now: float, verdict: SlowVerdict | None) -> None:

@@ -2,7 +2,7 @@
 what it does out (no I/O, no clock, no threads).
 
 Why: a slow job costs more than a hung one and says nothing: one rank (a throttled GPU, a starved
-DataLoader, a slow mount) makes every other rank wait at every collective. Two pieces of evidence
+DataLoader, a slow mount) makes every other rank wait at every collective. Three pieces of evidence
 the runtime already has, at no per-step cost, name it:
 
 * **when each rank enqueued each collective**: torch's flight recorder keeps every collective's
@@ -17,6 +17,8 @@ the runtime already has, at no per-step cost, name it:
   Where the recorder is missing (torch 2.4's gloo; no rank kept a collective), the wait share is read
   from these samples instead (the share of samples inside a collective, which holds only where collectives block the
   Python thread: gloo).
+* **how long each rank's main thread waited for a CPU**: the kernel's run delay (``schedstat``),
+  as shares of the wall time on a CPU and waiting for one (:func:`cpu_shares`).
 
 The rules (thresholds below, pinned in ``tests/runtime/watch/test_straggler.py``):
 
@@ -30,7 +32,14 @@ The rules (thresholds below, pinned in ``tests/runtime/watch/test_straggler.py``
   evaluation or checkpoint that the script does by design, reported as such; pauses under
   :data:`PHASE_MIN_SECONDS` are hiccups (a busy machine, a garbage collection): no line;
 * **start-up is not judged**: nothing before every rank's first training step (the caller passes
-  only the evidence after it).
+  only the evidence after it);
+* **a CPU taken from outside**: when the late rank(s) wait for a CPU (runnable, not running: the
+  kernel's run delay, ``schedstat``) at least :data:`CPU_WAIT` of the wall time, at least
+  :data:`CPU_WAIT_MARGIN` more than the waiting ranks (their median), and go without a CPU while
+  runnable at least :data:`CPU_STARVED_MARGIN` more often than they do, that is what they are said
+  to do (a cgroup's CPU quota, other processes on their cores), instead of their sampled activity.
+  The last rule keeps a rank that merely computes more on a busy machine (runnable more often, so
+  waiting more in all, but no more often per moment it wants a CPU) computing.
 """
 
 from __future__ import annotations
@@ -51,6 +60,10 @@ MIN_SAMPLES = 10  # samples per rank needed to read wait shares from the samples
 PHASE_COLLECTIVES = 0.05  # a phase: at most this share of the collectives...
 PHASE_WAIT = 0.8  # ... hold this share of the waiting
 PHASE_MIN_SECONDS = 5.0  # a shorter longest pause is a hiccup: no line at all
+CPU_WAIT = 0.25  # the late rank(s) wait for a CPU at least this share of the wall time,
+CPU_WAIT_MARGIN = 0.15  # ... this much more than the waiting ranks (their median),
+CPU_STARVED_MARGIN = 0.25  # ... and go without a CPU while runnable this much more often than they do
+MIN_CPU_SECONDS = 5.0  # CPU shares need readings at least this far apart
 
 _DOING = {
     "data": "in the DataLoader",
@@ -58,6 +71,7 @@ _DOING = {
     "host": "in host-side work",
     "other": "in its own code",
     "collective": "inside collectives",
+    "cpu": "waiting for a CPU (a CPU quota, or other processes on its cores)",
 }
 
 
@@ -73,8 +87,9 @@ class Call:
 
 @dataclass(frozen=True)
 class RankWindow:
-    """One rank's evidence over the window judged: its collectives, and its samples by activity
-    (``lines``: activity -> ``[call, "train.py:72"]``, the line most seen for it)."""
+    """One rank's evidence over the window judged: its collectives, its samples by activity
+    (``lines``: activity -> ``[call, "train.py:72"]``, the line most seen for it), and its main
+    thread's shares of the wall time on a CPU and waiting for one (None: unknown; :func:`cpu_shares`)."""
 
     rank: int
     node_rank: int
@@ -83,6 +98,8 @@ class RankWindow:
     calls: tuple[Call, ...] = ()
     activity: Mapping[str, int] = field(default_factory=dict)
     lines: Mapping[str, Sequence[Any]] = field(default_factory=dict)
+    cpu_run: float | None = None
+    cpu_wait: float | None = None
 
     def name(self) -> str:
         local = "" if self.local_rank is None else f", local rank {self.local_rank}"
@@ -191,6 +208,18 @@ def ranks_phrase(ranks: Iterable[int]) -> str:
     return ("rank " if len(found) == 1 else "ranks ") + ", ".join(runs)
 
 
+def cpu_shares(before: Sequence[float] | None, after: Sequence[float] | None) -> tuple[float, float] | None:
+    """A rank's shares of the wall time on a CPU and waiting for one between two readings ``[on CPU,
+    run delay, when]`` (seconds, as :func:`paijob.runtime.watch.evidence.cpu_times` reads them); None:
+    a reading missing, less than :data:`MIN_CPU_SECONDS` apart, or counts that went back (another process)."""
+    if before is None or after is None:
+        return None
+    elapsed, run, delay = after[2] - before[2], after[0] - before[0], after[1] - before[1]
+    if elapsed < MIN_CPU_SECONDS or run < 0 or delay < 0:
+        return None
+    return min(1.0, run / elapsed), min(1.0, delay / elapsed)
+
+
 def waits_from_calls(windows: Sequence[RankWindow], offsets: Mapping[int, float],
                      since: float = -math.inf) -> Waits | None:
     """Wait shares from the collectives every rank's recorder kept (clocks moved by each node's
@@ -257,6 +286,9 @@ def judge_slow(windows: Sequence[RankWindow], offsets: Mapping[int, float] | Non
         return None
     kind = "phase" if phase else _kind(late, windows)
     activity, mine, others = _what_it_does(late, waiting)
+    cpu = None if phase else cpu_waiting(late, waiting)
+    if cpu is not None:
+        activity, (mine, others) = "cpu", cpu
     return SlowVerdict(kind=kind, late=tuple(late), waiting=tuple(waiting), wait_share=wait_share,
                        op=waits.op, activity=activity, activity_share=mine, others_share=others,
                        longest_pause=longest, source=waits.source,
@@ -315,9 +347,32 @@ def _what_it_does(late: Sequence[RankWindow], waiting: Sequence[RankWindow]) -> 
             statistics.fmean(w.share(activity) for w in waiting))
 
 
+def cpu_waiting(late: Sequence[RankWindow], waiting: Sequence[RankWindow]) -> tuple[float, float] | None:
+    """The late ranks' share of the wall time waiting for a CPU and the waiting ranks' (their median),
+    when the late ones' CPU is taken from outside (the module's rules); None: it is not, or unknown
+    (a late rank without readings, or no waiting rank with them)."""
+    known = [w for w in waiting if w.cpu_wait is not None and w.cpu_run is not None]
+    if not known or any(w.cpu_wait is None or w.cpu_run is None for w in late):
+        return None
+    mine = statistics.fmean(w.cpu_wait or 0.0 for w in late)
+    others = statistics.median(w.cpu_wait or 0.0 for w in known)
+    starved = statistics.fmean(map(_starved, late))
+    taken = (mine >= CPU_WAIT and mine >= others + CPU_WAIT_MARGIN
+             and starved >= statistics.median(map(_starved, known)) + CPU_STARVED_MARGIN)
+    return (mine, others) if taken else None
+
+
+def _starved(window: RankWindow) -> float:
+    """How often the rank goes without a CPU while runnable: its run delay over its runnable time."""
+    run, wait = window.cpu_run or 0.0, window.cpu_wait or 0.0
+    return wait / (run + wait) if run + wait > 0 else 0.0
+
+
 def figures(windows: Sequence[RankWindow], waits: Waits) -> list[dict[str, Any]]:
-    """Every rank's figures as data: its wait share, how often it arrived last, its activities."""
+    """Every rank's figures as data: its wait share, how often it arrived last, its activities, and
+    (where known) its share of the wall time waiting for a CPU."""
     return [{"rank": w.rank, "node_rank": w.node_rank, "host": w.host, "local_rank": w.local_rank,
              "wait_share": round(waits.share.get(w.rank, 0.0), 3), "last": waits.last.get(w.rank, 0),
-             "activity": {a: round(w.share(a), 3) for a in ACTIVITIES if w.activity.get(a)}}
+             "activity": {a: round(w.share(a), 3) for a in ACTIVITIES if w.activity.get(a)},
+             **({} if w.cpu_wait is None else {"cpu_wait": round(w.cpu_wait, 3)})}
             for w in windows]

@@ -9,7 +9,7 @@ import pytest
 from test_straggler import jitter, simulate
 
 from paijob.runtime.watch import clock
-from paijob.runtime.watch.slowwatch import PERSIST, PREFIX, SlowDoctor, _parsed
+from paijob.runtime.watch.slowwatch import CPU_LOOKS, PERSIST, PREFIX, SlowDoctor, _parsed
 
 BALANCED = {"collective": 20, "compute": 70, "data": 10}
 
@@ -96,6 +96,47 @@ def test_activities_are_counted_over_the_window_not_since_the_start():
     assert windows[3].activity == {"data": 0, "compute": 50}
 
 
+def test_cpu_shares_are_taken_over_the_window_and_unknown_without_two_readings():
+    said: list[str] = []
+    found = doctor(said)
+    found.since = 0.0
+    first = ranks(slow3)
+    for r in first:
+        r["cpu"] = [10.0, 1.0, 500.0]
+    first[0]["cpu"] = None  # an older worker: no readings
+    found.judge(10.0, first)
+    assert [w.cpu_wait for w in found.windows(first)] == [None] * 4  # one reading: no shares yet
+    later = ranks(slow3)
+    for r in later:
+        r["cpu"] = [13.0, 9.0, 510.0]
+    found.judge(20.0, later)
+    windows = found.windows(later)
+    assert [(w.cpu_run, w.cpu_wait) for w in windows] == [(None, None)] + [(0.3, 0.8)] * 3
+    for look, reading in ((3, [16.0, 10.0, 520.0]), (4, [19.0, 11.0, 530.0])):
+        state = ranks(slow3)
+        for r in state:
+            r["cpu"] = reading
+        found.judge(10.0 * look, state)
+    assert CPU_LOOKS == 2
+    assert found.windows(state)[1].cpu_wait == 0.1  # over the last CPU_LOOKS looks (20 s) only: 2 s of 20
+
+
+def test_a_rank_whose_cpu_is_taken_from_outside_is_said_to_wait_for_a_cpu():
+    """Rank 3 late, and waiting for a CPU 80 % of its wall time where the others wait 2 %."""
+    said: list[str] = []
+    found = doctor(said)
+    for look in range(PERSIST + 1):
+        state = ranks(slow3)
+        for r in state:
+            t = 10.0 * look
+            r["cpu"] = [t * 0.2, t * 0.8, 1000.0 + t] if r["rank"] == 3 else [t * 0.3, t * 0.02, 1000.0 + t]
+        found.judge(10.0 * look, state)
+    assert len(said) == 1 and said[0].startswith(PREFIX + "slow rank: rank 3 (node rank 1"), said
+    assert said[0].endswith("; it spends 80% of its time waiting for a CPU (a CPU quota, or other processes "
+                            "on its cores), the others 2%"), said
+    assert found.verdict is not None and [f["cpu_wait"] for f in found.verdict.figures] == [0.02] * 3 + [0.8]
+
+
 def test_a_doctor_that_meets_an_error_says_it_once_and_never_raises():
     said: list[str] = []
 
@@ -120,7 +161,9 @@ def test_a_node_publishes_its_ranks_and_node_0_reads_only_their_shape():
                            "activity": {"data": 1, "evil": 2}}, {"rank": "3"}, 7])
     assert _parsed(hostile) == [{"rank": 2, "node_rank": 1, "host": "h" * 64, "local_rank": None,
                                  "exited": False, "clock_ahead": None, "first_progress": True,
-                                 "activity": {"data": 1}, "lines": {}, "calls": [["0", 1, "all_reduce", 1.0]]}]
+                                 "activity": {"data": 1}, "lines": {}, "calls": [["0", 1, "all_reduce", 1.0]],
+                                 "cpu": None}]
+    assert _parsed(json.dumps([{"rank": 0, "node_rank": 1, "cpu": [1, 2.5, 3]}]))[0]["cpu"] == [1.0, 2.5, 3.0]
     for said, kept in ((0.25, 0.25), (-3, -3.0), (True, None), (float("nan"), None), (7200.0, None), ("1", None)):
         assert _parsed(json.dumps([{"rank": 0, "node_rank": 1, "clock_ahead": said}]))[0]["clock_ahead"] == kept
     assert _parsed("not json") == [] and _parsed('{"rank": 1}') == []

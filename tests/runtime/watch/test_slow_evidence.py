@@ -106,9 +106,49 @@ def test_only_well_formed_parts_of_a_file_are_kept(tmp_path):
     (tmp_path / "rank0.slow.json").write_text(json.dumps(hostile))
     found = read_evidence(str(tmp_path), {0: {"pid": 1, "start_time": 2}}, read_file)[0]
     assert found == {"first_progress": False, "activity": {"data": 3},
-                     "lines": {"data": ["next[2J", "train.py:72"]}, "calls": [["0", 1, "all_reduce", 1.5]]}
+                     "lines": {"data": ["next[2J", "train.py:72"]}, "calls": [["0", 1, "all_reduce", 1.5]],
+                     "cpu": None}  # none written (an older worker): unknown
     (tmp_path / "rank0.slow.json").write_text("{not json")
     assert read_evidence(str(tmp_path), {0: {"pid": 1, "start_time": 2}}, read_file) == {}
+
+
+@pytest.mark.parametrize(("cpu", "kept"), [
+    ([1, 2.5, 300], [1.0, 2.5, 300.0]),
+    ([0, 0, 0], [0.0, 0.0, 0.0]),
+    ([1.0, 2.0], None),
+    ([1.0, 2.0, 3.0, 4.0], None),
+    ([1.0, -0.5, 3.0], None),
+    ([1.0, True, 3.0], None),
+    ([1.0, "2", 3.0], None),
+    ([1.0, 1e400, 3.0], None),  # json's Infinity
+    ({"run": 1.0}, None),
+    ("1 2 3", None),
+])
+def test_a_cpu_reading_is_kept_only_in_its_form(tmp_path, cpu, kept):
+    written = {"rank": 0, "pid": 1, "start_time": 2, "cpu": cpu}
+    (tmp_path / "rank0.slow.json").write_text(json.dumps(written))
+    assert read_evidence(str(tmp_path), {0: {"pid": 1, "start_time": 2}}, read_file)[0]["cpu"] == kept
+
+
+def test_the_main_threads_cpu_time_and_run_delay_are_read_from_schedstat(tmp_path):
+    own = Path("/proc/self/schedstat")
+    if not own.exists():
+        pytest.skip("this kernel has no /proc/<pid>/schedstat: the CPU readings are unknown there")
+    before = time.monotonic()
+    run, delay, at = evidence.cpu_times()
+    assert run > 0 and delay >= 0 and before <= at <= time.monotonic()
+    found = Evidence(str(tmp_path), 0, is_library=is_library, write=write_new, tid=os.getpid())
+    assert found.schedstat == f"/proc/self/task/{os.getpid()}/schedstat"
+    found.write(1.0, {})
+    written = json.loads((tmp_path / "rank0.slow.json").read_text())["cpu"]
+    assert len(written) == 3 and written[0] >= run and written[1] >= delay
+    fake = tmp_path / "schedstat"
+    fake.write_text("2500000000 750000000 1234\n")
+    assert evidence.cpu_times(str(fake))[:2] == [2.5, 0.75]
+    for bad in ("", "12", "x y z"):
+        fake.write_text(bad)
+        assert evidence.cpu_times(str(fake)) is None, bad
+    assert evidence.cpu_times(str(tmp_path / "none")) is None
 
 
 TRAINS_UNTIL_ITS_COLLECTIVES_ARE_WRITTEN = textwrap.dedent(
@@ -156,3 +196,5 @@ def test_a_real_worker_writes_when_it_enqueued_its_collectives(tmp_path: Path):
     assert all(began <= call[3] <= time.time() for call in calls)
     assert [call[1] for call in calls] == sorted(call[1] for call in calls)
     assert sum(written["activity"].values()) >= 1
+    if Path("/proc/self/schedstat").exists():
+        assert len(written["cpu"]) == 3 and written["cpu"][0] > 0  # its main thread's CPU time and run delay

@@ -1,5 +1,6 @@
 """The slow-rank doctor on real jobs (slow stage): 2 nodes x 2 gloo workers on loopback, one rank
-slowed in compute or in data loading, and a balanced job that must stay quiet.
+slowed in compute or in data loading, one rank's CPU taken from outside (a cgroup's CPU quota put on
+it while it trains), and a balanced job that must stay quiet.
 
 The verdict's rules are pinned on synthetic jobs in test_straggler.py and test_slow_doctor.py;
 these check the whole path (sampler, flight recorder, files, store, node 0's line). The five jobs
@@ -8,12 +9,18 @@ cores without stretching one rank more than another."""
 
 from __future__ import annotations
 
+import json
 import re
+import secrets
 import textwrap
+import threading
+import time
+from pathlib import Path
 
 import pytest
 from runtime_helpers import MASTER_TIMEOUT, Task, task_env, wait_all
 
+from paijob.common import contract
 from paijob.common.ports import draw
 
 SECONDS = 80  # of training: start-up, then 3 looks in a row (10 s apart) on evidence written every 5 s
@@ -79,26 +86,135 @@ JOBS = {
     "node": ("node", 1, SECONDS),
     "evaluate": ("evaluate", 0, 90),
     "balanced": ("balanced", 3, SECONDS),
+    "throttled": ("throttled", 3, SECONDS),  # the same script as a balanced job: the quota slows rank 3
 }
+# 1 % of a CPU (the kernel's least quota is 1 ms a period): a rank of this script needs about 2-4 %
+# (its step mostly sleeps), so a 10 % quota would not slow it at all
+QUOTA_US, PERIOD_US = 1000, 100_000
+CGROUP_V1, CGROUP_V2 = Path("/sys/fs/cgroup/cpu"), Path("/sys/fs/cgroup")
+
+
+def cpu_quota_group() -> tuple[Path, Path] | str:
+    """A new cgroup with :data:`QUOTA_US` per :data:`PERIOD_US` of CPU, and the root it was made in (a
+    process is moved back there); or why not (then the throttled job is not run, its test skipped)."""
+    name = f"paijob-test-{secrets.token_hex(4)}"
+    group: Path | None = None
+    try:
+        if (CGROUP_V1 / "cpu.cfs_quota_us").exists():
+            group = CGROUP_V1 / name
+            group.mkdir()
+            (group / "cpu.cfs_period_us").write_text(str(PERIOD_US))
+            (group / "cpu.cfs_quota_us").write_text(str(QUOTA_US))
+            return group, CGROUP_V1
+        if "cpu" in (CGROUP_V2 / "cgroup.controllers").read_text().split():
+            (CGROUP_V2 / "cgroup.subtree_control").write_text("+cpu")
+            group = CGROUP_V2 / name
+            group.mkdir()
+            (group / "cpu.max").write_text(f"{QUOTA_US} {PERIOD_US}")
+            return group, CGROUP_V2
+    except OSError as error:
+        if group is not None and group.exists():
+            group.rmdir()
+        return f"no writable cgroup cpu controller here ({error})"
+    return "no cgroup cpu controller here (neither v1's /sys/fs/cgroup/cpu nor v2's cpu)"
+
+
+class Throttle(threading.Thread):
+    """From outside the job: once rank ``rank`` (of node 1, ``node``) trains, its process goes into the
+    quota's cgroup; it comes back once node 0's doctor named a slow rank, or after ``hold`` seconds."""
+
+    def __init__(self, group: Path, root: Path, node: Task, node_0: Task, rank: int, hold: float) -> None:
+        super().__init__(daemon=True)
+        self.group, self.root, self.node, self.node_0, self.rank, self.hold = group, root, node, node_0, rank, hold
+        self.pid: int | None = None
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        deadline = time.time() + 300
+        while self.pid is None and time.time() < deadline and not self.stop.is_set():
+            self.pid = self._training_pid()
+            self.stop.wait(0.5)
+        if self.pid is None:
+            return
+        (self.group / "cgroup.procs").write_text(str(self.pid))  # every thread of the process
+        until = time.time() + self.hold
+        while time.time() < until and not self.stop.is_set() and "slow-rank doctor: slow rank:" not in self.node_0.output:
+            self.stop.wait(1.0)
+        self.release()
+
+    def release(self) -> None:
+        """The process back in the root group (it may have ended), then the group removed."""
+        if self.pid is not None:
+            try:
+                (self.root / "cgroup.procs").write_text(str(self.pid))
+            except OSError:
+                pass  # it ended
+        if self.group.exists() and not (self.group / "cgroup.procs").read_text().split():
+            self.group.rmdir()
+
+    def _training_pid(self) -> int | None:
+        """The rank's process once past its first step, from its evidence in node 1's hang watch folder."""
+        for folder in {env.get(contract.HANG_DIR) for env in map(_environ, _descendants(self.node.proc.pid))}:
+            try:
+                found = json.loads((Path(folder or "/nonexistent") / f"rank{self.rank}.slow.json").read_text())
+            except (OSError, ValueError):
+                continue
+            if found.get("first_progress") is True and isinstance(found.get("pid"), int):
+                return int(found["pid"])
+        return None
+
+
+def _descendants(pid: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rpartition(")")[2].split()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    found, todo = [], [pid]
+    while todo:
+        found.append(todo.pop())
+        todo.extend(children.get(found[-1], []))
+    return found
+
+
+def _environ(pid: int) -> dict[str, str]:
+    try:
+        raw = Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return {}
+    return dict(item.decode(errors="replace").partition("=")[::2] for item in raw.split(b"\0") if b"=" in item)
 
 
 @pytest.fixture(scope="module")
 def jobs(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
     """Every job of this module started at once, two paijob-runtime nodes each on loopback."""
     started: dict[str, list[Task]] = {}
+    quota = cpu_quota_group()
+    throttle: Throttle | None = None
     for (name, (how, slowed, seconds)), port in zip(JOBS.items(), draw(len(JOBS)), strict=True):
+        if name == "throttled" and isinstance(quota, str):
+            continue
         folder = tmp_path_factory.mktemp(name)
         script = folder / "train.py"
         script.write_text(TRAINS_WITH_ONE_SLOW_RANK)
         args = ["train", "--master-timeout", str(MASTER_TIMEOUT), "--grace-period", "3", "--nproc-per-node", "2",
                 "--hang-timeout", "120", str(script), how, str(slowed), str(seconds)]
         started[name] = [Task(args, task_env(port, i), folder / f"node{i}.log", folder) for i in (0, 1)]
-    yield started
+        if name == "throttled" and not isinstance(quota, str):
+            throttle = Throttle(*quota, started[name][1], started[name][0], slowed, seconds)
+            throttle.start()
+    yield started if not isinstance(quota, str) else {**started, "throttled": quota}
     for tasks in started.values():
         for task in tasks:
             if task.proc.poll() is None:
                 task.proc.kill()
                 task.proc.wait()
+    if throttle is not None:
+        throttle.stop.set()
+        throttle.join(timeout=30)
+        throttle.release()
 
 
 def node_0_output(jobs, name: str) -> str:  # type: ignore[no-untyped-def]
@@ -147,3 +263,17 @@ def test_a_rank_0_evaluation_by_design_is_reported_as_a_phase_not_a_straggler(jo
 def test_a_balanced_job_says_nothing(jobs):  # type: ignore[no-untyped-def]
     output = node_0_output(jobs, "balanced")
     assert "slow-rank doctor" not in output, output
+
+
+@pytest.mark.slow
+def test_a_rank_whose_cpu_is_taken_from_outside_is_said_to_wait_for_a_cpu(jobs):  # type: ignore[no-untyped-def]
+    """Rank 3 is put under a 1 % CPU quota (a cgroup) from outside once it trains: it runs the same
+    script as a balanced job, and waits for a CPU most of its time."""
+    if isinstance(jobs["throttled"], str):
+        pytest.skip(jobs["throttled"])
+    output = node_0_output(jobs, "throttled")
+    lines = re.findall(r"slow-rank doctor: slow rank: .*", output)
+    assert lines, output
+    assert lines[0].startswith("slow-rank doctor: slow rank: rank 3 (node rank 1, "), output
+    assert "holds the job back: ranks 0-2 wait for it" in lines[0], output
+    assert "of its time waiting for a CPU (a CPU quota, or other processes on its cores), the others" in lines[0], output

@@ -10,9 +10,14 @@ import pytest
 from paijob.runtime.watch.activity import activity_of, line_of
 from paijob.runtime.watch.progress import is_library
 from paijob.runtime.watch.straggler import (
+    CPU_STARVED_MARGIN,
+    CPU_WAIT,
+    CPU_WAIT_MARGIN,
+    MIN_CPU_SECONDS,
     THRESHOLD,
     Call,
     RankWindow,
+    cpu_shares,
     is_phase,
     judge_slow,
     ranks_phrase,
@@ -370,3 +375,126 @@ def test_figures_and_the_record_are_rounded_to_three_places():
 def test_a_window_without_samples_has_no_shares_and_a_short_line_is_none():
     window = RankWindow(0, 0, "h", None, (), {}, {"data": ["next"]})
     assert window.share("data") == 0.0 and window.line("data") == "" and window.line("host") == ""
+
+
+# -- a CPU taken from outside (a cgroup's quota, other processes on the rank's cores) -----------------
+
+OTHERS_CPU = (0.3, 0.02)  # the waiting ranks: on a CPU 30 % of the wall time, waiting for one 2 %
+CPU_PHRASE = "waiting for a CPU (a CPU quota, or other processes on its cores)"
+
+
+def with_cpu(found, shares):
+    """``found`` windows with each rank's (on CPU, waiting for a CPU) shares: ``shares[rank]`` or the others'."""
+    from dataclasses import replace
+
+    return [replace(w, cpu_run=shares.get(w.rank, OTHERS_CPU)[0], cpu_wait=shares.get(w.rank, OTHERS_CPU)[1])
+            for w in found]
+
+
+def slow_rank_3_computing(rank, step):
+    return 0.05 if rank == 3 else 0.0
+
+
+COMPUTING = {3: {"collective": 2, "compute": 90, "data": 8}}
+
+
+def test_a_rank_whose_cpu_is_taken_from_outside_is_said_to_wait_for_a_cpu():
+    """The measured case: a busy process under a 20 % quota runs 0.2 and waits 0.8 of the wall time."""
+    found = with_cpu(windows(simulate(slow_rank_3_computing), activity=COMPUTING), {3: (0.2, 0.78)})
+    verdict = judge_slow(found)
+    assert verdict is not None and verdict.kind == "rank" and verdict.culprits == (3,)
+    assert verdict.activity == "cpu" and (verdict.activity_share, verdict.others_share) == (0.78, 0.02)
+    assert verdict.line().endswith(f"; it spends 78% of its time {CPU_PHRASE}, the others 2%"), verdict.line()
+    assert [f["cpu_wait"] for f in verdict.record()["figures"]] == [0.02, 0.02, 0.02, 0.78]
+
+
+@pytest.mark.parametrize(("late", "others", "cpu"), [
+    ((0.2, CPU_WAIT), (0.3, 0.02), True),  # exactly the share
+    ((0.2, CPU_WAIT - 0.001), (0.3, 0.02), False),
+    ((0.2, 0.3 + CPU_WAIT_MARGIN), (0.9, 0.3), True),  # exactly the margin above the others
+    ((0.2, 0.3 + CPU_WAIT_MARGIN - 0.001), (0.9, 0.3), False),
+    ((0.25, 0.75), (0.5, 0.5), True),  # starved 0.75 where the others are 0.5: exactly the margin
+    ((0.26, 0.74), (0.5, 0.5), False),  # ... just under it
+    ((0.4, 0.6), (0.04, 0.06), False),  # a rank that computes more on a busy machine: waits as often
+])
+def test_the_cpu_rules_edges(late, others, cpu):
+    assert CPU_STARVED_MARGIN == 0.25
+    found = with_cpu(windows(simulate(slow_rank_3_computing), activity=COMPUTING),
+                     {3: late, 0: others, 1: others, 2: others})
+    verdict = judge_slow(found)
+    assert verdict is not None and verdict.culprits == (3,)
+    assert verdict.activity == ("cpu" if cpu else "compute"), verdict.line()
+    assert (CPU_PHRASE in verdict.line()) is cpu
+
+
+def test_a_stopped_rank_is_not_waiting_for_a_cpu():
+    """SIGSTOP (or a debugger): neither on a CPU nor runnable; described by its samples."""
+    found = with_cpu(windows(simulate(slow_rank_3_computing), activity=COMPUTING), {3: (0.0, 0.0)})
+    verdict = judge_slow(found)
+    assert verdict is not None and verdict.activity == "compute" and "cpu_wait" in verdict.record()["figures"][3]
+
+
+def test_the_cpu_wait_figure_is_rounded_to_three_places():
+    found = with_cpu(windows(simulate(slow_rank_3_computing), activity=COMPUTING), {3: (0.2, 0.78456)})
+    verdict = judge_slow(found)
+    assert verdict is not None and verdict.record()["figures"][3]["cpu_wait"] == 0.785
+
+
+def test_the_others_cpu_wait_is_their_median():
+    """One waiting rank that itself waits for a CPU does not hide the late one's (the median, not the mean)."""
+    found = with_cpu(windows(simulate(slow_rank_3_computing), activity=COMPUTING),
+                     {3: (0.2, 0.5), 0: (0.1, 0.9), 1: (0.3, 0.02), 2: (0.3, 0.04)})
+    verdict = judge_slow(found)
+    assert verdict is not None and verdict.activity == "cpu" and verdict.others_share == 0.04
+
+
+def test_without_cpu_readings_a_rank_is_described_by_its_samples():
+    base = windows(simulate(slow_rank_3_computing), activity=COMPUTING)
+    from dataclasses import replace
+
+    late_unknown = with_cpu(base, {3: (0.2, 0.8)})
+    late_unknown[3] = replace(late_unknown[3], cpu_wait=None)
+    late_run_unknown = with_cpu(base, {3: (0.2, 0.8)})
+    late_run_unknown[3] = replace(late_run_unknown[3], cpu_run=None)
+    others_unknown = [replace(w, cpu_run=None) if w.rank != 3 else w for w in with_cpu(base, {3: (0.2, 0.8)})]
+    for found in (base, late_unknown, late_run_unknown, others_unknown):
+        verdict = judge_slow(found)
+        assert verdict is not None and verdict.activity == "compute", verdict.line()
+    one_known = with_cpu(base, {3: (0.2, 0.8)})
+    one_known[:2] = [replace(w, cpu_wait=None) for w in one_known[:2]]  # the waiting ones known: enough
+    verdict = judge_slow(one_known)
+    assert verdict is not None and verdict.activity == "cpu" and verdict.others_share == 0.02
+    assert "cpu_wait" not in verdict.record()["figures"][0] and verdict.record()["figures"][2]["cpu_wait"] == 0.02
+
+
+def test_a_whole_node_waiting_for_a_cpu_is_said_so():
+    def node_1(rank, step):
+        return 0.05 if rank // 2 == 1 else 0.0
+
+    found = with_cpu(windows(simulate(node_1)), {2: (0.2, 0.7), 3: (0.2, 0.8)})
+    verdict = judge_slow(found)
+    assert verdict is not None and verdict.kind == "node"
+    assert verdict.line().endswith(f"its ranks spend 75% of their time {CPU_PHRASE}, the others 2%"), verdict.line()
+
+
+def test_a_phase_is_described_by_what_it_does_even_while_waiting_for_a_cpu():
+    def evaluation(rank, step):
+        return 30.0 if rank == 0 and step == 60 else 0.0
+
+    activity = {0: {"collective": 5, "host": 60, "compute": 35}}
+    verdict = judge_slow(with_cpu(windows(simulate(evaluation), activity=activity), {0: (0.2, 0.8)}))
+    assert verdict is not None and verdict.kind == "phase" and verdict.activity == "host"
+
+
+@pytest.mark.parametrize(("before", "after", "shares"), [
+    ([10.0, 1.0, 100.0], [13.0, 9.0, 110.0], (0.3, 0.8)),
+    ([10.0, 1.0, 100.0], [10.0, 1.0, 100.0 + MIN_CPU_SECONDS], (0.0, 0.0)),  # just far enough apart
+    ([10.0, 1.0, 100.0], [13.0, 9.0, 100.0 + MIN_CPU_SECONDS - 0.01], None),  # too close
+    ([10.0, 1.0, 100.0], [9.0, 9.0, 110.0], None),  # the counts went back: another process
+    ([10.0, 1.0, 100.0], [13.0, 0.5, 110.0], None),
+    ([10.0, 1.0, 100.0], [30.0, 30.0, 110.0], (1.0, 1.0)),  # readings a little apart: at most all of it
+    (None, [13.0, 9.0, 110.0], None),
+    ([10.0, 1.0, 100.0], None, None),
+])
+def test_cpu_shares_between_two_readings(before, after, shares):
+    assert cpu_shares(before, after) == shares

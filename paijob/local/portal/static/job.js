@@ -142,7 +142,8 @@ function slowRank(slow) {
     const doing = Object.entries(f.activity || {}).sort((a, b) => b[1] - a[1])
       .map(([name, share]) => `${name} ${percent(share)}`).join(", ");
     lines.push(`rank ${f.rank} (node rank ${f.node_rank}, ${f.host}): waits ${percent(f.wait_share)} of the time, `
-      + `arrived last ${f.last} times` + (doing ? `; ${doing}` : ""));
+      + `arrived last ${f.last} times` + (doing ? `; ${doing}` : "")
+      + (typeof f.cpu_wait === "number" ? `; waits for a CPU ${percent(f.cpu_wait)}` : ""));
   }
   return lines.join("\n");
 }
