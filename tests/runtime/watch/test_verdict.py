@@ -304,9 +304,12 @@ def test_the_flight_recorder_says_where_a_skipped_call_parts_the_ranks():
     # every rank but one has evidence (a rank's file not read, or a recorder off): nothing is said
     for missing in ({n: c for n, c in skipped_one().items() if n != 1}, {**skipped_one(), 2: []}):
         assert replace(verdict, calls=missing).headline(SETTINGS) == plain
+    for missing in ({n: c for n, c in skipped_one().items() if n != 1}, {**skipped_one(), 2: []}):
+        assert sequence_phrase(missing, range(4)) == ""
     # a straggler is not a hang: no recorder phrase
-    straggler = judge([state(0, 25), state(1, 0.5, wait=None, busy=True)], SETTINGS)
-    assert straggler is not None and replace(straggler, calls=skipped_one()).sequence() == ""
+    straggler = judge([state(0, 25), state(1, 0.5, wait=None, busy=True), state(2, 25), state(3, 25)], SETTINGS)
+    assert straggler is not None and straggler.kind == "straggler"
+    assert replace(straggler, calls=skipped_one()).sequence() == ""
 
 
 def test_the_flight_recorder_phrase_counts_over_the_window_every_rank_kept():
@@ -354,6 +357,13 @@ def test_the_flight_recorder_phrase_names_the_minority_or_nobody():
         "flight recorder: collective #2 of the default group is broadcast on rank 5, barrier on ranks 1, "
         "4, all_reduce on ranks 0, 2-3; ranks 1, 4-5 made 1 all_reduce call, the others 2 (they skipped "
         "one)")
+    # minorities of one size: by their lowest rank
+    eight = {n: recorded(["all_reduce", "all_reduce"]) for n in range(8)}
+    eight[1] = eight[4] = recorded(["all_reduce", "broadcast"])
+    eight[2] = eight[3] = recorded(["all_reduce", "all_gather"])
+    assert sequence_phrase(eight, range(8)).startswith(
+        "flight recorder: collective #2 of the default group is broadcast on ranks 1, 4, all_gather on ranks "
+        "2-3, all_reduce on ranks 0, 5-7; ")
 
 
 def test_the_flight_recorder_phrase_leaves_out_counts_that_do_not_tell():
@@ -400,10 +410,11 @@ def test_the_flight_recorder_phrase_goes_to_the_detail_rather_than_past_the_head
         return replace(found, calls=skipped_one())
 
     short = verdict_with("h")
-    fits = verdict_with("h" * (MAX_HEADLINE - len(short.headline(SETTINGS)) + 1))
-    assert len(fits.headline(SETTINGS)) == MAX_HEADLINE and SKIPPED in fits.headline(SETTINGS)
+    assert MAX_HEADLINE == 400  # what a failure record keeps of a summary (records.MAX_TEXT)
+    fits = verdict_with("h" * (400 - len(short.headline(SETTINGS)) + 1))
+    assert len(fits.headline(SETTINGS)) == 400 and SKIPPED in fits.headline(SETTINGS)
     assert SKIPPED not in "\n".join(fits.detail())
-    over = verdict_with("h" * (MAX_HEADLINE - len(short.headline(SETTINGS)) + 2))
+    over = verdict_with("h" * (400 - len(short.headline(SETTINGS)) + 2))
     assert SKIPPED not in over.headline(SETTINGS) and over.headline(SETTINGS).endswith("for 25s; exit 124")
     assert over.detail()[0] == SKIPPED and over.detail()[1:] == culprit_detail(over.culprits)
 
@@ -421,6 +432,16 @@ def test_the_same_call_from_another_line_is_not_called_a_different_collective():
     assert "rank 1 (node rank 0, host 10.0.0.0, local rank 1) waits in all_reduce at train.py:50 " \
         "(the same call as the other ranks, from another line (another process group, or a call the " \
         "others skipped or made earlier): mismatched collectives)" in verdict.headline(SETTINGS)
+
+
+def test_two_ranks_in_two_collectives_name_no_culprit_but_say_so():
+    verdict = judge([state(0, 25), state(1, 25, wait="barrier", line=50)], SETTINGS)
+    assert verdict is not None and verdict.culprits == []
+    assert "; the ranks wait in different collectives: mismatched collectives; " in verdict.headline(SETTINGS)
+
+
+def test_no_verdict_while_the_job_moves_even_with_a_rank_unseen():
+    assert judge([state(0, 1), state(1, 1), replace(state(2, 1), unseen=True, stale_for=30.0)], SETTINGS) is None
 
 
 def test_every_rank_in_the_same_collective_names_no_culprit_but_says_so():
