@@ -413,6 +413,7 @@ class HangWatch(Ticker):
             wanted = self.channel.stacks_wanted()
             if wanted > self._stacks_seen:
                 self._stacks_seen = wanted
+                self.slow.share(reports, local)  # node 0's verdict reads their recent collectives too
                 text = self.local_stacks(reports, "stacks asked for (SIGUSR1, or a hang verdict)")
                 self.channel.send_stacks(self.node_rank, wanted, text)
                 self._say(text)
@@ -437,7 +438,7 @@ class HangWatch(Ticker):
                 self._say(f"warning: {verdict.headline(self.settings)}")
             return
         self.verdict = verdict
-        self._end(verdict, reports)
+        self._end(verdict, reports, local)
 
     def _gather_remote(self, local: list[RankState], now: float) -> list[RankState]:
         """The other nodes' ranks as they published them through the store.
@@ -533,12 +534,15 @@ class HangWatch(Ticker):
                          stopped=stopped, dump=self._faulthandler_dump(rank),
                          outside_read=outside.STOPPED.stacks(pid) if stopped and isinstance(pid, int) else None)
 
-    def _end(self, verdict: Verdict, reports: dict[int, dict[str, Any]]) -> None:
-        """Report first (every stack to a file), end second (every node, exit HANG_EXIT)."""
-        headline = verdict.headline(self.settings)
+    def _end(self, verdict: Verdict, reports: dict[int, dict[str, Any]], local: list[RankState]) -> None:
+        """Report first (every stack to a file), end second (every node, exit HANG_EXIT). The other
+        nodes publish their ranks' recent collectives as they send their stacks: the verdict says
+        what the ranks' flight recorders show, read after that."""
         self._say(f"hang watch: hang: no rank made progress for {verdict.waited:.0f}s "
                   f"({verdict.limit.short()}); collecting every rank's stack, then stopping the job")
         path = self.write_all_stacks(reports)
+        verdict = self.verdict = replace(verdict, calls=self.slow.recorded_calls(reports, local))
+        headline = verdict.headline(self.settings)
         detail = verdict.detail()
         if path:
             detail.append(f"every rank's full stack: {path}")

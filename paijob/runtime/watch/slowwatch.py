@@ -134,6 +134,28 @@ class SlowDoctor:
         return [{"rank": s.rank, "node_rank": s.node_rank, "host": s.host, "local_rank": s.local_rank,
                  "exited": s.exited, "clock_ahead": ahead, **found[s.rank]} for s in states if s.rank in found]
 
+    def share(self, reports: Mapping[int, Mapping[str, Any]], states: list[RankState]) -> None:
+        """Publish this node's ranks' evidence now (a hang verdict asks for every rank's stack: node 0
+        then reads their recent collectives, :meth:`recorded_calls`). Never raises."""
+        try:
+            if self.nnodes > 1 and self._publish is not None:
+                self._publish(self.node_rank, json.dumps(self._local(reports, states)))
+        except Exception:  # noqa: BLE001, S110 - the doctor never stops the hang watch; the verdict says less
+            pass
+
+    def recorded_calls(self, reports: Mapping[int, Mapping[str, Any]],
+                       states: list[RankState]) -> dict[int, list[list[Any]]]:
+        """Node 0, at a hang verdict: each rank's recent collectives (``[group, seq, op, enqueued]``) as its
+        flight recorder kept them: this node's read now, the other nodes' as they last published them.
+        A rank without any is left out; never raises (nothing is known then)."""
+        try:
+            remote = [item for text in (self._gather(self.nnodes, self.node_rank) if self._gather else [])
+                      for item in _parsed(text)]
+            ranks = self._local(reports, states) + remote
+        except Exception:  # noqa: BLE001 - the doctor never stops the hang watch
+            return {}
+        return {r["rank"]: r["calls"] for r in ranks if r.get("calls")}
+
     def judge(self, now: float, ranks: list[dict[str, Any]]) -> SlowVerdict | None:
         """Node 0: the verdict on every rank's evidence, and the line when one is due."""
         live = [r for r in ranks if not r.get("exited")]

@@ -23,7 +23,7 @@ from __future__ import annotations
 import linecache
 import os
 import re
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -32,6 +32,7 @@ from paijob.common.records import StallRecord, rank_ranges
 from paijob.runtime.config import HangSettings
 from paijob.runtime.failure import Failure
 from paijob.runtime.watch.progress import is_library
+from paijob.runtime.watch.sequence import sequence_phrase
 
 HANG_EXIT = exitcodes.HANG
 STALE_AFTER = 10.0  # a sampler silent this long (seconds, at least 5 intervals) cannot run
@@ -153,20 +154,38 @@ class Verdict:
     others: list[RankState]
     why: str  # how the culprits were told apart
     unseen: list[RankState] = field(default_factory=list)  # ranks node 0 cannot read now: not judged
+    # rank -> its recent collectives as its flight recorder kept them, ``[group, seq, op, enqueued]``
+    # (the slow-rank doctor's evidence; the watcher passes them in): :func:`~paijob.runtime.watch.sequence.sequence_phrase`
+    calls: Mapping[int, Sequence[Sequence[Any]]] = field(default_factory=dict)
 
     def headline(self, settings: HangSettings) -> str:
         if self.kind == "straggler":
             return self._straggler_headline(settings.hard_limit)
+        longer = self._hang_line(self.sequence())
+        return longer if len(longer) <= MAX_HEADLINE else self._hang_line("")
+
+    def _hang_line(self, sequence: str) -> str:
+        """The hang's headline; with ``sequence`` (the flight recorder's phrase) at its end, where it
+        says how the calls differ: the culprits' own account of it shortened."""
         parts = [self.first_part()]
         if self.culprits:
-            parts.append(_named(self.culprits, self.why))
+            mismatched = sequence and self.why.endswith(MISMATCHED)
+            parts.append(_named(self.culprits, MISMATCHED[2:] if mismatched else self.why))
         else:
             parts.append(self.why)
         if self.others:
             parts.append(waiting_phrase(self.others))
         if self.unseen:
             parts.append(unseen_phrase(self.unseen))
+        if sequence:
+            parts.append(sequence)
         return "; ".join(parts) + f"; exit {HANG_EXIT}"
+
+    def sequence(self) -> str:
+        """What the judged ranks' flight recorders say of where their calls part (a hang); "": nothing."""
+        if self.kind != "hang":
+            return ""
+        return sequence_phrase(self.calls, [s.rank for s in (*self.culprits, *self.others)])
 
     def first_part(self) -> str:
         """``hang: no rank made progress for 31s (--hang-timeout 20s)``: the headline's start."""
@@ -184,10 +203,16 @@ class Verdict:
                 f"{option} ({hard_limit * seconds:.0f}s) unless it finishes")
 
     def detail(self) -> list[str]:
+        """The culprits' frames; first, what the flight recorders say when the headline had no room for it."""
+        sequence = self.sequence()
+        if sequence and len(self._hang_line(sequence)) > MAX_HEADLINE:
+            return [sequence, *culprit_detail(self.culprits)]
         return culprit_detail(self.culprits)
 
 
 MAX_NAMED = 4  # culprits named one by one in a headline; the rest are counted
+MISMATCHED = ": mismatched collectives"  # how each account of ranks in calls that differ ends
+MAX_HEADLINE = 400  # characters: the flight recorder's phrase goes to the detail lines rather than past it
 
 
 def culprit_detail(culprits: Sequence[RankState]) -> list[str]:

@@ -320,3 +320,108 @@ def test_node_0_keeps_its_verdict_beside_the_samplers_where_rank_0s_summary_read
     assert summary is not None and summary["ranks"] == [3] and summary["verdict"] == "rank"
     assert PREFIX + summary["line"] == said[-1] and {f["rank"] for f in summary["figures"]} == {0, 1, 2, 3}
     assert slow_rank({}) is None  # no hang watch
+
+
+def test_a_hang_verdict_says_what_the_ranks_flight_recorders_show(tmp_path):
+    """Issue 43: node 0's hang verdict reads every rank's recent collectives (its own ranks' evidence
+    files, the other node's as it published them when the verdict asked for its stacks): rank 1 skipped
+    one all_reduce and waits in the barrier after the loop."""
+    import os
+    import time
+
+    from paijob.runtime.config import HangSettings
+    from paijob.runtime.watch.hangwatch import Channel, HangWatch
+    from paijob.runtime.watch.progress import own_start_time
+    from paijob.runtime.watch.verdict import RankState, report_frames
+
+    c10d = "/venv/site-packages/torch/distributed/distributed_c10d.py"
+    loop = [["0", seq, "all_reduce", 100.0 + seq] for seq in range(1, 42)]
+    calls = {0: loop, 1: loop[:40] + [["0", 41, "barrier", 200.0]], 2: loop, 3: loop}
+    now = time.time()
+
+    def waits(rank: int, wait: str, line: int) -> dict:
+        return {"rank": rank, "local_rank": rank % 2, "pid": os.getpid(), "start_time": own_start_time(),
+                "time": now, "active_at": now - 100, "data_moved_at": now - 100, "first_progress": True,
+                "wait": wait, "collective": True, "c10d": True,
+                "frames": [["/job/train.py", line, "<module>"], [c10d, 3252, wait]]}
+
+    folders = {node: tmp_path / f"hang{node}" for node in (0, 1)}
+    for node, folder in folders.items():
+        folder.mkdir()
+        for rank in (2 * node, 2 * node + 1):
+            report = waits(rank, "barrier" if rank == 1 else "all_reduce", 14 if rank == 1 else 12)
+            (folder / f"rank{rank}.json").write_text(json.dumps(report))
+            evidence = {"rank": rank, "pid": report["pid"], "start_time": report["start_time"],
+                        "first_progress": True, "activity": BALANCED, "lines": {}, "calls": calls[rank]}
+            (folder / f"rank{rank}.slow.json").write_text(json.dumps(evidence))
+
+    class Between(Channel):
+        """Two nodes' keys in one process: node 1's ranks as their summaries, its evidence as published."""
+
+        def __init__(self) -> None:
+            self.slow: dict[int, str] = {}
+            self.wanted = 0
+
+        def gather(self, nnodes: int, node_rank: int) -> list[RankState]:
+            return [RankState(rank=r, node_rank=1, host="10.0.0.6", local_rank=r % 2, idle_for=100.0,
+                              busy=False, cpu_share=0.0, wait="all_reduce", collective=True, first_progress=True,
+                              stale_for=0.0, where=report_frames(waits(r, "all_reduce", 12)["frames"]),
+                              c10d=True, quiet_for=100.0) for r in (2, 3)]
+
+        def publish_slow(self, node_rank: int, text: str) -> None:
+            self.slow[node_rank] = text
+
+        def gather_slow(self, nnodes: int, node_rank: int) -> list[str]:
+            return [text for node, text in self.slow.items() if node != node_rank]
+
+        def stacks_wanted(self) -> int:
+            return self.wanted
+
+        def want_stacks(self) -> int:
+            self.wanted += 1
+            other.tick()  # node 1 answers as node 0 waits for its stacks
+            return self.wanted
+
+    channel = Between()
+    declared = []
+    settings = HangSettings(timeout=20)
+    other = HangWatch(settings, folder=str(folders[1]), node_rank=1, nnodes=2, world_size=4, host="10.0.0.6",
+                      stacks_dir=str(tmp_path), channel=channel, declare=declared.append, say=lambda line: None)
+    other.slow.every = 1e9  # its doctor's own looks publish nothing here: only the verdict's request
+    other.slow._looked = now
+    watch = HangWatch(settings, folder=str(folders[0]), node_rank=0, nnodes=2, world_size=4, host="10.0.0.5",
+                      stacks_dir=str(tmp_path), channel=channel, declare=declared.append, say=lambda line: None)
+    watch.slow.every = 1e9
+    watch.slow._looked = now
+    watch.tick()
+    assert len(declared) == 1, declared
+    assert declared[0].reason.endswith(
+        "; flight recorder: collective #41 of the default group is barrier on rank 1, all_reduce on ranks 0, "
+        "2-3; rank 1 made 40 all_reduce calls, the others 41 (it skipped one); exit 124"), declared[0].reason
+    assert "(mismatched collectives)" in declared[0].reason
+    assert watch.verdict is not None and watch.verdict.calls[1][-1] == ["0", 41, "barrier", 200.0]
+
+
+def test_the_recorded_calls_are_what_is_known_and_never_an_error():
+    def gather(nnodes, node_rank):
+        raise RuntimeError("the store went away")
+
+    def publish(node, text):
+        raise RuntimeError("the store went away")
+
+    said: list[str] = []
+    found = doctor(said, gather=gather)
+    assert found.recorded_calls({}, []) == {}
+    remote = json.dumps([{"rank": 2, "node_rank": 1, "calls": [["0", 1, "all_reduce", 1.0]]},
+                         {"rank": 3, "node_rank": 1, "calls": []}])
+    assert doctor(said, gather=lambda nnodes, node_rank: [remote]).recorded_calls({}, []) == {
+        2: [["0", 1, "all_reduce", 1.0]]}
+    assert doctor(said).recorded_calls({}, []) == {}
+    SlowDoctor(node_rank=1, nnodes=2, world_size=4, folder="/nonexistent", read=lambda p: None, say=said.append,
+               publish=publish).share({}, [])
+    shared: list[tuple[int, str]] = []
+    SlowDoctor(node_rank=1, nnodes=2, world_size=4, folder="/nonexistent", read=lambda p: None, say=said.append,
+               publish=lambda node, text: shared.append((node, text))).share({}, [])
+    SlowDoctor(node_rank=0, nnodes=1, world_size=2, folder="/nonexistent", read=lambda p: None, say=said.append,
+               publish=lambda node, text: shared.append((node, text))).share({}, [])
+    assert shared == [(1, "[]")] and said == []

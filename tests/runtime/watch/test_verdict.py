@@ -16,7 +16,9 @@ from paijob.common import exitcodes
 from paijob.runtime.config import HangSettings
 from paijob.runtime.failure import Failure
 from paijob.runtime.watch.progress import classify_wait
+from paijob.runtime.watch.sequence import sequence_phrase
 from paijob.runtime.watch.verdict import (
+    MAX_HEADLINE,
     RankState,
     account_of_timeout,
     call_order,
@@ -256,6 +258,167 @@ def test_the_rank_in_a_different_collective_than_most_is_the_culprit():
             verdict.headline(SETTINGS))
 
 
+def recorded(ops: list[str], *, group: str = "0", first: int = 1) -> list[list[object]]:
+    """A rank's calls as its evidence keeps them: ``ops`` from sequence number ``first`` on."""
+    return [[group, first + i, op, 100.0 + i] for i, op in enumerate(ops)]
+
+
+def skipped_one(steps: int = 41, skipped: int = 1, first: int = 1) -> dict[int, list[list[object]]]:
+    """Rank 1 skipped ``skipped`` of the loop's all_reduce calls and waits in the barrier after it."""
+    loop = ["all_reduce"] * steps
+    calls = {n: recorded(loop, first=first) for n in (0, 2, 3)}
+    calls[1] = recorded(loop[skipped:] + ["barrier"], first=first)
+    return calls
+
+
+SKIPPED = ("flight recorder: collective #41 of the default group is barrier on rank 1, all_reduce on "
+           "ranks 0, 2-3; rank 1 made 40 all_reduce calls, the others 41 (it skipped one)")
+
+
+def test_the_flight_recorder_says_where_a_skipped_call_parts_the_ranks():
+    """Issue 43: rank 1 skipped one all_reduce and waits in the barrier after the loop; the sampler sees
+    only where it ended up, its recorder's sequence numbers show it is one collective behind."""
+    states = [state(0, 25), state(1, 25, wait="barrier", line=50), state(2, 25), state(3, 25)]
+    verdict = judge(states, SETTINGS)
+    assert verdict is not None
+    plain = verdict.headline(SETTINGS)
+    told = replace(verdict, calls=skipped_one())
+    assert told.headline(SETTINGS) == (
+        "hang: no rank made progress for 25s (--hang-timeout 20s); rank 1 (node rank 0, host 10.0.0.0, local "
+        "rank 1) waits in barrier at train.py:50 (mismatched collectives); ranks 0, 2-3 wait in all_reduce at "
+        f"train.py:42 for 25s; {SKIPPED}; exit 124")
+    assert plain == told.headline(SETTINGS).replace(
+        "(mismatched collectives)", "(a different collective than the other ranks: mismatched collectives)"
+    ).replace(f"; {SKIPPED}", "")
+    assert told.detail() == verdict.detail()
+    # the same call from another line: the sampler's account shortened the same way
+    states = [state(0, 25), state(1, 25, line=5), state(2, 25), state(3, 25)]
+    other_line = judge(states, SETTINGS)
+    assert other_line is not None and "waits in all_reduce at train.py:5 (mismatched collectives); " in (
+        replace(other_line, calls=skipped_one()).headline(SETTINGS))
+    # a rank outside any collective keeps its account
+    states = [state(0, 25), state(1, 25, wait=None, line=50), state(2, 25), state(3, 25)]
+    outside = judge(states, SETTINGS)
+    assert outside is not None and replace(outside, calls=skipped_one()).headline(SETTINGS) == (
+        f"{outside.headline(SETTINGS)[:-len('; exit 124')]}; {SKIPPED}; exit 124")
+    # every rank but one has evidence (a rank's file not read, or a recorder off): nothing is said
+    for missing in ({n: c for n, c in skipped_one().items() if n != 1}, {**skipped_one(), 2: []}):
+        assert replace(verdict, calls=missing).headline(SETTINGS) == plain
+    for missing in ({n: c for n, c in skipped_one().items() if n != 1}, {**skipped_one(), 2: []}):
+        assert sequence_phrase(missing, range(4)) == ""
+    # a straggler is not a hang: no recorder phrase
+    straggler = judge([state(0, 25), state(1, 0.5, wait=None, busy=True), state(2, 25), state(3, 25)], SETTINGS)
+    assert straggler is not None and straggler.kind == "straggler"
+    assert replace(straggler, calls=skipped_one()).sequence() == ""
+
+
+def test_the_flight_recorder_phrase_counts_over_the_window_every_rank_kept():
+    assert sequence_phrase(skipped_one(), range(4)) == SKIPPED
+    assert sequence_phrase(skipped_one(), [0, 1, 2, 3, 3]) == SKIPPED
+    # each keeps its newest calls only: counted over the collectives all of them kept
+    calls = skipped_one(steps=300, first=1)
+    calls[0] = calls[0][44:]  # rank 0 kept #45-#300
+    calls[2] = calls[2][40:]
+    assert sequence_phrase(calls, range(4)) == (
+        "flight recorder: collective #300 of the default group is barrier on rank 1, all_reduce on "
+        "ranks 0, 2-3; rank 1 made 255 all_reduce calls in collectives #45-#300, the others 256 (it "
+        "skipped one)")
+    behind = {n: recorded(["all_reduce"] * 3) for n in (0, 2, 3)}
+    behind[1] = recorded(["all_reduce", "barrier", "barrier"])
+    assert sequence_phrase(behind, range(4)).endswith(
+        "collective #2 of the default group is barrier on rank 1, all_reduce on ranks 0, 2-3; rank 1 made 1 "
+        "all_reduce call, the others 3 (it skipped 2)")
+    # one call made and one missed: "call", not "calls"
+    assert sequence_phrase(skipped_one(steps=2), range(4)).endswith(
+        "; rank 1 made 1 all_reduce call, the others 2 (it skipped one)")
+    # one call more than the others (the call they wait in is the odd one): counted the same way
+    extra = {n: recorded(["all_reduce"] * 40 + ["barrier"]) for n in (0, 1, 3)}
+    extra[2] = recorded(["all_reduce"] * 41)
+    assert sequence_phrase(extra, range(4)) == (
+        "flight recorder: collective #41 of the default group is all_reduce on rank 2, barrier on "
+        "ranks 0-1, 3; rank 2 made 41 all_reduce calls, the others 40 (it made one more)")
+
+
+def test_the_flight_recorder_phrase_names_the_minority_or_nobody():
+    # two ranks (or two equal halves): who parted cannot be told, nothing is said
+    calls = skipped_one()
+    assert sequence_phrase({0: calls[0], 1: calls[1]}, [0, 1]) == ""
+    assert sequence_phrase({**calls, 3: calls[1]}, range(4)) == ""
+    # the same calls everywhere (the ranks wait in one collective), or one rank alone: nothing
+    same = {n: recorded(["all_reduce"] * 41) for n in range(4)}
+    assert sequence_phrase(same, range(4)) == ""
+    assert sequence_phrase({0: calls[1]}, [0]) == ""
+    assert sequence_phrase({}, []) == ""
+    # several minorities, the smallest first; two ranks in one
+    six = {n: recorded(["all_reduce", "all_reduce"]) for n in range(6)}
+    six[1] = six[4] = recorded(["all_reduce", "barrier"])
+    six[5] = recorded(["all_reduce", "broadcast"])
+    assert sequence_phrase(six, range(6)) == (
+        "flight recorder: collective #2 of the default group is broadcast on rank 5, barrier on ranks 1, "
+        "4, all_reduce on ranks 0, 2-3; ranks 1, 4-5 made 1 all_reduce call, the others 2 (they skipped "
+        "one)")
+    # minorities of one size: by their lowest rank
+    eight = {n: recorded(["all_reduce", "all_reduce"]) for n in range(8)}
+    eight[1] = eight[4] = recorded(["all_reduce", "broadcast"])
+    eight[2] = eight[3] = recorded(["all_reduce", "all_gather"])
+    assert sequence_phrase(eight, range(8)).startswith(
+        "flight recorder: collective #2 of the default group is broadcast on ranks 1, 4, all_gather on ranks "
+        "2-3, all_reduce on ranks 0, 5-7; ")
+
+
+def test_the_flight_recorder_phrase_leaves_out_counts_that_do_not_tell():
+    # counts that differ among the others, or that are the same on both sides: the place alone
+    calls = {n: recorded(["all_reduce", "all_reduce", "all_reduce"]) for n in (0, 3)}
+    calls[1] = recorded(["all_reduce", "broadcast", "all_reduce"])
+    calls[2] = recorded(["all_reduce", "all_reduce", "broadcast"])
+    assert sequence_phrase(calls, range(4)) == (
+        "flight recorder: collective #2 of the default group is broadcast on rank 1, all_reduce on ranks 0, 2-3")
+    calls = {n: recorded(["all_reduce", "broadcast", "all_reduce", "all_reduce"]) for n in (0, 2, 3)}
+    calls[1] = recorded(["all_reduce", "all_reduce", "all_reduce", "broadcast"])
+    assert sequence_phrase(calls, range(4)) == (
+        "flight recorder: collective #2 of the default group is all_reduce on rank 1, broadcast on ranks 0, 2-3")
+    # the minority's counts differ among themselves
+    calls = {n: recorded(["all_reduce"] * 4) for n in (0, 2, 3, 5)}
+    calls[1] = recorded(["all_reduce", "barrier", "all_reduce", "all_reduce"])
+    calls[4] = recorded(["all_reduce", "barrier", "barrier", "all_reduce"])
+    assert sequence_phrase(calls, range(6)) == (
+        "flight recorder: collective #2 of the default group is barrier on ranks 1, 4, all_reduce on "
+        "ranks 0, 2-3, 5")
+
+
+def test_the_flight_recorder_phrase_reads_each_process_group_on_its_own():
+    calls = skipped_one()
+    other = {n: recorded(["broadcast", "all_gather" if n == 2 else "broadcast"], group="9") for n in range(4)}
+    tenth = {n: recorded(["broadcast", "all_gather" if n == 3 else "broadcast"], group="10") for n in range(4)}
+    both = {n: other[n] + tenth[n] for n in range(4)}
+    # group 9 before group 10 (by number), the default group first
+    assert sequence_phrase(both, range(4)) == (
+        "flight recorder: collective #2 of process group 9 is all_gather on rank 2, broadcast on ranks "
+        "0-1, 3; rank 2 made 1 broadcast call, the others 2 (it skipped one)")
+    assert sequence_phrase({n: both[n] + calls[n] for n in range(4)}, range(4)) == SKIPPED
+    # a group some ranks do not call (a subgroup) is read on the ranks that do
+    sub = {n: calls[n] + (recorded(["broadcast"], group="4") if n < 2 else []) for n in range(4)}
+    assert sequence_phrase(sub, range(4)) == SKIPPED
+
+
+def test_the_flight_recorder_phrase_goes_to_the_detail_rather_than_past_the_headline_limit():
+    def verdict_with(host: str):  # type: ignore[no-untyped-def]
+        states = [state(0, 25), replace(state(1, 25, wait="barrier", line=50), host=host), state(2, 25),
+                  state(3, 25)]
+        found = judge(states, SETTINGS)
+        assert found is not None
+        return replace(found, calls=skipped_one())
+
+    short = verdict_with("h")
+    assert MAX_HEADLINE == 400  # what a failure record keeps of a summary (records.MAX_TEXT)
+    fits = verdict_with("h" * (400 - len(short.headline(SETTINGS)) + 1))
+    assert len(fits.headline(SETTINGS)) == 400 and SKIPPED in fits.headline(SETTINGS)
+    assert SKIPPED not in "\n".join(fits.detail())
+    over = verdict_with("h" * (400 - len(short.headline(SETTINGS)) + 2))
+    assert SKIPPED not in over.headline(SETTINGS) and over.headline(SETTINGS).endswith("for 25s; exit 124")
+    assert over.detail()[0] == SKIPPED and over.detail()[1:] == culprit_detail(over.culprits)
+
+
 def test_the_same_call_from_another_line_is_not_called_a_different_collective():
     """Issue 43: an all_reduce on another process group (or one the others skipped) was called "a
     different collective"; the sampler sees the same call at another line, and says that."""
@@ -269,6 +432,16 @@ def test_the_same_call_from_another_line_is_not_called_a_different_collective():
     assert "rank 1 (node rank 0, host 10.0.0.0, local rank 1) waits in all_reduce at train.py:50 " \
         "(the same call as the other ranks, from another line (another process group, or a call the " \
         "others skipped or made earlier): mismatched collectives)" in verdict.headline(SETTINGS)
+
+
+def test_two_ranks_in_two_collectives_name_no_culprit_but_say_so():
+    verdict = judge([state(0, 25), state(1, 25, wait="barrier", line=50)], SETTINGS)
+    assert verdict is not None and verdict.culprits == []
+    assert "; the ranks wait in different collectives: mismatched collectives; " in verdict.headline(SETTINGS)
+
+
+def test_no_verdict_while_the_job_moves_even_with_a_rank_unseen():
+    assert judge([state(0, 1), state(1, 1), replace(state(2, 1), unseen=True, stale_for=30.0)], SETTINGS) is None
 
 
 def test_every_rank_in_the_same_collective_names_no_culprit_but_says_so():
