@@ -23,5 +23,5 @@ def start_task(tmp_path: Path) -> Callable[..., Task]:
     yield start  # type: ignore[misc]
     for task in started:
         if task.proc.poll() is None:
-            task.proc.kill()
+            task.kill()
             task.proc.wait()

@@ -6,13 +6,15 @@ imported first, which is another folder's when several test folders run together
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-from paijob.common import records
+from paijob.common import procfs, records
 from paijob.common.ports import draw
 
 RUNTIME = [sys.executable, "-m", "paijob.runtime.cli"]
@@ -78,6 +80,22 @@ class Task:
         )
         self.ended_at: float | None = None
 
+    def kill(self) -> None:
+        """SIGKILL the task and every process below it (a stopped rank continued, so it dies): a test that
+        gives up on a task leaves no rank of it behind, which would hold a port or a core forever."""
+        children: dict[int, list[int]] = {}
+        for stat in procfs.processes():
+            children.setdefault(stat.ppid, []).append(stat.pid)
+        tree, todo = [], [self.proc.pid]
+        while todo:
+            pid = todo.pop()
+            tree.append(pid)
+            todo.extend(children.get(pid, []))
+        for pid in tree:
+            for signum in (signal.SIGKILL, signal.SIGCONT):
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signum)
+
     def poll(self) -> int | None:
         code = self.proc.poll()
         if code is not None and self.ended_at is None:
@@ -88,7 +106,7 @@ class Task:
         deadline = time.time() + timeout
         while self.poll() is None:
             if time.time() > deadline:
-                self.proc.kill()
+                self.kill()
                 self.proc.wait()
                 self._fh.close()
                 raise AssertionError(f"timed out; output:\n{self.output}")
@@ -114,7 +132,7 @@ def wait_all(tasks: list[Task], timeout: float, peer_grace: float = PEER_GRACE) 
     survivors = [t for t in tasks if t.poll() is None]
     if survivors:
         for task in survivors:
-            task.proc.kill()
+            task.kill()
         codes = [t.wait(30) for t in tasks]
         raise AssertionError(
             f"exit codes {codes}: {len(survivors)} task(s) still ran {peer_grace:.0f}s after another "

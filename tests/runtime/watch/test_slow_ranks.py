@@ -209,7 +209,7 @@ def jobs(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-d
     for tasks in started.values():
         for task in tasks:
             if task.proc.poll() is None:
-                task.proc.kill()
+                task.kill()
                 task.proc.wait()
     if throttle is not None:
         throttle.stop.set()
