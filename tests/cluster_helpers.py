@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import socket
 import textwrap
+import time
 from typing import Any
 
 import yaml
@@ -31,3 +33,17 @@ def job_yaml(name: str, commands: list[str] | str, *, instances: int = 1, role: 
     }
     job.update(extra)
     return yaml.safe_dump(job, sort_keys=False)
+
+
+def closed_within(sock: socket.socket, seconds: float) -> float | None:
+    """Seconds until the server closed ``sock`` (None: still open after ``seconds``)."""
+    start = time.monotonic()
+    sock.settimeout(seconds)
+    try:
+        while sock.recv(4096):
+            pass
+    except TimeoutError:
+        return None
+    except ConnectionResetError:
+        pass
+    return time.monotonic() - start

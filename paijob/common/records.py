@@ -169,10 +169,9 @@ def last_failure(log_text: str, key: str | None = None) -> FailureRecord | None:
     ``key``: the task's record key; records not signed with it are not the runtime's."""
     found: list[FailureRecord] = []
     for line in log_text.splitlines():
-        start = line.find(MARKER)  # not only at the line's start: after a killed worker's unfinished line
-        if start >= 0:
+        if line.startswith(MARKER):
             try:
-                found.append(read_failure_line(line[start:].rstrip("\r"), key))
+                found.append(read_failure_line(line.rstrip("\r"), key))
             except RecordError:
                 continue
     if not found:

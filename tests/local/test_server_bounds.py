@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 import requests
-from cluster_helpers import TOKEN
+from cluster_helpers import TOKEN, closed_within
 
 from paijob.local.server import LocalServer
 
@@ -30,20 +30,6 @@ SLOW_HEAD = (b"POST " + API.encode() + b"/jobs HTTP/1.1\r\nHost: 127.0.0.1\r\nCo
 def server_threads() -> set[int | None]:
     """The waitress threads alive in this process (a server stopped by another test may still be ending)."""
     return {thread.ident for thread in threading.enumerate() if thread.name.startswith("waitress")}
-
-
-def closed_within(sock: socket.socket, seconds: float) -> float | None:
-    """Seconds until the server closed ``sock`` (None: still open after ``seconds``)."""
-    start = time.monotonic()
-    sock.settimeout(seconds)
-    try:
-        while sock.recv(4096):
-            pass
-    except TimeoutError:
-        return None
-    except ConnectionResetError:
-        pass
-    return time.monotonic() - start
 
 
 def bounded(tmp_path: Path, **limits: float) -> Iterator[LocalServer]:

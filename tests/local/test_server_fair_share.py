@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 import requests
-from cluster_helpers import TOKEN
+from cluster_helpers import TOKEN, closed_within
 
 from paijob.local import serving
 from paijob.local.server import LocalServer
@@ -49,19 +49,6 @@ def answer(sock: socket.socket, request: bytes) -> bytes:
             break
         body += chunk
     return head
-
-
-def closed_within(sock: socket.socket, seconds: float) -> float | None:
-    start = time.monotonic()
-    sock.settimeout(seconds)
-    try:
-        while sock.recv(4096):
-            pass
-    except TimeoutError:
-        return None
-    except ConnectionResetError:
-        pass
-    return time.monotonic() - start
 
 
 class Attack:
