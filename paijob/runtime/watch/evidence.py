@@ -5,10 +5,10 @@ samples counted by activity and when it enqueued its recent collectives. The sam
 (:mod:`paijob.runtime.watch.progress`) already looks at the main thread once a second; here it only
 counts that look (a dictionary increment), and every :data:`WRITE_EVERY` seconds reads torch's
 flight recorder **without stack traces** (about 1 ms for 256 entries, on the sampler's thread, never
-on the training step) and writes ``rank<N>.slow.json`` beside its ``rank<N>.json``, with the main
-thread's CPU time and **run delay** so far (the kernel's ``schedstat``: time spent runnable but
+on the training step) and writes ``rank<N>.slow.json`` beside its ``rank<N>.json``, with its
+threads' CPU time and **run delay** so far (the kernel's ``schedstat``: time spent runnable but
 waiting for a CPU, which a cgroup's CPU quota or other processes on its cores make grow; one small
-read of ``/proc``). Nothing is
+read of ``/proc`` per thread). Nothing is
 added to a training step: the recorder records every collective anyway (it is on for the hang
 watch's mismatch account), and its ring buffer keeps the last :data:`~paijob.common.contract.FLIGHT_RECORDER_ENTRIES`.
 
@@ -46,12 +46,9 @@ class Evidence:
     """One worker's counts (by activity, and the line most seen for each) and its recent collectives."""
 
     def __init__(self, folder: str, rank: int, *, is_library: Callable[[str], bool],
-                 write: Callable[[str, str], None], tid: int | None = None) -> None:
-        """``tid``: the main thread's id (its CPU time and run delay are read; None: this process's
-        thread-group leader, ``/proc/self/schedstat``)."""
+                 write: Callable[[str, str], None]) -> None:
         self.path = evidence_path(folder, rank)
         self.rank = rank
-        self.schedstat = f"/proc/self/task/{tid}/schedstat" if tid else "/proc/self/schedstat"
         self._is_library = functools.lru_cache(maxsize=4096)(is_library)  # a file's answer never changes
         self._write = write
         self.activity: dict[str, int] = {}
@@ -102,7 +99,7 @@ class Evidence:
             "time": now, "first_progress": report.get("first_progress"),
             "activity": self.activity, "lines": lines,
             "calls": sorted(self.calls.values(), key=lambda c: (c[0], c[1])),
-            "cpu": cpu_times(self.schedstat),
+            "cpu": cpu_times(),
         }, separators=(",", ":")))
 
 
@@ -113,16 +110,33 @@ def _most_seen(seen: Mapping[str, Mapping[str, int]]) -> list[Any]:
     return [key.split("\t")[0], at, sum(seen[key].values())]
 
 
-def cpu_times(path: str = "/proc/self/schedstat") -> list[float] | None:
-    """``[on CPU, run delay, when]`` in seconds: a thread's CPU time and time spent runnable but
-    waiting for a CPU since it started (``schedstat``'s first two fields, ns), and ``time.monotonic()``
-    as read; None: no such file (a kernel without schedstat, not Linux) or not its form."""
+def cpu_times(tasks: str = "/proc/self/task") -> list[float] | None:
+    """``[on CPU, run delay, when]`` in seconds: the CPU time and the time spent runnable but waiting
+    for a CPU of every thread of the process (``tasks``: its ``/proc/<pid>/task`` folder), summed
+    since each started (``schedstat``'s first two fields, ns), and ``time.monotonic()`` as read;
+    None: no such files (a kernel without schedstat, not Linux) or not their form.
+
+    Why every thread, not the main one: the training is held up by whichever of its threads waits
+    for a CPU. Under a CPU quota, gloo's I/O thread waits most (seen: 86 % of the wall time under a
+    1 % quota, the main thread 30 %, because it mostly sleeps waiting for that I/O thread); on a GPU
+    it is the main thread launching kernels. A thread that ended takes its counts with it: the sum
+    may go back, and such a pair of readings is not used (see ``straggler.cpu_shares``)."""
     try:
-        with open(path, "rb") as handle:
-            fields = handle.read(256).split()
-        return [int(fields[0]) / 1e9, int(fields[1]) / 1e9, time.monotonic()]
-    except (OSError, ValueError, IndexError):
+        names = os.listdir(tasks)
+    except OSError:
         return None
+    run = delay = 0
+    read = 0
+    for name in names:
+        try:
+            with open(os.path.join(tasks, name, "schedstat"), "rb") as handle:
+                fields = handle.read(256).split()
+            run, delay, read = run + int(fields[0]), delay + int(fields[1]), read + 1
+        except (OSError, ValueError, IndexError):
+            continue  # the thread ended since the listing, or not schedstat's form
+    if not read:
+        return None
+    return [run / 1e9, delay / 1e9, time.monotonic()]
 
 
 def recorded_entries() -> list[dict[str, Any]] | None:

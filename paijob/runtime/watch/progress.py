@@ -287,8 +287,7 @@ class Sampler:
         self._last: dict[str, Any] | None = None  # the last report written
         self._stack_fd: int | None = None
         self._seal: seal.Seal | None = None  # this process's key, in its memory only, and its socket to the watch
-        self.evidence = Evidence(folder, rank, is_library=is_library, write=write_new,  # the slow-rank doctor's
-                                 tid=self.tid)
+        self.evidence = Evidence(folder, rank, is_library=is_library, write=write_new)  # the slow-rank doctor's
         self._thread = threading.Thread(target=self._run, name="paijob-progress", daemon=True)
 
     def start(self) -> None:

@@ -17,15 +17,21 @@ the runtime already has, at no per-step cost, name it:
   Where the recorder is missing (torch 2.4's gloo; no rank kept a collective), the wait share is read
   from these samples instead (the share of samples inside a collective, which holds only where collectives block the
   Python thread: gloo).
-* **how long each rank's main thread waited for a CPU**: the kernel's run delay (``schedstat``),
-  as shares of the wall time on a CPU and waiting for one (:func:`cpu_shares`).
+* **how long each rank's threads waited for a CPU**: the kernel's run delay (``schedstat``) summed
+  over the rank's threads, per second of wall time, with their time on a CPU (:func:`cpu_shares`).
 
 The rules (thresholds below, pinned in ``tests/runtime/watch/test_straggler.py``):
 
 * **quiet** unless the ranks that wait do so for at least :data:`THRESHOLD` (10 %) of the wall
   time on average, the ranks they wait for (those waiting at most half as much as the most
-  waiting rank) are at most half of the job, and (recorder) arrive last in at least
-  :data:`LAST_SHARE` of the collectives: noise that makes a different rank late each step names no one;
+  waiting rank) are at most half of the job, and (recorder) cause at least :data:`LAST_SHARE` of
+  the waiting by arriving last: noise that makes a different rank late each step names no one.
+  The waiting a collective costs is counted against the rank that arrived last, so the collectives
+  from before a rank became slow (a neighbour that arrived mid-run) weigh what they cost, little;
+* **a victim is not late**: a rank that waits less only because it finishes each collective after
+  the late one (gloo's ring passes the late rank's data on through it, so it enqueues the next
+  collective later than the others) causes almost none of the waiting itself; a rank causing less
+  than :data:`CAUSE_MIN` of it is counted among the waiting, never among the late;
 * **a node**, not ranks, when the late ranks are every rank of one node (of several);
 * **a phase, not a straggler**, when the waiting sits in a few long pauses (at most
   :data:`PHASE_COLLECTIVES` of the collectives hold :data:`PHASE_WAIT` of it): one rank's
@@ -35,11 +41,14 @@ The rules (thresholds below, pinned in ``tests/runtime/watch/test_straggler.py``
   only the evidence after it);
 * **a CPU taken from outside**: when the late rank(s) wait for a CPU (runnable, not running: the
   kernel's run delay, ``schedstat``) at least :data:`CPU_WAIT` of the wall time, at least
-  :data:`CPU_WAIT_MARGIN` more than the waiting ranks (their median), and go without a CPU while
-  runnable at least :data:`CPU_STARVED_MARGIN` more often than they do, that is what they are said
-  to do (a cgroup's CPU quota, other processes on their cores), instead of their sampled activity.
+  :data:`CPU_WAIT_MARGIN` more than the waiting ranks (their median), and, of the time they want a
+  CPU, get one at most :data:`CPU_SERVED_RATIO` as often as they do, that is what they are said to
+  do (a cgroup's CPU quota, other processes on their cores), instead of their sampled activity.
   The last rule keeps a rank that merely computes more on a busy machine (runnable more often, so
-  waiting more in all, but no more often per moment it wants a CPU) computing.
+  waiting more in all, but served as often per moment it wants a CPU) computing; it is a ratio, not
+  a margin, because a busy machine serves every rank's short-lived I/O threads late (seen: the
+  waiting ranks served half the time they wanted a CPU on a quiet 2-core machine, a fifth with six
+  jobs on it, the rank under a 1 % quota one time in a hundred).
 """
 
 from __future__ import annotations
@@ -54,7 +63,9 @@ from paijob.runtime.watch.activity import ACTIVITIES
 
 THRESHOLD = 0.10  # the waiting ranks wait at least this share of the wall time for the late one(s)
 LATE_FRACTION = 0.5  # a rank waiting at most this fraction of the most waiting rank's share is late
-LAST_SHARE = 0.7  # the late ranks arrive last in at least this share of the collectives
+LAST_SHARE = 0.7  # the late ranks cause at least this share of the waiting (by arriving last)
+TIE_SECONDS = 0.001  # ranks arriving within this of the last one arrive last together
+CAUSE_MIN = 0.15  # a rank causing less of the waiting is never late (a victim downstream of the late one)
 MIN_PAIRS = 5  # consecutive collectives (both seen on every rank) needed to read wait shares
 MIN_SAMPLES = 10  # samples per rank needed to read wait shares from the samples
 PHASE_COLLECTIVES = 0.05  # a phase: at most this share of the collectives...
@@ -62,7 +73,7 @@ PHASE_WAIT = 0.8  # ... hold this share of the waiting
 PHASE_MIN_SECONDS = 5.0  # a shorter longest pause is a hiccup: no line at all
 CPU_WAIT = 0.25  # the late rank(s) wait for a CPU at least this share of the wall time,
 CPU_WAIT_MARGIN = 0.15  # ... this much more than the waiting ranks (their median),
-CPU_STARVED_MARGIN = 0.25  # ... and go without a CPU while runnable this much more often than they do
+CPU_SERVED_RATIO = 0.5  # ... and get a CPU, when runnable, at most this fraction as often as they do
 MIN_CPU_SECONDS = 5.0  # CPU shares need readings at least this far apart
 
 _DOING = {
@@ -117,10 +128,13 @@ class RankWindow:
 @dataclass(frozen=True)
 class Waits:
     """What the collectives seen on every rank say: each rank's wait share, how often each arrived
-    last, and the waiting per collective (for phases); ``source`` ``recorder`` or ``samples``."""
+    last, the waiting it caused by arriving last (seconds, summed over the collectives: what the
+    others waited for it there), and the waiting per collective (for phases); ``source``
+    ``recorder`` or ``samples`` (then ``last`` and ``caused`` are empty: unknown)."""
 
     share: dict[int, float]
     last: dict[int, int]
+    caused: dict[int, float]
     per_call: list[float]
     op: str
     source: str
@@ -209,15 +223,17 @@ def ranks_phrase(ranks: Iterable[int]) -> str:
 
 
 def cpu_shares(before: Sequence[float] | None, after: Sequence[float] | None) -> tuple[float, float] | None:
-    """A rank's shares of the wall time on a CPU and waiting for one between two readings ``[on CPU,
-    run delay, when]`` (seconds, as :func:`paijob.runtime.watch.evidence.cpu_times` reads them); None:
-    a reading missing, less than :data:`MIN_CPU_SECONDS` apart, or counts that went back (another process)."""
+    """A rank's seconds on a CPU and waiting for one per second of wall time, between two readings
+    ``[on CPU, run delay, when]`` (seconds summed over its threads, as
+    :func:`paijob.runtime.watch.evidence.cpu_times` reads them: either may pass 1.0 where several
+    threads run or wait at once); None: a reading missing, less than :data:`MIN_CPU_SECONDS` apart,
+    or counts that went back (another process, or a thread that ended)."""
     if before is None or after is None:
         return None
     elapsed, run, delay = after[2] - before[2], after[0] - before[0], after[1] - before[1]
     if elapsed < MIN_CPU_SECONDS or run < 0 or delay < 0:
         return None
-    return min(1.0, run / elapsed), min(1.0, delay / elapsed)
+    return run / elapsed, delay / elapsed
 
 
 def waits_from_calls(windows: Sequence[RankWindow], offsets: Mapping[int, float],
@@ -236,6 +252,7 @@ def waits_from_calls(windows: Sequence[RankWindow], offsets: Mapping[int, float]
     common = {key: seen for key, seen in times.items() if len(seen) == len(ranks)}
     waits = dict.fromkeys(ranks, 0.0)
     last = dict.fromkeys(ranks, 0)
+    caused = dict.fromkeys(ranks, 0.0)
     per_call: list[float] = []
     by_op: dict[str, float] = {}
     period = 0.0
@@ -247,14 +264,17 @@ def waits_from_calls(windows: Sequence[RankWindow], offsets: Mapping[int, float]
         period += max(0.0, arrived - max(before.values()))
         for rank, when in seen.items():
             waits[rank] += arrived - when
-        last[max(seen, key=lambda r: seen[r])] += 1
         call_wait = arrived - min(seen.values())  # the first to arrive waits longest
+        last[max(seen, key=lambda r: seen[r])] += 1
+        latest = [rank for rank, when in seen.items() if arrived - when <= TIE_SECONDS]
+        for rank in latest:  # ranks arriving together (a slow node's) share what they cost
+            caused[rank] += call_wait / len(latest)
         per_call.append(call_wait)
         by_op[ops[(group, seq)]] = by_op.get(ops[(group, seq)], 0.0) + call_wait
     if len(per_call) < MIN_PAIRS or period <= 0:
         return None
     share = {rank: min(1.0, wait / period) for rank, wait in waits.items()}
-    return Waits(share, last, per_call, max(by_op, key=lambda op: by_op[op]), "recorder")
+    return Waits(share, last, caused, per_call, max(by_op, key=lambda op: by_op[op]), "recorder")
 
 
 def waits_from_samples(windows: Sequence[RankWindow]) -> Waits | None:
@@ -262,7 +282,7 @@ def waits_from_samples(windows: Sequence[RankWindow]) -> Waits | None:
     None: fewer than :data:`MIN_SAMPLES` samples on some rank."""
     if any(sum(w.activity.values()) < MIN_SAMPLES for w in windows):
         return None
-    return Waits({w.rank: w.share("collective") for w in windows}, {}, [], "", "samples")
+    return Waits({w.rank: w.share("collective") for w in windows}, {}, {}, [], "", "samples")
 
 
 def judge_slow(windows: Sequence[RankWindow], offsets: Mapping[int, float] | None = None, *,
@@ -281,14 +301,13 @@ def judge_slow(windows: Sequence[RankWindow], offsets: Mapping[int, float] | Non
     phase = len(late) == 1 and is_phase(waits.per_call)
     if phase and longest < PHASE_MIN_SECONDS:
         return None  # a hiccup (a busy machine, a garbage collection), not worth a line
-    if not phase and waits.last and (sum(waits.last[w.rank] for w in late)
-                                     < LAST_SHARE * sum(waits.last.values())):
+    if not phase and caused_share(waits, late) < LAST_SHARE:
         return None
     kind = "phase" if phase else _kind(late, windows)
     activity, mine, others = _what_it_does(late, waiting)
     cpu = None if phase else cpu_waiting(late, waiting)
-    if cpu is not None:
-        activity, (mine, others) = "cpu", cpu
+    if cpu is not None:  # a share of its time in the line: threads waiting together count once at most
+        activity, mine, others = "cpu", min(1.0, cpu[0]), min(1.0, cpu[1])
     return SlowVerdict(kind=kind, late=tuple(late), waiting=tuple(waiting), wait_share=wait_share,
                        op=waits.op, activity=activity, activity_share=mine, others_share=others,
                        longest_pause=longest, source=waits.source,
@@ -309,12 +328,22 @@ def _late_and_waiting(windows: Sequence[RankWindow], waits: Waits, threshold: fl
     """The late ranks (waiting at most :data:`LATE_FRACTION` of the most waiting rank's share), the
     waiting ones and their mean wait share; None: nobody waits ``threshold``, or no small late set."""
     top = max(waits.share.values())
-    late = [w for w in windows if waits.share[w.rank] <= top * LATE_FRACTION]
+    late = [w for w in windows if waits.share[w.rank] <= top * LATE_FRACTION
+            and caused_share(waits, [w]) >= CAUSE_MIN]
     waiting = [w for w in windows if w not in late]
     if not late or not waiting or len(late) > len(windows) // 2:
         return None
     wait_share = statistics.fmean(waits.share[w.rank] for w in waiting)
     return (late, waiting, wait_share) if wait_share >= threshold else None
+
+
+def caused_share(waits: Waits, ranks: Sequence[RankWindow]) -> float:
+    """The share of all the waiting that ``ranks`` caused by arriving last; 1.0 where unknown (the
+    samples, without a recorder, say nothing about who arrived last)."""
+    total = sum(waits.caused.values())
+    if not waits.caused or total <= 0:
+        return 1.0
+    return sum(waits.caused.get(w.rank, 0.0) for w in ranks) / total
 
 
 def _kind(late: Sequence[RankWindow], windows: Sequence[RankWindow]) -> str:
@@ -348,24 +377,25 @@ def _what_it_does(late: Sequence[RankWindow], waiting: Sequence[RankWindow]) -> 
 
 
 def cpu_waiting(late: Sequence[RankWindow], waiting: Sequence[RankWindow]) -> tuple[float, float] | None:
-    """The late ranks' share of the wall time waiting for a CPU and the waiting ranks' (their median),
-    when the late ones' CPU is taken from outside (the module's rules); None: it is not, or unknown
-    (a late rank without readings, or no waiting rank with them)."""
+    """The late ranks' run delay per second of wall time and the waiting ranks' (their median), when
+    the late ones' CPU is taken from outside (the module's rules); None: it is not, or unknown (a
+    late rank without readings, or no waiting rank with them)."""
     known = [w for w in waiting if w.cpu_wait is not None and w.cpu_run is not None]
     if not known or any(w.cpu_wait is None or w.cpu_run is None for w in late):
         return None
     mine = statistics.fmean(w.cpu_wait or 0.0 for w in late)
     others = statistics.median(w.cpu_wait or 0.0 for w in known)
-    starved = statistics.fmean(map(_starved, late))
+    served = statistics.fmean(map(_served, late))
     taken = (mine >= CPU_WAIT and mine >= others + CPU_WAIT_MARGIN
-             and starved >= statistics.median(map(_starved, known)) + CPU_STARVED_MARGIN)
+             and served <= CPU_SERVED_RATIO * statistics.median(map(_served, known)))
     return (mine, others) if taken else None
 
 
-def _starved(window: RankWindow) -> float:
-    """How often the rank goes without a CPU while runnable: its run delay over its runnable time."""
+def _served(window: RankWindow) -> float:
+    """How often the rank gets a CPU while runnable: its CPU time over its runnable time (1.0: it
+    never waited, or it was never runnable, as a stopped rank)."""
     run, wait = window.cpu_run or 0.0, window.cpu_wait or 0.0
-    return wait / (run + wait) if run + wait > 0 else 0.0
+    return run / (run + wait) if run + wait > 0 else 1.0
 
 
 def figures(windows: Sequence[RankWindow], waits: Waits) -> list[dict[str, Any]]:
@@ -374,5 +404,5 @@ def figures(windows: Sequence[RankWindow], waits: Waits) -> list[dict[str, Any]]
     return [{"rank": w.rank, "node_rank": w.node_rank, "host": w.host, "local_rank": w.local_rank,
              "wait_share": round(waits.share.get(w.rank, 0.0), 3), "last": waits.last.get(w.rank, 0),
              "activity": {a: round(w.share(a), 3) for a in ACTIVITIES if w.activity.get(a)},
-             **({} if w.cpu_wait is None else {"cpu_wait": round(w.cpu_wait, 3)})}
+             **({} if w.cpu_wait is None else {"cpu_wait": round(min(1.0, w.cpu_wait), 3)})}
             for w in windows]

@@ -131,6 +131,8 @@ class Throttle(threading.Thread):
         self.group, self.root, self.node, self.node_0, self.rank, self.hold = group, root, node, node_0, rank, hold
         self.pid: int | None = None
         self.stop = threading.Event()
+        self.began = time.time()
+        self.story: list[str] = []  # what the throttle did, when (seconds since the job started): for a failure's message
 
     def run(self) -> None:
         deadline = time.time() + 300
@@ -138,15 +140,27 @@ class Throttle(threading.Thread):
             self.pid = self._training_pid()
             self.stop.wait(0.5)
         if self.pid is None:
+            self._note("rank's training pid never found")
             return
-        (self.group / "cgroup.procs").write_text(str(self.pid))  # every thread of the process
+        try:
+            (self.group / "cgroup.procs").write_text(str(self.pid))  # every thread of the process
+        except OSError as error:
+            self._note(f"pid {self.pid} not moved into {self.group}: {error}")
+            return
+        self._note(f"pid {self.pid} moved into {self.group}")
         until = time.time() + self.hold
         while time.time() < until and not self.stop.is_set() and "slow-rank doctor: slow rank:" not in self.node_0.output:
             self.stop.wait(1.0)
         self.release()
 
+    def _note(self, what: str) -> None:
+        self.story.append(f"{time.time() - self.began:.1f}s: {what}")
+
     def release(self) -> None:
         """The process back in the root group (it may have ended), then the group removed."""
+        if self.group.exists():
+            stat = self.group / ("cpu.stat")
+            self._note("released; " + (" ".join(stat.read_text().split()) if stat.exists() else "no cpu.stat"))
         if self.pid is not None:
             try:
                 (self.root / "cgroup.procs").write_text(str(self.pid))
@@ -204,11 +218,12 @@ def jobs(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-d
         script.write_text(TRAINS_WITH_ONE_SLOW_RANK)
         args = ["train", "--master-timeout", str(START_UP), "--grace-period", "3", "--nproc-per-node", "2",
                 "--hang-timeout", "120", str(script), how, str(slowed), str(seconds)]
-        started[name] = [Task(args, task_env(port, i), folder / f"node{i}.log", folder) for i in (0, 1)]
+        envs = [{**task_env(port, i), contract.SLOW_FILE: str(folder / "slow-verdict.json")} for i in (0, 1)]
+        started[name] = [Task(args, env, folder / f"node{i}.log", folder) for i, env in enumerate(envs)]
         if name == "throttled" and not isinstance(quota, str):
             throttle = Throttle(*quota, started[name][1], started[name][0], slowed, seconds)
             throttle.start()
-    yield started if not isinstance(quota, str) else {**started, "throttled": quota}
+    yield {**started, "throttled": quota} if isinstance(quota, str) else {**started, "throttle": throttle}
     for tasks in started.values():
         for task in tasks:
             if task.proc.poll() is None:
@@ -228,17 +243,23 @@ def node_0_output(jobs, name: str) -> str:  # type: ignore[no-untyped-def]
     return tasks[0].output
 
 
+def why(jobs, name: str) -> str:  # type: ignore[no-untyped-def]
+    """For a failed assertion: node 0's output and the doctor's last record (every rank's figures)."""
+    record = jobs[name][0].log.parent / "slow-verdict.json"
+    return jobs[name][0].output + "\nthe doctor's record: " + (record.read_text() if record.exists() else "none")
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(("how", "doing"), [("compute", "computing ("),
                                             ("data", "in the DataLoader (next() at train.py:")])
 def test_one_slow_rank_is_named_with_what_it_does(how: str, doing: str, jobs):  # type: ignore[no-untyped-def]
     output = node_0_output(jobs, how)
     lines = re.findall(r"slow-rank doctor: slow rank: .*", output)
-    assert lines, output
-    assert lines[0].startswith("slow-rank doctor: slow rank: rank 3 (node rank 1, "), output
-    assert "holds the job back: ranks 0-2 wait for it" in lines[0] and doing in lines[0], output
+    assert lines, why(jobs, how)
+    assert lines[0].startswith("slow-rank doctor: slow rank: rank 3 (node rank 1, "), why(jobs, how)
+    assert "holds the job back: ranks 0-2 wait for it" in lines[0] and doing in lines[0], why(jobs, how)
     # the line: the one most sampled for that activity (see docs/runtime/faults.md on a CPU-starved machine)
-    assert re.search(r"slow-rank doctor: over the run: slow rank: rank 3 \(node rank 1", output), output
+    assert re.search(r"slow-rank doctor: over the run: slow rank: rank 3 \(node rank 1", output), why(jobs, how)
 
 
 @pytest.mark.slow
@@ -246,10 +267,10 @@ def test_a_whole_slow_node_is_named_as_the_node(jobs):  # type: ignore[no-untype
     """Both ranks of node 1 compute 60 ms more each step (one machine slower than the other)."""
     output = node_0_output(jobs, "node")
     lines = re.findall(r"slow-rank doctor: slow node: .*", output)
-    assert lines, output
-    assert lines[0].startswith("slow-rank doctor: slow node: node rank 1 (host "), output
-    assert "ranks 2-3) holds the job back: ranks 0-1 wait for it" in lines[0], output
-    assert "slow rank:" not in output, output
+    assert lines, why(jobs, "node")
+    assert lines[0].startswith("slow-rank doctor: slow node: node rank 1 (host "), why(jobs, "node")
+    assert "ranks 2-3) holds the job back: ranks 0-1 wait for it" in lines[0], why(jobs, "node")
+    assert "slow rank:" not in output, why(jobs, "node")
 
 
 @pytest.mark.slow
@@ -258,14 +279,14 @@ def test_a_rank_0_evaluation_by_design_is_reported_as_a_phase_not_a_straggler(jo
     output = node_0_output(jobs, "evaluate")
     assert re.search(r"slow-rank doctor: one rank works alone: rank 0 \(node rank 0, .*\) works in host-side "
                      r"work \(evaluate\(\) at train.py:\d+\) while ranks 1-3 wait in all_reduce at train.py:\d+, "
-                     r"up to 3\ds at a time", output), output
-    assert "slow rank:" not in output and "slow node:" not in output, output
+                     r"up to 3\ds at a time", output), why(jobs, "evaluate")
+    assert "slow rank:" not in output and "slow node:" not in output, why(jobs, "evaluate")
 
 
 @pytest.mark.slow
 def test_a_balanced_job_says_nothing(jobs):  # type: ignore[no-untyped-def]
     output = node_0_output(jobs, "balanced")
-    assert "slow-rank doctor" not in output, output
+    assert "slow-rank doctor" not in output, why(jobs, "balanced")
 
 
 @pytest.mark.slow
@@ -276,7 +297,8 @@ def test_a_rank_whose_cpu_is_taken_from_outside_is_said_to_wait_for_a_cpu(jobs):
         pytest.skip(jobs["throttled"])
     output = node_0_output(jobs, "throttled")
     lines = re.findall(r"slow-rank doctor: slow rank: .*", output)
-    assert lines, output
-    assert lines[0].startswith("slow-rank doctor: slow rank: rank 3 (node rank 1, "), output
-    assert "holds the job back: ranks 0-2 wait for it" in lines[0], output
-    assert "of its time waiting for a CPU (a CPU quota, or other processes on its cores), the others" in lines[0], output
+    told = why(jobs, "throttled") + "\nthe throttle:\n" + "\n".join(jobs["throttle"].story)
+    assert lines, told
+    assert lines[0].startswith("slow-rank doctor: slow rank: rank 3 (node rank 1, "), told
+    assert "holds the job back: ranks 0-2 wait for it" in lines[0], told
+    assert "of its time waiting for a CPU (a CPU quota, or other processes on its cores), the others" in lines[0], told
