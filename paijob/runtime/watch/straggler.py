@@ -64,7 +64,7 @@ from paijob.runtime.watch.activity import ACTIVITIES
 THRESHOLD = 0.10  # the waiting ranks wait at least this share of the wall time for the late one(s)
 LATE_FRACTION = 0.5  # a rank waiting at most this fraction of the most waiting rank's share is late
 LAST_SHARE = 0.7  # the late ranks cause at least this share of the waiting (by arriving last)
-TIE_SECONDS = 0.001  # ranks arriving within this of the last one arrive last together
+TIE_SECONDS = 0.0009765625  # 2**-10 s, about 1 ms (exact in binary): ranks arriving within it of the last one arrive last together
 CAUSE_MIN = 0.15  # a rank causing less of the waiting is never late (a victim downstream of the late one)
 MIN_PAIRS = 5  # consecutive collectives (both seen on every rank) needed to read wait shares
 MIN_SAMPLES = 10  # samples per rank needed to read wait shares from the samples

@@ -16,6 +16,7 @@ from paijob.runtime.watch.straggler import (
     CPU_WAIT_MARGIN,
     MIN_CPU_SECONDS,
     THRESHOLD,
+    TIE_SECONDS,
     Call,
     RankWindow,
     cpu_shares,
@@ -535,3 +536,30 @@ def test_threads_waiting_together_show_as_all_of_the_time_at_most():
     figures = verdict.record()["figures"]
     assert figures[3]["cpu_wait"] == 1.0
     assert all(records._figure(f) for f in figures)
+
+
+@pytest.mark.parametrize(("apart", "culprits"), [(TIE_SECONDS, (2, 3)), (2 * TIE_SECONDS, (3,))])
+def test_ranks_arriving_within_a_millisecond_arrive_last_together(apart, culprits):
+    """Both ranks of node 1 late by half a second, rank 2 ``apart`` earlier than rank 3: within the tie
+    they share the waiting they cause (a slow node); further apart, rank 2 causes none of it."""
+    verdict = judge_slow(windows(exact_calls(lambda rank, seq: {3: 0.5, 2: 0.5 - apart}.get(rank, 0.0), steps=101)))
+    assert verdict is not None and verdict.culprits == culprits
+    assert verdict.kind == ("node" if len(culprits) == 2 else "rank")
+
+
+@pytest.mark.parametrize(("second", "culprits"), [(15, (1, 3)), (14, (3,))])
+def test_a_rank_causing_fifteen_percent_of_the_waiting_can_be_late(second, culprits):
+    """Rank 3 arrives 1 s late in most collectives (rank 1 0.5 s), rank 1 1 s late in ``second`` of 100
+    (rank 3 0.5 s): rank 1 causes ``second`` % of the waiting, late from 15 % (CAUSE_MIN) on."""
+    def late(rank, seq):
+        first = seq <= 101 - second
+        return {3: 1.0 if first else 0.5, 1: 0.5 if first else 1.0}.get(rank, 0.0)
+
+    verdict = judge_slow(windows(exact_calls(late, steps=101)))
+    assert verdict is not None and verdict.culprits == culprits
+
+
+def test_a_victim_is_told_apart_on_short_windows_too():
+    """Less than a second of waiting caused in all (few short collectives): the same rule, not unknown."""
+    verdict = judge_slow(windows(simulate(lambda rank, step: {3: 0.05, 2: 0.0375}.get(rank, 0.0), steps=15)))
+    assert verdict is not None and verdict.kind == "rank" and verdict.culprits == (3,)
