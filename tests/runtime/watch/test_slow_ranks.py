@@ -10,6 +10,7 @@ cores without stretching one rank more than another."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import secrets
 import textwrap
@@ -26,7 +27,9 @@ from paijob.common.ports import draw
 # twelve paijob-runtime nodes and 24 workers start at once on 2 cores: the rendezvous may take longer than the
 # other tests' 30 s (seen: node 1 not joined within 30 s with the README tour's mutation run alongside)
 START_UP = 120
-SECONDS = 80  # of training: start-up, then 3 looks in a row (10 s apart) on evidence written every 5 s
+# of training: start-up, then 3 looks in a row (10 s apart) on evidence written every 5 s; longer runs
+# (benchmarks/slow_doctor_runs.py --seconds 180: a balanced job quiet for 3 minutes) set PAIJOB_TEST_SLOW_SECONDS
+SECONDS = float(os.environ.get("PAIJOB_TEST_SLOW_SECONDS") or 80)
 
 TRAINS_WITH_ONE_SLOW_RANK = textwrap.dedent(
     """
@@ -87,7 +90,7 @@ JOBS = {
     "compute": ("compute", 3, SECONDS),
     "data": ("data", 3, SECONDS),
     "node": ("node", 1, SECONDS),
-    "evaluate": ("evaluate", 0, 90),
+    "evaluate": ("evaluate", 0, max(90, SECONDS)),
     "balanced": ("balanced", 3, SECONDS),
     "throttled": ("throttled", 3, SECONDS),  # the same script as a balanced job: the quota slows rank 3
 }
