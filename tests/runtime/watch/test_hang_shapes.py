@@ -114,39 +114,43 @@ def start_two_nodes(start_task, tmp_path: Path, source: str, options: list[str])
     return [start_task(args, task_env(port, i), name=f"node{i}") for i in (0, 1)]
 
 
+def both_nodes_end(tasks, code: int) -> tuple[list[tuple[str, str]], float]:  # type: ignore[no-untyped-def]
+    """Both nodes ended ``code`` within 240 s: each node's root cause (never missing) with its output, and
+    the seconds from now (just after the start) to the last end."""
+    started = time.time()
+    codes = wait_all(tasks, timeout=240)
+    took = max(t.ended_at or time.time() for t in tasks) - started
+    assert codes == [code] * 2, "\n".join(t.output for t in tasks)
+    ends = []
+    for task in tasks:
+        cause = root_cause(task.output)
+        assert cause is not None, task.output
+        ends.append((cause, task.output))
+    return ends, took
+
+
 @pytest.mark.slow
 def test_calls_that_cannot_match_in_the_first_second_are_a_hang_at_the_hang_timeout(tmp_path: Path, start_task):
     timeout = 15
     tasks = start_two_nodes(start_task, tmp_path, MISMATCH_IN_THE_FIRST_SECOND,
                             ["--hang-timeout", str(timeout), "--hang-first-timeout", "1800"])
-    started = time.time()
-    codes = wait_all(tasks, timeout=240)
-    outputs = "\n".join(t.output for t in tasks)
-    took = max(t.ended_at or time.time() for t in tasks) - started
-    assert codes == [exitcodes.HANG] * 2, outputs
+    ends, took = both_nodes_end(tasks, exitcodes.HANG)
     assert took < 25 + timeout + 60, f"took {took:.0f}s"  # start-up, the timeout, the account: not 1800 s
-    for task in tasks:
-        cause = root_cause(task.output)
-        assert cause is not None and "(--hang-timeout 15s)" in cause, task.output
-        assert "rank 3 (node rank 1, host 127.0.0.1, local rank 1)" in cause, task.output
-        assert "broadcast" in cause, task.output
+    for cause, output in ends:
+        assert "(--hang-timeout 15s)" in cause, output
+        assert "rank 3 (node rank 1, host 127.0.0.1, local rank 1)" in cause, output
+        assert "broadcast" in cause, output
 
 
 @pytest.mark.slow
 def test_a_rank_that_leaves_early_is_named_on_every_node(tmp_path: Path, start_task):
     tasks = start_two_nodes(start_task, tmp_path, LEAVES_EARLY, ["--hang-timeout", "60"])
-    started = time.time()
-    codes = wait_all(tasks, timeout=240)
-    outputs = "\n".join(t.output for t in tasks)
-    took = max(t.ended_at or time.time() for t in tasks) - started
-    assert codes == [exitcodes.USER_FAILURE] * 2, outputs
+    ends, took = both_nodes_end(tasks, exitcodes.USER_FAILURE)
     assert took < 60, f"took {took:.0f}s"  # seconds after the leave, not the 65 s wait for a cause
-    for task in tasks:
-        cause = root_cause(task.output)
-        assert cause is not None, task.output
+    for cause, output in ends:
         assert f"rank 3 (node rank 1, host 127.0.0.1, local rank 1) exited with code 0 at job.py:{LEAVE_LINE}" in (
-            cause), task.output
-        assert "ranks 0-2 still needed it" in cause, task.output
+            cause), output
+        assert "ranks 0-2 still needed it" in cause, output
 
 
 def test_a_rank_that_leaves_early_on_one_node_is_named_at_its_line(tmp_path: Path, start_task):
@@ -207,16 +211,12 @@ def test_a_main_thread_that_joins_a_trainer_is_sampled_as_the_trainer(tmp_path: 
 def test_training_in_a_thread_names_the_one_rank_whose_trainer_is_stuck(tmp_path: Path, start_task):
     tasks = start_two_nodes(start_task, tmp_path, TRAINS_IN_A_THREAD_AND_ONE_WAITS,
                             ["--hang-timeout", "15", "--hang-first-timeout", "15"])
-    codes = wait_all(tasks, timeout=240)
-    outputs = "\n".join(t.output for t in tasks)
-    assert codes == [exitcodes.HANG] * 2, outputs
-    for task in tasks:
-        cause = root_cause(task.output)
-        assert cause is not None, task.output
+    ends, _ = both_nodes_end(tasks, exitcodes.HANG)
+    for cause, output in ends:
         assert (f"rank 2 (node rank 1, host 127.0.0.1, local rank 0) is stuck at job.py:{THREAD_WAIT_LINE} in train, "
-                "outside any collective") in cause, task.output
+                "outside any collective") in cause, output
         for other in (0, 1, 3):
-            assert f"rank {other} (node rank" not in cause.split("; ranks ")[0], task.output
+            assert f"rank {other} (node rank" not in cause.split("; ranks ")[0], output
         assert len(cause) < 400, cause
 
 
@@ -321,19 +321,13 @@ def test_per_node_a_stopped_rank_0_which_hosts_the_store_is_named_on_both_nodes(
     tasks = start_two_nodes(start_task, tmp_path, source, [
         "--mode", "per-node", "--nproc-per-node", "2", "--hang-timeout", str(timeout),
         "--hang-first-timeout", "60"])
-    started = time.time()
-    codes = wait_all(tasks, timeout=240)
-    outputs = "\n".join(t.output for t in tasks)
-    took = max(t.ended_at or time.time() for t in tasks) - started
-    assert codes == [exitcodes.HANG] * 2, outputs
+    ends, took = both_nodes_end(tasks, exitcodes.HANG)
     assert took < 25 + timeout + 45, f"took {took:.0f}s"  # start-up, the timeout, one quiet retry, the end
-    for task in tasks:
-        cause = root_cause(task.output)
-        assert cause is not None, task.output
-        assert "rank 0 (node rank 0, host 127.0.0.1, local rank 0) is stopped (T state in /proc" in cause, task.output
-        assert f"job.py:{STOP_LINE}" in cause, task.output
-        assert "ranks 2-3 (node rank 1) not seen for" in cause, task.output
-        assert "rank 1 waits in all_reduce" in cause, task.output
+    for cause, output in ends:
+        assert "rank 0 (node rank 0, host 127.0.0.1, local rank 0) is stopped (T state in /proc" in cause, output
+        assert f"job.py:{STOP_LINE}" in cause, output
+        assert "ranks 2-3 (node rank 1) not seen for" in cause, output
+        assert "rank 1 waits in all_reduce" in cause, output
 
 
 @pytest.mark.slow
@@ -394,12 +388,8 @@ def test_a_skipped_all_reduce_is_shown_by_the_flight_recorders_sequence_numbers(
     """Issue 43: the sampler sees rank 1 in the barrier after the loop; its recorder shows it one call behind."""
     skip_without_gloo_flight_recorder("the verdict names rank 1 in the barrier, without sequence numbers")
     tasks = start_two_nodes(start_task, tmp_path, SKIPS_ONE_ALL_REDUCE, ["--hang-timeout", "15"])
-    codes = wait_all(tasks, timeout=240)
-    outputs = "\n".join(t.output for t in tasks)
-    assert codes == [exitcodes.HANG] * 2, outputs
-    for task in tasks:
-        cause = root_cause(task.output)
-        assert cause is not None, task.output
+    ends, _ = both_nodes_end(tasks, exitcodes.HANG)
+    for cause, _output in ends:
         assert "rank 1 (node rank 0, host 127.0.0.1, local rank 1) waits in barrier at job.py:12" in cause, cause
         assert ("flight recorder: collective #100 of the default group is barrier on rank 1, all_reduce on "
                 "ranks 0, 2-3; rank 1 made 99 all_reduce calls, the others 100 (it skipped one)") in cause, cause
