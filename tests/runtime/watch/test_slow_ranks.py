@@ -1,11 +1,13 @@
 """The slow-rank doctor on real jobs (slow stage): 2 nodes x 2 gloo workers on loopback, one rank
-slowed in compute or in data loading, one rank's CPU taken from outside (a cgroup's CPU quota put on
-it while it trains), and a balanced job that must stay quiet.
+slowed in compute or in data loading, a whole node slowed, rank 0 evaluating alone, one rank's CPU
+taken from outside (a cgroup's CPU quota put on it while it trains), a script that spawns its own
+ranks (per-node mode) with one slow, and a balanced job that must stay quiet.
 
 The verdict's rules are pinned on synthetic jobs in test_straggler.py and test_slow_doctor.py;
-these check the whole path (sampler, flight recorder, files, store, node 0's line). The five jobs
-run at once (about 2 minutes for all, not 8): their steps mostly sleep, so they share two busy
-cores without stretching one rank more than another."""
+these check the whole path (sampler, flight recorder, files, store, node 0's line). The seven jobs
+run at once (about 2 minutes for all, not 14): their steps mostly sleep, so they share two busy
+cores without stretching one rank more than another. ``benchmarks/slow_doctor_runs.py`` runs this
+module again and again and counts each test's outcomes."""
 
 from __future__ import annotations
 
@@ -84,6 +86,43 @@ TRAINS_WITH_ONE_SLOW_RANK = textwrap.dedent(
     """
 )
 
+# per-node mode: the script spawns its node's ranks itself (mp.spawn), rank 3 computing 60 ms more each step
+SPAWNS_WITH_ONE_SLOW_RANK = textwrap.dedent(
+    """
+    import os, sys, time
+    import torch
+    import torch.distributed as dist
+    import torch.multiprocessing as mp
+
+
+    def heavy(seconds):
+        end = time.perf_counter() + seconds
+        while time.perf_counter() < end:
+            pass
+
+
+    def train(local_rank, nprocs, slow_rank, seconds):
+        rank = int(os.environ["NODE_RANK"]) * nprocs + local_rank
+        dist.init_process_group("gloo", rank=rank, world_size=int(os.environ["WORLD_SIZE"]))
+        t = torch.zeros(1000)
+        end = time.time() + seconds
+        while True:
+            time.sleep(0.03)
+            if rank == slow_rank:
+                heavy(0.06)
+            t.fill_(1.0 if time.time() >= end else 0.0)
+            dist.all_reduce(t)
+            if t[0].item() > 0:
+                break
+        dist.barrier()
+        print(f"rank {rank} done", flush=True)
+
+
+    if __name__ == "__main__":
+        nprocs = int(os.environ["NPROC_PER_NODE"])
+        mp.spawn(train, args=(nprocs, int(sys.argv[2]), float(sys.argv[3])), nprocs=nprocs)
+    """
+)
 
 # name: (how, slowed rank (or node), seconds of training)
 JOBS = {
@@ -93,6 +132,7 @@ JOBS = {
     "evaluate": ("evaluate", 0, max(90, SECONDS)),
     "balanced": ("balanced", 3, SECONDS),
     "throttled": ("throttled", 3, SECONDS),  # the same script as a balanced job: the quota slows rank 3
+    "spawned": ("compute", 3, SECONDS),  # SPAWNS_WITH_ONE_SLOW_RANK, in per-node mode
 }
 # 1 % of a CPU (the kernel's least quota is 1 ms a period): a rank of this script needs about 2-4 %
 # (its step mostly sleeps), so a 10 % quota would not slow it at all
@@ -218,8 +258,9 @@ def jobs(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-d
             continue
         folder = tmp_path_factory.mktemp(name)
         script = folder / "train.py"
-        script.write_text(TRAINS_WITH_ONE_SLOW_RANK)
-        args = ["train", "--master-timeout", str(START_UP), "--grace-period", "3", "--nproc-per-node", "2",
+        script.write_text(SPAWNS_WITH_ONE_SLOW_RANK if name == "spawned" else TRAINS_WITH_ONE_SLOW_RANK)
+        mode = ["--mode", "per-node"] if name == "spawned" else []
+        args = ["train", *mode, "--master-timeout", str(START_UP), "--grace-period", "3", "--nproc-per-node", "2",
                 "--hang-timeout", "120", str(script), how, str(slowed), str(seconds)]
         envs = [{**task_env(port, i), contract.SLOW_FILE: str(folder / "slow-verdict.json")} for i in (0, 1)]
         started[name] = [Task(args, env, folder / f"node{i}.log", folder) for i, env in enumerate(envs)]
@@ -305,3 +346,14 @@ def test_a_rank_whose_cpu_is_taken_from_outside_is_said_to_wait_for_a_cpu(jobs):
     assert lines[0].startswith("slow-rank doctor: slow rank: rank 3 (node rank 1, "), told
     assert "holds the job back: ranks 0-2 wait for it" in lines[0], told
     assert "of its time waiting for a CPU (a CPU quota, or other processes on its cores), the others" in lines[0], told
+
+
+@pytest.mark.slow
+def test_a_slow_rank_of_a_script_that_spawns_its_ranks_is_named(jobs):  # type: ignore[no-untyped-def]
+    """Per-node mode (the script's own mp.spawn): the same doctor, the same line."""
+    output = node_0_output(jobs, "spawned")
+    lines = re.findall(r"slow-rank doctor: slow rank: .*", output)
+    assert lines, why(jobs, "spawned")
+    assert lines[0].startswith("slow-rank doctor: slow rank: rank 3 (node rank 1, "), why(jobs, "spawned")
+    assert "holds the job back: ranks 0-2 wait for it" in lines[0], why(jobs, "spawned")
+    assert "it spends" in lines[0] and "computing (" in lines[0], why(jobs, "spawned")
