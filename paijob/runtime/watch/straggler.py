@@ -241,15 +241,8 @@ def waits_from_calls(windows: Sequence[RankWindow], offsets: Mapping[int, float]
     """Wait shares from the collectives every rank's recorder kept (clocks moved by each node's
     ``offsets`` to node 0's); only collectives last enqueued after ``since``. None: fewer than
     :data:`MIN_PAIRS` consecutive collectives seen on every rank."""
-    times: dict[tuple[str, int], dict[int, float]] = {}
-    ops: dict[tuple[str, int], str] = {}
-    for window in windows:
-        offset = offsets.get(window.node_rank, 0.0)
-        for call in window.calls:
-            times.setdefault((call.group, call.seq), {})[window.rank] = call.enqueued - offset
-            ops[(call.group, call.seq)] = call.op
+    common, ops = _seen_on_every_rank(windows, offsets)
     ranks = [w.rank for w in windows]
-    common = {key: seen for key, seen in times.items() if len(seen) == len(ranks)}
     waits = dict.fromkeys(ranks, 0.0)
     last = dict.fromkeys(ranks, 0)
     caused = dict.fromkeys(ranks, 0.0)
@@ -275,6 +268,20 @@ def waits_from_calls(windows: Sequence[RankWindow], offsets: Mapping[int, float]
         return None
     share = {rank: min(1.0, wait / period) for rank, wait in waits.items()}
     return Waits(share, last, caused, per_call, max(by_op, key=lambda op: by_op[op]), "recorder")
+
+
+def _seen_on_every_rank(windows: Sequence[RankWindow], offsets: Mapping[int, float]
+                        ) -> tuple[dict[tuple[str, int], dict[int, float]], dict[tuple[str, int], str]]:
+    """The collectives every rank kept, ``(group, seq)`` -> rank -> when it enqueued it (on node 0's
+    clock), and each one's op."""
+    times: dict[tuple[str, int], dict[int, float]] = {}
+    ops: dict[tuple[str, int], str] = {}
+    for window in windows:
+        offset = offsets.get(window.node_rank, 0.0)
+        for call in window.calls:
+            times.setdefault((call.group, call.seq), {})[window.rank] = call.enqueued - offset
+            ops[(call.group, call.seq)] = call.op
+    return {key: seen for key, seen in times.items() if len(seen) == len(windows)}, ops
 
 
 def waits_from_samples(windows: Sequence[RankWindow]) -> Waits | None:
