@@ -7,8 +7,7 @@ believed sampler files and the same channel between the nodes, and adds no threa
 publishes its ranks' evidence (:mod:`paijob.runtime.watch.evidence`) under its own key of the
 rendezvous store; node 0 gathers every node's, judges on the window since its previous look
 (activities: the counts' growth over the last :data:`WINDOW_LOOKS` looks; collectives: those each
-rank kept, merged with those seen at earlier looks over the last minute; time waiting for a CPU:
-over the last :data:`CPU_LOOKS` looks), and says:
+rank still keeps; time waiting for a CPU: over the last :data:`CPU_LOOKS` looks), and says:
 
 * a straggler (a rank or a node) once it was found in :data:`PERSIST` looks in a row, then again
   every :data:`REPEAT` seconds while it lasts;
@@ -48,8 +47,6 @@ PERSIST = 3  # looks in a row that name the same rank(s) before a straggler is s
 REPEAT = 180.0  # seconds between two lines about the same straggler (or phase)
 PREFIX = "slow-rank doctor: "
 CLOCK_EVERY = 6  # looks between two clock rounds of a node (a minute): clocks drift slowly
-CALLS_KEPT_FOR = WINDOW_LOOKS * LOOK_EVERY  # seconds of a rank's collectives node 0 keeps across looks (a minute)
-MAX_MERGED_CALLS = 1024  # ... at most this many per rank (a job issuing more than ~17 a second keeps less)
 
 Publish = Callable[[int, str], None]
 Gather = Callable[[int, int], list[str]]
@@ -89,7 +86,6 @@ class SlowDoctor:
         self._round = 0
         self._looks = 0  # looks taken (the clock rounds come every CLOCK_EVERY of them)
         self._answered: dict[int, int] = {}  # node 0: the last clock round answered, per node
-        self._calls: dict[int, dict[tuple[str, int], Call]] = {}  # node 0: each rank's collectives seen (_kept_calls)
 
     def look(self, now: float, reports: Mapping[int, Mapping[str, Any]], states: list[RankState]) -> None:
         """One tick of the hang watch: act when a look is due. Never raises: the hang watch's tick
@@ -185,26 +181,11 @@ class SlowDoctor:
             activity = {a: n - before.get(a, 0) for a, n in (r.get("activity") or {}).items()}
             if len(self._counts) == 1 or sum(activity.values()) <= 0:
                 activity = dict(r.get("activity") or {})
-            calls = self._kept_calls(r["rank"], r.get("calls") or [])
+            calls = tuple(Call(str(c[0]), int(c[1]), str(c[2]), float(c[3])) for c in r.get("calls") or [])
             cpu = cpu_shares(oldest_cpu.get(r["rank"]), r.get("cpu")) or (None, None)
             windows.append(RankWindow(r["rank"], r["node_rank"], str(r["host"]), r.get("local_rank"),
                                       calls, activity, r.get("lines") or {}, *cpu))
         return windows
-
-    def _kept_calls(self, rank: int, calls: list[Any]) -> tuple[Call, ...]:
-        """The rank's collectives as its newest evidence has them, merged with those node 0 saw at its
-        earlier looks: enqueued at most :data:`CALLS_KEPT_FOR` seconds before its newest, at most
-        :data:`MAX_MERGED_CALLS` of them. Why: a rank's file keeps only its newest 256, which a job
-        stepping 25 times a second replaces in 10 s, a look's interval; a long pause (one rank's
-        evaluation) would leave every file between two looks and never be seen."""
-        kept = self._calls.setdefault(rank, {})
-        for c in calls:
-            kept[(str(c[0]), int(c[1]))] = Call(str(c[0]), int(c[1]), str(c[2]), float(c[3]))
-        newest = max((call.enqueued for call in kept.values()), default=0.0)
-        fresh = sorted((call for call in kept.values() if call.enqueued >= newest - CALLS_KEPT_FOR),
-                       key=lambda call: call.enqueued)[-MAX_MERGED_CALLS:]
-        self._calls[rank] = {(call.group, call.seq): call for call in fresh}
-        return tuple(fresh)
 
     def _note(self, now: float, verdict: SlowVerdict | None) -> None:
         """Say ``verdict`` when due: a straggler after :data:`PERSIST` looks, then every ``repeat``."""

@@ -9,15 +9,7 @@ import pytest
 from test_straggler import jitter, simulate
 
 from paijob.runtime.watch import clock
-from paijob.runtime.watch.slowwatch import (
-    CALLS_KEPT_FOR,
-    CPU_LOOKS,
-    MAX_MERGED_CALLS,
-    PERSIST,
-    PREFIX,
-    SlowDoctor,
-    _parsed,
-)
+from paijob.runtime.watch.slowwatch import CPU_LOOKS, PERSIST, PREFIX, SlowDoctor, _parsed
 
 BALANCED = {"collective": 20, "compute": 70, "data": 10}
 
@@ -433,39 +425,3 @@ def test_the_recorded_calls_are_what_is_known_and_never_an_error():
     SlowDoctor(node_rank=0, nnodes=1, world_size=2, folder="/nonexistent", read=lambda p: None, say=said.append,
                publish=lambda node, text: shared.append((node, text))).share({}, [])
     assert shared == [(1, "[]")] and said == []
-
-
-def test_a_pause_is_seen_though_no_look_found_it_on_every_rank():
-    """A job stepping 25 times a second replaces a rank's 256 kept collectives in 10 s, a look's
-    interval: at the look during rank 0's 30 s evaluation the paused collective (#61) is on ranks 1-3
-    only; at the next one it has left their files and is on rank 0's only. Node 0 keeps what it saw."""
-    def evaluation(rank, step):
-        return 30.0 if (rank, step) == (0, 60) else jitter(rank, step)
-
-    def keep(found, seqs):
-        return [{**r, "calls": [c for c in r["calls"] if seqs(r["rank"], c[1])]} for r in found]
-
-    during = keep(ranks(evaluation), lambda rank, seq: seq <= (60 if rank == 0 else 61))
-    after = keep(ranks(evaluation), lambda rank, seq: seq >= (61 if rank == 0 else 62))
-    said: list[str] = []
-    found = doctor(said)
-    found.since = 0.0
-    assert found.judge(10.0, during) is None  # rank 0 has not enqueued #61 yet: nothing to judge
-    verdict = found.judge(20.0, after)
-    assert verdict is not None and verdict.kind == "phase" and verdict.culprits == (0,)
-    assert said and "one rank works alone: rank 0 (node rank 0" in said[0]
-    fresh = doctor([])
-    fresh.since = 0.0
-    assert fresh.judge(20.0, after) is None  # the second look alone: no collective on every rank holds the pause
-
-
-def test_node_0_keeps_a_minute_of_each_ranks_collectives_and_at_most_1024():
-    found = doctor([])
-    old = [["0", seq, "all_reduce", 1000.0 + seq / 100] for seq in range(1, 101)]
-    assert len(found._kept_calls(0, old)) == 100
-    later = [["0", seq, "all_reduce", 1000.0 + CALLS_KEPT_FOR + 1 + seq / 100] for seq in range(101, 201)]
-    assert [call.seq for call in found._kept_calls(0, later)] == list(range(101, 201))  # a minute on: gone
-    assert len(found._kept_calls(0, [])) == 100  # a look with nothing new keeps what was seen
-    many = [["0", seq, "all_reduce", 2000.0 + seq / 1000] for seq in range(1, 3001)]
-    kept = found._kept_calls(1, many)
-    assert len(kept) == MAX_MERGED_CALLS and kept[-1].seq == 3000 and kept[0].seq == 3001 - MAX_MERGED_CALLS
