@@ -293,15 +293,23 @@ def why(jobs, name: str) -> str:  # type: ignore[no-untyped-def]
     return jobs[name][0].output + "\nthe doctor's record: " + (record.read_text() if record.exists() else "none")
 
 
+def rank_3_named(jobs, name: str, more: str = "") -> tuple[str, str]:  # type: ignore[no-untyped-def]
+    """The doctor's first line while job ``name`` trained, naming rank 3 as the one the others wait
+    for, and node 0's whole output (``more``: added to a failed assertion's message)."""
+    output = node_0_output(jobs, name)
+    lines = re.findall(r"slow-rank doctor: slow rank: .*", output)
+    assert lines, why(jobs, name) + more
+    assert lines[0].startswith("slow-rank doctor: slow rank: rank 3 (node rank 1, "), why(jobs, name) + more
+    assert "holds the job back: ranks 0-2 wait for it" in lines[0], why(jobs, name) + more
+    return lines[0], output
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(("how", "doing"), [("compute", "computing ("),
                                             ("data", "in the DataLoader (next() at train.py:")])
 def test_one_slow_rank_is_named_with_what_it_does(how: str, doing: str, jobs):  # type: ignore[no-untyped-def]
-    output = node_0_output(jobs, how)
-    lines = re.findall(r"slow-rank doctor: slow rank: .*", output)
-    assert lines, why(jobs, how)
-    assert lines[0].startswith("slow-rank doctor: slow rank: rank 3 (node rank 1, "), why(jobs, how)
-    assert "holds the job back: ranks 0-2 wait for it" in lines[0] and doing in lines[0], why(jobs, how)
+    line, output = rank_3_named(jobs, how)
+    assert doing in line, why(jobs, how)
     # the line: the one most sampled for that activity (see docs/runtime/faults.md on a CPU-starved machine)
     assert re.search(r"slow-rank doctor: over the run: slow rank: rank 3 \(node rank 1", output), why(jobs, how)
 
@@ -339,21 +347,14 @@ def test_a_rank_whose_cpu_is_taken_from_outside_is_said_to_wait_for_a_cpu(jobs):
     script as a balanced job, and waits for a CPU most of its time."""
     if isinstance(jobs["throttled"], str):
         pytest.skip(jobs["throttled"])
-    output = node_0_output(jobs, "throttled")
-    lines = re.findall(r"slow-rank doctor: slow rank: .*", output)
-    told = why(jobs, "throttled") + "\nthe throttle:\n" + "\n".join(jobs["throttle"].story)
-    assert lines, told
-    assert lines[0].startswith("slow-rank doctor: slow rank: rank 3 (node rank 1, "), told
-    assert "holds the job back: ranks 0-2 wait for it" in lines[0], told
-    assert "of its time waiting for a CPU (a CPU quota, or other processes on its cores), the others" in lines[0], told
+    story = "\nthe throttle:\n" + "\n".join(jobs["throttle"].story)
+    line, _ = rank_3_named(jobs, "throttled", story)
+    assert "of its time waiting for a CPU (a CPU quota, or other processes on its cores), the others" in line, (
+        why(jobs, "throttled") + story)
 
 
 @pytest.mark.slow
 def test_a_slow_rank_of_a_script_that_spawns_its_ranks_is_named(jobs):  # type: ignore[no-untyped-def]
     """Per-node mode (the script's own mp.spawn): the same doctor, the same line."""
-    output = node_0_output(jobs, "spawned")
-    lines = re.findall(r"slow-rank doctor: slow rank: .*", output)
-    assert lines, why(jobs, "spawned")
-    assert lines[0].startswith("slow-rank doctor: slow rank: rank 3 (node rank 1, "), why(jobs, "spawned")
-    assert "holds the job back: ranks 0-2 wait for it" in lines[0], why(jobs, "spawned")
-    assert "it spends" in lines[0] and "computing (" in lines[0], why(jobs, "spawned")
+    line, _ = rank_3_named(jobs, "spawned")
+    assert "it spends" in line and "computing (" in line, why(jobs, "spawned")
