@@ -16,7 +16,7 @@ Three measures, printed with the machine they ran on:
   flight recorder read without stack traces, full at the watch's buffer size, and the file
   written), which every worker's sampler does once per 5 s; CPU time, median of 50.
 * **recorder**: what torch's flight recorder, which the watch keeps on for gloo workers
-  (``TORCH_FR_BUFFER_SIZE``, paijob.runtime.watch.recorder), adds to one collective: a one-rank
+  (``TORCH_FR_BUFFER_SIZE``, paijob.runtime.watch.node.recorder), adds to one collective: a one-rank
   gloo group all-reduces one float 20000 times with it on and off, in fresh processes
   alternated, the median of each side; the difference is the recorder's cost per collective
   (the ddp and recipe runs include it, on the "on" side).
@@ -77,7 +77,7 @@ def measure_sample(samples: int = 2000) -> tuple[float, float]:
     counts waiting for a core on a busy machine."""
     import torch.distributed as dist
 
-    from paijob.runtime.watch.progress import Sampler, collectives_issued
+    from paijob.runtime.watch.worker.sampler import Sampler, collectives_issued
 
     # a process group as a worker has one: the sampler reads its collective count every look
     dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
@@ -147,7 +147,7 @@ import os, statistics, sys, tempfile, time
 import torch
 import torch.distributed as dist
 from paijob.runtime.watch.evidence import Evidence
-from paijob.runtime.watch.progress import is_library, write_new
+from paijob.runtime.watch.worker.sampler import is_library, write_new
 
 dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
 t = torch.ones(1)

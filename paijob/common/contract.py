@@ -50,7 +50,7 @@ FLIGHT_RECORDER = "TORCH_FR_BUFFER_SIZE"
 """torch's name: how many collectives its flight recorder keeps per process (0: off). With the hang
 watch on, a gloo job's workers get :data:`FLIGHT_RECORDER_ENTRIES` unless the user set it (or torch's
 older name, ``TORCH_NCCL_TRACE_BUFFER_SIZE``): the evidence that names the rank whose collective
-differs from its peers' (:mod:`paijob.runtime.watch.recorder`), and when each rank enqueued its recent
+differs from its peers' (:mod:`paijob.runtime.watch.node.recorder`), and when each rank enqueued its recent
 collectives, the slow-rank doctor's (:mod:`paijob.runtime.watch.evidence`: read every 5 s, so the buffer
 holds 5 s of a job issuing up to ~50 collectives a second; a larger buffer costs memory, not time per
 collective)."""
@@ -59,7 +59,7 @@ FLIGHT_RECORDER_ENTRIES = 256
 SPAWN_HOOK = "PAIJOB_SPAWN_HOOK"
 """``"1"`` (``per-node`` mode): the ranks are the ``mp.spawn`` children of the one process; its worker
 wrapper hooks into each child the sampler (where ``PAIJOB_HANG_DIR`` is set) and the wrapper's clean
-exit (:mod:`paijob.runtime.watch.spawnwatch`)."""
+exit (:mod:`paijob.runtime.watch.worker.spawn`)."""
 
 STALL_FILE = "PAIJOB_STALL_FILE"
 """Set by the local cluster: node 0's hang watch keeps its stall record there (ranks that made no progress

@@ -341,7 +341,7 @@ def _share(value: object) -> bool:
 
 
 def _figure(value: object) -> bool:
-    """One rank's figures as the doctor writes them (:func:`paijob.runtime.watch.straggler.figures`)."""
+    """One rank's figures as the doctor writes them (:func:`paijob.runtime.watch.slow.verdict.figures`)."""
     keys = {"rank", "node_rank", "host", "local_rank", "wait_share", "last", "activity"}
     # cpu_wait (the share of the wall time waiting for a CPU): only where the rank's readings were known
     return (isinstance(value, dict) and set(value) in (keys, keys | {"cpu_wait"})

@@ -13,7 +13,7 @@ in the workers joins it as a client.
 What torch alone does not do is tell the *other* nodes (their workers would
 sit in a collective until a timeout) or bound its own waits on a real
 network. :class:`PaijobAgent` adds, over that same store (see
-:mod:`paijob.runtime.watch.nodewatch` for the threads that do it):
+:mod:`paijob.runtime.watch.node.liveness` for the threads that do it):
 
 * a failure record (``paijob/failure/<node>``): written by the node whose
   worker failed, polled by every other node about once a second, which then

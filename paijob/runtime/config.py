@@ -2,7 +2,7 @@
 
 Like torch's ``launcher/api.py`` ``LaunchConfig``, one frozen object carries
 everything the launcher, torch's elastic agent (:mod:`paijob.runtime.agent`)
-and the node watch (:mod:`paijob.runtime.watch.nodewatch`) need: the layout
+and the node watch (:mod:`paijob.runtime.watch.node.liveness`) need: the layout
 (:class:`~paijob.runtime.env.DistEnv`), the command, the mode and the limits.
 ``paijob-runtime train`` parses its options once
 (:mod:`paijob.common.options`), builds one config, and hands it down; nothing
@@ -174,13 +174,13 @@ MIN_HANG_TIMEOUT = 3.0  # seconds: below a few of the sampler's 1 s intervals a 
 
 @dataclass(frozen=True)
 class HangSettings:
-    """The hang watch's limits in seconds (:mod:`paijob.runtime.watch.hangwatch`); ``timeout`` 0: off.
+    """The hang watch's limits in seconds (:mod:`paijob.runtime.watch.hang.doctor`); ``timeout`` 0: off.
 
     ``first_timeout`` applies until every rank has completed a collective (data loading,
     ``torch.compile``); a busy straggler is ended at ``hard_limit`` times the timeout.
     ``calibrate`` (``timeout`` is the default, not the user's): a stall with every rank inside
     a ``torch.distributed`` call is judged on ``calibration_multiple`` times the longest such
-    wait seen, at least ``calibration_floor`` (:func:`paijob.runtime.watch.hangwatch.calibrated_limit`).
+    wait seen, at least ``calibration_floor`` (:func:`paijob.runtime.watch.hang.doctor.calibrated_limit`).
     """
 
     timeout: float = DEFAULT_HANG_TIMEOUT

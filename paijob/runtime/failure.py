@@ -64,7 +64,7 @@ class Failure:
     exit_status: int | None = None  # this node's exit code, where not the worker's (a hang: 124)
     overrides: bool = False  # the hang watch's account of a timeout: beats the timed-out worker's own
     # this node's ranks' last collectives from torch's flight recorder, by rank (a mismatch's evidence:
-    # paijob.runtime.watch.recorder); keys are strings, as JSON has them
+    # paijob.runtime.watch.node.recorder); keys are strings, as JSON has them
     calls: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     left: bool = False  # a rank that left the job (exit code 0, its process group up): ``reason`` says where
 

@@ -17,7 +17,7 @@ Modes (``--mode``):
     The command runs once per node with ``MASTER_ADDR``, ``MASTER_PORT``,
     ``NODE_RANK``, ``NNODES``, ``NPROC_PER_NODE``, ``WORLD_SIZE`` set, for
     scripts that ``mp.spawn`` their own workers (each child gets the worker
-    wrapper's sampler and clean exit: :mod:`paijob.runtime.watch.spawnwatch`).
+    wrapper's sampler and clean exit: :mod:`paijob.runtime.watch.worker.spawn`).
 ``dataparallel``
     One process that sees every GPU (``nn.DataParallel``); one node only.
 ``horovod``

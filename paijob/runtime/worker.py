@@ -34,9 +34,9 @@ that plain ``python SCRIPT`` does not:
   stops the worker, it prints the traceback and exits 1 as before.
 * **Its progress is watched.** Where the launcher asks (``PAIJOB_HANG_DIR``), a
   sampler thread reports where the main thread is and whether it moves
-  (:mod:`paijob.runtime.watch.progress`), for the hang watch. In ``per-node`` mode the
+  (:mod:`paijob.runtime.watch.worker.sampler`), for the hang watch. In ``per-node`` mode the
   ranks are ``mp.spawn`` children: the sampler and the clean exit above go into
-  each of them instead (:mod:`paijob.runtime.watch.spawnwatch`).
+  each of them instead (:mod:`paijob.runtime.watch.worker.spawn`).
 """
 
 from __future__ import annotations
@@ -199,7 +199,7 @@ def _note_leaving(error: SystemExit | None, target: str) -> None:
     sampler = _SAMPLER[0] if _SAMPLER else None
     if sampler is None:
         return
-    from paijob.runtime.watch.progress import in_process_group, leaving_frame
+    from paijob.runtime.watch.worker.sampler import in_process_group, leaving_frame
 
     if in_process_group():
         sampler.note_left(leaving_frame(error, target))
@@ -282,12 +282,12 @@ def _start_progress_sampler() -> None:
     if os.environ.get(contract.SPAWN_HOOK) == "1":
         import importlib
 
-        from paijob.runtime.watch.spawnwatch import install
+        from paijob.runtime.watch.worker.spawn import install
 
         # under its own name: a child unpickles it by name, and this module runs as __main__ here
         install(importlib.import_module(__spec__.name if __spec__ else __name__).finish)
         return
-    from paijob.runtime.watch.progress import start_from_env
+    from paijob.runtime.watch.worker.sampler import start_from_env
 
     sampler = start_from_env(skip_files=(__file__, runpy.__file__ or ""))
     if sampler is not None:

@@ -132,7 +132,7 @@ def test_the_hang_watchs_folder_and_interval_are_part_of_the_one_worker_environm
 
 
 def test_a_gloo_jobs_workers_keep_torchs_flight_recorder_while_the_hang_watch_is_on():
-    """The evidence that names the rank whose collective differs (paijob.runtime.watch.recorder):
+    """The evidence that names the rank whose collective differs (paijob.runtime.watch.node.recorder):
     on for gloo with the watch; the user's own setting (either of torch's names) wins; NCCL's,
     whose recorder also dumps files on a timeout, is left to the user."""
     on = worker_env({}, LAYOUT, mode="per-gpu", launcher_pid=7, hang_dir="/tmp/h")

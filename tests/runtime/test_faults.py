@@ -212,7 +212,7 @@ def test_per_node_script_that_sets_its_own_master_port_is_a_configuration_error_
 
 
 def test_the_port_watch_needs_a_listener_elsewhere_for_the_whole_confirm_time():
-    from paijob.runtime.watch.portwatch import MasterPortWatch
+    from paijob.runtime.watch.node.portwatch import MasterPortWatch
 
     watch = MasterPortWatch(23456, port_label="SynPort", confirm=15)
     assert watch.judge([], now=0) is None  # still starting: nothing listens yet

@@ -85,6 +85,6 @@ def test_the_agent_waits_for_a_group_whose_process_has_an_odd_name(odd_sleep: su
 def test_the_port_watch_finds_the_session_of_a_process_with_an_odd_name(
     odd_sleep: subprocess.Popen[bytes],
 ) -> None:
-    from paijob.runtime.watch.portwatch import session_pids
+    from paijob.runtime.watch.node.portwatch import session_pids
 
     assert session_pids(odd_sleep.pid) == {odd_sleep.pid}

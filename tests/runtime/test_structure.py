@@ -33,7 +33,7 @@ def _imports(path: Path, package: str) -> set[str]:
 def _runtime_graph() -> dict[str, set[str]]:
     modules = {
         ".".join(("paijob", "runtime", *p.relative_to(RUNTIME_DIR).with_suffix("").parts)): p
-        for p in [*RUNTIME_DIR.glob("*.py"), *(RUNTIME_DIR / "watch").glob("*.py")]
+        for p in [*RUNTIME_DIR.glob("*.py"), *(RUNTIME_DIR / "watch").rglob("*.py")]
         if p.stem != "__init__"
     }
     return {name: _imports(path, name.rsplit(".", 1)[0]) & modules.keys() for name, path in modules.items()}
@@ -42,7 +42,7 @@ def _runtime_graph() -> dict[str, set[str]]:
 def test_the_agent_does_not_reach_back_into_the_launcher():
     graph = _runtime_graph()
     assert "paijob.runtime.launch" not in graph["paijob.runtime.agent"]
-    assert "paijob.runtime.launch" not in graph["paijob.runtime.watch.nodewatch"]
+    assert "paijob.runtime.launch" not in graph["paijob.runtime.watch.node.liveness"]
 
 
 def test_the_watch_folder_imports_nothing_of_the_launcher_above_it():
@@ -57,7 +57,7 @@ def test_the_watch_folder_imports_nothing_of_the_launcher_above_it():
 
 def test_the_watch_sends_no_signal_to_anything():
     # it reads files and /proc; a signal woke a worker's C call holding the GIL (issue 33)
-    for path in (RUNTIME_DIR / "watch").glob("*.py"):
+    for path in (RUNTIME_DIR / "watch").rglob("*.py"):
         calls = {f"{node.func.value.id}.{node.func.attr}" for node in ast.walk(ast.parse(path.read_text()))
                  if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
                  and isinstance(node.func.value, ast.Name)}

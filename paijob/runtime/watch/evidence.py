@@ -1,8 +1,8 @@
 """The slow-rank doctor's evidence: what each worker counts and keeps, and how its node reads it back.
 
-Why a file of its own: the doctor (:mod:`paijob.runtime.watch.straggler`) needs, per rank, its
+Why a file of its own: the doctor (:mod:`paijob.runtime.watch.slow.verdict`) needs, per rank, its
 samples counted by activity and when it enqueued its recent collectives. The sampler
-(:mod:`paijob.runtime.watch.progress`) already looks at the main thread once a second; here it only
+(:mod:`paijob.runtime.watch.worker.sampler`) already looks at the main thread once a second; here it only
 counts that look (a dictionary increment), and every :data:`WRITE_EVERY` seconds reads torch's
 flight recorder **without stack traces** (about 1 ms for 256 entries, on the sampler's thread, never
 on the training step) and writes ``rank<N>.slow.json`` beside its ``rank<N>.json``, with its
@@ -29,7 +29,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from paijob.common import untrusted
-from paijob.runtime.watch.activity import ACTIVITIES, activity_of, line_of
+from paijob.runtime.watch.frames import ACTIVITIES, activity_of, line_of
 
 WRITE_EVERY = 5.0  # seconds between two writes of rank<N>.slow.json (and two reads of the recorder)
 KEPT_CALLS = 256  # collectives a rank keeps (the newest), per file

@@ -12,9 +12,9 @@ group (:class:`~paijob.runtime.watch.lifecycle.Watchers`):
   to the script's own store through which the nodes' watches talk, and on node 0 the master's port.
 * ``per-gpu`` (:class:`PerGpuHealth`): torch's elastic agent (:mod:`paijob.runtime.agent`) runs one
   worker per GPU; its health is the node watch (heartbeats, failure records and the deadlines of
-  its waits, :mod:`~paijob.runtime.watch.nodewatch`), the hang watch, and the account of a failure
-  (:mod:`~paijob.runtime.watch.accounting`), which reads the agent only through the torch-free
-  :class:`~paijob.runtime.watch.launcher.Launcher`.
+  its waits, :mod:`~paijob.runtime.watch.node.liveness`), the hang watch, and the account of a failure
+  (:mod:`~paijob.runtime.watch.node.accounting`), which reads the agent only through the torch-free
+  :class:`~paijob.runtime.watch.node.workers.Launcher`.
 
 A new watcher goes behind this door: built and grouped here, never wired in a launcher.
 """
@@ -33,23 +33,23 @@ from paijob.common import contract, exitcodes
 from paijob.runtime.config import LaunchConfig
 from paijob.runtime.failure import Failure, choose_root_cause, stopped_by_signal
 from paijob.runtime.netif import task_address
-from paijob.runtime.watch.accounting import Accounting, read_tail
-from paijob.runtime.watch.hangwatch import (
+from paijob.runtime.watch.node.accounting import Accounting, read_tail
+from paijob.runtime.watch.hang.doctor import (
     ACCOUNT_WAIT,
     Channel,
     HangWatch,
     StoreChannel,
     stacks_folder,
 )
-from paijob.runtime.watch.launched import Launched
-from paijob.runtime.watch.launcher import Launcher
+from paijob.runtime.watch.node.believed import Launched
+from paijob.runtime.watch.node.workers import Launcher
 from paijob.runtime.watch.lifecycle import Watchers
-from paijob.runtime.watch.nodewatch import NodeWatch, first_line
-from paijob.runtime.watch.notice import ABORT, ACCOUNT, read_notice, serve_notice
-from paijob.runtime.watch.portwatch import MasterPortWatch
+from paijob.runtime.watch.node.liveness import NodeWatch, first_line
+from paijob.runtime.watch.node.notice import ABORT, ACCOUNT, read_notice, serve_notice
+from paijob.runtime.watch.node.portwatch import MasterPortWatch
 from paijob.runtime.watch.seal import KeyBox
-from paijob.runtime.watch.storelink import StoreLink
-from paijob.runtime.watch.verdict import waiting_phrase
+from paijob.runtime.watch.node.storelink import StoreLink
+from paijob.runtime.watch.hang.verdict import waiting_phrase
 
 # What a launcher may take from the watch besides its NodeHealth: the failure record's helpers a
 # launcher's own messages use, and what node 0's notice says before the watchers start.

@@ -1,7 +1,7 @@
 """Which process wrote a sampler report: a key per worker, handed to the watch on the kernel's word.
 
 Why: the watch believes ``rank<N>.json`` only from the process the launcher started for rank N
-(pid and start time, :mod:`paijob.runtime.watch.launched`). Every process of the job runs as the
+(pid and start time, :mod:`paijob.runtime.watch.node.believed`). Every process of the job runs as the
 same user and writes into the same folder, so that check alone is beaten by copying another rank's
 pid and start time into a file of one's own (issue 46 row 8: a rank 0 that kept rewriting
 ``rank1.json`` as "busy, active now" blinded the watch to a hung rank 1). A file does not say who

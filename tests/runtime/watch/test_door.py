@@ -15,9 +15,9 @@ from runtime_helpers import ROOT
 from paijob.runtime.config import HangSettings, LaunchConfig, WorkerCommand
 from paijob.runtime.env import DistEnv
 from paijob.runtime.failure import Failure
-from paijob.runtime.watch.accounting import Accounting, read_tail
+from paijob.runtime.watch.node.accounting import Accounting, read_tail
 from paijob.runtime.watch.health import NodeHealth, OneProcessHealth, PerGpuHealth
-from paijob.runtime.watch.verdict import RankState
+from paijob.runtime.watch.hang.verdict import RankState
 
 CLOSED = "RuntimeError: [../gloo/transport/tcp/pair.cc:534] Connection closed by peer"
 
@@ -81,7 +81,7 @@ def config(nnodes: int = 1, node_rank: int = 0, hang: float = 0) -> LaunchConfig
 
 
 def test_the_door_and_the_accounting_load_no_torch():
-    probe = ("import sys, paijob.runtime.watch.health, paijob.runtime.watch.accounting\n"
+    probe = ("import sys, paijob.runtime.watch.health, paijob.runtime.watch.node.accounting\n"
              "print(sorted(m for m in ('torch', 'paijob.runtime.agent') if m in sys.modules))\n")
     done = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True,
                           timeout=120, check=False)

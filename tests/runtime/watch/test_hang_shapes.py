@@ -170,7 +170,7 @@ def test_a_rank_that_leaves_early_on_one_node_is_named_at_its_line(tmp_path: Pat
 TRAINS_IN_A_THREAD = textwrap.dedent(
     """
     import json, sys, threading, time
-    from paijob.runtime.watch.progress import Sampler
+    from paijob.runtime.watch.worker.sampler import Sampler
 
     looked = threading.Event()
 

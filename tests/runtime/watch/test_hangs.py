@@ -34,11 +34,11 @@ from paijob.common.options import build_parsers
 from paijob.runtime.cli import hang_settings
 from paijob.runtime.config import HangSettings, LaunchError
 from paijob.runtime.failure import Failure
-from paijob.runtime.watch import progress
-from paijob.runtime.watch.hangwatch import process_ended
-from paijob.runtime.watch.progress import Sampler, collectives_issued
-from paijob.runtime.watch.spawnwatch import child_rank
-from paijob.runtime.watch.storelink import VERDICT_KEY, StoreLink
+from paijob.runtime.watch.worker import sampler as progress
+from paijob.runtime.watch.hang.doctor import process_ended
+from paijob.runtime.watch.worker.sampler import Sampler, collectives_issued
+from paijob.runtime.watch.worker.spawn import child_rank
+from paijob.runtime.watch.node.storelink import VERDICT_KEY, StoreLink
 
 C10D = "/venv/site-packages/torch/distributed/distributed_c10d.py"
 SETTINGS = HangSettings(timeout=20, first_timeout=60, hard_limit=3)
@@ -732,7 +732,7 @@ def test_closing_the_store_link_waits_for_a_call_still_inside_torch_past_its_own
     """paijob-runtime ends only once no store call is inside torch's C++ code: a call to a store that went away
     returns late on a loaded machine, and a process that ends under it aborts ("terminate called without an
     active exception", exit -6 on a node whose job succeeded)."""
-    from paijob.runtime.watch import storelink
+    from paijob.runtime.watch.node import storelink
 
     monkeypatch.setattr(storelink, "CLOSE_WAIT", 10.0, raising=False)
     released = threading.Event()
@@ -757,7 +757,8 @@ def test_closing_the_store_link_waits_for_a_call_whose_thread_had_not_started_ye
     thread had yet to run (a loaded machine) when close looked for calls in flight. close must wait for it, or
     the interpreter ends while it is inside torch and aborts ("terminate called without an active exception",
     exit -6 on a node whose job succeeded)."""
-    from paijob.runtime.watch import lifecycle, storelink
+    from paijob.runtime.watch import lifecycle
+    from paijob.runtime.watch.node import storelink
 
     late = threading.Event()  # the call's thread is being started, late
     go = threading.Event()

@@ -1,4 +1,4 @@
-"""Collectives whose calls disagree (paijob.runtime.watch.mismatch): the receiver gloo aborts is not
+"""Collectives whose calls disagree (paijob.runtime.watch.node.mismatch): the receiver gloo aborts is not
 blamed; from torch's flight recorder (what the ranks gloo did not abort called) or its fingerprint
 check the ranks whose call differs are named with their lines. The two-node jobs run in
 test_hangs.py (slow stage)."""
@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from paijob.runtime.failure import Failure, choose_root_cause
-from paijob.runtime.watch.accounting import Accounting, read_tail
-from paijob.runtime.watch.mismatch import (
+from paijob.runtime.watch.node.accounting import Accounting, read_tail
+from paijob.runtime.watch.node.mismatch import (
     calls_said,
     describe,
     mismatch_account,
@@ -55,7 +55,7 @@ GLOO_ABORT = ("terminate called after throwing an instance of 'gloo::EnforceNotM
 
 def call(seq: int, size: int, dtype: str = "Float", line: str | None = "train.py:12",
          op: str = "all_reduce", group: str = "0") -> dict[str, Any]:
-    """One entry of a rank's answer (paijob.runtime.watch.recorder.recent_calls)."""
+    """One entry of a rank's answer (paijob.runtime.watch.node.recorder.recent_calls)."""
     return {"group": group, "seq": seq, "op": op, "sizes": [[size]], "dtypes": [dtype], "line": line}
 
 
@@ -181,7 +181,7 @@ class ReplayedWatch:
 
 
 class FakeLauncher:
-    """A launcher as the watch sees it (paijob.runtime.watch.launcher.Launcher), without torch: the
+    """A launcher as the watch sees it (paijob.runtime.watch.node.workers.Launcher), without torch: the
     ranks it runs (by local rank) and what each one's output ends with."""
 
     def __init__(self, node_rank: int, tails: dict[int, str], pids: dict[int, int] | None = None) -> None:

@@ -14,8 +14,8 @@ from paijob.runtime.config import LaunchConfig, WorkerCommand
 from paijob.runtime.env import DistEnv
 from paijob.runtime.failure import Failure
 from paijob.runtime.probe import MasterUnreachableError, wait_for_master
-from paijob.runtime.watch import nodewatch
-from paijob.runtime.watch.nodewatch import NodeWatch, StoreTimeout, bounded, first_line
+from paijob.runtime.watch.node import liveness as nodewatch
+from paijob.runtime.watch.node.liveness import NodeWatch, StoreTimeout, bounded, first_line
 
 
 class FakeStore:

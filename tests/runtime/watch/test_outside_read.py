@@ -19,9 +19,9 @@ from typing import Any
 import pytest
 
 from paijob.runtime.config import HangSettings
-from paijob.runtime.watch import outside
-from paijob.runtime.watch.hangwatch import Channel, HangWatch, StoreChannel, summarise
-from paijob.runtime.watch.verdict import stuck_phrase
+from paijob.runtime.watch.node import outside
+from paijob.runtime.watch.hang.doctor import Channel, HangWatch, StoreChannel, summarise
+from paijob.runtime.watch.hang.verdict import stuck_phrase
 
 needs_py_spy = pytest.mark.skipif(outside.find_py_spy() is None,
                                   reason="py-spy is not installed (pip install -e '.[train]')")

@@ -1,6 +1,6 @@
 """torch's flight recorder as a mismatch's evidence: what a worker answers when its node's agent asks
-(paijob.runtime.watch.progress, the sampler's side), and how the agent asks, waits and reads
-(paijob.runtime.watch.recorder).
+(paijob.runtime.watch.worker.sampler, the sampler's side), and how the agent asks, waits and reads
+(paijob.runtime.watch.node.recorder).
 
 The account made from the answers: test_mismatch.py; the two-node jobs: test_hangs.py (slow)."""
 
@@ -24,8 +24,9 @@ from runtime_helpers import skip_without_gloo_flight_recorder
 from paijob.common import contract
 from paijob.runtime.agent import PaijobAgent
 from paijob.runtime.failure import Failure
-from paijob.runtime.watch import progress, recorder
-from paijob.runtime.watch.accounting import Accounting
+from paijob.runtime.watch.worker import sampler as progress
+from paijob.runtime.watch.node import recorder
+from paijob.runtime.watch.node.accounting import Accounting
 
 SITE = "/venv/lib/python3.11/site-packages/torch/distributed/"
 
@@ -125,7 +126,7 @@ def test_the_agent_asks_nothing_without_a_size_abort_and_waits_bounded_for_a_sil
     ask(agent, [Failure(node_rank=0, rank=0, local_rank=0, returncode=1, secondary=False,
                         time=1.0, tail="ValueError: bad label")])
     assert list(tmp_path.iterdir()) == []  # an ordinary failure: nobody asked, nobody waits
-    monkeypatch.setattr("paijob.runtime.watch.accounting.ANSWER_WAIT", 0.5)
+    monkeypatch.setattr("paijob.runtime.watch.node.accounting.ANSWER_WAIT", 0.5)
     started = time.monotonic()
     assert not agent._asked
     ask(agent, [ABORT])  # rank 1 runs but never answers (its sampler cannot run)
@@ -135,7 +136,7 @@ def test_the_agent_asks_nothing_without_a_size_abort_and_waits_bounded_for_a_sil
 REAL = textwrap.dedent(
     """
     import json, os, torch, torch.distributed as dist
-    from paijob.runtime.watch.progress import recent_calls
+    from paijob.runtime.watch.worker.sampler import recent_calls
     dist.init_process_group("gloo", init_method="file://" + os.environ["STORE"], rank=0, world_size=1)
     dist.all_reduce(torch.ones(3, 2, dtype=torch.float16))
     dist.broadcast(torch.ones(7), 0)

@@ -1,4 +1,4 @@
-"""The slow-rank doctor on node 0 (paijob.runtime.watch.slowwatch): when it judges, when it speaks,
+"""The slow-rank doctor on node 0 (paijob.runtime.watch.slow.doctor): when it judges, when it speaks,
 what it says at the end, and what it takes from the other nodes."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import json
 import pytest
 from test_straggler import jitter, simulate
 
-from paijob.runtime.watch import clock
-from paijob.runtime.watch.slowwatch import CPU_LOOKS, PERSIST, PREFIX, SlowDoctor, _parsed
+from paijob.runtime.watch.slow import clock
+from paijob.runtime.watch.slow.doctor import CPU_LOOKS, PERSIST, PREFIX, SlowDoctor, _parsed
 
 BALANCED = {"collective": 20, "compute": 70, "data": 10}
 
@@ -256,8 +256,8 @@ def test_the_hang_watch_runs_the_doctor_at_its_ticks_and_sums_up_as_it_finishes(
     import time
 
     from paijob.runtime.config import HangSettings
-    from paijob.runtime.watch.hangwatch import Channel, HangWatch
-    from paijob.runtime.watch.progress import own_start_time
+    from paijob.runtime.watch.hang.doctor import Channel, HangWatch
+    from paijob.runtime.watch.worker.sampler import own_start_time
 
     folder = tmp_path / "hang"
     folder.mkdir()
@@ -330,9 +330,9 @@ def test_a_hang_verdict_says_what_the_ranks_flight_recorders_show(tmp_path):
     import time
 
     from paijob.runtime.config import HangSettings
-    from paijob.runtime.watch.hangwatch import Channel, HangWatch
-    from paijob.runtime.watch.progress import own_start_time
-    from paijob.runtime.watch.verdict import RankState, report_frames
+    from paijob.runtime.watch.hang.doctor import Channel, HangWatch
+    from paijob.runtime.watch.worker.sampler import own_start_time
+    from paijob.runtime.watch.hang.verdict import RankState, report_frames
 
     c10d = "/venv/site-packages/torch/distributed/distributed_c10d.py"
     loop = [["0", seq, "all_reduce", 100.0 + seq] for seq in range(1, 42)]

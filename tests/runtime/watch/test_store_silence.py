@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 from paijob.runtime.config import HangSettings
-from paijob.runtime.watch import storelink
-from paijob.runtime.watch.hangwatch import Channel, HangWatch
-from paijob.runtime.watch.storelink import StoreLink
-from paijob.runtime.watch.verdict import RankState
+from paijob.runtime.watch.node import storelink
+from paijob.runtime.watch.hang.doctor import Channel, HangWatch
+from paijob.runtime.watch.node.storelink import StoreLink
+from paijob.runtime.watch.hang.verdict import RankState
 
 
 class Store:

@@ -1,5 +1,5 @@
-"""The slow-rank doctor's verdict (paijob.runtime.watch.straggler) and the sampler's activities
-(paijob.runtime.watch.activity) on synthetic jobs: who is named, as what, and when it stays quiet."""
+"""The slow-rank doctor's verdict (paijob.runtime.watch.slow.verdict) and the sampler's activities
+(paijob.runtime.watch.frames) on synthetic jobs: who is named, as what, and when it stays quiet."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import os
 import pytest
 
 from paijob.common import records
-from paijob.runtime.watch.activity import activity_of, line_of
-from paijob.runtime.watch.progress import is_library
-from paijob.runtime.watch.straggler import (
+from paijob.runtime.watch.frames import activity_of, line_of
+from paijob.runtime.watch.worker.sampler import is_library
+from paijob.runtime.watch.slow.verdict import (
     CPU_SERVED_RATIO,
     CPU_WAIT,
     CPU_WAIT_MARGIN,

@@ -16,7 +16,7 @@ import pytest
 from runtime_helpers import base_env, free_port, root_cause, task_env, wait_all
 
 from paijob.common import contract, exitcodes
-from paijob.runtime.watch import outside
+from paijob.runtime.watch.node import outside
 
 GIL_SLEEP_RETURNS_IN_FULL = textwrap.dedent(
     """

@@ -19,11 +19,11 @@ from runtime_helpers import free_port
 
 from paijob.runtime.config import HangSettings
 from paijob.runtime.failure import Failure
-from paijob.runtime.watch.hangwatch import HangWatch, StoreChannel
-from paijob.runtime.watch.notice import ABORT, ACCOUNT, read_abort_notice, read_notice, serve_notice
-from paijob.runtime.watch.progress import Sampler
-from paijob.runtime.watch.spawnwatch import error_text, noting_errors
-from paijob.runtime.watch.storelink import StoreLink
+from paijob.runtime.watch.hang.doctor import HangWatch, StoreChannel
+from paijob.runtime.watch.node.notice import ABORT, ACCOUNT, read_abort_notice, read_notice, serve_notice
+from paijob.runtime.watch.worker.sampler import Sampler
+from paijob.runtime.watch.worker.spawn import error_text, noting_errors
+from paijob.runtime.watch.node.storelink import StoreLink
 
 GLOO_TIMEOUT = ("RuntimeError: [/gloo/transport/tcp/unbound_buffer.cc:78] Timed out waiting 15000ms "
                 "for recv operation to complete")

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from paijob.common import untrusted
-from paijob.runtime.watch import recorder
-from paijob.runtime.watch.launched import read_reports
+from paijob.runtime.watch.node import recorder
+from paijob.runtime.watch.node.believed import read_reports
 
 
 def in_thread(function, *args):  # type: ignore[no-untyped-def]

@@ -1,4 +1,4 @@
-"""The hang verdict as pure functions (paijob.runtime.watch.verdict): rank states in, verdict out.
+"""The hang verdict as pure functions (paijob.runtime.watch.hang.verdict): rank states in, verdict out.
 
 One table, one row per shape of stall; each row says who must be named and how. The real jobs
 that produce these states run in test_hangs.py.
@@ -15,9 +15,9 @@ import pytest
 from paijob.common import exitcodes
 from paijob.runtime.config import HangSettings
 from paijob.runtime.failure import Failure
-from paijob.runtime.watch.progress import classify_wait
-from paijob.runtime.watch.sequence import sequence_phrase
-from paijob.runtime.watch.verdict import (
+from paijob.runtime.watch.worker.sampler import classify_wait
+from paijob.runtime.watch.hang.sequence import sequence_phrase
+from paijob.runtime.watch.hang.verdict import (
     MAX_HEADLINE,
     RankState,
     account_of_timeout,
@@ -819,7 +819,7 @@ def test_a_rank_waiting_on_a_queue_nobody_feeds_says_its_producer_may_have_died(
 
 
 def test_calls_that_cannot_match_need_every_rank_inside_a_differing_call():
-    from paijob.runtime.watch.verdict import cannot_match
+    from paijob.runtime.watch.hang.verdict import cannot_match
 
     assert cannot_match([state(0, 21), state(1, 21, wait="broadcast")])
     assert not cannot_match([state(0, 21), state(1, 21)])  # the same call
@@ -831,7 +831,7 @@ def test_calls_that_cannot_match_need_every_rank_inside_a_differing_call():
 
 
 def test_where_a_rank_that_left_ended_is_said_in_words():
-    from paijob.runtime.watch.verdict import left_phrase
+    from paijob.runtime.watch.hang.verdict import left_phrase
 
     gone = replace(state(3, 26, wait=None), exited=True, left=True)
     name = "rank 3 (node rank 1, host 10.0.0.1, local rank 1)"
@@ -870,7 +870,7 @@ def test_a_queue_hint_needs_queue_get_and_no_thread_running_the_users_code():
 
 
 def test_ranks_never_seen_when_a_start_up_times_out_are_named_with_their_nodes():
-    from paijob.runtime.watch.verdict import account_of_timeout
+    from paijob.runtime.watch.hang.verdict import account_of_timeout
 
     waiting = [replace(state(0, 9, wait="init_process_group", started=False), error="DistStoreError: wait timeout"),
                state(1, 9, wait="init_process_group", line=7, started=False)]

@@ -21,9 +21,11 @@ import pytest
 from runtime_helpers import base_env, root_cause
 
 from paijob.common import exitcodes
-from paijob.runtime.watch import progress, recorder, seal
-from paijob.runtime.watch.launched import Launched, read_reports
-from paijob.runtime.watch.progress import own_start_time
+from paijob.runtime.watch import seal
+from paijob.runtime.watch.worker import sampler as progress
+from paijob.runtime.watch.node import recorder
+from paijob.runtime.watch.node.believed import Launched, read_reports
+from paijob.runtime.watch.worker.sampler import own_start_time
 
 pytestmark = pytest.mark.skipif(not seal.supported(), reason="needs SO_PASSCRED (Linux)")
 
@@ -42,7 +44,7 @@ def sampled(tmp_path: Path):  # type: ignore[no-untyped-def]
     assert keys is not None
     proc = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
         import time
-        from paijob.runtime.watch.progress import Sampler
+        from paijob.runtime.watch.worker.sampler import Sampler
         Sampler({str(tmp_path)!r}, 1, local_rank=1, interval=0.2).start()
         time.sleep(60)
         """)], env=base_env())

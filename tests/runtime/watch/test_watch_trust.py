@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from paijob.runtime.config import HangSettings, LaunchError
-from paijob.runtime.watch.hangwatch import parse_dump, summarise, write_stacks_file
-from paijob.runtime.watch.launched import Launched, read_reports
-from paijob.runtime.watch.progress import own_start_time
+from paijob.runtime.watch.hang.doctor import parse_dump, summarise, write_stacks_file
+from paijob.runtime.watch.node.believed import Launched, read_reports
+from paijob.runtime.watch.worker.sampler import own_start_time
 
 
 def report(rank: int, pid: int, start: int) -> dict[str, object]:
@@ -123,7 +123,7 @@ def test_a_silent_rank_is_placed_where_faulthandlers_dump_has_its_main_thread():
 
 
 def test_a_silent_sampler_file_naming_another_process_gets_it_no_signal(tmp_path: Path, child):
-    from paijob.runtime.watch.hangwatch import Channel, HangWatch
+    from paijob.runtime.watch.hang.doctor import Channel, HangWatch
 
     stale = {**report(0, child.pid, start_of(child.pid)), "time": time.time() - 60}
     (tmp_path / "rank0.json").write_text(json.dumps(stale))
@@ -141,8 +141,8 @@ def test_a_silent_sampler_file_naming_another_process_gets_it_no_signal(tmp_path
 
 FORKS_A_DATA_WORKER = """
 import os, sys, time
-from paijob.runtime.watch.hangwatch import read_forked
-from paijob.runtime.watch.progress import Sampler
+from paijob.runtime.watch.hang.doctor import read_forked
+from paijob.runtime.watch.worker.sampler import Sampler
 
 folder = sys.argv[1]
 Sampler(folder, 0).start()

@@ -70,7 +70,7 @@ class Launched:
             self.believed[rank] = report
 
     def sealed_by(self, rank: int, pid: int, data: bytes) -> bool:
-        """Whether ``data`` (an answer of ``rank``'s, :mod:`paijob.runtime.watch.recorder`) was signed by
+        """Whether ``data`` (an answer of ``rank``'s, :mod:`paijob.runtime.watch.node.recorder`) was signed by
         process ``pid`` with the key it sent as ``rank``'s; True where the watch holds no keys."""
         if self.keys is None:
             return True

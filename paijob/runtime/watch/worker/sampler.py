@@ -20,7 +20,7 @@ main thread from the outside:
 
 It writes what it saw, atomically, to one small JSON file per worker
 (``rank<N>.json`` in the folder the launcher names) that the node's agent reads
-(:mod:`paijob.runtime.watch.hangwatch`). A rank is *active* in a sample when its
+(:mod:`paijob.runtime.watch.hang.doctor`). A rank is *active* in a sample when its
 stack moved, its main thread used CPU or it did storage I/O; the file carries
 when it was last active, so the agent needs no history.
 
@@ -36,7 +36,7 @@ thread's stack (the other side of a deadlock).
 
 Once the node's agent asks (gloo aborted a rank for a collective's size), the
 sampler also writes this rank's last collectives as torch's flight recorder kept
-them (:func:`answer_calls_request`; the agent's side: :mod:`paijob.runtime.watch.recorder`).
+them (:func:`answer_calls_request`; the agent's side: :mod:`paijob.runtime.watch.node.recorder`).
 
 Cost: one sample is a stack walk of the main thread and three small /proc
 reads, about 0.1 ms once a second (see ``benchmarks/bench_hangwatch.py``).
@@ -484,7 +484,7 @@ class Sampler:
         """The rank's function raised ``error`` (its last line): say so at once, on the last report
         (where the rank was while it ran). Why: torch's own process-group timeout ends a ``mp.spawn``
         child in milliseconds, and its node's watch needs to know it timed out *waiting* to name
-        the rank that never arrived, on every node (:func:`paijob.runtime.watch.verdict.timed_out_state`).
+        the rank that never arrived, on every node (:func:`paijob.runtime.watch.hang.verdict.timed_out_state`).
         Called from the failing thread; nothing else changes."""
         self.error = error[:MAX_ERROR]
         self._write_now({"error": self.error})
@@ -492,7 +492,7 @@ class Sampler:
     def prepare_answer(self) -> None:
         """Read this rank's recent calls now, for :meth:`answer_request`: the recorder's first dump with
         stacks takes about a second (more under load), which a rank holding back a knock-on error
-        spends before the agent asks, not after (the agent waits :data:`~paijob.runtime.watch.recorder.ANSWER_WAIT`)."""
+        spends before the agent asks, not after (the agent waits :data:`~paijob.runtime.watch.node.recorder.ANSWER_WAIT`)."""
         with contextlib.suppress(Exception):  # the watch must never break the worker
             self._prepared = recent_calls()
 
@@ -544,7 +544,7 @@ def in_process_group() -> bool:
         return False
 
 
-# -- the last collectives, when the agent asks (paijob.runtime.watch.recorder) -------------------
+# -- the last collectives, when the agent asks (paijob.runtime.watch.node.recorder) -------------------
 
 REQUEST_FILE = "calls.request"  # in the hang watch's folder: the agent wants every live rank's calls
 KEPT_PER_GROUP = 4  # last entries per process group a rank reports
@@ -573,7 +573,7 @@ def answer_calls_request(folder: str, rank: int, prepared: list[dict[str, Any]] 
 
 
 def request_nonce(folder: str) -> str | None:
-    """The agent's request's nonce (:func:`paijob.runtime.watch.recorder.request`), which an answer repeats."""
+    """The agent's request's nonce (:func:`paijob.runtime.watch.node.recorder.request`), which an answer repeats."""
     data = untrusted.read_regular(os.path.join(folder, REQUEST_FILE), 64)
     text = data.decode("ascii", "replace").strip() if data else ""
     return text if len(text) == 32 and all(c in "0123456789abcdef" for c in text) else None

@@ -2,7 +2,7 @@
 
 Why: the sampler sees where a rank *ended up*. A rank that skipped one ``all_reduce`` of a loop waits in
 the ``barrier`` after it while the others wait in ``all_reduce``: the hang verdict
-(:mod:`paijob.runtime.watch.verdict`) names it "in a different collective". Torch's flight recorder
+(:mod:`paijob.runtime.watch.hang.verdict`) names it "in a different collective". Torch's flight recorder
 numbers each process group's collectives on every rank (its ``collective_seq_id``), and the slow-rank
 doctor already keeps each rank's newest 256 (:mod:`paijob.runtime.watch.evidence`): at the first
 number the ranks call differently, and by each rank's count of the call there, the numbers say the

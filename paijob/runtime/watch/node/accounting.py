@@ -2,11 +2,11 @@
 
 Torch's agent finds a worker failed and stops the rest; what that failure means for the job is
 the watch's to say. A rank that timed out in torch's own collective timeout waited for another
-(the hang watch names the rank that never arrived, :mod:`paijob.runtime.watch.verdict`); a rank
+(the hang watch names the rank that never arrived, :mod:`paijob.runtime.watch.hang.verdict`); a rank
 gloo aborted for a collective's size received a call that differs (the ranks' flight recorders,
-asked before torch stops them, name the odd rank, :mod:`paijob.runtime.watch.mismatch`). Node 0
+asked before torch stops them, name the odd rank, :mod:`paijob.runtime.watch.node.mismatch`). Node 0
 makes the account and publishes it; the other nodes wait for it, so every node prints one root
-cause. :class:`Accounting` does that against :class:`~paijob.runtime.watch.launcher.Launcher`
+cause. :class:`Accounting` does that against :class:`~paijob.runtime.watch.node.workers.Launcher`
 (the ranks, their pids, their output) and the node's failure records (:class:`Records`): no torch,
 so a test drives it with a fake launcher.
 """
@@ -20,17 +20,17 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from paijob.runtime.failure import Failure, choose_root_cause, strip_rank_prefix
-from paijob.runtime.watch.hangwatch import ACCOUNT_WAIT, HangWatch, process_ended
-from paijob.runtime.watch.launcher import Launcher
-from paijob.runtime.watch.mismatch import (
+from paijob.runtime.watch.hang.doctor import ACCOUNT_WAIT, HangWatch, process_ended
+from paijob.runtime.watch.node.workers import Launcher
+from paijob.runtime.watch.node.mismatch import (
     calls_said,
     mismatch_account,
     said_size_abort,
     script_line,
     undecided,
 )
-from paijob.runtime.watch.recorder import ANSWER_WAIT, read_answers, request
-from paijob.runtime.watch.verdict import first_timed_out, left_phrase, rank_ranges
+from paijob.runtime.watch.node.recorder import ANSWER_WAIT, read_answers, request
+from paijob.runtime.watch.hang.verdict import first_timed_out, left_phrase, rank_ranges
 
 # Seconds node 0 waits for every node's record to name a mismatch's odd rank. A node stopped for
 # node 0's failure before its own workers exited publishes their words after stopping them:
@@ -59,7 +59,7 @@ def read_tail(path: str | None) -> str:
 
 
 class Records(Protocol):
-    """The failure records the nodes of a job exchange (:class:`~paijob.runtime.watch.nodewatch.NodeWatch`)."""
+    """The failure records the nodes of a job exchange (:class:`~paijob.runtime.watch.node.liveness.NodeWatch`)."""
 
     def records(self) -> list[Failure]: ...
 
@@ -160,7 +160,7 @@ class Accounting:
     def ask_calls_after_size_abort(self, failures: list[Failure]) -> None:
         """Where gloo aborted a rank for a collective's size (here or on another node), ask this
         node's live workers for their last collectives before they are stopped: which rank's call
-        differs is known only inside them (:mod:`paijob.runtime.watch.recorder`). Waits until
+        differs is known only inside them (:mod:`paijob.runtime.watch.node.recorder`). Waits until
         each live worker answered, at most :data:`ANSWER_WAIT` seconds."""
         folder = self.folder
         if not folder or self.hang is None or self._asked or not said_size_abort(failures):
@@ -235,7 +235,7 @@ class Accounting:
 
     def with_mismatch_account(self, records: list[Failure]) -> list[Failure]:
         """``records``, with node 0's account when the workers' failures say a collective's calls
-        disagree (:mod:`paijob.runtime.watch.mismatch`): node 0 names the rank whose call differs
+        disagree (:mod:`paijob.runtime.watch.node.mismatch`): node 0 names the rank whose call differs
         (waiting briefly for every node's record when its own ranks alone cannot tell) and publishes
         it; the other nodes wait for it, so every node prints the same root cause."""
         if any(f.overrides for f in records):

@@ -1,6 +1,6 @@
 """What the watch needs of the launcher that runs a node's workers, and nothing more.
 
-Why a Protocol: the failure accounting (:mod:`paijob.runtime.watch.accounting`) used to read and
+Why a Protocol: the failure accounting (:mod:`paijob.runtime.watch.node.accounting`) used to read and
 write torch's elastic agent's own state from module-level functions. It needs only the few facts
 below, none of them torch's; written against this, it runs the same under torch's agent
 (``per-gpu``, :mod:`paijob.runtime.agent`) and under a test's fake launcher, without torch.

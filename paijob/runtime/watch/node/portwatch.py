@@ -11,7 +11,7 @@ command's processes listen on (``/proc/net/tcp*`` and their socket inodes;
 Linux only). When they listen on some port but, for :data:`CONFIRM_SECONDS`,
 not on the declared one, that is the diagnosis: node 0 stops its command,
 says so, and answers on the declared port with a one-line notice
-(:mod:`paijob.runtime.watch.notice`) so that the waiting nodes, which connect there
+(:mod:`paijob.runtime.watch.node.notice`) so that the waiting nodes, which connect there
 first anyway, read the same reason and exit 2 too.
 
 No torch import here.

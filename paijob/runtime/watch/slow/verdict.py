@@ -13,7 +13,7 @@ the runtime already has, at no per-step cost, name it:
   share**. This holds on a GPU too, where a rank's Python thread never waits inside
   ``all_reduce`` (NCCL is asynchronous): the late rank still *enqueues* last.
 * **what each rank's main thread does**, from the sampler's once-a-second stacks counted by
-  activity (:mod:`paijob.runtime.watch.activity`): in the DataLoader, computing, host-side work.
+  activity (:mod:`paijob.runtime.watch.frames`): in the DataLoader, computing, host-side work.
   Where the recorder is missing (torch 2.4's gloo; no rank kept a collective), the wait share is read
   from these samples instead (the share of samples inside a collective, which holds only where collectives block the
   Python thread: gloo).
@@ -59,7 +59,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from paijob.runtime.watch.activity import ACTIVITIES
+from paijob.runtime.watch.frames import ACTIVITIES
 
 THRESHOLD = 0.10  # the waiting ranks wait at least this share of the wall time for the late one(s)
 LATE_FRACTION = 0.5  # a rank waiting at most this fraction of the most waiting rank's share is late

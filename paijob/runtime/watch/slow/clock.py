@@ -1,7 +1,7 @@
 """How far each node's clock is ahead of node 0's, estimated through the rendezvous store.
 
 Why: the slow-rank doctor compares when ranks on different hosts enqueued the same collective
-(:mod:`paijob.runtime.watch.straggler`); a host whose clock runs 50 ms ahead would look 50 ms late
+(:mod:`paijob.runtime.watch.slow.verdict`); a host whose clock runs 50 ms ahead would look 50 ms late
 at every step. NTP keeps a cluster's clocks close, but not always within a step.
 
 How, over the store the nodes already share (no new port, no new thread): node k writes a round

@@ -16,12 +16,12 @@ While the job is healthy only its times are read (the slow-rank doctor,
 abort, it asks its live workers (:func:`request`: a file in the hang watch's
 folder); each worker's sampler thread, at its next sample, writes this rank's last
 entries to ``rank<N>.calls.json``
-(:func:`paijob.runtime.watch.progress.answer_calls_request`: the worker's side,
+(:func:`paijob.runtime.watch.worker.sampler.answer_calls_request`: the worker's side,
 with the sampler, no torch import). The agent stops the workers only after they
 answered or :data:`ANSWER_WAIT` passed, and reads the answers
 (:func:`read_answers`). No signal.
 
-The account itself is pure (:mod:`paijob.runtime.watch.mismatch`).
+The account itself is pure (:mod:`paijob.runtime.watch.node.mismatch`).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from collections.abc import Callable
 from typing import Any
 
 from paijob.common import untrusted
-from paijob.runtime.watch.progress import REQUEST_FILE, answer_path, request_nonce, write_new
+from paijob.runtime.watch.worker.sampler import REQUEST_FILE, answer_path, request_nonce, write_new
 
 # seconds an agent waits for its workers' answers: a sample comes once a second, and a rank's first read
 # of the recorder with stacks takes about a second (more on a busy machine)

@@ -1,7 +1,7 @@
 """The slow-rank doctor on a node: every look, its ranks' evidence shared; on node 0, the verdict
-(:mod:`paijob.runtime.watch.straggler`) and when to say it.
+(:mod:`paijob.runtime.watch.slow.verdict`) and when to say it.
 
-Why inside the hang watch's thread (:class:`~paijob.runtime.watch.hangwatch.HangWatch` calls
+Why inside the hang watch's thread (:class:`~paijob.runtime.watch.hang.doctor.HangWatch` calls
 :meth:`SlowDoctor.look` each tick, and it acts every :data:`LOOK_EVERY` seconds): it needs the same
 believed sampler files and the same channel between the nodes, and adds no thread. Each node
 publishes its ranks' evidence (:mod:`paijob.runtime.watch.evidence`) under its own key of the
@@ -17,7 +17,7 @@ rank still keeps; time waiting for a CPU: over the last :data:`CPU_LOOKS` looks)
 * the worst straggler of the run once more as the node finishes (the final summary).
 
 The other nodes' clocks are compared with node 0's through the store
-(:mod:`paijob.runtime.watch.clock`): node 0 answers at every tick, each other node asks once every
+(:mod:`paijob.runtime.watch.slow.clock`): node 0 answers at every tick, each other node asks once every
 :data:`CLOCK_EVERY` looks once its ranks train (that look then waits up to 1.5 s for the answer) and publishes how far ahead it is with its
 ranks; node 0 moves their enqueue times by that much.
 """
@@ -34,11 +34,11 @@ from typing import Any
 
 from paijob.common import contract, untrusted
 from paijob.common.records import MAX_LINE_TEXT, SlowRecord
-from paijob.runtime.watch import clock
+from paijob.runtime.watch.slow import clock
 from paijob.runtime.watch.evidence import checked, read_evidence
-from paijob.runtime.watch.progress import write_new
-from paijob.runtime.watch.straggler import Call, RankWindow, SlowVerdict, cpu_shares, judge_slow
-from paijob.runtime.watch.verdict import RankState
+from paijob.runtime.watch.worker.sampler import write_new
+from paijob.runtime.watch.slow.verdict import Call, RankWindow, SlowVerdict, cpu_shares, judge_slow
+from paijob.runtime.watch.hang.verdict import RankState
 
 LOOK_EVERY = 10.0  # seconds between two looks
 WINDOW_LOOKS = 6  # activities are counted over this many looks (a minute)
@@ -62,7 +62,7 @@ class SlowDoctor:
                  get: clock.Get | None = None, put: clock.Set | None = None,
                  every: float = LOOK_EVERY, repeat: float = REPEAT, record_file: str | None = None) -> None:
         """``publish``/``gather``: a node's ranks' evidence over the store; ``get``/``put``: a key's
-        text in the store (the clock rounds: :mod:`paijob.runtime.watch.clock`); ``record_file``: where
+        text in the store (the clock rounds: :mod:`paijob.runtime.watch.slow.clock`); ``record_file``: where
         node 0 keeps its latest verdict as a record, where the cluster asks (``PAIJOB_SLOW_FILE``)."""
         # node 0's verdict: where the cluster asks, and beside the samplers' files for rank 0's summary
         ours = os.path.join(folder, contract.SLOW_VERDICT_NAME)

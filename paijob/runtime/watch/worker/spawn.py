@@ -5,7 +5,7 @@ Why a hook: in ``per-node`` mode paijob starts one process per node, and the
 ranks are the children that the user's script starts with
 ``torch.multiprocessing.spawn`` (or ``start_processes``). Those children do not
 run paijob's worker wrapper, so neither its sampler (the hang watch's eyes,
-:mod:`paijob.runtime.watch.progress`) nor its clean exit (:func:`paijob.runtime.worker.finish`)
+:mod:`paijob.runtime.watch.worker.sampler`) nor its clean exit (:func:`paijob.runtime.worker.finish`)
 would be in them. Measured without the exit: a 2-child gloo script that ends
 normally (with ``destroy_process_group``) exits 1 about one run in four,
 because a child's interpreter finalisation races gloo's threads and aborts
@@ -19,7 +19,7 @@ torch's ``_wrap`` (what ``mp.spawn`` starts, one per index ``i``) gets
 scripts; only where the hang watch is on), runs torch's ``_wrap`` as before,
 and then ends the child like a wrapped worker (``spawn`` start method; ``fork``
 and ``forkserver`` children already end with ``os._exit``). The target travels
-by reference (pickled as ``paijob.runtime.watch.spawnwatch.run_watched``). Other
+by reference (pickled as ``paijob.runtime.watch.worker.spawn.run_watched``). Other
 processes (DataLoader workers, the user's own) are left alone.
 
 No torch import: torch's target is recognised by its module and name.
@@ -34,7 +34,7 @@ import traceback
 from collections.abc import Callable
 from typing import Any, NoReturn
 
-from paijob.runtime.watch.progress import Sampler, in_process_group, leaving_frame, start_from_env
+from paijob.runtime.watch.worker.sampler import Sampler, in_process_group, leaving_frame, start_from_env
 
 TORCH_TARGET = ("torch.multiprocessing.spawn", "_wrap")  # mp.spawn's per-child entry point
 _installed: list[Callable[..., Any]] = []  # BaseProcess.start before the hook
@@ -91,7 +91,7 @@ def run_watched(target: Callable[..., Any], finish: Callable[[int], NoReturn] | 
 def noting_errors(fn: Callable[..., Any], sampler: Sampler) -> Callable[..., Any]:
     """``fn``, telling ``sampler`` an exception that leaves it before torch's
     ``_wrap`` reports it (and the child ends): the node's watch reads it at once (a collective's
-    timeout, :meth:`~paijob.runtime.watch.progress.Sampler.note_error`). The exception goes on
+    timeout, :meth:`~paijob.runtime.watch.worker.sampler.Sampler.note_error`). The exception goes on
     unchanged."""
 
     @functools.wraps(fn)

@@ -5,11 +5,11 @@ the script's own store, which lives in the script's rank 0. Once node 0's comman
 has ended, that store is gone, and with it the channel through which the nodes'
 watches talk. What node 0 still has to tell the others, it tells on the same port:
 
-* :data:`ABORT`, a diagnosis (:mod:`paijob.runtime.watch.portwatch`: the script
+* :data:`ABORT`, a diagnosis (:mod:`paijob.runtime.watch.node.portwatch`: the script
   listens on another port): the waiting nodes read it instead of waiting for a
   store that never comes, and exit 2 too;
 * :data:`ACCOUNT`, node 0's account of torch's own process-group timeout (the rank
-  that never arrived, :meth:`paijob.runtime.watch.hangwatch.HangWatch.account_now`),
+  that never arrived, :meth:`paijob.runtime.watch.hang.doctor.HangWatch.account_now`),
   as a :class:`~paijob.runtime.failure.Failure` in JSON: every node prints
   the same root cause.
 

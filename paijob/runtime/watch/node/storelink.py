@@ -1,7 +1,7 @@
 """How the hang watches of a ``per-node`` job on several nodes talk: as clients of the script's own store.
 
 Why: in ``per-gpu`` mode node 0's agent hosts the rendezvous store and the
-nodes' hang watches share it (:class:`~paijob.runtime.watch.hangwatch.StoreChannel`).
+nodes' hang watches share it (:class:`~paijob.runtime.watch.hang.doctor.StoreChannel`).
 In ``per-node`` mode the script's rank 0 hosts the store (``init_process_group``
 on ``MASTER_ADDR:MASTER_PORT``); each node's paijob-runtime connects to it as
 one more client (``wait_for_workers=False``: it is not counted as a rank) under

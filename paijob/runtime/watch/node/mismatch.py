@@ -11,7 +11,7 @@ or inspects the user's objects). Three sources, best first:
   2 is running collective: CollectiveFingerPrint(... TensorShape=[1000] ...),
   but Rank 1 is running ...". The ranks whose call differs from most are named,
   with their calls and their script lines (from their tracebacks).
-* Otherwise, torch's flight recorder (:mod:`paijob.runtime.watch.recorder`): the
+* Otherwise, torch's flight recorder (:mod:`paijob.runtime.watch.node.recorder`): the
   ranks gloo did not abort say what they called, with the line that called it.
   At the first collective where their calls part, the ranks whose call differs
   from most are named. Where every rank that could say agrees, and only the
@@ -32,7 +32,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from paijob.runtime.failure import Failure
-from paijob.runtime.watch.progress import is_library
+from paijob.runtime.watch.worker.sampler import is_library
 
 DEBUG_VARIABLE = "TORCH_DISTRIBUTED_DEBUG"  # torch's name; DETAIL checks collectives' fingerprints
 _FINGERPRINT = re.compile(

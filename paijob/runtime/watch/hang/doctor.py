@@ -1,12 +1,12 @@
 """The hang watch: the thread on every node that reads its workers' sampler files, shares them, and (node 0)
-acts on the verdict; the verdict itself is pure (:mod:`paijob.runtime.watch.verdict`).
+acts on the verdict; the verdict itself is pure (:mod:`paijob.runtime.watch.hang.verdict`).
 
-Each worker's sampler (:mod:`paijob.runtime.watch.progress`) writes where its main
+Each worker's sampler (:mod:`paijob.runtime.watch.worker.sampler`) writes where its main
 thread is and when it was last active. Each node runs one :class:`HangWatch`
 thread that reads its workers' files once a second (only those it can vouch
-for: :mod:`paijob.runtime.watch.launched`) and publishes a short summary per
+for: :mod:`paijob.runtime.watch.node.believed`) and publishes a short summary per
 rank over the channel the nodes already share (the rendezvous store); node 0
-gathers every node's summary and judges (:func:`~paijob.runtime.watch.verdict.judge`).
+gathers every node's summary and judges (:func:`~paijob.runtime.watch.hang.verdict.judge`).
 
 A verdict is reported first (one report in node 0's log; every node prints it
 as its root cause), every rank's full stack (every Python thread) is written to
@@ -16,7 +16,7 @@ What it does to a worker: nothing. It reads files and ``/proc``; it never sends
 a worker a signal (a signal wakes a C call that holds the GIL: the user's code
 would see EINTR). A worker whose sampler is silent is read from the dump
 faulthandler's own watchdog thread writes (armed by the sampler), a stopped one
-from outside its process by py-spy (:mod:`paijob.runtime.watch.outside`: no
+from outside its process by py-spy (:mod:`paijob.runtime.watch.node.outside`: no
 signal, no ptrace-stop). No torch import.
 """
 
@@ -38,12 +38,12 @@ from paijob.common import contract, procfs, untrusted
 from paijob.common.records import StallRecord
 from paijob.runtime.config import HangSettings
 from paijob.runtime.failure import Failure
-from paijob.runtime.watch import outside
-from paijob.runtime.watch.launched import Launched, read_file, read_reports
+from paijob.runtime.watch.node import outside
+from paijob.runtime.watch.node.believed import Launched, read_file, read_reports
 from paijob.runtime.watch.lifecycle import Ticker
-from paijob.runtime.watch.progress import MAX_ERROR, write_new
-from paijob.runtime.watch.slowwatch import SlowDoctor
-from paijob.runtime.watch.verdict import (
+from paijob.runtime.watch.worker.sampler import MAX_ERROR, write_new
+from paijob.runtime.watch.slow.doctor import SlowDoctor
+from paijob.runtime.watch.hang.verdict import (
     HANG_EXIT,
     STALE_AFTER,
     RankState,
@@ -659,7 +659,7 @@ def write_stacks_file(folder: str | None, name: str, text: str) -> str | None:
 
 
 def read_forked(folder: str, pid: int, parent: object) -> dict[str, Any] | None:
-    """``fork<pid>.json`` (:func:`~paijob.runtime.watch.progress.watch_forked_child`), when ``pid``
+    """``fork<pid>.json`` (:func:`~paijob.runtime.watch.worker.sampler.watch_forked_child`), when ``pid``
     is a live child of ``parent`` with the start time the file says; None otherwise."""
     data = read_file(os.path.join(folder, f"fork{pid}.json"))
     try:

@@ -1,7 +1,7 @@
 """What a rank is doing in one sample, as the slow-rank doctor counts it (pure, no torch import).
 
-Why: the doctor (:mod:`paijob.runtime.watch.straggler`) says not only which rank the others wait
-for but what that rank does meanwhile. The sampler (:mod:`paijob.runtime.watch.progress`) already
+Why: the doctor (:mod:`paijob.runtime.watch.slow.verdict`) says not only which rank the others wait
+for but what that rank does meanwhile. The sampler (:mod:`paijob.runtime.watch.worker.sampler`) already
 has the main thread's stack once a second; this turns one stack into one of a few activities and
 the line that stands for it, so the sampler only counts (no history, no per-step cost):
 

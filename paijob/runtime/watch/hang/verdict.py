@@ -14,7 +14,7 @@
   or evaluation on one rank is not a hang.
 
 The threaded watcher that gathers the states and acts on a verdict is
-:mod:`paijob.runtime.watch.hangwatch`; the rules are pinned on plain data in
+:mod:`paijob.runtime.watch.hang.doctor`; the rules are pinned on plain data in
 ``tests/runtime/watch/test_verdict.py``.
 """
 
@@ -31,8 +31,8 @@ from paijob.common import exitcodes
 from paijob.common.records import StallRecord, rank_ranges
 from paijob.runtime.config import HangSettings
 from paijob.runtime.failure import Failure
-from paijob.runtime.watch.progress import is_library
-from paijob.runtime.watch.sequence import sequence_phrase
+from paijob.runtime.watch.worker.sampler import is_library
+from paijob.runtime.watch.hang.sequence import sequence_phrase
 
 HANG_EXIT = exitcodes.HANG
 STALE_AFTER = 10.0  # a sampler silent this long (seconds, at least 5 intervals) cannot run
@@ -155,7 +155,7 @@ class Verdict:
     why: str  # how the culprits were told apart
     unseen: list[RankState] = field(default_factory=list)  # ranks node 0 cannot read now: not judged
     # rank -> its recent collectives as its flight recorder kept them, ``[group, seq, op, enqueued]``
-    # (the slow-rank doctor's evidence; the watcher passes them in): :func:`~paijob.runtime.watch.sequence.sequence_phrase`
+    # (the slow-rank doctor's evidence; the watcher passes them in): :func:`~paijob.runtime.watch.hang.sequence.sequence_phrase`
     calls: Mapping[int, Sequence[Sequence[Any]]] = field(default_factory=dict)
 
     def headline(self, settings: HangSettings) -> str:

@@ -1,0 +1,1 @@
+"""What runs inside a worker: the progress sampler and the ``mp.spawn`` wrapper."""
