@@ -77,7 +77,8 @@ def measure_sample(samples: int = 2000) -> tuple[float, float]:
     counts waiting for a core on a busy machine."""
     import torch.distributed as dist
 
-    from paijob.runtime.watch.worker.sampler import Sampler, collectives_issued
+    from paijob.runtime.watch.worker.process import collectives_issued
+    from paijob.runtime.watch.worker.sampler import Sampler
 
     # a process group as a worker has one: the sampler reads its collective count every look
     dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
@@ -147,7 +148,8 @@ import os, statistics, sys, tempfile, time
 import torch
 import torch.distributed as dist
 from paijob.runtime.watch.evidence import Evidence
-from paijob.runtime.watch.worker.sampler import is_library, write_new
+from paijob.runtime.watch.folder import write_new
+from paijob.runtime.watch.frames import is_library
 
 dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
 t = torch.ones(1)

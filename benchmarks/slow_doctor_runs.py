@@ -1,6 +1,6 @@
 """How often the slow-rank doctor is right: the slow stage's real jobs, run again and again.
 
-``tests/runtime/watch/test_slow_ranks.py`` starts six 2-node x 2-worker gloo jobs at once on
+``tests/runtime/watch/slow/test_slow_ranks.py`` starts six 2-node x 2-worker gloo jobs at once on
 loopback (one rank slowed in compute, one in data loading, one under a 1 % CPU quota, a whole node
 slowed, rank 0 evaluating alone for 30 s, a balanced job) and checks what node 0's doctor said.
 One pass of it is one sample; this runs it ``--runs`` times and counts, per test, how many passed,
@@ -30,7 +30,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-MODULE = "tests/runtime/watch/test_slow_ranks.py"
+MODULE = "tests/runtime/watch/slow/test_slow_ranks.py"
 
 
 def one_run(seconds: float | None, folder: Path) -> tuple[dict[str, str], float]:
@@ -91,7 +91,7 @@ def main() -> int:
             tally.setdefault(name, {}).setdefault(outcome, 0)
             tally[name][outcome] += 1
     result = {
-        "what": "tests/runtime/watch/test_slow_ranks.py run again and again: each test's outcomes",
+        "what": "tests/runtime/watch/slow/test_slow_ranks.py run again and again: each test's outcomes",
         "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
         "machine": {"cores": cores, "platform": platform.platform(), "python": platform.python_version()},
         "stress": f"stress-ng --cpu {cores}" if args.stress else None,

@@ -3,7 +3,8 @@ suite's root conftest lives there). Folder-specific ones stay in each folder's `
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -22,6 +23,16 @@ def paijob(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, st
         code = int(exit_.code or 0)
     out, err = capsys.readouterr()
     return code, out, err
+
+
+def wait_until(condition: Callable[[], object], timeout: float = 10.0, what: str = "the condition") -> None:
+    """Poll ``condition()`` every 20 ms until it is true; fail the test after ``timeout`` seconds, saying
+    ``what`` it waited for (the one poll-until helper of the suite: a test never sleeps a fixed time)."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() >= deadline:
+            pytest.fail(f"{what} did not happen within {timeout:g}s")
+        time.sleep(0.02)
 
 
 def make_tree(root: Path, files: dict[str, str]) -> Path:

@@ -85,13 +85,15 @@ class FailureRecord:
     worker_node: int | None = None  # the node rank the failed worker ran on
     local_rank: int | None = None
     how: str | None = None  # "exit code 1", "signal SIGSEGV"
-    error: str | None = None  # the exception line of the worker's traceback
+    error: str | None = None  # Python's last line of the worker's traceback ("ValueError: bad batch")
     closing: bool = False  # the launcher's closing line: gives way to the account just before it
+    where: str | None = None  # the script's line the error was raised at ("train.py:42 in step")
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "summary", _text(self.summary) or "")
         object.__setattr__(self, "error", _text(self.error))
         object.__setattr__(self, "how", _text(self.how))
+        object.__setattr__(self, "where", _text(self.where))
 
     @property
     def elsewhere(self) -> bool:
@@ -101,7 +103,8 @@ class FailureRecord:
     def describe(self) -> str:
         """One line for people (a task's exit diagnostics): the summary, where, and the error."""
         where = " (on another node)" if self.elsewhere else ""
-        return f"{self.summary}{where}" + (f": {self.error}" if self.error else "")
+        return f"{self.summary}{where}" + (f": {self.error}" if self.error else "") + (
+            f" ({self.where})" if self.where else "")
 
     def as_json(self) -> dict[str, Any]:
         """The record's fields as JSON has them (the local cluster's ``paijobRootCause``)."""
@@ -113,6 +116,7 @@ class FailureRecord:
         if not isinstance(data, Mapping) or data.get("v") != VERSION or data.get("kind") != "failure":
             raise RecordError("not a version-1 failure record")
         fields = {key: value for key, value in data.items() if key not in ("v", "kind")}
+        fields.setdefault("where", None)  # a record written before ``where`` was added has none
         if set(fields) != set(_FAILURE_TYPES):
             raise RecordError(f"fields {sorted(fields)}, expected {sorted(_FAILURE_TYPES)}")
         for key, types in _FAILURE_TYPES.items():
@@ -130,6 +134,7 @@ _OPTIONAL_TEXT = (str, type(None))
 _FAILURE_TYPES: dict[str, tuple[type, ...]] = {
     "node_rank": _OPTIONAL_INT, "exit_code": _INT, "summary": (str,), "rank": _OPTIONAL_INT, "worker_node": _OPTIONAL_INT,
     "local_rank": _OPTIONAL_INT, "how": _OPTIONAL_TEXT, "error": _OPTIONAL_TEXT, "closing": (bool,),
+    "where": _OPTIONAL_TEXT,
 }
 
 

@@ -62,10 +62,10 @@ from paijob.openpai.taskenv import (  # noqa: E402
 )
 from paijob.runtime.config import LaunchConfig  # noqa: E402
 from paijob.runtime.console import say  # noqa: E402
-from paijob.runtime.failure import Failure, looks_secondary, report_root_cause  # noqa: E402
+from paijob.runtime.failure import Failure, report_root_cause  # noqa: E402
 from paijob.runtime.groups import group_alive, signal_group  # noqa: E402
 from paijob.runtime.netif import task_address  # noqa: E402
-from paijob.runtime.watch.health import PerGpuHealth, first_line, read_tail  # noqa: E402
+from paijob.runtime.watch.health import AgentHealth, agent_health, first_line, read_tail  # noqa: E402
 
 if _user_cpp_log_level is None:
     os.environ.pop(_CPP_LOG_LEVEL, None)
@@ -107,7 +107,7 @@ class PaijobAgent(LocalElasticAgent):
         self.assigned_ranks: list[int] = []
         self.rank_pids: dict[int, int] = {}
         self._pgids: set[int] = set()
-        self.health: PerGpuHealth | None = None  # the door into the watch: set by run_per_gpu before run()
+        self.health: AgentHealth | None = None  # the door into the watch: set by run_per_gpu before run()
         self.log_root: str | None = None  # a folder of our own, removed when the node ends
         # What the workers get beyond this process's environment (paijob.common.contract.worker_env)
         self.worker_env = {k: v for k, v in (worker_env or {}).items() if os.environ.get(k) != v}
@@ -151,15 +151,14 @@ class PaijobAgent(LocalElasticAgent):
             signal_group(pgid, signal.SIGKILL)
 
     def _exit_barrier(self) -> None:
-        watch = self._health().node  # told what the main thread does: its phases hold the deadlines
-        watch.mark_done()
-        watch.enter("exit barrier")
+        health = self._health()  # told what the main thread does: its phases hold the deadlines
+        health.workers_succeeded()
         super()._exit_barrier()
-        watch.release()
+        health.barrier_passed()
 
     # -- rendezvous -----------------------------------------------------------
     def _rendezvous(self, worker_group: Any) -> None:
-        watch = self._health().node  # told what the main thread does: its phases hold the deadlines
+        health = self._health()  # told what the main thread does: its phases hold the deadlines
         spec = worker_group.spec
         master = self.config.master
         limit = float(self.config.rendezvous_timeout)
@@ -167,16 +166,15 @@ class PaijobAgent(LocalElasticAgent):
         if self.node_rank != 0 and self.nnodes > 1:
             # Something accepts connections on the master's port (wait_for_master saw to
             # that); make sure it is a store before torch's client waits on it forever.
-            watch.enter(
+            health.phase(
                 "handshake", deadline=limit, expired=lambda: self._squatter(master, limit),
                 waiting_line=lambda waited: (
                     f"connected to the master's port {master}, waiting for its rendezvous "
                     f"store to answer ({waited:.0f}s of --master-timeout {limit:.0f}s)"
                 ),
             )
-            watch.start_heartbeats()
-            watch.wait_connected(limit + 5)
-        watch.enter(
+            health.join_the_others(timeout=limit + 5)
+        health.phase(
             "rendezvous",
             deadline=limit + 15,  # torch's own timeout (the same limit) normally fires first
             expired=lambda: Failure(
@@ -197,8 +195,8 @@ class PaijobAgent(LocalElasticAgent):
                 f"all {self.nnodes} nodes joined the rendezvous at {master}; starting "
                 f"{spec.local_world_size} worker(s)"
             )
-        watch.enter("running")
-        watch.start_heartbeats()
+        health.phase("running")
+        health.join_the_others()
 
     def _squatter(self, master: str, limit: float) -> Failure:
         return Failure(
@@ -212,7 +210,7 @@ class PaijobAgent(LocalElasticAgent):
             ),
         )
 
-    def _health(self) -> PerGpuHealth:
+    def _health(self) -> AgentHealth:
         assert self.health is not None, "run_per_gpu sets agent.health"
         return self.health
 
@@ -264,7 +262,8 @@ class PaijobAgent(LocalElasticAgent):
         candidates = []
         for global_rank, failure in result.failures.items():
             tail = self._tail(failure)
-            # Workers we stopped ourselves (SIGTERM/SIGKILL after another failed) are not causes.
+            # Workers we stopped ourselves (SIGTERM/SIGKILL after another failed) are not causes; what a
+            # worker's own error says (a peer's knock-on?) its record tells the watch (not its traceback)
             killed_by_us = failure.exitcode in (-signal.SIGTERM, -signal.SIGKILL)
             candidates.append(
                 Failure(
@@ -272,7 +271,7 @@ class PaijobAgent(LocalElasticAgent):
                     rank=global_rank,
                     local_rank=failure.local_rank,
                     returncode=failure.exitcode,
-                    secondary=killed_by_us or looks_secondary(tail),
+                    secondary=killed_by_us,
                     time=float(failure.timestamp),
                     tail=tail,
                 )
@@ -378,7 +377,7 @@ def run_per_gpu(config: LaunchConfig, worker_env: Mapping[str, str] | None = Non
     agent = PaijobAgent(spec, logs_specs, config, worker_env)
     agent.log_root = log_root
     dist = config.dist
-    health = agent.health = PerGpuHealth(
+    health = agent.health = agent_health(
         config, agent,
         folder=agent.worker_env.get(contract.HANG_DIR) or os.environ.get(contract.HANG_DIR),
         connect=lambda: _connect_store(dist.master_addr, dist.master_port, config.run_id,
@@ -395,7 +394,7 @@ def run_per_gpu(config: LaunchConfig, worker_env: Mapping[str, str] | None = Non
         agent.remove_logs()
 
 
-def _run_agent(agent: PaijobAgent, health: PerGpuHealth, config: LaunchConfig
+def _run_agent(agent: PaijobAgent, health: AgentHealth, config: LaunchConfig
                ) -> tuple[int, Failure | None]:
     dist = config.dist
     try:
@@ -403,7 +402,7 @@ def _run_agent(agent: PaijobAgent, health: PerGpuHealth, config: LaunchConfig
     except SignalException as error:
         return health.stopped_by(error.sigval), None
     except Exception as error:
-        health.node.close()
+        health.ended()
         if agent.assigned_ranks:  # workers had started: a bug, keep the traceback
             raise
         raise _rendezvous_error(config, error) from error
@@ -413,8 +412,8 @@ def _run_agent(agent: PaijobAgent, health: PerGpuHealth, config: LaunchConfig
             config.expected_ranks(),
         )
     if result is not None and result.state == WorkerState.SUCCEEDED:
-        # The exit barrier released the store (NodeWatch.release): no store call here.
-        health.node.close()
+        # The exit barrier released the store (barrier_passed): no store call here.
+        health.ended()
         return exitcodes.OK, None
     root = health.explain_failure()
     if root is None:

@@ -10,6 +10,7 @@ import json
 import re
 import signal
 import sys
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -17,35 +18,42 @@ from paijob.common import exitcodes
 from paijob.common.records import FailureRecord
 from paijob.runtime.console import say, tell
 
-# A worker whose last words match this died *because* a peer went away: it is a
-# consequence, not the root cause.
+# An exception whose words match this says a peer went away: a consequence, not the root cause.
 _SECONDARY = re.compile(
     r"Connection closed by peer|Connection reset by peer|DistNetworkError|DistBackendError|"
     r"NCCL communicator was aborted|recvBytes|Broken pipe|ProcessGroupGloo.*(timed out|closed)|"
     r"Socket Timeout|connection refused",
     re.IGNORECASE,
 )
+# torch's own process-group timeout, in a rank's error (gloo's "Timed out waiting", NCCL's watchdog)
+_TIMED_OUT = re.compile(r"timed out|timeout|Watchdog caught collective operation", re.IGNORECASE)
 # torch prefixes a worker's uncaught-exception lines with "[rankN]:".
 _RANK_PREFIX = re.compile(r"^\[rank\d+\]:\s?")
-# the line of a Python traceback that names the exception ("ValueError: bad batch", "torch.OutOfMemoryError: ...")
-_EXCEPTION = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Interrupt|Exit|Warning)\b")
 
 
-def looks_secondary(stderr_tail: str) -> bool:
-    return bool(_SECONDARY.search(stderr_tail))
+def is_consequence(error: BaseException) -> bool:
+    """Whether ``error`` says a peer went away (a connection closed or reset, a communicator aborted):
+    a knock-on of another rank's failure, not a root cause. Judged in the worker, on the exception
+    itself (its type and message), never on a traceback's text."""
+    text = f"{type(error).__name__}: {error}"
+    return bool(_SECONDARY.search(text)) or any(
+        cls.__name__ in ("DistNetworkError", "DistBackendError") for cls in type(error).__mro__)
+
+
+def said_timeout(text: str) -> bool:
+    """Whether an error says torch's own process-group timeout fired (in the rank that waited)."""
+    return bool(_TIMED_OUT.search(text))
+
+
+def first_timed_out(failures: Sequence[Failure]) -> Failure | None:
+    """The earliest worker failure whose error says a collective timed out (torch's own
+    process-group timeout); None: none did."""
+    timed_out = [f for f in failures if f.rank is not None and said_timeout(f.error or f.tail or "")]
+    return min(timed_out, key=lambda f: f.time) if timed_out else None
 
 
 def strip_rank_prefix(line: str) -> str:
     return _RANK_PREFIX.sub("", line)
-
-
-def worker_error(tail: str) -> str | None:
-    """The exception line of a worker's stderr tail (else its last line): the error its record names."""
-    lines = [line for line in (strip_rank_prefix(raw.strip()).strip() for raw in tail.splitlines()) if line]
-    exceptions = [line for line in lines if _EXCEPTION.match(line)]
-    if exceptions:
-        return exceptions[-1]
-    return lines[-1] if lines else None
 
 
 @dataclass
@@ -67,6 +75,9 @@ class Failure:
     # paijob.runtime.watch.node.recorder); keys are strings, as JSON has them
     calls: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     left: bool = False  # a rank that left the job (exit code 0, its process group up): ``reason`` says where
+    # from the worker's own error record (paijob.runtime.watch.folder.WorkerError), never from its traceback:
+    error: str = ""  # Python's last line of the traceback: "ValueError: bad batch"
+    where: str = ""  # the script's line it was raised at: "train.py:42 in step"
 
     @classmethod
     def leaving(cls, *, node_rank: int, rank: int, local_rank: int | None, time: float, reason: str) -> Failure:
@@ -101,7 +112,7 @@ class Failure:
             node_rank=node_rank, exit_code=self.exit_code, summary=self.headline(), rank=self.rank,
             worker_node=self.node_rank if worker and not job_wide else None, local_rank=self.local_rank,
             how=exitcodes.describe_status(self.returncode or 0) if worker else None,
-            error=worker_error(self.tail) if self.tail else None,
+            error=self.error or None, where=self.where or None,
         )
 
     def to_json(self) -> str:

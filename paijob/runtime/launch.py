@@ -63,7 +63,7 @@ from paijob.runtime.failure import Failure, report_root_cause, stopped_by_signal
 from paijob.runtime.groups import signal_group
 from paijob.runtime.netif import socket_ifname_env
 from paijob.runtime.probe import wait_for_master
-from paijob.runtime.watch.health import MasterPortWatch, OneProcessHealth, node_0_notice
+from paijob.runtime.watch.health import node_0_notice, process_health
 from paijob.runtime.worker import finish, run_as_main
 
 log = logging.getLogger("paijob.runtime")
@@ -79,8 +79,8 @@ def launch(config: LaunchConfig) -> int:
     _announce(config)
     if dist.node_rank != 0 and config.multi_node:
         _wait_for_master(config)
-    with _hang_folder(config) as hang_dir:
-        env = _worker_env(config, hang_dir)
+    with _watch_folder() as watch_dir:
+        env = _worker_env(config, watch_dir)
         with _private_compile_cache(env):
             if config.mode == "per-gpu":
                 return _launch_per_gpu(config, env)
@@ -88,12 +88,9 @@ def launch(config: LaunchConfig) -> int:
 
 
 @contextlib.contextmanager
-def _hang_folder(config: LaunchConfig) -> Iterator[str | None]:
-    """Where the workers' samplers write (the hang watch reads it); removed when the node ends.
-    None: the watch is off."""
-    if not config.hang.enabled:
-        yield None
-        return
+def _watch_folder() -> Iterator[str]:
+    """Where the workers' samplers write (both doctors read it, the hang doctor on or off); removed when
+    the node ends."""
     folder = tempfile.mkdtemp(prefix="paijob-hang-")
     try:
         yield folder
@@ -143,19 +140,20 @@ def _worker_env(config: LaunchConfig, hang_dir: str | None) -> dict[str, str]:
 
 def _launch_one_process(config: LaunchConfig, env: Mapping[str, str]) -> int:
     """``per-node`` and ``dataparallel``: the command once on this node, supervised here, its
-    health watched by one thing (:class:`~paijob.runtime.watch.health.OneProcessHealth`)."""
+    health watched through one door (:class:`~paijob.runtime.watch.health.ProcessHealth`)."""
     dist = config.dist
     cmd = [sys.executable, *config.command.python_args(0)]
     watch_port = config.mode == "per-node" and dist.node_rank == 0 and config.multi_node and _has_proc_net()
-    health = OneProcessHealth(config, env, say, watch_port=watch_port)
+    health = process_health(config, env, say, watch_port=watch_port)
     health.start()
     try:
         code = supervise(cmd, env, grace_period=config.grace_period, what=f"node rank {dist.node_rank}",
-                         node_rank=dist.node_rank, watch=health.port, hung=health.verdict if health.hang else None,
+                         node_rank=dist.node_rank, misconfigured=health.misconfigured,
+                         hung=health.verdict if health.watches_hangs else None,
                          started=health.started, explain=health.explain_failure)
     finally:
         health.stop()
-    health.tell_the_other_nodes()  # the declared port is free now: node 0's notice goes there
+    health.after_exit()  # the declared port is free now: node 0's notice goes there
     return code
 
 
@@ -228,7 +226,7 @@ def supervise(
     *,
     grace_period: float,
     what: str = "worker",
-    watch: MasterPortWatch | None = None,
+    misconfigured: Callable[[int], str | None] | None = None,
     hung: Callable[[], Failure | None] | None = None,
     started: Callable[[int], None] | None = None,
     explain: Callable[[], Failure | None] | None = None,
@@ -236,8 +234,8 @@ def supervise(
 ) -> int:
     """Run one process in its own process group; forward SIGTERM/SIGINT/SIGHUP with a grace period.
 
-    ``watch`` is asked about once a second whether the command is misconfigured; when
-    it says so, the command is stopped like on SIGTERM and the exit code is 2. ``hung()``
+    ``misconfigured(pid)`` is asked about once a second what is wrong with the command (the master's
+    port); when it says something, the command is stopped like on SIGTERM and the exit code is 2. ``hung()``
     is the hang watch's verdict: the command is stopped the same way, the verdict is the
     root cause and the exit code 124; it is asked once more when the command failed on its own,
     and then ``explain()``: an account of the failure (torch's own timeout: the rank that never
@@ -257,9 +255,10 @@ def supervise(
     handled = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
     previous = {sig: signal.signal(sig, forward) for sig in handled}
     verdicts: list[Failure] = []
+    diagnoses: list[str] = []
     try:
-        returncode = _wait(proc, received, watch, grace_period=grace_period, what=what, hung=hung,
-                           verdicts=verdicts)
+        returncode = _wait(proc, received, misconfigured, grace_period=grace_period, what=what, hung=hung,
+                           verdicts=verdicts, diagnoses=diagnoses)
         if returncode != 0 and hung is not None and not verdicts and not received:
             verdicts.extend(_late_account(hung, explain))
     finally:
@@ -269,8 +268,8 @@ def supervise(
     if received:
         say(stopped_by_signal(received[0], what))
         return exitcodes.from_signal(received[0])
-    if watch is not None and watch.diagnosis is not None:
-        tell(FailureRecord(node_rank, exitcodes.CONFIG_ERROR, watch.diagnosis))  # said when it was found
+    if diagnoses:
+        tell(FailureRecord(node_rank, exitcodes.CONFIG_ERROR, diagnoses[0]))  # said when it was found
         return exitcodes.CONFIG_ERROR
     if verdicts:
         report_root_cause(verdicts[0], node_rank)
@@ -293,19 +292,19 @@ def _late_account(hung: Callable[[], Failure | None],
     return [] if late is None else [late]
 
 
-def _wait(proc: subprocess.Popen[bytes], received: list[int], watch: MasterPortWatch | None, *,
+def _wait(proc: subprocess.Popen[bytes], received: list[int], misconfigured: Callable[[int], str | None] | None, *,
           grace_period: float, what: str, hung: Callable[[], Failure | None] | None = None,
-          verdicts: list[Failure] | None = None) -> int:
-    """Wait for ``proc``; once a signal was ``received``, ``watch`` diagnosed a misconfiguration
-    or ``hung()`` gave the hang watch's verdict (added to ``verdicts``), give it ``grace_period``
-    seconds, then SIGKILL its group. Returns its ``returncode``."""
+          verdicts: list[Failure] | None = None, diagnoses: list[str] | None = None) -> int:
+    """Wait for ``proc``; once a signal was ``received``, ``misconfigured`` diagnosed something (added to
+    ``diagnoses``) or ``hung()`` gave the hang watch's verdict (added to ``verdicts``), give it
+    ``grace_period`` seconds, then SIGKILL its group. Returns its ``returncode``."""
     deadline: float | None = None
     while True:
         try:
             return proc.wait(timeout=0.2)
         except subprocess.TimeoutExpired:
             pass
-        if not received and _must_stop(proc.pid, watch, hung, verdicts):
+        if not received and _must_stop(proc.pid, misconfigured, hung, verdicts, diagnoses):
             signal_group(proc.pid, signal.SIGTERM)
             signal_group(proc.pid, signal.SIGCONT)  # a stopped process handles it once continued
             deadline = time.monotonic() + grace_period
@@ -316,14 +315,16 @@ def _wait(proc: subprocess.Popen[bytes], received: list[int], watch: MasterPortW
             signal_group(proc.pid, signal.SIGKILL)
 
 
-def _must_stop(pid: int, watch: MasterPortWatch | None, hung: Callable[[], Failure | None] | None,
-               verdicts: list[Failure] | None) -> bool:
-    """Whether ``watch`` has just diagnosed a misconfiguration or ``hung()`` just gave a verdict
-    (added to ``verdicts``): each is asked until it answers, and answers once."""
-    if watch is not None and watch.diagnosis is None:
-        watch.diagnosis = watch(pid)
-        if watch.diagnosis is not None:
-            say(f"error: {watch.diagnosis}")
+def _must_stop(pid: int, misconfigured: Callable[[int], str | None] | None,
+               hung: Callable[[], Failure | None] | None, verdicts: list[Failure] | None,
+               diagnoses: list[str] | None) -> bool:
+    """Whether ``misconfigured(pid)`` has just diagnosed something (added to ``diagnoses``) or ``hung()``
+    just gave a verdict (added to ``verdicts``): each is asked until it answers, and answers once."""
+    if misconfigured is not None and diagnoses is not None and not diagnoses:
+        diagnosis = misconfigured(pid)
+        if diagnosis is not None:
+            diagnoses.append(diagnosis)
+            say(f"error: {diagnosis}")
             return True
     if hung is not None and verdicts is not None and not verdicts:
         verdict = hung()

@@ -34,7 +34,7 @@ that plain ``python SCRIPT`` does not:
   stops the worker, it prints the traceback and exits 1 as before.
 * **Its progress is watched.** Where the launcher asks (``PAIJOB_HANG_DIR``), a
   sampler thread reports where the main thread is and whether it moves
-  (:mod:`paijob.runtime.watch.worker.sampler`), for the hang watch. In ``per-node`` mode the
+  (:mod:`paijob.runtime.watch.worker`, the worker's side of the watch), for the hang watch. In ``per-node`` mode the
   ranks are ``mp.spawn`` children: the sampler and the clean exit above go into
   each of them instead (:mod:`paijob.runtime.watch.worker.spawn`).
 """
@@ -52,15 +52,14 @@ import signal
 import sys
 import threading
 import time
-import traceback
 from collections.abc import Callable, Sequence
-from typing import Any, NoReturn
+from typing import NoReturn
 
 from paijob.common import contract
+from paijob.runtime.watch import worker as watched
 
 USAGE = "usage: python -m paijob.runtime.worker (SCRIPT | -m MODULE) [ARGS...]"
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
-_SAMPLER: list[Any] = []  # this worker's progress sampler, once started (the hang watch asked for it)
 
 
 def die_with_parent(expected_parent: int | None = None) -> bool:
@@ -178,31 +177,20 @@ def run_as_main(target: str, args: Sequence[str], *, module: bool = False) -> in
     except SystemExit as error:
         code = exit_code_of(error)
         if code == 0:
-            _note_leaving(error, target)
+            watched.note_exit(error, target)
         return code
     except KeyboardInterrupt as error:
         _print_user_traceback(error)
         return 128 + int(signal.SIGINT)
     except BaseException as error:  # noqa: BLE001 - python's own top level: print it, exit 1
+        watched.note_failure(error)  # the record the launcher reads (not this traceback)
         stopped = _hold_knock_on(error)
         if stopped:
             return -stopped
         _print_user_traceback(error)
         return 1
-    _note_leaving(None, target)
+    watched.note_exit(None, target)
     return 0
-
-
-def _note_leaving(error: SystemExit | None, target: str) -> None:
-    """The script ended with exit code 0: where a process group is still up, tell the sampler
-    where it ended, for the ranks that may still wait for this one (a rank that leaves early)."""
-    sampler = _SAMPLER[0] if _SAMPLER else None
-    if sampler is None:
-        return
-    from paijob.runtime.watch.worker.sampler import in_process_group, leaving_frame
-
-    if in_process_group():
-        sampler.note_left(leaving_frame(error, target))
 
 
 def _hold_knock_on(error: BaseException) -> int:
@@ -218,10 +206,9 @@ def _hold_knock_on(error: BaseException) -> int:
         return 0
     if hold <= 0:
         return 0
-    from paijob.runtime.failure import looks_secondary
+    from paijob.runtime.failure import is_consequence
 
-    text = "".join(traceback.format_exception(type(error), error, error.__traceback__))
-    if not looks_secondary(text):
+    if not is_consequence(error):
         return 0
     stopped: list[int] = []
 
@@ -231,12 +218,9 @@ def _hold_knock_on(error: BaseException) -> int:
     previous = signal.signal(signal.SIGTERM, stop)
     try:
         deadline = time.monotonic() + hold
-        sampler = _SAMPLER[0] if _SAMPLER else None
-        if sampler is not None:  # what the agent may ask for next (a mismatch's account), read ahead
-            sampler.prepare_answer()
+        watched.prepare_answer()  # what the agent may ask for next (a mismatch's account), read ahead
         while not stopped and time.monotonic() < deadline:
-            if sampler is not None:  # the agent may ask for our calls (a mismatch's account): answer at once
-                sampler.answer_request()
+            watched.answer_request()  # the agent may ask for our calls (a mismatch's account): answer at once
             time.sleep(0.05)
     finally:
         signal.signal(signal.SIGTERM, previous)
@@ -282,16 +266,10 @@ def _start_progress_sampler() -> None:
     if os.environ.get(contract.SPAWN_HOOK) == "1":
         import importlib
 
-        from paijob.runtime.watch.worker.spawn import install
-
         # under its own name: a child unpickles it by name, and this module runs as __main__ here
-        install(importlib.import_module(__spec__.name if __spec__ else __name__).finish)
+        watched.install_spawn_hook(importlib.import_module(__spec__.name if __spec__ else __name__).finish)
         return
-    from paijob.runtime.watch.worker.sampler import start_from_env
-
-    sampler = start_from_env(skip_files=(__file__, runpy.__file__ or ""))
-    if sampler is not None:
-        _SAMPLER.append(sampler)
+    watched.start(skip_files=(__file__, runpy.__file__ or ""))
 
 
 def main(argv: Sequence[str] | None = None) -> NoReturn:

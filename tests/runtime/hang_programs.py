@@ -1,5 +1,5 @@
 """Stuck programs for the hang watch's tests: the five hangs of issue 26 (``HANGS``: name -> (source, the
-stuck rank, what node 0's verdict says)), run on one node in watch/test_hangs.py and across namespaced hosts
+stuck rank, what node 0's verdict says)), run on one node in watch/hang/test_hang_doctor.py and across namespaced hosts
 in test_multihost.py."""
 
 from __future__ import annotations

@@ -29,17 +29,13 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from paijob.common import untrusted
+from paijob.runtime.watch.folder import MAX_EVIDENCE, evidence_path
 from paijob.runtime.watch.frames import ACTIVITIES, activity_of, line_of
 
 WRITE_EVERY = 5.0  # seconds between two writes of rank<N>.slow.json (and two reads of the recorder)
 KEPT_CALLS = 256  # collectives a rank keeps (the newest), per file
 MAX_LINES = 16  # distinct lines counted per activity (the rest are not named)
-MAX_EVIDENCE = 256 * 1024  # bytes of a rank's evidence file read
 _C10D_C = "torch._C._distributed_c10d"
-
-
-def evidence_path(folder: str, rank: int) -> str:
-    return os.path.join(folder, f"rank{rank}.slow.json")
 
 
 class Evidence:

@@ -1,9 +1,12 @@
-"""What a rank is doing in one sample, as the slow-rank doctor counts it (pure, no torch import).
+"""What a frame of a stack stands for: installed code or the script's own, and a sample's activity (pure).
 
-Why: the doctor (:mod:`paijob.runtime.watch.slow.verdict`) says not only which rank the others wait
-for but what that rank does meanwhile. The sampler (:mod:`paijob.runtime.watch.worker.sampler`) already
-has the main thread's stack once a second; this turns one stack into one of a few activities and
-the line that stands for it, so the sampler only counts (no history, no per-step cost):
+Both sides read stacks: the sampler inside a worker (:mod:`paijob.runtime.watch.worker`) counts each sample's
+activity for the slow-rank doctor, and the doctors on the node tell the script's own lines from the library
+calls it made (the hang verdict's culprit frames, the mismatch account's lines). One definition of "the
+user's line" for all of them: :func:`is_library`.
+
+The activities, as the slow-rank doctor counts them (:mod:`paijob.runtime.watch.slow.verdict` says not only
+which rank the others wait for but what that rank does meanwhile):
 
 * ``collective``: inside a ``torch.distributed`` call (waiting for the other ranks, on gloo);
 * ``data``: inside torch's data loading (``torch/utils/data``: a DataLoader's ``next()``, a
@@ -13,6 +16,8 @@ the line that stands for it, so the sampler only counts (no history, no per-step
 * ``compute``: autograd, ``torch.nn`` modules, an optimizer, or the script's own code while the
   thread uses the CPU;
 * ``other``: anything else (the script's own code, idle: a sleep, a blocking read).
+
+No torch import.
 """
 
 from __future__ import annotations
@@ -24,6 +29,19 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from paijob.common.records import ACTIVITY_NAMES
+
+# Library code a stack passes through; the first frame outside it is "the user's line".
+_LIBRARY_PARTS = (
+    f"{os.sep}site-packages{os.sep}", f"{os.sep}dist-packages{os.sep}", "<frozen ",
+    f"{os.sep}paijob{os.sep}runtime{os.sep}",
+)
+_STDLIB = os.path.dirname(os.__file__)
+
+
+def is_library(filename: str) -> bool:
+    """Whether a frame's file is installed code (torch, the standard library, paijob's runtime)."""
+    return filename.startswith(_STDLIB) or any(part in filename for part in _LIBRARY_PARTS)
+
 
 ACTIVITIES = ACTIVITY_NAMES  # one list: the slow-rank record (common.records) checks the names it carries
 
@@ -94,3 +112,6 @@ def _call_made(frames: Sequence[Frame], index: int, activity: str) -> str:
     if activity == "collective":
         call = next((str(f[2]) for f in frames[index + 1:] if str(f[0]).endswith(_C10D)), call)
     return call
+
+
+

@@ -1,22 +1,26 @@
 """The front door into the watch: what a node's launcher starts, stops and asks, in every mode.
 
-A launcher holds one :class:`NodeHealth` and nothing else of the watch (an import-linter contract
-in ``setup.cfg`` says so): it starts it before its workers, asks it for a verdict while they run
-(``verdict()``) and for the account of a failure once they failed (``explain_failure()``), and
-stops it when the node ends. Behind it, every watcher of the node lives under one start/stop
-group (:class:`~paijob.runtime.watch.lifecycle.Watchers`):
+A launcher holds one health object by its Protocol and nothing else of the watch (an import-linter contract
+in ``setup.cfg`` says so): :class:`NodeHealth` is what both modes ask (start it before the workers, a
+verdict while they run, the account of a failure once they failed, stop it when the node ends);
+:class:`AgentHealth` adds what torch's elastic agent tells and asks (``per-gpu``: its phases, its workers'
+failures, a stop by signal), :class:`ProcessHealth` what ``supervise`` does (``per-node`` and
+``dataparallel``: the one process's pid, the master's port, node 0's notice after it ended). The door builds
+everything behind it, both doctors included, whether the hang doctor is on or not:
 
-* ``per-node`` and ``dataparallel`` (:class:`OneProcessHealth`): the node runs one process (the
-  user's command) under :func:`paijob.runtime.launch.supervise`; its health is the hang watch over
-  that process's ranks (its ``mp.spawn`` children in ``per-node`` mode), on several nodes the link
-  to the script's own store through which the nodes' watches talk, and on node 0 the master's port.
-* ``per-gpu`` (:class:`PerGpuHealth`): torch's elastic agent (:mod:`paijob.runtime.agent`) runs one
-  worker per GPU; its health is the node watch (heartbeats, failure records and the deadlines of
-  its waits, :mod:`~paijob.runtime.watch.node.liveness`), the hang watch, and the account of a failure
+* the node's eyes and tick (:mod:`~paijob.runtime.watch.node.eyes`): one look at the workers a second, handed
+  to the hang doctor (:mod:`~paijob.runtime.watch.hang`, off with ``--hang-timeout 0``) and the slow-rank
+  doctor (:mod:`~paijob.runtime.watch.slow`), which know nothing of each other;
+* ``per-gpu``: the node watch (heartbeats, failure records, the deadlines of its waits,
+  :mod:`~paijob.runtime.watch.node.liveness`) and the account of a failure
   (:mod:`~paijob.runtime.watch.node.accounting`), which reads the agent only through the torch-free
-  :class:`~paijob.runtime.watch.node.workers.Launcher`.
+  :class:`~paijob.runtime.watch.node.workers.WorkerGroup`;
+* ``per-node`` on several nodes: the link to the script's own store through which the nodes' doctors talk
+  (:mod:`~paijob.runtime.watch.node.storelink`), and on node 0 the master's port
+  (:mod:`~paijob.runtime.watch.node.portwatch`).
 
-A new watcher goes behind this door: built and grouped here, never wired in a launcher.
+Every watcher lives under one start/stop group (:class:`~paijob.runtime.watch.lifecycle.Watchers`). A new
+watcher goes behind this door: built and grouped here, never wired in a launcher.
 """
 
 from __future__ import annotations
@@ -33,28 +37,27 @@ from paijob.common import contract, exitcodes
 from paijob.runtime.config import LaunchConfig
 from paijob.runtime.failure import Failure, choose_root_cause, stopped_by_signal
 from paijob.runtime.netif import task_address
-from paijob.runtime.watch.node.accounting import Accounting, read_tail
-from paijob.runtime.watch.hang.doctor import (
-    ACCOUNT_WAIT,
-    Channel,
-    HangWatch,
-    StoreChannel,
-    stacks_folder,
-)
-from paijob.runtime.watch.node.believed import Launched
-from paijob.runtime.watch.node.workers import Launcher
+from paijob.runtime.watch.channel import Channel, StoreChannel
+from paijob.runtime.watch.hang.doctor import HangWatch
+from paijob.runtime.watch.hang.stacks import stacks_folder
+from paijob.runtime.watch.hang.verdict import waiting_phrase
 from paijob.runtime.watch.lifecycle import Watchers
+from paijob.runtime.watch.node.accounting import ACCOUNT_WAIT, Accounting, read_tail
+from paijob.runtime.watch.node.believed import Launched
+from paijob.runtime.watch.node.eyes import Eyes, NodeTick
 from paijob.runtime.watch.node.liveness import NodeWatch, first_line
 from paijob.runtime.watch.node.notice import ABORT, ACCOUNT, read_notice, serve_notice
 from paijob.runtime.watch.node.portwatch import MasterPortWatch
-from paijob.runtime.watch.seal import KeyBox
 from paijob.runtime.watch.node.storelink import StoreLink
-from paijob.runtime.watch.hang.verdict import waiting_phrase
+from paijob.runtime.watch.node.workers import WorkerGroup
+from paijob.runtime.watch.seal import KeyBox
+from paijob.runtime.watch.settings import WatchSettings
+from paijob.runtime.watch.slow.doctor import SlowDoctor
 
-# What a launcher may take from the watch besides its NodeHealth: the failure record's helpers a
-# launcher's own messages use, and what node 0's notice says before the watchers start.
-__all__ = ["MasterPortWatch", "NodeHealth", "OneProcessHealth", "PerGpuHealth",
-           "answer_stacks_requests", "first_line", "host_name", "node_0_notice", "read_tail"]
+# What a launcher may take from the watch besides its health: the failure record's helpers a launcher's
+# own messages use, and what node 0's notice says before the watchers start.
+__all__ = ["AgentHealth", "NodeHealth", "ProcessHealth", "agent_health", "first_line", "host_name",
+           "node_0_notice", "process_health", "read_tail"]
 
 NOTICE_LINGER = 30.0  # per-node: how long node 0 answers the waiting nodes after a diagnosis
 NOTICE_WAIT = 5.0  # per-node: how long a node whose ranks failed at once looks for node 0's notice
@@ -68,9 +71,7 @@ _UNREACHED = re.compile(r"trying to connect|Connection refused|Ping failed|faile
 
 @runtime_checkable
 class NodeHealth(Protocol):
-    """The one interface through which either launch mode starts, stops and asks the watch."""
-
-    hang: HangWatch | None  # the hang watch (None: --hang-timeout 0)
+    """What either launch mode starts, stops and asks of the watch."""
 
     def start(self) -> None:
         """Start every watcher of the node (before its workers start)."""
@@ -88,6 +89,78 @@ class NodeHealth(Protocol):
         """The workers failed: the account that names the job's root cause, the same on every node;
         None: the workers' own failure stands."""
         ...
+
+
+@runtime_checkable
+class AgentHealth(NodeHealth, Protocol):
+    """What torch's elastic agent (``per-gpu``) tells and asks besides: its main thread's phases, whose
+    deadlines the node watch holds, and its workers' failures."""
+
+    def phase(self, name: str, *, deadline: float | None = None, expired: Callable[[], Failure] | None = None,
+              waiting_line: Callable[[float], str | None] | None = None, first_message_after: float = 30.0) -> None:
+        """The agent's main thread starts ``name``; past ``deadline`` seconds ``expired()`` ends the node."""
+        ...
+
+    def join_the_others(self, timeout: float | None = None) -> None:
+        """Connect this node to the job's store and start its heartbeats; ``timeout``: wait as long for the
+        connection (None: do not wait)."""
+        ...
+
+    def workers_succeeded(self) -> None:
+        """This node's workers succeeded: it waits in torch's exit barrier now."""
+        ...
+
+    def barrier_passed(self) -> None:
+        """Past torch's exit barrier: heartbeats stop, node 0 keeps the store until the others left it."""
+        ...
+
+    def ended(self) -> None:
+        """The node ends without a failure to account for: no verdict after this."""
+        ...
+
+    def workers_failed(self, failures: list[Failure]) -> Failure:
+        """torch found this node's workers ``failures``: their root cause, told to the other nodes."""
+        ...
+
+    def before_workers_stop(self) -> None:
+        """torch is about to stop every worker of this node (its poll found one failed)."""
+        ...
+
+    def stopped_by(self, signum: int) -> int:
+        """torch stopped the workers for ``signum``: the other nodes are told; the node's exit code."""
+        ...
+
+
+@runtime_checkable
+class ProcessHealth(NodeHealth, Protocol):
+    """What ``supervise`` (``per-node``, ``dataparallel``: one process per node) tells and asks besides."""
+
+    watches_hangs: bool  # a hang verdict may come (the hang doctor is on)
+
+    def started(self, pid: int) -> None:
+        """``supervise`` started the command as ``pid``."""
+        ...
+
+    def misconfigured(self, pid: int) -> str | None:
+        """What the master's port says is wrong with the command ``pid`` (node 0), once; None: nothing (yet)."""
+        ...
+
+    def after_exit(self) -> None:
+        """The command ended: node 0 tells the nodes that have not read it yet, on the freed port."""
+        ...
+
+
+def agent_health(config: LaunchConfig, workers: WorkerGroup, *, folder: str | None, connect: Callable[[], Any],
+                 end_node: Callable[[Failure], None], say: Callable[[str], None], who: str = "") -> AgentHealth:
+    """The door of a ``per-gpu`` node (:class:`PerGpuHealth`)."""
+    return PerGpuHealth(WatchSettings.of(config), workers, folder=folder, connect=connect, end_node=end_node,
+                        say=say, who=who)
+
+
+def process_health(config: LaunchConfig, env: Mapping[str, str], say: Callable[[str], None], *,
+                   watch_port: bool) -> ProcessHealth:
+    """The door of a ``per-node`` or ``dataparallel`` node (:class:`OneProcessHealth`)."""
+    return OneProcessHealth(WatchSettings.of(config), env, say, watch_port=watch_port)
 
 
 def answer_stacks_requests(hang: HangWatch | None, say: Callable[[str], None]) -> None:
@@ -123,37 +196,62 @@ def host_name(environ: Mapping[str, str]) -> str:
     return found[0] if found else socket.gethostname()
 
 
-class OneProcessHealth:
-    """The master's port (node 0 of a multi-node ``per-node`` job), the hang watch and its store link."""
+class Doctors:
+    """The node's eyes on its workers and both doctors they feed, built alike in every mode."""
 
-    def __init__(self, config: LaunchConfig, env: Mapping[str, str], say: Callable[[str], None],
-                 *, watch_port: bool) -> None:
-        dist = config.dist
-        spawned = config.mode == "per-node"
-        self.port = (MasterPortWatch(dist.master_port, port_label=dist.port_label)
-                     if watch_port else None)
-        self.master = (dist.master_addr, dist.master_port)
+    def __init__(self, settings: WatchSettings, folder: str, launched: Launched, *, channel: Channel,
+                 declare: Callable[[Failure], None], say: Callable[[str], None], node_rank: int, nnodes: int,
+                 world_size: int, accounts: bool = False) -> None:
+        host = host_name(os.environ)
+        self.eyes = Eyes(folder, node_rank=node_rank, host=host, interval=settings.hang.interval,
+                         launched=launched, say=say)
+        self.hang = HangWatch(
+            settings.hang, folder=folder, node_rank=node_rank, nnodes=nnodes, world_size=world_size, host=host,
+            stacks_dir=stacks_folder(settings.log_dir, os.environ), channel=channel, declare=declare, say=say,
+            eyes=self.eyes.look, accounts=accounts,
+            stall_file=os.environ.get(contract.STALL_FILE) or None) if settings.hang.enabled else None
+        self.slow = SlowDoctor(node_rank=node_rank, nnodes=nnodes, world_size=world_size, folder=folder,
+                               say=say, publish=channel.publish_slow, gather=channel.gather_slow,
+                               get=channel.get_text, put=channel.set_text,
+                               record_file=os.environ.get(contract.SLOW_FILE) or None)
+        self.tick = NodeTick(self.eyes, [d for d in (self.hang, self.slow) if d is not None], say)
+
+    def watchers(self) -> tuple[Any, ...]:
+        """In start order: the tick first; stopped and finished in reverse (the slow-rank doctor's final
+        summary before the folder goes with the eyes)."""
+        return (self.tick, self.hang, self.slow)
+
+
+class OneProcessHealth:
+    """The master's port (node 0 of a multi-node ``per-node`` job), both doctors and their store link."""
+
+    def __init__(self, settings: WatchSettings, env: Mapping[str, str], say: Callable[[str], None], *,
+                 watch_port: bool) -> None:
+        spawned = settings.spawned
+        self.settings = settings
+        self.port = MasterPortWatch(settings.master_port, port_label=settings.port_label) if watch_port else None
+        self.diagnosis: str | None = None  # what the port watch found wrong (the declared port free, another taken)
+        self.master = (settings.master_addr, settings.master_port)
         self.pids: list[int] = []  # the one process, once started: its samplers are believed
         self.link: StoreLink | None = None
-        self.hang: HangWatch | None = None
+        self.doctors: Doctors | None = None
         folder = env.get(contract.HANG_DIR)
-        if config.hang.enabled and folder:
-            if spawned and config.multi_node:
-                self.link = StoreLink(dist.master_addr, dist.master_port, prefix=config.run_id,
-                                      node_rank=dist.node_rank, nnodes=dist.nnodes)
+        if folder:
+            if spawned and settings.multi_node:
+                self.link = StoreLink(settings.master_addr, settings.master_port, prefix=settings.run_id,
+                                      node_rank=settings.node_rank, nnodes=settings.nnodes)
             launched = Launched(ranks=lambda: {0: self.pids[0]} if self.pids and not spawned else {},
                                 roots=lambda: self.pids if spawned else (), keys=KeyBox.open(folder))
             link = self.link
-            self.hang = HangWatch(
-                config.hang, folder=folder, node_rank=dist.node_rank if spawned else 0,
-                nnodes=dist.nnodes if spawned else 1, world_size=dist.world_size if spawned else 1,
-                host=host_name(os.environ), stacks_dir=stacks_folder(config.log_dir, os.environ),
-                channel=StoreChannel(link.call) if link else Channel(),
-                declare=link.declare if link else lambda failure: None, say=say, launched=launched,
-                accounts=spawned)
-        self._watchers = Watchers(self.link, self.hang)
+            self.doctors = Doctors(
+                settings, folder, launched, channel=StoreChannel(link.call) if link else Channel(),
+                declare=link.declare if link else lambda failure: None, say=say,
+                node_rank=settings.node_rank if spawned else 0, nnodes=settings.nnodes if spawned else 1,
+                world_size=settings.world_size if spawned else 1, accounts=spawned)
+        self.hang = self.doctors.hang if self.doctors is not None else None
+        self.watches_hangs = self.hang is not None
+        self._watchers = Watchers(self.link, *(self.doctors.watchers() if self.doctors else ()))
         self._say = say
-        self._config = config
 
     def start(self) -> None:
         answer_stacks_requests(self.hang, self._say)
@@ -163,8 +261,13 @@ class OneProcessHealth:
         self._watchers.stop()
 
     def started(self, pid: int) -> None:
-        """``supervise`` started the command as ``pid``."""
         self.pids.append(pid)
+
+    def misconfigured(self, pid: int) -> str | None:
+        if self.port is None or self.diagnosis is not None:
+            return None
+        self.diagnosis = self.port(pid)
+        return self.diagnosis
 
     def verdict(self) -> Failure | None:
         """The hang verdict that ends this node, once (node 0's, or read from it); None: none yet."""
@@ -186,21 +289,19 @@ class OneProcessHealth:
         states = hang.local_states()
         if not states or not all(s.c10d or s.idle_for >= hang.settings.timeout for s in states):
             return None
-        dist = self._config.dist
+        settings = self.settings
         return Failure(
-            node_rank=dist.node_rank, rank=None, local_rank=None, returncode=None, secondary=False,
+            node_rank=settings.node_rank, rank=None, local_rank=None, returncode=None, secondary=False,
             time=time.time(), exit_status=exitcodes.INFRA_FAILURE,
-            reason=(f"node rank 0 stopped answering: the job's store at {dist.master_addr}:{dist.master_port} "
-                    f"(hosted by its rank 0) has not answered for {silent:.0f}s, and node 0's hang watch, which "
-                    f"judges, sent no verdict; here {waiting_phrase(states)}: node 0 is stopped, frozen or "
-                    f"cut off from this node"))
+            reason=(f"node rank 0 stopped answering: the job's store at {settings.master} (hosted by its rank "
+                    f"0) has not answered for {silent:.0f}s, and node 0's hang watch, which judges, sent no "
+                    f"verdict; here {waiting_phrase(states)}: node 0 is stopped, frozen or cut off from this node"))
 
     def explain_failure(self) -> Failure | None:
         """The command failed on its own: when a rank timed out in torch's own process-group
         timeout, the account naming the rank that never arrived, the same on every node. Node 0
         makes it; the others wait for it (bounded: :data:`ACCOUNT_WAIT`), from the store or,
-        once node 0's command (whose rank 0 hosts the store) has ended, from node 0's notice
-        (:attr:`notice`)."""
+        once node 0's command (whose rank 0 hosts the store) has ended, from node 0's notice."""
         if self.hang is None:
             return None
         if self.hang.node_rank == 0:
@@ -225,16 +326,16 @@ class OneProcessHealth:
         (connecting timed out, or was refused): this node never joined. None: they failed otherwise."""
         if not errors or not all(_UNREACHED.search(text) for text in errors.values()):
             return None
-        dist = self._config.dist
+        settings = self.settings
         ranks = sorted(errors)
         return Failure(
-            node_rank=dist.node_rank, rank=None, local_rank=None, returncode=1, secondary=False,
+            node_rank=settings.node_rank, rank=None, local_rank=None, returncode=1, secondary=False,
             time=time.time(), overrides=True,
-            reason=(f"start-up: node rank {dist.node_rank} (ranks {ranks[0]}-{ranks[-1]}) never joined: its ranks "
-                    f"could not reach the job's store at {dist.master_addr}:{dist.master_port} "
-                    f"(MASTER_ADDR:MASTER_PORT) before their timeout; node 0's rank 0 hosts it, and had "
-                    f"ended or was not there yet (see node 0's log): start every node within the timeout, "
-                    f"or pass init_process_group a longer timeout="))
+            reason=(f"start-up: node rank {settings.node_rank} (ranks {ranks[0]}-{ranks[-1]}) never joined: its "
+                    f"ranks could not reach the job's store at {settings.master} (MASTER_ADDR:MASTER_PORT) "
+                    f"before their timeout; node 0's rank 0 hosts it, and had ended or was not there yet (see "
+                    f"node 0's log): start every node within the timeout, or pass init_process_group a longer "
+                    f"timeout="))
 
     @property
     def notice(self) -> Failure | None:
@@ -255,65 +356,51 @@ class OneProcessHealth:
         except (ValueError, TypeError):
             return None
 
-    @property
-    def diagnosis(self) -> str | None:
-        """What the port watch found wrong (the declared port free, another one taken)."""
-        return self.port.diagnosis if self.port is not None else None
-
-    def tell_the_other_nodes(self) -> None:
+    def after_exit(self) -> None:
         """Once the command has ended, the declared port is free (the script's store ended with
         it): node 0 serves the other nodes there what it diagnosed, or its account of a timeout."""
-        config = self._config
-        dist = config.dist
+        settings = self.settings
         if self.diagnosis is not None:
-            serve_notice(dist.master_port, ABORT, self.diagnosis, peers=dist.nnodes - 1,
-                         linger=min(config.master_timeout, NOTICE_LINGER))
+            serve_notice(settings.master_port, ABORT, self.diagnosis, peers=settings.nnodes - 1,
+                         linger=min(settings.master_timeout, NOTICE_LINGER))
         elif self.notice is not None:  # until every other node read it; a node that starts late reads it too
-            serve_notice(dist.master_port, ACCOUNT, self.notice.to_json(), peers=dist.nnodes - 1,
-                         linger=max(ACCOUNT_WAIT + 5.0, min(config.master_timeout, LATE_NODE_LINGER)))
+            serve_notice(settings.master_port, ACCOUNT, self.notice.to_json(), peers=settings.nnodes - 1,
+                         linger=max(ACCOUNT_WAIT + 5.0, min(settings.master_timeout, LATE_NODE_LINGER)))
 
 
 class PerGpuHealth:
-    """The node watch, the hang watch and the account of a failure of a ``per-gpu`` node.
+    """The node watch, both doctors and the account of a failure of a ``per-gpu`` node."""
 
-    torch's agent tells :attr:`node` what its main thread does (rendezvous, exit barrier: the
-    phases whose deadlines the node watch holds); everything else it asks here.
-    """
-
-    def __init__(self, config: LaunchConfig, launcher: Launcher, *, folder: str | None,
+    def __init__(self, settings: WatchSettings, workers: WorkerGroup, *, folder: str | None,
                  connect: Callable[[], Any], end_node: Callable[[Failure], None],
                  say: Callable[[str], None], who: str = "") -> None:
-        """``folder``: the workers' samplers' folder (None: no hang watch); ``connect()`` makes this
-        node's own store client; ``end_node(failure)`` is the watchdog's way out (it stops the
-        workers: the watch sends no signal)."""
-        dist = config.dist
-        self.config = config
+        """``folder``: the workers' samplers' folder (None: no doctors); ``connect()`` makes this node's
+        own store client; ``end_node(failure)`` is the watchdog's way out (it stops the workers: the
+        watch sends no signal)."""
+        self.settings = settings
         self._say = say
-        self.node = NodeWatch(config, connect=connect, end_node=end_node, say=say, who=who)
-        self.hang = self._hang_watch(launcher, folder) if config.hang.enabled and folder else None
-        self.accounting = Accounting(launcher, self.node, nnodes=dist.nnodes, world_size=dist.world_size,
+        self.node = NodeWatch(settings, connect=connect, end_node=end_node, say=say, who=who)
+        self.doctors = self._doctors(workers, folder) if folder else None
+        self.hang = self.doctors.hang if self.doctors is not None else None
+        self.accounting = Accounting(workers, self.node, nnodes=settings.nnodes, world_size=settings.world_size,
                                      hang=self.hang, folder=folder,
-                                     primary_wait=config.heartbeat_timeout + 5.0)
-        self._watchers = Watchers(self.node, self.hang)
+                                     sealed_by=self.doctors.eyes.sealed_by if self.doctors else None,
+                                     primary_wait=settings.heartbeat_timeout + 5.0)
+        self._watchers = Watchers(self.node, *(self.doctors.watchers() if self.doctors else ()))
 
-    def _hang_watch(self, launcher: Launcher, folder: str) -> HangWatch:
+    def _doctors(self, workers: WorkerGroup, folder: str) -> Doctors:
         """The workers' samplers report into ``folder`` (named in their environment:
-        :func:`paijob.common.contract.worker_env`); one thread judges (node 0)."""
-        dist = self.config.dist
-        node = self.node
+        :func:`paijob.common.contract.worker_env`); node 0 judges."""
+        settings, node = self.settings, self.node
 
         def declare(failure: Failure) -> None:
             node.publish(failure)
             node.declare(failure)
 
-        return HangWatch(
-            self.config.hang, folder=folder, node_rank=dist.node_rank, nnodes=dist.nnodes,
-            world_size=dist.world_size, host=host_name(os.environ),
-            stacks_dir=stacks_folder(self.config.log_dir, os.environ),
-            channel=StoreChannel(node.call) if dist.nnodes > 1 else Channel(),
-            declare=declare, say=self._say,
-            launched=Launched(ranks=lambda: launcher.rank_pids, keys=KeyBox.open(folder)),
-        )
+        return Doctors(settings, folder, Launched(ranks=lambda: workers.rank_pids, keys=KeyBox.open(folder)),
+                       channel=StoreChannel(node.call) if settings.multi_node else Channel(), declare=declare,
+                       say=self._say, node_rank=settings.node_rank, nnodes=settings.nnodes,
+                       world_size=settings.world_size)
 
     def start(self) -> None:
         """SIGUSR1 asks for every rank's stack on every node (the job goes on); every watcher starts."""
@@ -322,6 +409,26 @@ class PerGpuHealth:
 
     def stop(self) -> None:
         self._watchers.stop()
+
+    def phase(self, name: str, *, deadline: float | None = None, expired: Callable[[], Failure] | None = None,
+              waiting_line: Callable[[float], str | None] | None = None, first_message_after: float = 30.0) -> None:
+        self.node.enter(name, deadline=deadline, expired=expired, waiting_line=waiting_line,
+                        first_message_after=first_message_after)
+
+    def join_the_others(self, timeout: float | None = None) -> None:
+        self.node.start_heartbeats()
+        if timeout is not None:
+            self.node.wait_connected(timeout)
+
+    def workers_succeeded(self) -> None:
+        self.node.mark_done()
+        self.node.enter("exit barrier")
+
+    def barrier_passed(self) -> None:
+        self.node.release()
+
+    def ended(self) -> None:
+        self.node.close()
 
     def verdict(self) -> Failure | None:
         """Another node's failure record, a lost node or the hang watch's verdict: this node's
@@ -334,11 +441,9 @@ class PerGpuHealth:
         return choose_root_cause(records)
 
     def workers_failed(self, failures: list[Failure]) -> Failure:
-        """torch found this node's workers ``failures``: their root cause, told to the other nodes."""
         return self.accounting.workers_failed(failures)
 
     def before_workers_stop(self) -> None:
-        """torch is about to stop every worker of this node (its poll found one failed)."""
         self.accounting.before_workers_stop()
 
     def explain_failure(self) -> Failure | None:
@@ -352,19 +457,19 @@ class PerGpuHealth:
     def stopped_by(self, signum: int) -> int:
         """torch has stopped our workers for ``signum``: tell the other nodes why before they see
         us vanish; the node's exit code."""
-        dist = self.config.dist
+        settings = self.settings
         name = signal.Signals(signum).name
         self.node.publish(
             Failure(
-                node_rank=dist.node_rank, rank=None, local_rank=None, returncode=None,
+                node_rank=settings.node_rank, rank=None, local_rank=None, returncode=None,
                 secondary=False, time=time.time(),
                 reason=(
-                    f"node rank {dist.node_rank} received {name} and stopped its workers (the job "
+                    f"node rank {settings.node_rank} received {name} and stopped its workers (the job "
                     f"was stopped, or the task preempted)"
                 ),
             )
         )
         self.node.finish_after_failure(linger=3.0)
         self.node.close()
-        self._say(stopped_by_signal(signum, f"node rank {dist.node_rank}'s {dist.nproc_per_node} worker(s)"))
+        self._say(stopped_by_signal(signum, f"node rank {settings.node_rank}'s {settings.nproc_per_node} worker(s)"))
         return exitcodes.from_signal(signum)

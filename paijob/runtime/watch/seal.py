@@ -188,6 +188,13 @@ class KeyBox:
         with self._lock:
             return [(self._keys[sender][0], data) for sender, data in self._latest.items()]
 
+    def start_of(self, pid: int) -> int | None:
+        """The start time process ``pid`` had when its key was filed (it may have ended since); None: no key
+        of that pid, or of two processes that had it."""
+        with self._lock:
+            found = {start for sender_pid, start in self._keys if sender_pid == pid}
+        return found.pop() if len(found) == 1 else None
+
     def verify(self, rank: int, pid: int, start: int, data: bytes) -> bool:
         """Whether ``data`` (a report's bytes) was signed by process (``pid``, ``start``) with the key it
         sent as ``rank``'s."""

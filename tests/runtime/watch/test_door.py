@@ -15,9 +15,17 @@ from runtime_helpers import ROOT
 from paijob.runtime.config import HangSettings, LaunchConfig, WorkerCommand
 from paijob.runtime.env import DistEnv
 from paijob.runtime.failure import Failure
+from paijob.runtime.watch.health import (
+    AgentHealth,
+    NodeHealth,
+    PerGpuHealth,
+    ProcessHealth,
+    agent_health,
+    process_health,
+)
 from paijob.runtime.watch.node.accounting import Accounting, read_tail
-from paijob.runtime.watch.health import NodeHealth, OneProcessHealth, PerGpuHealth
-from paijob.runtime.watch.hang.verdict import RankState
+from paijob.runtime.watch.ranks import RankState
+from paijob.runtime.watch.settings import WatchSettings
 
 CLOSED = "RuntimeError: [../gloo/transport/tcp/pair.cc:534] Connection closed by peer"
 
@@ -142,7 +150,7 @@ def test_a_tail_is_the_last_traceback_without_torchs_rank_prefix(tmp_path: Path)
 
 def test_the_per_gpu_node_watch_starts_and_stops_with_the_nodes_other_watchers():
     ends: list[Failure] = []
-    health = PerGpuHealth(config(), FakeLauncher({0: 1, 1: 1}, ["", ""]), folder=None,
+    health = PerGpuHealth(WatchSettings.of(config()), FakeLauncher({0: 1, 1: 1}, ["", ""]), folder=None,
                           connect=lambda: None, end_node=ends.append, say=lambda line: None)
     watchdog = health.node._watchdog  # noqa: SLF001 - the thread the group starts
     assert not watchdog._thread.is_alive()  # noqa: SLF001 - built, not started
@@ -160,13 +168,14 @@ def test_the_per_gpu_node_watch_starts_and_stops_with_the_nodes_other_watchers()
 
 
 def test_either_launch_mode_asks_the_watch_through_one_interface():
-    one = OneProcessHealth(config(), {}, lambda line: None, watch_port=False)
-    per_gpu = PerGpuHealth(config(), FakeLauncher({0: 1}, [""]), folder=None, connect=lambda: None,
+    one = process_health(config(), {}, lambda line: None, watch_port=False)
+    per_gpu = agent_health(config(), FakeLauncher({0: 1}, [""]), folder=None, connect=lambda: None,
                            end_node=lambda failure: None, say=lambda line: None)
+    assert isinstance(one, ProcessHealth) and isinstance(per_gpu, AgentHealth)
     try:
         for health in (one, per_gpu):
             assert isinstance(health, NodeHealth)
-            assert health.hang is None and health.verdict() is None  # --hang-timeout 0
+            assert health.verdict() is None  # --hang-timeout 0
     finally:
         per_gpu.stop()
         one.stop()

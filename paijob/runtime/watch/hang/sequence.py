@@ -6,7 +6,7 @@ the ``barrier`` after it while the others wait in ``all_reduce``: the hang verdi
 numbers each process group's collectives on every rank (its ``collective_seq_id``), and the slow-rank
 doctor already keeps each rank's newest 256 (:mod:`paijob.runtime.watch.evidence`): at the first
 number the ranks call differently, and by each rank's count of the call there, the numbers say the
-rank is one collective behind. Pinned in ``tests/runtime/watch/test_verdict.py``.
+rank is one collective behind. Pinned in ``tests/runtime/watch/hang/test_hang_verdict.py``.
 """
 
 from __future__ import annotations

@@ -13,108 +13,27 @@
   wait reaches ``--hang-hard-limit`` times the timeout: a long checkpoint save
   or evaluation on one rank is not a hang.
 
-The threaded watcher that gathers the states and acts on a verdict is
-:mod:`paijob.runtime.watch.hang.doctor`; the rules are pinned on plain data in
-``tests/runtime/watch/test_verdict.py``.
+The doctor that gathers the states and acts on a verdict is
+:mod:`paijob.runtime.watch.hang.doctor`; the account of torch's own timeout, :mod:`~paijob.runtime.watch.hang.timeout`; the rules are pinned on plain data in
+``tests/runtime/watch/hang/test_hang_verdict.py``.
 """
 
 from __future__ import annotations
 
 import linecache
 import os
-import re
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from paijob.common import exitcodes
 from paijob.common.records import StallRecord, rank_ranges
 from paijob.runtime.config import HangSettings
-from paijob.runtime.failure import Failure
-from paijob.runtime.watch.worker.sampler import is_library
+from paijob.runtime.watch.frames import is_library
 from paijob.runtime.watch.hang.sequence import sequence_phrase
+from paijob.runtime.watch.ranks import RankState, call_order, left_phrase
 
 HANG_EXIT = exitcodes.HANG
-STALE_AFTER = 10.0  # a sampler silent this long (seconds, at least 5 intervals) cannot run
-_TIMED_OUT = re.compile(r"timed out|timeout|Watchdog caught collective operation", re.IGNORECASE)
-
-
-
-@dataclass
-class RankState:
-    """What node 0 knows about one rank (the summary a node publishes)."""
-
-    rank: int
-    node_rank: int
-    host: str
-    local_rank: int | None
-    idle_for: float  # seconds since it was last active (stack moved, CPU, storage I/O)
-    busy: bool
-    cpu_share: float
-    wait: str | None  # all_reduce, barrier, backward, DataLoader... None: its own code
-    collective: bool
-    first_progress: bool  # past its first training step (collectives seen rising in several samples)
-    stale_for: float  # seconds its sampler has been silent beyond the interval
-    where: list[list[Any]] = field(default_factory=list)  # innermost frames, user code first
-    loader_worker: list[int | None] | None = None  # (id, pid) of the DataLoader worker it waits for
-    exited: bool = False  # its process has ended: it waits for nothing (judged no more)
-    c10d: bool = False  # it waits inside a torch.distributed call (all_reduce, barrier, recv...)
-    longest_wait: float = 0.0  # its longest wait inside one such call so far (seconds)
-    quiet_for: float = 0.0  # seconds since any of its threads last moved data (a transfer)
-    stopped: bool = False  # its process is stopped (T state in /proc: SIGSTOP, a debugger)
-    dumped: bool = False  # ``where`` comes from faulthandler's watchdog dump (its sampler is silent)
-    threads: list[list[Any]] = field(default_factory=list)  # [name, frames as ``where``] of its other threads
-    error: str = ""  # the exception that ended its function (an ``mp.spawn`` child's, noted by its sampler)
-    outside: bool = False  # a stopped rank: ``where`` and ``threads`` read now from outside its process (py-spy)
-    unread: str = ""  # a stopped rank whose stack could not be read from outside: why, and the way to it
-    left: bool = False  # its code ended (exit code 0) with its process group still up; ``where``: where it ended
-    unseen: bool = False  # node 0 cannot read it now (the store it reports through is stopped): as last read
-
-    @property
-    def silent(self) -> bool:
-        """Its sampler cannot run (a C call holding the GIL): faulthandler's watchdog wrote its
-        stack, or no sample came for :data:`STALE_AFTER` seconds."""
-        return self.dumped or self.stale_for >= STALE_AFTER
-
-    @property
-    def odd(self) -> bool:
-        """Not where a waiting rank is: silent, stopped, or outside any collective."""
-        return self.silent or self.stopped or not self.collective
-
-    @property
-    def location(self) -> str:
-        """``train.py:42`` of the innermost user frame (or the innermost frame)."""
-        if not self.where:
-            return "an unknown place"
-        file, line, _function = self.where[0]
-        return f"{os.path.basename(file)}:{line}"
-
-    def name(self) -> str:
-        local = "" if self.local_rank is None else f", local rank {self.local_rank}"
-        return f"rank {self.rank} (node rank {self.node_rank}, host {self.host}{local})"
-
-
-def report_frames(frames: Sequence[Sequence[Any]], *, limit: int = 5) -> list[list[Any]]:
-    """The innermost frames (``frames`` is outermost first), user code first: the user's innermost
-    lines, innermost first, then the library call they made (:func:`call_order` puts them back)."""
-    inner = list(reversed(frames))
-    user = [list(f) for f in inner if not is_library(str(f[0]))]
-    library: list[list[Any]] = []
-    for f in inner:  # library frames inside the innermost user frame
-        if not is_library(str(f[0])):
-            break
-        library.append(list(f))
-    return (user[:3] + library[-2:])[:limit] if user else [list(f) for f in inner[:limit]]
-
-
-def call_order(where: Sequence[Sequence[Any]]) -> list[list[Any]]:
-    """``where`` (:func:`report_frames`) in the order of the calls, outermost first, as Python prints
-    a traceback: the user's lines outer to inner, then the library call and what it called."""
-    user = [list(f) for f in where if not is_library(str(f[0]))]
-    library = [list(f) for f in where if is_library(str(f[0]))]
-    if not user:
-        return list(reversed([list(f) for f in where]))
-    return [*reversed(user), *reversed(library)]
 
 
 # -- the verdict ------------------------------------------------------------------------
@@ -170,7 +89,7 @@ class Verdict:
         parts = [self.first_part()]
         if self.culprits:
             mismatched = sequence and self.why.endswith(MISMATCHED)
-            parts.append(_named(self.culprits, MISMATCHED[2:] if mismatched else self.why))
+            parts.append(named(self.culprits, MISMATCHED[2:] if mismatched else self.why))
         else:
             parts.append(self.why)
         if self.others:
@@ -247,7 +166,7 @@ def _join(phrases: Iterable[str]) -> str:
     return "; ".join(phrases)
 
 
-def _named(culprits: Sequence[RankState], why: str) -> str:
+def named(culprits: Sequence[RankState], why: str) -> str:
     """The first :data:`MAX_NAMED` culprits one by one, the rest counted (one short line)."""
     phrase = _join(stuck_phrase(s, why) for s in culprits[:MAX_NAMED])
     if len(culprits) > MAX_NAMED:
@@ -286,7 +205,7 @@ def unseen_phrase(states: Sequence[RankState]) -> str:
     nodes = sorted({s.node_rank for s in states})
     where = ", ".join(str(n) for n in nodes)
     seconds = min(s.stale_for for s in states)
-    return (f"{_ranks_phrase(sorted(s.rank for s in states))} (node rank{'s' if len(nodes) > 1 else ''} "
+    return (f"{ranks_phrase(sorted(s.rank for s in states))} (node rank{'s' if len(nodes) > 1 else ''} "
             f"{where}) not seen for {seconds:.0f}s: the store they report through is in a stopped process")
 
 
@@ -433,19 +352,6 @@ def blame_leavers(verdict: Verdict | None, states: Sequence[RankState]) -> Verdi
 LEFT = "left the job: its code ended (exit code 0) with its process group still up"
 
 
-def left_phrase(state: RankState) -> str:
-    """``rank 3 (...) exited with code 0 at train.py:12``: where a rank that left ended (``where``: the
-    frame of its ``sys.exit``, line 0 for the end of its script or function)."""
-    if not state.where:
-        return f"{state.name()} exited with code 0"
-    file, line, function = state.where[0]
-    name = os.path.basename(str(file)) if function == "<module>" else function
-    place = f"at {os.path.basename(str(file))}:{line}" if line else f"at the end of {name}"
-    if not state.exited:  # its code ended, its process not: a thread that never ends, an atexit handler
-        return f"{state.name()} ended its code {place} but its process has not exited"
-    return f"{state.name()} exited with code 0 {place}"
-
-
 def ended_lately(states: Sequence[RankState], limit: Limit) -> bool:
     """Whether a rank whose process has ended was active within ``limit``: until it ended, the
     job moved. Without this, the moment a busy rank finishes, the ranks that waited for it
@@ -549,75 +455,7 @@ def verdict_at(states: Sequence[RankState], limit: Limit, settings: HangSettings
     return Verdict("straggler", final, waited, limit, active, waiting, "busy while the others wait")
 
 
-def first_timed_out(failures: Sequence[Failure]) -> Failure | None:
-    """The earliest worker failure whose output says a collective timed out (torch's own
-    process-group timeout); None: none did."""
-    timed_out = [f for f in failures if f.rank is not None and _TIMED_OUT.search(f.tail or "")]
-    return min(timed_out, key=lambda f: f.time) if timed_out else None
-
-
-def timed_out_state(states: Sequence[RankState]) -> RankState | None:
-    """The first rank (lowest) whose function ended with torch's process-group timeout, as its
-    sampler noted it (``per-node`` mode: the ``mp.spawn`` children); None: none did."""
-    return next((s for s in sorted(states, key=lambda s: s.rank) if _TIMED_OUT.search(s.error)), None)
-
-
-def account_of_timeout(failed: RankState, last_states: Sequence[RankState], now: float,
-                       world_size: int | None = None, nnodes: int = 1,
-                       seen: Collection[int] = ()) -> Failure | None:
-    """:func:`never_joined` or :func:`never_arrived` for a rank whose sampler noted the timeout (no
-    worker failure record: ``per-node`` mode, where the node's one process fails for all its ranks)."""
-    failure = Failure(node_rank=failed.node_rank, rank=failed.rank, local_rank=failed.local_rank,
-                      returncode=1, secondary=False, time=now, tail=failed.error)
-    return (never_joined(failure, last_states, {*seen, *(s.rank for s in last_states)}, world_size, nnodes)
-            or never_arrived(failure, last_states))
-
-
-def never_joined(failed: Failure, last_states: Sequence[RankState], seen: Collection[int],
-                 world_size: int | None, nnodes: int) -> Failure | None:
-    """The root cause for ``failed`` (a rank whose start-up or collective timed out) when ranks of the
-    job were never seen at all: their node's paijob-runtime never reached the store the watches share
-    (it started too late, or cannot reach it), or they failed before it did. ``seen``: every rank the
-    watch ever saw. None: every rank was seen."""
-    if not world_size:
-        return None
-    missing = sorted(set(range(world_size)).difference(seen))
-    waiter = next((s for s in last_states if s.rank == failed.rank), None)
-    if not missing or waiter is None:
-        return None
-    per_node = max(1, world_size // max(1, nnodes))
-    nodes = sorted({rank // per_node for rank in missing})
-    where = f"{waiter.wait} at {waiter.location}" if waiter.wait else waiter.location
-    noun = "node rank" if len(nodes) == 1 else "node ranks"
-    reason = (f"start-up: {noun} {rank_ranges(nodes)} ({_ranks_phrase(missing)}) never joined: torch's timeout "
-              f"fired in rank {failed.rank}'s {where} while it waited for them, and the watch never saw them "
-              f"(their paijob-runtime did not reach the job's store in time: started late, cannot reach "
-              f"MASTER_ADDR:MASTER_PORT, or failed first: see that node's log); start every node within the timeout, or pass init_process_group a "
-              f"longer timeout=")
-    return Failure(node_rank=nodes[0], rank=None, local_rank=None, returncode=failed.returncode,
-                   secondary=False, time=failed.time - 1e-3, reason=reason, overrides=True)
-
-
-def _ranks_phrase(ranks: Sequence[int]) -> str:
+def ranks_phrase(ranks: Sequence[int]) -> str:
     return ("ranks " if len(ranks) > 1 else "rank ") + rank_ranges(ranks)
 
 
-def never_arrived(failed: Failure, last_states: Sequence[RankState]) -> Failure | None:
-    """The root cause for ``failed`` (a rank whose collective timed out): the rank(s) not where
-    the others waited at the last look. None: ``failed`` was not in a collective, or every rank
-    was."""
-    # the dead ranks' samplers fall silent as they exit: judge by where each one was
-    states = [replace(s, stale_for=0.0) for s in last_states]
-    waiter = next((s for s in states if s.rank == failed.rank), None)
-    culprits, why = pick_culprits(states)
-    culprits = [s for s in culprits if s.rank != failed.rank]
-    if waiter is None or not waiter.collective or not culprits:
-        return None
-    reason = (
-        f"torch's process-group timeout fired in rank {failed.rank}'s {waiter.wait} at "
-        f"{waiter.location}; the rank that never arrived: "
-        + _named(culprits, why)
-    )
-    return Failure(node_rank=culprits[0].node_rank, rank=None, local_rank=None,
-                   returncode=failed.returncode, secondary=False, time=failed.time - 1e-3,
-                   reason=reason, detail="\n".join(culprit_detail(culprits)), overrides=True)

@@ -6,7 +6,7 @@ the watch's to say. A rank that timed out in torch's own collective timeout wait
 gloo aborted for a collective's size received a call that differs (the ranks' flight recorders,
 asked before torch stops them, name the odd rank, :mod:`paijob.runtime.watch.node.mismatch`). Node 0
 makes the account and publishes it; the other nodes wait for it, so every node prints one root
-cause. :class:`Accounting` does that against :class:`~paijob.runtime.watch.node.workers.Launcher`
+cause. :class:`Accounting` does that against :class:`~paijob.runtime.watch.node.workers.WorkerGroup`
 (the ranks, their pids, their output) and the node's failure records (:class:`Records`): no torch,
 so a test drives it with a fake launcher.
 """
@@ -16,12 +16,13 @@ from __future__ import annotations
 import os
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
-from paijob.runtime.failure import Failure, choose_root_cause, strip_rank_prefix
-from paijob.runtime.watch.hang.doctor import ACCOUNT_WAIT, HangWatch, process_ended
-from paijob.runtime.watch.node.workers import Launcher
+from paijob.common.records import rank_ranges
+from paijob.runtime.failure import Failure, choose_root_cause, first_timed_out, strip_rank_prefix
+from paijob.runtime.watch.folder import WorkerError, error_path, read_file, write_request
+from paijob.runtime.watch.node.eyes import process_ended
 from paijob.runtime.watch.node.mismatch import (
     calls_said,
     mismatch_account,
@@ -29,8 +30,14 @@ from paijob.runtime.watch.node.mismatch import (
     script_line,
     undecided,
 )
-from paijob.runtime.watch.node.recorder import ANSWER_WAIT, read_answers, request
-from paijob.runtime.watch.hang.verdict import first_timed_out, left_phrase, rank_ranges
+from paijob.runtime.watch.node.recorder import ANSWER_WAIT, read_answers
+from paijob.runtime.watch.node.workers import WorkerGroup
+from paijob.runtime.watch.ranks import RankState, left_phrase
+from paijob.runtime.watch.seal import signed_body
+
+# seconds a node waits for node 0's account (of a collective's timeout, of a mismatch): node 0 asks its
+# ranks for their calls (recorder.ANSWER_WAIT), then waits for the other nodes' words (MISMATCH_WAIT)
+ACCOUNT_WAIT = 20.0
 
 # Seconds node 0 waits for every node's record to name a mismatch's odd rank. A node stopped for
 # node 0's failure before its own workers exited publishes their words after stopping them:
@@ -72,17 +79,30 @@ class Records(Protocol):
     def wait_for_account(self, timeout: float) -> list[Failure]: ...
 
 
+class HangAccounts(Protocol):
+    """What the account asks of the hang doctor (:class:`~paijob.runtime.watch.hang.doctor.HangWatch`): node
+    0's account of torch's own timeout, and the ranks that left the job."""
+
+    def explain_timeout(self, failures: Sequence[Failure]) -> Failure | None: ...
+
+    def left_ranks(self) -> list[RankState]: ...
+
+
+SealedBy = Callable[[int, int, bytes], bool]  # (rank, pid, data): signed by that rank's own process?
+
+
 class Accounting:
     """One node's account of its workers' failure: what they said, their recorders' calls, and
     the account that names the job's root cause."""
 
-    def __init__(self, launcher: Launcher, records: Records, *, nnodes: int, world_size: int,
-                 hang: HangWatch | None = None, folder: str | None = None,
-                 primary_wait: float = 0.0) -> None:
-        """``folder``: where the workers' samplers answer a request for their calls (the hang
-        watch's); ``hang`` None: the hang watch is off (no account of a timeout, nobody asked);
-        ``primary_wait``: how long a node whose failures are all consequences waits for their
-        cause (a peer's record, node 0's verdict on a lost node)."""
+    def __init__(self, launcher: WorkerGroup, records: Records, *, nnodes: int, world_size: int,
+                 hang: HangAccounts | None = None, folder: str | None = None,
+                 sealed_by: SealedBy | None = None, primary_wait: float = 0.0) -> None:
+        """``folder``: the watch's folder, where the workers write their error records and answer a
+        request for their calls (None: no watch, nobody asked); ``sealed_by``: whether a file there was
+        signed by a rank's own process (None: believed as read, a test's folder); ``hang`` None: the hang
+        doctor is off (no account of a timeout); ``primary_wait``: how long a node whose failures are all
+        consequences waits for their cause (a peer's record, node 0's verdict on a lost node)."""
         self.launcher = launcher
         self.node = records
         self.node_rank = launcher.node_rank
@@ -90,6 +110,7 @@ class Accounting:
         self.world_size = world_size
         self.hang = hang
         self.folder = folder
+        self.sealed_by = sealed_by
         self.primary_wait = primary_wait
         self.local_failure: Failure | None = None  # the root cause among this node's failed workers
         self.local_failures: list[Failure] = []  # every failed local worker (a mismatch's account reads them all)
@@ -101,6 +122,8 @@ class Accounting:
     def workers_failed(self, failures: list[Failure]) -> Failure:
         """torch found ``failures`` (this node's failed workers): the root cause among them, with
         the calls its ranks' recorders gave, published for the other nodes."""
+        for failure in failures:
+            self.note_record(failure)
         root = choose_root_cause(failures)
         assert root is not None, "torch reports a failed group with its failures"
         self.local_failures = failures
@@ -108,6 +131,30 @@ class Accounting:
         root.calls = self.recorded_calls
         self.node.publish(root)
         return root
+
+    def note_record(self, failure: Failure) -> None:
+        """What the worker's own error record says of ``failure`` (Python's last line, the script's line,
+        whether it is a peer's knock-on), where its process wrote one and signed it: the traceback's text
+        is never parsed. A worker we stopped stays a consequence."""
+        found = self.error_record(failure.rank) if failure.rank is not None else None
+        if found is None:
+            return
+        failure.error, failure.where = found.error, found.where
+        failure.secondary = failure.secondary or found.consequence
+
+    def error_record(self, rank: int) -> WorkerError | None:
+        """``rank``'s error record, when its own worker process (the one this launcher started) signed it."""
+        pid = self.launcher.rank_pids.get(rank)
+        if not self.folder or pid is None:
+            return None
+        data = read_file(error_path(self.folder, rank))
+        if data is None or (self.sealed_by is not None and not self.sealed_by(rank, pid, data)):
+            return None
+        try:
+            record = WorkerError.from_json(_unsealed(data))
+        except ValueError:
+            return None
+        return record if record.rank == rank and record.pid == pid else None
 
     def exited_workers(self) -> list[Failure]:
         """Workers that exited since the last look, as their output left them (each once)."""
@@ -154,7 +201,7 @@ class Accounting:
     def before_workers_stop(self) -> None:
         """torch is about to stop every worker (its poll found one failed): where gloo aborted
         one for a collective's size, the others must be asked for their calls first."""
-        if self.hang is not None:
+        if self.folder:
             self.ask_calls_after_size_abort(self.exited_workers())
 
     def ask_calls_after_size_abort(self, failures: list[Failure]) -> None:
@@ -163,16 +210,16 @@ class Accounting:
         differs is known only inside them (:mod:`paijob.runtime.watch.node.recorder`). Waits until
         each live worker answered, at most :data:`ANSWER_WAIT` seconds."""
         folder = self.folder
-        if not folder or self.hang is None or self._asked or not said_size_abort(failures):
+        if not folder or self._asked or not said_size_abort(failures):
             return
         self._asked = True
         try:
-            request(folder)
+            write_request(folder)
         except OSError:
             return
         pids = self.launcher.rank_pids
-        launched = getattr(self.hang, "launched", None)  # None: no keys held (a test's stand-in watch)
-        sealed_by = None if launched is None else (lambda rank, data: launched.sealed_by(rank, pids[rank], data))
+        check = self.sealed_by
+        sealed_by = None if check is None else (lambda rank, data: check(rank, pids[rank], data))
         deadline = time.monotonic() + ANSWER_WAIT
         while True:
             answers = read_answers(folder, list(pids), sealed_by)
@@ -280,3 +327,9 @@ class Accounting:
         if calls_said([evidence]) or self.recorded_calls:
             evidence.calls = self.recorded_calls
             self.node.publish(evidence)
+
+
+def _unsealed(data: bytes) -> bytes:
+    """A sealed file's JSON without its MAC (the seal's ``{"mac":"...",`` prefix; the seal was checked)."""
+    found = signed_body(data)
+    return data if found is None else found[1]

@@ -20,9 +20,9 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from paijob.common import procfs, untrusted
+from paijob.runtime.watch.folder import read_file, report_rank
 from paijob.runtime.watch.seal import KeyBox
 
-MAX_REPORT = 1 << 20  # bytes: a sampler file is a few kB; anything larger is not one
 MAX_DEPTH = 8  # how far up the parent chain a child is looked for (mp.spawn: 1)
 
 
@@ -70,12 +70,18 @@ class Launched:
             self.believed[rank] = report
 
     def sealed_by(self, rank: int, pid: int, data: bytes) -> bool:
-        """Whether ``data`` (an answer of ``rank``'s, :mod:`paijob.runtime.watch.node.recorder`) was signed by
-        process ``pid`` with the key it sent as ``rank``'s; True where the watch holds no keys."""
+        """Whether ``data`` (an answer or an error record of ``rank``'s) was signed by process ``pid`` with the
+        key it sent as ``rank``'s; True where the watch holds no keys. The process may have ended (an error
+        record is read once it has): its start time is the one vouched for, or the one its key came with."""
         if self.keys is None:
             return True
-        stat = procfs.read_stat(pid)
-        return stat is not None and self.keys.verify(rank, pid, stat.start_time, data)
+        known = self._vouched.get(rank)
+        if known is not None and known[0] == pid:
+            start: int | None = known[1]
+        else:
+            stat = procfs.read_stat(pid)
+            start = stat.start_time if stat is not None and not stat.zombie else self.keys.start_of(pid)
+        return start is not None and self.keys.verify(rank, pid, start, data)
 
     def take_forged(self) -> list[int]:
         """The ranks whose file failed its MAC since the last call (each told once a run)."""
@@ -102,12 +108,6 @@ class Launched:
         return {pid for pid, _start in self._vouched.values()}
 
 
-def read_file(path: str) -> bytes | None:
-    """A file's bytes, read without following a link and at most :data:`MAX_REPORT`; None: no
-    such file, a link, or too large."""
-    return untrusted.read_regular(path, MAX_REPORT)
-
-
 def read_reports(folder: str, launched: Launched | None) -> dict[int, dict[str, Any]]:
     """Every believed sampler report of ``folder`` (:class:`Launched`), by global rank: its file, or the
     copy its sampler sent the watch (:mod:`~paijob.runtime.watch.seal`), whichever is newer; a rank's
@@ -122,16 +122,16 @@ def read_reports(folder: str, launched: Launched | None) -> dict[int, dict[str, 
     if keys is not None:
         keys.look()  # a sampler sends its key before its first report: filed before that is read
     for name in names:
-        digits = name[len("rank"):-len(".json")] if name.startswith("rank") and name.endswith(".json") else ""
-        if not digits.isdigit():
+        rank = report_rank(name)
+        if rank is None:
             continue
         data = read_file(os.path.join(folder, name))
         if launched is not None:
-            launched.consider(int(digits), data)
+            launched.consider(rank, data)
             continue
         report = _parse(data)
-        if report is not None and report.get("rank") == int(digits):
-            found[int(digits)] = report
+        if report is not None and report.get("rank") == rank:
+            found[rank] = report
     if launched is None:
         return found
     for rank, data in keys.reports() if keys is not None else []:

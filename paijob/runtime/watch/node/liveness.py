@@ -32,14 +32,12 @@ import threading
 import time
 from collections.abc import Callable
 from functools import partial
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 from paijob.common import exitcodes
 from paijob.runtime.failure import Failure, choose_root_cause
 from paijob.runtime.watch.lifecycle import StoreTimeout, Ticker, bounded
-
-if TYPE_CHECKING:
-    from paijob.runtime.config import LaunchConfig
+from paijob.runtime.watch.settings import WatchSettings
 
 FAILURE_COUNT_KEY = "paijob/failures"
 FAILURE_KEY = "paijob/failure/{node}"
@@ -83,7 +81,7 @@ class NodeWatch:
 
     def __init__(
         self,
-        config: LaunchConfig,
+        settings: WatchSettings,
         *,
         connect: Callable[[], Any],
         end_node: Callable[[Failure], None],
@@ -93,15 +91,15 @@ class NodeWatch:
     ) -> None:
         """``connect()`` makes this node's own store client; ``end_node(failure)`` is the
         watchdog's way out; ``who`` names this task in other nodes' messages."""
-        self.node_rank = config.dist.node_rank
-        self.nnodes = config.dist.nnodes
-        self.master = config.master
-        self.heartbeat_timeout = config.heartbeat_timeout
-        self.grace_period: float = config.grace_period
+        self.node_rank = settings.node_rank
+        self.nnodes = settings.nnodes
+        self.master = settings.master
+        self.heartbeat_timeout = settings.heartbeat_timeout
+        self.grace_period: float = settings.grace_period
         self.poll_interval = poll_interval
         self.who = who
         # the rendezvous may take --master-timeout; connecting our client waits as long
-        self.connect_timeout = config.rendezvous_timeout + 5.0
+        self.connect_timeout = settings.rendezvous_timeout + 5.0
         self._connect = connect
         self._end_node = end_node
         self._say = say

@@ -32,7 +32,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from paijob.runtime.failure import Failure
-from paijob.runtime.watch.worker.sampler import is_library
+from paijob.runtime.watch.frames import is_library
 
 DEBUG_VARIABLE = "TORCH_DISTRIBUTED_DEBUG"  # torch's name; DETAIL checks collectives' fingerprints
 _FINGERPRINT = re.compile(

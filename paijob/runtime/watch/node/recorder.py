@@ -13,7 +13,7 @@ program sees and costs about 1-2 us a collective on gloo
 
 While the job is healthy only its times are read (the slow-rank doctor,
 :mod:`paijob.runtime.watch.evidence`). When a node's agent sees gloo's size
-abort, it asks its live workers (:func:`request`: a file in the hang watch's
+abort, it asks its live workers (:func:`~paijob.runtime.watch.folder.write_request`: a file in the watch's
 folder); each worker's sampler thread, at its next sample, writes this rank's last
 entries to ``rank<N>.calls.json``
 (:func:`paijob.runtime.watch.worker.sampler.answer_calls_request`: the worker's side,
@@ -26,34 +26,15 @@ The account itself is pure (:mod:`paijob.runtime.watch.node.mismatch`).
 
 from __future__ import annotations
 
-import contextlib
-import os
-import secrets
 from collections.abc import Callable
 from typing import Any
 
 from paijob.common import untrusted
-from paijob.runtime.watch.worker.sampler import REQUEST_FILE, answer_path, request_nonce, write_new
+from paijob.runtime.watch.folder import MAX_ANSWER, answer_path, request_nonce
 
 # seconds an agent waits for its workers' answers: a sample comes once a second, and a rank's first read
 # of the recorder with stacks takes about a second (more on a busy machine)
 ANSWER_WAIT = 6.0
-MAX_ANSWER = 64 * 1024  # bytes of an answer read
-
-
-def request(folder: str) -> None:
-    """Ask every live worker of this node for its last collectives (idempotent). The request holds a fresh
-    nonce that an answer must repeat, and answers already in the folder are removed first: an answer the job
-    wrote before the agent asked is never believed (issue 46); where the watch holds the samplers' keys, an
-    answer must also be signed by the rank's own process (:func:`read_answers`)."""
-    path = os.path.join(folder, REQUEST_FILE)
-    if os.path.exists(path):
-        return
-    for name in os.listdir(folder):
-        if name.startswith("rank") and name.endswith(".calls.json"):
-            with contextlib.suppress(OSError):
-                os.unlink(os.path.join(folder, name))
-    write_new(path, secrets.token_hex(16))
 
 
 def read_answers(folder: str, ranks: list[int], sealed_by: Callable[[int, bytes], bool] | None = None

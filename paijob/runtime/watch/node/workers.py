@@ -13,8 +13,8 @@ from __future__ import annotations
 from typing import Protocol
 
 
-class Launcher(Protocol):
-    """The launcher of one node's workers, as the watch sees it."""
+class WorkerGroup(Protocol):
+    """The workers of one node, as the watch sees them (torch's agent, or a test's fake)."""
 
     node_rank: int
     # the global rank of each local worker, by local rank (empty until torch started them)

@@ -1,9 +1,10 @@
 """The slow-rank doctor on a node: every look, its ranks' evidence shared; on node 0, the verdict
 (:mod:`paijob.runtime.watch.slow.verdict`) and when to say it.
 
-Why inside the hang watch's thread (:class:`~paijob.runtime.watch.hang.doctor.HangWatch` calls
-:meth:`SlowDoctor.look` each tick, and it acts every :data:`LOOK_EVERY` seconds): it needs the same
-believed sampler files and the same channel between the nodes, and adds no thread. Each node
+Why fed by the node's tick (:class:`~paijob.runtime.watch.node.eyes.NodeTick` hands it each look, and it
+acts every :data:`LOOK_EVERY` seconds): it reads the same believed sampler reports as the hang doctor, adds no
+thread, and runs whether the hang doctor is on or not (``--hang-timeout 0``); the two know nothing of each
+other. Each node
 publishes its ranks' evidence (:mod:`paijob.runtime.watch.evidence`) under its own key of the
 rendezvous store; node 0 gathers every node's, judges on the window since its previous look
 (activities: the counts' growth over the last :data:`WINDOW_LOOKS` looks; collectives: those each
@@ -32,13 +33,13 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from paijob.common import contract, untrusted
+from paijob.common import untrusted
 from paijob.common.records import MAX_LINE_TEXT, SlowRecord
-from paijob.runtime.watch.slow import clock
 from paijob.runtime.watch.evidence import checked, read_evidence
-from paijob.runtime.watch.worker.sampler import write_new
+from paijob.runtime.watch.folder import SLOW_VERDICT, read_file, write_new
+from paijob.runtime.watch.ranks import Look, RankState
+from paijob.runtime.watch.slow import clock
 from paijob.runtime.watch.slow.verdict import Call, RankWindow, SlowVerdict, cpu_shares, judge_slow
-from paijob.runtime.watch.hang.verdict import RankState
 
 LOOK_EVERY = 10.0  # seconds between two looks
 WINDOW_LOOKS = 6  # activities are counted over this many looks (a minute)
@@ -57,7 +58,7 @@ class SlowDoctor:
     """One node's doctor: shares its ranks' evidence; node 0 judges and says (``say``)."""
 
     def __init__(self, *, node_rank: int, nnodes: int, world_size: int, folder: str,
-                 read: Callable[[str], bytes | None], say: Callable[[str], None],
+                 say: Callable[[str], None], read: Callable[[str], bytes | None] = read_file,
                  publish: Publish | None = None, gather: Gather | None = None,
                  get: clock.Get | None = None, put: clock.Set | None = None,
                  every: float = LOOK_EVERY, repeat: float = REPEAT, record_file: str | None = None) -> None:
@@ -65,7 +66,7 @@ class SlowDoctor:
         text in the store (the clock rounds: :mod:`paijob.runtime.watch.slow.clock`); ``record_file``: where
         node 0 keeps its latest verdict as a record, where the cluster asks (``PAIJOB_SLOW_FILE``)."""
         # node 0's verdict: where the cluster asks, and beside the samplers' files for rank 0's summary
-        ours = os.path.join(folder, contract.SLOW_VERDICT_NAME)
+        ours = os.path.join(folder, SLOW_VERDICT)
         self.record_files = [f for f in (record_file, ours) if f] if node_rank == 0 else []
         self.node_rank, self.nnodes, self.world_size = node_rank, nnodes, world_size
         self.folder = folder
@@ -87,9 +88,10 @@ class SlowDoctor:
         self._looks = 0  # looks taken (the clock rounds come every CLOCK_EVERY of them)
         self._answered: dict[int, int] = {}  # node 0: the last clock round answered, per node
 
-    def look(self, now: float, reports: Mapping[int, Mapping[str, Any]], states: list[RankState]) -> None:
-        """One tick of the hang watch: act when a look is due. Never raises: the hang watch's tick
-        goes on whatever the doctor meets (an error is said once)."""
+    def look(self, look: Look) -> None:
+        """One tick of the node: act when a look is due. Never raises: the node's tick goes on
+        whatever the doctor meets (an error is said once)."""
+        now, reports, states = look.now, look.reports, look.states
         due = now - self._looked >= self.every
         if due:
             self._looked = now
@@ -98,7 +100,7 @@ class SlowDoctor:
                 clock.answer(self.nnodes, self._answered, self._get, self._put)  # every tick: fast answers
             if due:
                 self._look(now, reports, states)
-        except Exception as error:  # noqa: BLE001 - the doctor never stops the hang watch
+        except Exception as error:  # noqa: BLE001 - the doctor never stops the node's tick
             message = f"{PREFIX}{type(error).__name__}: {error}"
             if message not in self._errors:
                 self._errors.add(message)
@@ -133,28 +135,6 @@ class SlowDoctor:
         ahead = self.ahead.estimate() if self.node_rank else 0.0
         return [{"rank": s.rank, "node_rank": s.node_rank, "host": s.host, "local_rank": s.local_rank,
                  "exited": s.exited, "clock_ahead": ahead, **found[s.rank]} for s in states if s.rank in found]
-
-    def share(self, reports: Mapping[int, Mapping[str, Any]], states: list[RankState]) -> None:
-        """Publish this node's ranks' evidence now (a hang verdict asks for every rank's stack: node 0
-        then reads their recent collectives, :meth:`recorded_calls`). Never raises."""
-        try:
-            if self.nnodes > 1 and self._publish is not None:
-                self._publish(self.node_rank, json.dumps(self._local(reports, states)))
-        except Exception:  # noqa: BLE001, S110 - the doctor never stops the hang watch; the verdict says less
-            pass
-
-    def recorded_calls(self, reports: Mapping[int, Mapping[str, Any]],
-                       states: list[RankState]) -> dict[int, list[list[Any]]]:
-        """Node 0, at a hang verdict: each rank's recent collectives (``[group, seq, op, enqueued]``) as its
-        flight recorder kept them: this node's read now, the other nodes' as they last published them.
-        A rank without any is left out; never raises (nothing is known then)."""
-        try:
-            remote = [item for text in (self._gather(self.nnodes, self.node_rank) if self._gather else [])
-                      for item in _parsed(text)]
-            ranks = self._local(reports, states) + remote
-        except Exception:  # noqa: BLE001 - the doctor never stops the hang watch
-            return {}
-        return {r["rank"]: r["calls"] for r in ranks if r.get("calls")}
 
     def judge(self, now: float, ranks: list[dict[str, Any]]) -> SlowVerdict | None:
         """Node 0: the verdict on every rank's evidence, and the line when one is due."""
@@ -206,6 +186,12 @@ class SlowDoctor:
         self._say(PREFIX + verdict.line())
         self._keep_record(verdict, final=False)
 
+    def start(self) -> None:
+        """Nothing to start: the node's tick hands it every look."""
+
+    def stop(self) -> None:
+        """No look after this one (the node's tick stops)."""
+
     def finish(self) -> None:
         """Node 0, as the node ends: the run's worst straggler once more (the final summary)."""
         if self.node_rank == 0 and self.worst is not None:
@@ -214,7 +200,7 @@ class SlowDoctor:
 
     def _keep_record(self, verdict: SlowVerdict, *, final: bool) -> None:
         """The verdict as a record where the cluster asks (``paijob status``, the portal read it) and
-        where rank 0's summary does (:data:`~paijob.common.contract.SLOW_VERDICT_NAME`)."""
+        where rank 0's summary does (:data:`~paijob.runtime.watch.folder.SLOW_VERDICT`)."""
         if not self.record_files:
             return
         found = verdict.record()

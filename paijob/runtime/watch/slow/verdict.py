@@ -20,7 +20,7 @@ the runtime already has, at no per-step cost, name it:
 * **how long each rank's threads waited for a CPU**: the kernel's run delay (``schedstat``) summed
   over the rank's threads, per second of wall time, with their time on a CPU (:func:`cpu_shares`).
 
-The rules (thresholds below, pinned in ``tests/runtime/watch/test_straggler.py``):
+The rules (thresholds below, pinned in ``tests/runtime/watch/slow/test_slow_verdict.py``):
 
 * **quiet** unless the ranks that wait do so for at least :data:`THRESHOLD` (10 %) of the wall
   time on average, the ranks they wait for (those waiting at most half as much as the most

@@ -49,202 +49,54 @@ import contextlib
 import faulthandler
 import json
 import os
-import pickle
 import sys
 import threading
 import time
 from types import FrameType
 from typing import Any
 
-from paijob.common import contract, untrusted
+from paijob.common import contract
+from paijob.runtime.failure import is_consequence
 from paijob.runtime.watch import seal
 from paijob.runtime.watch.evidence import Evidence
+from paijob.runtime.watch.folder import (
+    MAX_ERROR,
+    MAX_TYPE,
+    MAX_WHERE,
+    WorkerError,
+    error_path,
+    fork_path,
+    report_path,
+    stack_path,
+    write_new,
+)
+from paijob.runtime.watch.frames import is_library
+from paijob.runtime.watch.worker.calls import answer_calls_request, recent_calls
+from paijob.runtime.watch.worker.process import (
+    collectives_issued,
+    own_start_time,
+    process_io,
+    thread_cpu,
+    thread_io,
+)
+from paijob.runtime.watch.worker.stack import (
+    classify_wait,
+    error_line,
+    error_where,
+    in_c10d,
+    joining,
+    loader_worker,
+    main_stack,
+    other_threads,
+    outermost_library_frame,
+    walk,
+)
 
 DEFAULT_INTERVAL = 1.0
 DUMP_AFTER = 3.0  # seconds without a sample before faulthandler's watchdog writes rank<N>.stack
-MAX_ERROR = 500  # characters of an error's last line kept in a report
 BUSY_CPU_SHARE = 0.05  # main-thread CPU over a sample interval that counts as busy (a wait uses ~0)
 MOVING_DATA = 1 << 20  # bytes of the process's I/O in one sample interval: data on the move
 FIRST_PROGRESS_SAMPLES = 3  # samples that saw collectives complete: past the first training step
-MAX_FRAMES = 60  # deepest stack kept (innermost frames); recursion would make it endless
-
-# Library code a stack passes through; the first frame outside it is "the user's line".
-_LIBRARY_PARTS = (
-    f"{os.sep}site-packages{os.sep}", f"{os.sep}dist-packages{os.sep}", "<frozen ",
-    f"{os.sep}paijob{os.sep}runtime{os.sep}",
-)
-_STDLIB = os.path.dirname(os.__file__)
-_C10D = f"torch{os.sep}distributed{os.sep}distributed_c10d.py"
-_DATALOADER = f"torch{os.sep}utils{os.sep}data{os.sep}dataloader.py"
-_AUTOGRAD = (f"torch{os.sep}autograd{os.sep}", f"torch{os.sep}_tensor.py")
-_DDP = f"torch{os.sep}nn{os.sep}parallel{os.sep}distributed.py"
-_DIST_UTILS = f"torch{os.sep}distributed{os.sep}utils.py"
-_RENDEZVOUS = (f"torch{os.sep}distributed{os.sep}rendezvous.py",
-               f"torch{os.sep}distributed{os.sep}elastic{os.sep}")
-_C10D_MODULE = "torch.distributed.distributed_c10d"
-
-# Every process group the sampler has read, kept until the process ends. Were the sampler's
-# thread to drop a group's last reference (the main thread destroyed the group while it read),
-# the group's destructor would run here, joining gloo's threads with the GIL held: the deadlock
-# paijob.runtime.recipes.distributed.leave_process_group describes. Kept, the group also outlives
-# a user's DDP model freed after destroy_process_group (torch 2.4's reducer is another last
-# owner). Workers end without finalisation (paijob.runtime.worker.finish): these go with them.
-_READ_GROUPS: dict[int, object] = {}
-
-Frame = tuple[str, int, str]  # file, line, function
-
-
-def is_library(filename: str) -> bool:
-    """Whether a frame's file is installed code (torch, the standard library, paijob's runtime)."""
-    return filename.startswith(_STDLIB) or any(part in filename for part in _LIBRARY_PARTS)
-
-
-def main_stack(frame: FrameType | None, *, skip_files: tuple[str, ...] = ()) -> list[Frame]:
-    """The stack from ``frame`` outwards, returned outermost first, from the target's first frame
-    on: the wrapper's own frames (``skip_files``, the last of them and all before it) and runpy's
-    go."""
-    frames: list[Frame] = []
-    while frame is not None and len(frames) < MAX_FRAMES:
-        code = frame.f_code
-        frames.append((code.co_filename, frame.f_lineno or 0, code.co_name))
-        frame = frame.f_back
-    frames.reverse()
-    ours = [i for i, f in enumerate(frames) if f[0] in skip_files]
-    if ours:
-        frames = frames[ours[-1] + 1:]
-    while frames and (frames[0][0] in skip_files or "runpy" in frames[0][0]):
-        frames.pop(0)
-    return frames
-
-
-def classify_wait(frames: list[Frame]) -> tuple[str | None, bool]:
-    """What a stack waits in (``all_reduce``, ``backward``, ``DataLoader``...), and whether
-    that is a collective (a wait on the other ranks). ``(None, False)``: user code or other."""
-    for filename, _line, function in frames:  # outermost first: the API the user called
-        if filename.endswith(_C10D):
-            return function, True
-    for filename, _line, function in frames:
-        if filename.endswith(_DIST_UTILS) and "broadcast" in function:
-            return "broadcast (DDP's parameter sync)", True
-        if filename.endswith(_DDP):
-            return "DistributedDataParallel " + function.strip("_"), True
-        if any(part in filename for part in _AUTOGRAD) and function == "backward":
-            return "backward", True
-        if filename.endswith(_DATALOADER):
-            return "DataLoader", False
-        if any(part in filename for part in _RENDEZVOUS):
-            return "rendezvous", True
-    return None, False
-
-
-_THREADING = f"{os.sep}threading.py"
-_JOIN_FUNCTIONS = frozenset({"join", "_wait_for_tstate_lock"})
-
-
-def joining(frame: FrameType | None) -> bool:
-    """Whether ``frame`` (a thread's innermost) is ``Thread.join`` waiting for another thread."""
-    return (frame is not None and frame.f_code.co_filename.endswith(_THREADING)
-            and frame.f_code.co_name in _JOIN_FUNCTIONS)
-
-
-def in_c10d(frames: list[Frame]) -> bool:
-    """Whether the stack is inside a ``torch.distributed`` API call (all_reduce, barrier, recv...),
-    not one of the waits told apart by other means (``backward``, DDP, the rendezvous)."""
-    return any(filename.endswith(_C10D) for filename, _line, _function in frames)
-
-
-def collectives_issued() -> int | None:
-    """How many collectives this process has issued on all its process groups, from torch's own
-    sequence numbers; None while ``torch.distributed`` is not loaded or has no group.
-
-    Read from the sampler thread: the getter only reads a counter. A backend without sequence
-    numbers (MPI, a third-party one) counts nothing; another torch release that lacks the
-    calls: None, and the sampled stack alone tells completed collectives.
-    """
-    c10d = sys.modules.get(_C10D_MODULE)
-    world = getattr(c10d, "_world", None)
-    try:
-        groups = list(world.pg_map) if world is not None else []
-    except Exception:  # noqa: BLE001 - changed while read (a group being made), or another torch
-        return None
-    total: int | None = None
-    for group in groups:
-        _READ_GROUPS.setdefault(id(group), group)
-        try:
-            total = (total or 0) + int(group._get_sequence_number_for_group())  # noqa: SLF001
-        except Exception:  # noqa: BLE001 - a backend without sequence numbers
-            continue
-    return total
-
-
-def loader_worker(frame: FrameType | None) -> tuple[int, int | None] | None:
-    """(worker id, pid) of the DataLoader worker the main thread waits for, when it waits for one.
-
-    torch's multiprocessing iterator keeps ``_task_info[_rcvd_idx] = (worker_id,)`` while the
-    batch it needs next has not arrived; its frames hold the iterator as ``self``.
-    """
-    while frame is not None:
-        if frame.f_code.co_filename.endswith(_DATALOADER) and frame.f_code.co_name == "_next_data":
-            it = frame.f_locals.get("self")
-            try:
-                info = it._task_info.get(it._rcvd_idx)  # type: ignore[union-attr]
-                if info is not None and len(info) == 1:
-                    worker_id = int(info[0])
-                    process = it._workers[worker_id]  # type: ignore[union-attr]
-                    return worker_id, getattr(process, "pid", None)
-            except Exception:  # noqa: BLE001 - another torch release: say less, never fail
-                return None
-            return None
-        frame = frame.f_back
-    return None
-
-
-def _thread_cpu(tid: int) -> tuple[float | None, int]:
-    """(CPU seconds (user + system) of thread ``tid`` of this process, bytes read); None
-    without /proc."""
-    try:
-        with open(f"/proc/self/task/{tid}/stat", "rb") as handle:
-            text = handle.read()
-        fields = text.rpartition(b")")[2].split()
-        return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS, len(text)
-    except (OSError, IndexError, ValueError):
-        return None, 0
-
-
-def _io_bytes(tid: int) -> tuple[int, int]:
-    """(bytes thread ``tid`` of this process read and wrote through system calls (rchar + wchar of
-    ``/proc/self/task/<tid>/io``), bytes of that file itself); (0, 0) without it.
-
-    The main thread's, not the process's: other threads' traffic is no progress of the rank's (the
-    rendezvous store that rank 0 hosts in ``per-node`` mode answers the other ranks all the time)."""
-    try:
-        with open(f"/proc/self/task/{tid}/io", "rb") as handle:
-            text = handle.read()
-    except OSError:
-        return 0, 0
-    total = 0
-    for line in text.splitlines():
-        if line.startswith((b"rchar:", b"wchar:")):
-            total += int(line.split()[1])
-    return total, len(text)
-
-
-def _process_io() -> int:
-    """Bytes every thread of this process read and wrote through system calls (``/proc/self/io``
-    rchar + wchar); 0 without it. gloo moves a collective's data in threads of its own."""
-    try:
-        with open("/proc/self/io", "rb") as handle:
-            text = handle.read()
-    except OSError:
-        return 0
-    return sum(int(line.split()[1]) for line in text.splitlines()
-               if line.startswith((b"rchar:", b"wchar:")))
-
-
-try:
-    _CLOCK_TICKS = float(os.sysconf("SC_CLK_TCK"))
-except (AttributeError, ValueError, OSError):
-    _CLOCK_TICKS = 100.0
 
 
 class Sampler:
@@ -252,8 +104,8 @@ class Sampler:
 
     def __init__(self, folder: str, rank: int, *, interval: float = DEFAULT_INTERVAL,
                  skip_files: tuple[str, ...] = (), local_rank: int | None = None) -> None:
-        self.path = os.path.join(folder, f"rank{rank}.json")
-        self.stack_path = os.path.join(folder, f"rank{rank}.stack")
+        self.path = report_path(folder, rank)
+        self.stack_path = stack_path(folder, rank)
         self.rank = rank
         self.local_rank = _int_env("LOCAL_RANK") if local_rank is None else local_rank
         self.interval = interval
@@ -267,7 +119,7 @@ class Sampler:
         self._wall = time.monotonic()
         self.moved_at = time.time()
         self.active_at = self.moved_at
-        self._process_io = 0
+        self._io_total = 0
         self.data_moved_at = self.moved_at  # the last sample whose process moved MOVING_DATA or more
         self._issued: int | None = None  # torch's count of collectives at the last sample
         self._in_collective: tuple[str, Any, int | None] | None = None
@@ -281,7 +133,7 @@ class Sampler:
         self._watched: int | None = None  # the ident of the thread sampled last (watched_thread)
         self.start_time = own_start_time()
         self.dump_after = max(DUMP_AFTER, 3 * interval)
-        self.error = ""  # the exception that ended the rank's function (``mp.spawn`` children): see note_error
+        self.error = ""  # the exception that ended the rank's function (``mp.spawn`` children): see note_failure
         self.left: dict[str, Any] | None = None  # the rank ended while in a process group: see note_left
         self._prepared: list[dict[str, Any]] | None = None  # its calls read ahead of a request (prepare_answer)
         self._last: dict[str, Any] | None = None  # the last report written
@@ -348,11 +200,11 @@ class Sampler:
         issued = collectives_issued()  # before the stack: a collective counts once it is left
         watched, frame, tid = self._watched_now()
         frames = main_stack(frame, skip_files=self.skip_files)
-        signature = tuple((id(f.f_code), line) for f, line in _walk(frame))
+        signature = tuple((id(f.f_code), line) for f, line in walk(frame))
         moved = signature != self._signature or issued != self._issued
         self._signature, self._issued = signature, issued
-        cpu, stat_bytes = _thread_cpu(tid)
-        io_bytes, io_file_bytes = _io_bytes(tid)
+        cpu, stat_bytes = thread_cpu(tid)
+        io_bytes, io_file_bytes = thread_io(tid)
         elapsed = max(1e-3, wall - self._wall)
         cpu_share = 0.0 if cpu is None or self._cpu is None else (cpu - self._cpu) / elapsed
         busy = cpu_share >= BUSY_CPU_SHARE
@@ -428,10 +280,10 @@ class Sampler:
     def _note_process_io(self, now: float) -> None:
         """Whether any thread moved data since the last look (a long collective's transfer: gloo's
         threads do it while the main thread waits); a rank doing so is not hung, however long."""
-        total = _process_io()
-        if total - self._process_io >= MOVING_DATA:
+        total = process_io()
+        if total - self._io_total >= MOVING_DATA:
             self.data_moved_at = now
-        self._process_io = total
+        self._io_total = total
 
     def follow_collectives(self, wait: str | None, c10d: bool, frame: FrameType | None,
                             issued: int | None, now: float) -> None:
@@ -444,7 +296,7 @@ class Sampler:
         still; its length runs from the first sample that saw it to the first that did not,
         which errs long, the safe side for a timeout derived from it.
         """
-        key = (wait, id(_outermost_library_frame(frame)), issued) if wait is not None else None
+        key = (wait, id(outermost_library_frame(frame)), issued) if wait is not None else None
         if key != self._in_collective:
             if self._in_collective is not None:
                 self._seen_done += 1
@@ -480,13 +332,22 @@ class Sampler:
         self._last = report
         self._own_io = len(text.encode("utf-8")) + 64  # + the io file read between (its length varies)
 
-    def note_error(self, error: str) -> None:
-        """The rank's function raised ``error`` (its last line): say so at once, on the last report
-        (where the rank was while it ran). Why: torch's own process-group timeout ends a ``mp.spawn``
-        child in milliseconds, and its node's watch needs to know it timed out *waiting* to name
-        the rank that never arrived, on every node (:func:`paijob.runtime.watch.hang.verdict.timed_out_state`).
-        Called from the failing thread; nothing else changes."""
-        self.error = error[:MAX_ERROR]
+    def note_failure(self, error: BaseException) -> None:
+        """The rank's code raised ``error``: its record (:class:`~paijob.runtime.watch.folder.WorkerError`:
+        Python's last line, the script's line, whether it is a peer's knock-on), signed with this process's
+        key, beside the reports, for the launcher to read instead of the traceback's text; and the error on
+        the last report (where the rank was while it ran). Why at once: torch's own process-group timeout
+        ends a ``mp.spawn`` child in milliseconds, and its node's watch needs to know it timed out *waiting*
+        to name the rank that never arrived, on every node. Called from the failing thread; never raises."""
+        line = error_line(error)
+        record = WorkerError(rank=self.rank, pid=os.getpid(), start_time=self.start_time,
+                             error=line[:MAX_ERROR + MAX_TYPE], where=error_where(error)[:MAX_WHERE],
+                             consequence=is_consequence(error), time=time.time())
+        text = record.to_json()
+        with contextlib.suppress(Exception):  # the watch must never break the worker
+            write_new(error_path(os.path.dirname(self.path), self.rank),
+                      self._seal.sign(text) if self._seal is not None else text)
+        self.error = line[:MAX_ERROR]
         self._write_now({"error": self.error})
 
     def prepare_answer(self) -> None:
@@ -523,96 +384,7 @@ class Sampler:
             pass
 
 
-def leaving_frame(error: BaseException | None, target: str, function: str = "<module>") -> list[Any]:
-    """Where a rank's code ended: the frame that raised ``SystemExit`` (``sys.exit`` is C: the
-    traceback's last frame is its caller), else the end of ``function`` in ``target`` (line 0)."""
-    tb = error.__traceback__ if error is not None else None
-    while tb is not None and tb.tb_next is not None:
-        tb = tb.tb_next
-    if tb is None:
-        return [target, 0, function]
-    return [tb.tb_frame.f_code.co_filename, tb.tb_lineno, tb.tb_frame.f_code.co_name]
-
-
-def in_process_group() -> bool:
-    """Whether this process is still a rank of an initialised process group of more than one
-    rank (torch already loaded: a script that never imported torch is in none)."""
-    c10d = sys.modules.get(_C10D_MODULE)
-    try:
-        return bool(c10d is not None and c10d.is_initialized() and c10d.get_world_size() > 1)
-    except Exception:  # noqa: BLE001 - a torch whose group is half torn down: not a rank any more
-        return False
-
-
 # -- the last collectives, when the agent asks (paijob.runtime.watch.node.recorder) -------------------
-
-REQUEST_FILE = "calls.request"  # in the hang watch's folder: the agent wants every live rank's calls
-KEPT_PER_GROUP = 4  # last entries per process group a rank reports
-_C10D_C = "torch._C._distributed_c10d"
-
-
-def answer_path(folder: str, rank: int) -> str:
-    return os.path.join(folder, f"rank{rank}.calls.json")
-
-
-def answer_calls_request(folder: str, rank: int, prepared: list[dict[str, Any]] | None = None, *,
-                         sealed: seal.Seal | None = None) -> bool:
-    """Write this rank's recent calls (``prepared``: as read ahead, else read now) once the agent asked (at
-    each sample); whether an answer was written. An answer is written once, signed with this process's key
-    (``sealed``, as its reports are); a rank without a recorder answers ``null``, so the agent need not wait
-    for it."""
-    path = answer_path(folder, rank)
-    if not os.path.exists(os.path.join(folder, REQUEST_FILE)) or os.path.exists(path):
-        return False
-    nonce = request_nonce(folder)
-    if nonce is None:
-        return False
-    text = json.dumps({"nonce": nonce, "calls": prepared if prepared is not None else recent_calls()})
-    write_new(path, text if sealed is None else sealed.sign(text))
-    return True
-
-
-def request_nonce(folder: str) -> str | None:
-    """The agent's request's nonce (:func:`paijob.runtime.watch.node.recorder.request`), which an answer repeats."""
-    data = untrusted.read_regular(os.path.join(folder, REQUEST_FILE), 64)
-    text = data.decode("ascii", "replace").strip() if data else ""
-    return text if len(text) == 32 and all(c in "0123456789abcdef" for c in text) else None
-
-
-def recent_calls(limit: int = KEPT_PER_GROUP) -> list[dict[str, Any]] | None:
-    """This process's last ``limit`` collectives of each process group as torch's flight
-    recorder kept them, oldest first; None: torch is not loaded here, this torch has no
-    recorder for its backend, or it is off. Each: ``{"group", "seq", "op", "sizes", "dtypes",
-    "line"}`` (``line``: the innermost frame of the user's code that issued the call,
-    ``train.py:42``, or None)."""
-    dump = getattr(sys.modules.get(_C10D_C), "_dump_fr_trace", None)
-    if dump is None:
-        return None
-    try:
-        entries = pickle.loads(dump()).get("entries") or []  # noqa: S301 - torch's own bytes, this process's
-    except Exception:  # noqa: BLE001 - another torch: say nothing rather than fail a worker
-        return None
-    calls = [_recorded_call(e) for e in entries if isinstance(e, dict) and not e.get("is_p2p")]
-    kept: list[dict[str, Any]] = []
-    for group in dict.fromkeys(c["group"] for c in calls):
-        kept.extend(sorted((c for c in calls if c["group"] == group), key=lambda c: c["seq"])[-limit:])
-    return kept or None
-
-
-def _recorded_call(entry: dict[str, Any]) -> dict[str, Any]:
-    """One entry of torch's recorder as the agent reads it. torch's frames are innermost first
-    ({"name", "filename", "line"}); the line is the innermost one outside installed code."""
-    frames = [f for f in entry.get("frames") or [] if isinstance(f, dict)]
-    user = next((f for f in frames if f.get("filename") and not is_library(str(f["filename"]))
-                 and not str(f["filename"]).startswith("<")), None)
-    return {
-        "group": str(entry.get("pg_id", "")),
-        "seq": int(entry.get("collective_seq_id") or 0),
-        "op": str(entry.get("profiling_name", "")).split(":")[-1],
-        "sizes": [list(s) for s in entry.get("input_sizes") or []],
-        "dtypes": [str(d) for d in entry.get("input_dtypes") or []],
-        "line": f"{os.path.basename(str(user['filename']))}:{user.get('line')}" if user else None,
-    }
 
 
 def watch_forked_child(folder: str, interval: float) -> None:
@@ -621,7 +393,7 @@ def watch_forked_child(folder: str, interval: float) -> None:
     can show where it is without a signal. Threads do not survive a fork; this one is new."""
     pid = os.getpid()
     main = threading.main_thread()
-    path = os.path.join(folder, f"fork{pid}.json")
+    path = fork_path(folder, pid)
     start = own_start_time()
 
     def run() -> None:
@@ -636,62 +408,6 @@ def watch_forked_child(folder: str, interval: float) -> None:
                 return
 
     threading.Thread(target=run, name="paijob-progress", daemon=True).start()
-
-
-def write_new(path: str, text: str) -> None:
-    """Replace ``path`` by ``text`` atomically, never through a link (the temporary file is created
-    exclusively; a link planted under its name is removed first)."""
-    temp = f"{path}.tmp"
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(temp)
-    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        handle.write(text)
-    os.replace(temp, path)
-
-
-def other_threads(main: int | None, sampler: int | None) -> list[dict[str, Any]]:
-    """Every Python thread but the main one and the sampler: name and stack, outermost first
-    (a rank whose main thread stands still: the thread that holds what it waits for)."""
-    names = {thread.ident: thread.name for thread in threading.enumerate()}
-    found = []
-    for ident, frame in sorted(sys._current_frames().items()):  # noqa: SLF001
-        if ident in (main, sampler):
-            continue
-        found.append({"name": names.get(ident, f"thread {ident}"), "ident": ident,
-                      "frames": main_stack(frame)})
-    return found
-
-
-def own_start_time() -> int:
-    """This process's start time in clock ticks since boot (``/proc/self/stat`` field 22); with
-    the pid it names the process: a pid reused later has another. 0 without /proc."""
-    try:
-        with open("/proc/self/stat", "rb") as handle:
-            return int(handle.read().rpartition(b")")[2].split()[19])
-    except (OSError, IndexError, ValueError):
-        return 0
-
-
-def _walk(frame: FrameType | None) -> list[tuple[FrameType, int]]:
-    found: list[tuple[FrameType, int]] = []
-    while frame is not None and len(found) < MAX_FRAMES:
-        found.append((frame, frame.f_lineno or 0))
-        frame = frame.f_back
-    return found
-
-
-def _outermost_library_frame(frame: FrameType | None) -> FrameType | None:
-    """The library call the user's code made (e.g. ``all_reduce``): the outermost library frame
-    below the innermost user frame."""
-    found = None
-    while frame is not None:
-        if is_library(frame.f_code.co_filename):
-            found = frame
-        elif found is not None:
-            return found
-        frame = frame.f_back
-    return found
 
 
 def _int_env(name: str) -> int | None:

@@ -30,11 +30,11 @@ from __future__ import annotations
 import functools
 import multiprocessing.process
 import os
-import traceback
 from collections.abc import Callable
 from typing import Any, NoReturn
 
-from paijob.runtime.watch.worker.sampler import Sampler, in_process_group, leaving_frame, start_from_env
+from paijob.runtime.watch.worker.process import in_process_group, leaving_frame
+from paijob.runtime.watch.worker.sampler import Sampler, start_from_env
 
 TORCH_TARGET = ("torch.multiprocessing.spawn", "_wrap")  # mp.spawn's per-child entry point
 _installed: list[Callable[..., Any]] = []  # BaseProcess.start before the hook
@@ -91,7 +91,7 @@ def run_watched(target: Callable[..., Any], finish: Callable[[int], NoReturn] | 
 def noting_errors(fn: Callable[..., Any], sampler: Sampler) -> Callable[..., Any]:
     """``fn``, telling ``sampler`` an exception that leaves it before torch's
     ``_wrap`` reports it (and the child ends): the node's watch reads it at once (a collective's
-    timeout, :meth:`~paijob.runtime.watch.worker.sampler.Sampler.note_error`). The exception goes on
+    timeout, :meth:`~paijob.runtime.watch.worker.sampler.Sampler.note_failure`). The exception goes on
     unchanged."""
 
     @functools.wraps(fn)
@@ -103,7 +103,7 @@ def noting_errors(fn: Callable[..., Any], sampler: Sampler) -> Callable[..., Any
                 sampler.note_left(leaving_frame(error, *_source(fn)))
             raise
         except Exception as error:
-            sampler.note_error(error_text(error))
+            sampler.note_failure(error)
             raise
         if in_process_group():  # the function returned with its process group up: a rank that left
             sampler.note_left(leaving_frame(None, *_source(fn)))
@@ -116,13 +116,6 @@ def _source(fn: Callable[..., Any]) -> tuple[str, str]:
     """``fn``'s file and name (where a rank that returned ended)."""
     code = getattr(fn, "__code__", None)
     return (code.co_filename, code.co_name) if code is not None else ("?", "?")
-
-
-def error_text(error: BaseException) -> str:
-    """``RuntimeError: ... Timed out waiting 15000ms ...``: what Python prints after the
-    traceback, its lines joined into one."""
-    text = "".join(traceback.format_exception_only(type(error), error))
-    return " ".join(line.strip() for line in text.splitlines() if line.strip())
 
 
 def start_child_sampler(index: int, skip_files: tuple[str, ...] = ()) -> Sampler | None:

@@ -6,8 +6,10 @@ from __future__ import annotations
 import json
 
 import pytest
-from test_straggler import jitter, simulate
+from slow_helpers import jitter, simulate
+from watch_helpers import watched_node
 
+from paijob.runtime.watch.ranks import Look
 from paijob.runtime.watch.slow import clock
 from paijob.runtime.watch.slow.doctor import CPU_LOOKS, PERSIST, PREFIX, SlowDoctor, _parsed
 
@@ -144,8 +146,8 @@ def test_a_doctor_that_meets_an_error_says_it_once_and_never_raises():
         raise RuntimeError("the store went away")
 
     found = doctor(said, gather=gather)
-    found.look(100.0, {}, [])
-    found.look(200.0, {}, [])
+    found.look(Look(100.0, {}, []))
+    found.look(Look(200.0, {}, []))
     assert said == [PREFIX + "RuntimeError: the store went away"]
 
 
@@ -153,8 +155,8 @@ def test_a_node_publishes_its_ranks_and_node_0_reads_only_their_shape():
     published: list[tuple[int, str]] = []
     other = SlowDoctor(node_rank=1, nnodes=2, world_size=4, folder="/nonexistent", read=lambda p: None,
                        say=print, publish=lambda node, text: published.append((node, text)))
-    other.look(100.0, {}, [])
-    other.look(105.0, {}, [])  # not due yet
+    other.look(Look(100.0, {}, []))
+    other.look(Look(105.0, {}, []))  # not due yet
     assert published == [(1, "[]")]
     hostile = json.dumps([{"rank": 2, "node_rank": 1, "host": "h" * 100, "local_rank": "x",
                            "first_progress": True, "calls": [["0", 1, "all_reduce", 1.0], "junk"],
@@ -250,14 +252,16 @@ def test_node_0_moves_each_nodes_enqueue_times_by_its_published_offset():
     assert verdict is not None and verdict.culprits == (0,)
 
 
-def test_the_hang_watch_runs_the_doctor_at_its_ticks_and_sums_up_as_it_finishes(tmp_path):
-    """Four believed ranks' files with rank 3 late at every step: three ticks, one line; finish: the summary."""
+@pytest.mark.parametrize("hang", [True, False])
+def test_the_nodes_tick_feeds_the_doctor_with_the_hang_watch_on_or_off_and_it_sums_up_as_it_finishes(
+        tmp_path, hang):
+    """Four believed ranks' files with rank 3 late at every step: three ticks, one line; finish: the summary.
+    The slow-rank doctor is fed by the node's tick, not by the hang watch: with --hang-timeout 0 it still speaks."""
     import os
     import time
 
     from paijob.runtime.config import HangSettings
-    from paijob.runtime.watch.hang.doctor import Channel, HangWatch
-    from paijob.runtime.watch.worker.sampler import own_start_time
+    from paijob.runtime.watch.worker.process import own_start_time
 
     folder = tmp_path / "hang"
     folder.mkdir()
@@ -269,18 +273,18 @@ def test_the_hang_watch_runs_the_doctor_at_its_ticks_and_sums_up_as_it_finishes(
         evidence = {"rank": rank, "pid": pid, "start_time": start, "first_progress": True,
                     "activity": BALANCED, "lines": {}, "calls": [[c.group, c.seq, c.op, c.enqueued] for c in found]}
         (folder / f"rank{rank}.slow.json").write_text(json.dumps(evidence))
-    said: list[str] = []
-    watch = HangWatch(HangSettings(timeout=600), folder=str(folder), node_rank=0, nnodes=1, world_size=4,
-                      host="10.0.0.5", stacks_dir=str(tmp_path), channel=Channel(),
-                      declare=lambda failure: None, say=said.append)
-    watch.slow.every = 0.0
-    watch.slow.since = 0.0
+    node = watched_node(folder, settings=HangSettings(timeout=600 if hang else 0), world_size=4, hang=hang,
+                        slow=True)
+    assert (node.hang is not None) == hang and node.slow is not None
+    node.slow.every = 0.0
+    node.slow.since = 0.0
     for _ in range(PERSIST):
-        watch.tick()
-    lines = [line for line in said if line.startswith(PREFIX)]
+        node.tick()
+    lines = [line for line in node.said if line.startswith(PREFIX)]
     assert len(lines) == 1 and lines[0].startswith(PREFIX + "slow rank: rank 3 (node rank 0, host 10.0.0.5, local rank 1)")
-    watch.finish()
-    assert said[-1].startswith(PREFIX + "over the run: slow rank: rank 3") and not folder.exists()
+    node.slow.finish()
+    node.eyes.close()
+    assert node.said[-1].startswith(PREFIX + "over the run: slow rank: rank 3") and not folder.exists()
 
 
 def test_node_0_keeps_its_verdict_as_a_record_for_status_and_the_portal(tmp_path):
@@ -330,9 +334,9 @@ def test_a_hang_verdict_says_what_the_ranks_flight_recorders_show(tmp_path):
     import time
 
     from paijob.runtime.config import HangSettings
-    from paijob.runtime.watch.hang.doctor import Channel, HangWatch
-    from paijob.runtime.watch.worker.sampler import own_start_time
-    from paijob.runtime.watch.hang.verdict import RankState, report_frames
+    from paijob.runtime.watch.channel import Channel
+    from paijob.runtime.watch.ranks import RankState, report_frames
+    from paijob.runtime.watch.worker.process import own_start_time
 
     c10d = "/venv/site-packages/torch/distributed/distributed_c10d.py"
     loop = [["0", seq, "all_reduce", 100.0 + seq] for seq in range(1, 42)]
@@ -359,7 +363,7 @@ def test_a_hang_verdict_says_what_the_ranks_flight_recorders_show(tmp_path):
         """Two nodes' keys in one process: node 1's ranks as their summaries, its evidence as published."""
 
         def __init__(self) -> None:
-            self.slow: dict[int, str] = {}
+            self.calls: dict[int, dict] = {}
             self.wanted = 0
 
         def gather(self, nnodes: int, node_rank: int) -> list[RankState]:
@@ -368,11 +372,12 @@ def test_a_hang_verdict_says_what_the_ranks_flight_recorders_show(tmp_path):
                               stale_for=0.0, where=report_frames(waits(r, "all_reduce", 12)["frames"]),
                               c10d=True, quiet_for=100.0) for r in (2, 3)]
 
-        def publish_slow(self, node_rank: int, text: str) -> None:
-            self.slow[node_rank] = text
+        def publish_calls(self, node_rank: int, calls) -> None:
+            self.calls[node_rank] = dict(calls)
 
-        def gather_slow(self, nnodes: int, node_rank: int) -> list[str]:
-            return [text for node, text in self.slow.items() if node != node_rank]
+        def gather_calls(self, nnodes: int, node_rank: int) -> dict:
+            return {rank: found for node, by_rank in self.calls.items() if node != node_rank
+                    for rank, found in by_rank.items()}
 
         def stacks_wanted(self) -> int:
             return self.wanted
@@ -385,43 +390,16 @@ def test_a_hang_verdict_says_what_the_ranks_flight_recorders_show(tmp_path):
     channel = Between()
     declared = []
     settings = HangSettings(timeout=20)
-    other = HangWatch(settings, folder=str(folders[1]), node_rank=1, nnodes=2, world_size=4, host="10.0.0.6",
-                      stacks_dir=str(tmp_path), channel=channel, declare=declared.append, say=lambda line: None)
-    other.slow.every = 1e9  # its doctor's own looks publish nothing here: only the verdict's request
-    other.slow._looked = now
-    watch = HangWatch(settings, folder=str(folders[0]), node_rank=0, nnodes=2, world_size=4, host="10.0.0.5",
-                      stacks_dir=str(tmp_path), channel=channel, declare=declared.append, say=lambda line: None)
-    watch.slow.every = 1e9
-    watch.slow._looked = now
-    watch.tick()
+    other = watched_node(folders[1], settings=settings, node_rank=1, nnodes=2, world_size=4, host="10.0.0.6",
+                         channel=channel, declare=declared.append, stacks_dir=str(tmp_path))
+    node = watched_node(folders[0], settings=settings, node_rank=0, nnodes=2, world_size=4, host="10.0.0.5",
+                        channel=channel, declare=declared.append, stacks_dir=str(tmp_path))
+    watch = node.hang
+    assert watch is not None
+    node.tick()
     assert len(declared) == 1, declared
     assert declared[0].reason.endswith(
         "; flight recorder: collective #41 of the default group is barrier on rank 1, all_reduce on ranks 0, "
         "2-3; rank 1 made 40 all_reduce calls, the others 41 (it skipped one); exit 124"), declared[0].reason
     assert "(mismatched collectives)" in declared[0].reason
     assert watch.verdict is not None and watch.verdict.calls[1][-1] == ["0", 41, "barrier", 200.0]
-
-
-def test_the_recorded_calls_are_what_is_known_and_never_an_error():
-    def gather(nnodes, node_rank):
-        raise RuntimeError("the store went away")
-
-    def publish(node, text):
-        raise RuntimeError("the store went away")
-
-    said: list[str] = []
-    found = doctor(said, gather=gather)
-    assert found.recorded_calls({}, []) == {}
-    remote = json.dumps([{"rank": 2, "node_rank": 1, "calls": [["0", 1, "all_reduce", 1.0]]},
-                         {"rank": 3, "node_rank": 1, "calls": []}])
-    assert doctor(said, gather=lambda nnodes, node_rank: [remote]).recorded_calls({}, []) == {
-        2: [["0", 1, "all_reduce", 1.0]]}
-    assert doctor(said).recorded_calls({}, []) == {}
-    SlowDoctor(node_rank=1, nnodes=2, world_size=4, folder="/nonexistent", read=lambda p: None, say=said.append,
-               publish=publish).share({}, [])
-    shared: list[tuple[int, str]] = []
-    SlowDoctor(node_rank=1, nnodes=2, world_size=4, folder="/nonexistent", read=lambda p: None, say=said.append,
-               publish=lambda node, text: shared.append((node, text))).share({}, [])
-    SlowDoctor(node_rank=0, nnodes=1, world_size=2, folder="/nonexistent", read=lambda p: None, say=said.append,
-               publish=lambda node, text: shared.append((node, text))).share({}, [])
-    assert shared == [(1, "[]")] and said == []

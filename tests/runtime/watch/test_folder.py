@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from paijob.common import untrusted
+from paijob.runtime.watch import folder
 from paijob.runtime.watch.node import recorder
 from paijob.runtime.watch.node.believed import read_reports
 
@@ -67,9 +68,9 @@ def test_a_deeply_nested_report_is_ignored_and_the_others_still_read(tmp_path: P
 
 
 def test_a_fifo_planted_as_an_answer_does_not_block_the_agent(tmp_path: Path) -> None:
-    recorder.request(str(tmp_path))  # planted after the request (one planted before it is removed by it)
-    os.mkfifo(recorder.answer_path(str(tmp_path), 1))
-    Path(recorder.answer_path(str(tmp_path), 2)).write_text("[" * 100_000)
+    folder.write_request(str(tmp_path))  # planted after the request (one planted before it is removed by it)
+    os.mkfifo(folder.answer_path(str(tmp_path), 1))
+    Path(folder.answer_path(str(tmp_path), 2)).write_text("[" * 100_000)
     assert in_thread(recorder.read_answers, str(tmp_path), [1, 2]) == {}
 
 

@@ -2,7 +2,7 @@
 account (the rank that never arrived), from the ranks' noted errors, the store while it lives,
 and node 0's notice on the declared port once the store has ended with the script's rank 0.
 
-The two-node jobs that produce these run in test_hangs.py (slow stage)."""
+The two-node jobs that produce these run in hang/test_hang_doctor.py (slow stage)."""
 
 from __future__ import annotations
 
@@ -16,14 +16,22 @@ from typing import Any
 
 import pytest
 from runtime_helpers import free_port
+from watch_helpers import watched_node
 
 from paijob.runtime.config import HangSettings
 from paijob.runtime.failure import Failure
-from paijob.runtime.watch.hang.doctor import HangWatch, StoreChannel
-from paijob.runtime.watch.node.notice import ABORT, ACCOUNT, read_abort_notice, read_notice, serve_notice
-from paijob.runtime.watch.worker.sampler import Sampler
-from paijob.runtime.watch.worker.spawn import error_text, noting_errors
+from paijob.runtime.watch.channel import StoreChannel
+from paijob.runtime.watch.node.notice import (
+    ABORT,
+    ACCOUNT,
+    read_abort_notice,
+    read_notice,
+    serve_notice,
+)
 from paijob.runtime.watch.node.storelink import StoreLink
+from paijob.runtime.watch.worker.sampler import Sampler
+from paijob.runtime.watch.worker.spawn import noting_errors
+from paijob.runtime.watch.worker.stack import error_line as error_text
 
 GLOO_TIMEOUT = ("RuntimeError: [/gloo/transport/tcp/unbound_buffer.cc:78] Timed out waiting 15000ms "
                 "for recv operation to complete")
@@ -111,11 +119,12 @@ class Node:
     def __init__(self, tmp_path: Path, node_rank: int, link: StoreLink) -> None:
         self.folder = tmp_path / f"node{node_rank}"
         self.folder.mkdir()
-        self.declared: list[Failure] = []
-        self.watch = HangWatch(
-            HangSettings(timeout=600), folder=str(self.folder), node_rank=node_rank, nnodes=2,
-            world_size=4, host="127.0.0.1", stacks_dir=str(tmp_path), channel=StoreChannel(link.call),
-            declare=self.declared.append, say=lambda line: None, accounts=True)
+        self.node = watched_node(self.folder, settings=HangSettings(timeout=600), node_rank=node_rank, nnodes=2,
+                                 world_size=4, host="127.0.0.1", stacks_dir=str(tmp_path),
+                                 channel=StoreChannel(link.call), accounts=True)
+        self.declared = self.node.declared
+        assert self.node.hang is not None
+        self.watch = self.node.hang
 
     def write(self, rank: int, **fields: Any) -> None:
         (self.folder / f"rank{rank}.json").write_text(json.dumps(report(rank, **fields)))
@@ -162,10 +171,10 @@ NAMED = ("torch's process-group timeout fired in rank {waiter}'s all_reduce at t
 def test_node_0_accounts_for_a_timeout_on_another_node_while_the_store_lives(nodes: list[Node]):
     """Node 1's rank timed out first: node 0 reads its noted error through the store at its next
     look and declares the account (which the other nodes read from the store)."""
-    nodes[1].watch.tick(), nodes[0].watch.tick()  # everyone running: no account
+    nodes[1].node.tick(), nodes[0].node.tick()  # everyone running: no account
     assert nodes[0].declared == [] and nodes[0].watch.account is None
     nodes[1].write(2, line=16, wait=None, error=GLOO_TIMEOUT)  # it left the collective, raising
-    nodes[1].watch.tick(), nodes[0].watch.tick()
+    nodes[1].node.tick(), nodes[0].node.tick()
     assert [f.reason for f in nodes[0].declared] == [NAMED.format(waiter=2)]
     assert nodes[0].watch.account == nodes[0].declared[0]
     assert nodes[1].watch.timed_out_here() and not nodes[0].watch.timed_out_here()
@@ -174,7 +183,7 @@ def test_node_0_accounts_for_a_timeout_on_another_node_while_the_store_lives(nod
 def test_node_0_accounts_at_once_when_its_own_command_failed_before_its_next_look(nodes: list[Node]):
     """Node 0's rank 0 timed out, its command ended in milliseconds: the account comes from the
     files read now and the other node's last summaries, the ended ranks where they last ran."""
-    nodes[1].watch.tick(), nodes[0].watch.tick()
+    nodes[1].node.tick(), nodes[0].node.tick()
     nodes[0].write(0, line=16, wait=None, error=GLOO_TIMEOUT)
     nodes[0].write(1, line=30, wait=None, error="KeyboardInterrupt")  # torch stopped the culprit
     account = nodes[0].watch.account_now()
@@ -184,7 +193,7 @@ def test_node_0_accounts_at_once_when_its_own_command_failed_before_its_next_loo
 
 
 def test_no_account_without_a_timeout_or_in_per_gpu_mode(nodes: list[Node]):
-    nodes[1].watch.tick(), nodes[0].watch.tick()
+    nodes[1].node.tick(), nodes[0].node.tick()
     nodes[0].write(0, line=16, wait=None, error="ValueError: bad label")
     assert nodes[0].watch.account_now() is None
     nodes[0].write(0, line=16, wait=None, error=GLOO_TIMEOUT)

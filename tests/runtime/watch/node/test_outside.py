@@ -18,10 +18,12 @@ from typing import Any
 
 import pytest
 
-from paijob.runtime.config import HangSettings
-from paijob.runtime.watch.node import outside
-from paijob.runtime.watch.hang.doctor import Channel, HangWatch, StoreChannel, summarise
+from paijob.runtime.watch.channel import StoreChannel
+from paijob.runtime.watch.hang.stacks import local_stacks
 from paijob.runtime.watch.hang.verdict import stuck_phrase
+from paijob.runtime.watch.node import outside
+from paijob.runtime.watch.node.eyes import Eyes, outside_stacks
+from paijob.runtime.watch.ranks import summarise
 
 needs_py_spy = pytest.mark.skipif(outside.find_py_spy() is None,
                                   reason="py-spy is not installed (pip install -e '.[train]')")
@@ -97,16 +99,16 @@ def test_a_stopped_process_is_read_from_outside_at_the_line_it_stopped_at(stoppe
 @needs_py_spy
 def test_the_watch_names_a_stopped_rank_where_it_stopped_and_prints_that_stack(stopped, tmp_path):
     script = tmp_path / "stops.py"
-    watch = HangWatch(HangSettings(timeout=5), folder=str(tmp_path), node_rank=0, nnodes=1,
-                      world_size=1, host="h", stacks_dir=str(tmp_path), channel=Channel(),
-                      declare=lambda failure: None, say=lambda line: None)
-    reports = {3: report(stopped, script)}
-    state = watch._summarise(3, reports[3], time.time())
+    folder = tmp_path / "watch"
+    folder.mkdir()
+    (folder / "rank3.json").write_text(json.dumps(report(stopped, script)))
+    look = Eyes(str(folder), node_rank=0, host="h", interval=1.0, launched=None, say=print).look()
+    [state] = look.states
     assert state.stopped and state.outside and state.location == f"stops.py:{STOP_LINE}"
     assert stuck_phrase(state, "").endswith(
         f"is stopped (T state in /proc: SIGSTOP or a debugger) at stops.py:{STOP_LINE} in <module>")
     assert state.threads[0][0] == "spinner"
-    text = watch.local_stacks(reports, "hang watch")
+    text = local_stacks(look, "hang watch", node_rank=0, host="h", folder=str(folder))
     assert "every thread as py-spy read it from outside the stopped process" in text
     assert f'stops.py", line {STOP_LINE}, in <module>\n    os.kill(os.getpid(), signal.SIGSTOP)' in text
     assert "Stack of thread 'spinner'" in text
@@ -143,8 +145,9 @@ def test_without_py_spy_a_stopped_rank_keeps_its_last_line_and_says_how_to_get_t
     assert outside.find_py_spy() is None
     script = tmp_path / "stops.py"
     last = report(stopped, script)
-    state = summarise(last, node_rank=0, host="h", now=time.time(), interval=1.0, stopped=True,
-                      outside_read=outside.StoppedReads().stacks(stopped.pid))
+    seen, unread = outside_stacks(last, outside.StoppedReads().stacks(stopped.pid))
+    state = summarise(last, node_rank=0, host="h", now=time.time(), interval=1.0, stopped=True, seen=seen,
+                      unread=unread)
     assert not state.outside and state.location == f"stops.py:{SLEEP_LINE}"
     assert stuck_phrase(state, "").endswith(
         f"is stopped (T state in /proc: SIGSTOP or a debugger), last seen at stops.py:{SLEEP_LINE} in "
@@ -247,9 +250,9 @@ def test_the_flag_that_a_rank_was_read_from_outside_crosses_the_store():
     last = {"rank": 2, "pid": 1, "time": time.time(), "frames": [["/job/t.py", 10, "<module>"]]}
     read = outside.Read((outside.Thread(7, 1, "MainThread", [["/job/t.py", 12, "<module>"]]),))
     states = [summarise(last, node_rank=1, host="h", now=time.time(), interval=1.0, stopped=True,
-                        outside_read=read),
+                        seen=outside_stacks(last, read)[0]),
               summarise({**last, "rank": 3}, node_rank=1, host="h", now=time.time(), interval=1.0,
-                        stopped=True, outside_read=outside.Read(why=outside.MISSING))]
+                        stopped=True, unread=outside_stacks(last, outside.Read(why=outside.MISSING))[1])]
     channel.publish(1, states)
     gathered = channel.gather(2, 0)
     assert gathered == states

@@ -185,7 +185,7 @@ FORGES_THE_STUCK_RANKS_FILE = textwrap.dedent(
 )
 
 
-@pytest.mark.slow  # the mechanism is pinned fast in test_watch_trust.py
+@pytest.mark.slow  # the mechanism is pinned fast in node/test_believed.py
 def test_a_forged_sampler_file_hides_no_rank(tmp_path: Path, start_task):
     """Rank 0 overwrites rank 1's sampler file with a busy, healthy rank 1: the watch used to
     believe it (a straggler, ended only at 3 x the timeout); it believes rank 1's own reports."""

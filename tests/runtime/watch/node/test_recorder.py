@@ -2,7 +2,7 @@
 (paijob.runtime.watch.worker.sampler, the sampler's side), and how the agent asks, waits and reads
 (paijob.runtime.watch.node.recorder).
 
-The account made from the answers: test_mismatch.py; the two-node jobs: test_hangs.py (slow)."""
+The account made from the answers: test_mismatch.py; the two-node jobs: hang/test_hang_doctor.py (slow)."""
 
 from __future__ import annotations
 
@@ -24,9 +24,10 @@ from runtime_helpers import skip_without_gloo_flight_recorder
 from paijob.common import contract
 from paijob.runtime.agent import PaijobAgent
 from paijob.runtime.failure import Failure
-from paijob.runtime.watch.worker import sampler as progress
+from paijob.runtime.watch import folder
 from paijob.runtime.watch.node import recorder
 from paijob.runtime.watch.node.accounting import Accounting
+from paijob.runtime.watch.worker import calls
 
 SITE = "/venv/lib/python3.11/site-packages/torch/distributed/"
 
@@ -57,8 +58,8 @@ def test_recent_calls_keeps_the_last_of_each_group_with_the_users_line(torch_rec
     torch_recorder.extend([entry(s, 1000) for s in range(1, 8)])
     torch_recorder.append(entry(1, 8, pg=1, line=30))
     torch_recorder.append(entry(0, 5, p2p=True))  # a send/recv: no collective sequence number
-    calls = progress.recent_calls(limit=3)
-    assert calls == [
+    found = calls.recent_calls(limit=3)
+    assert found == [
         {"group": "0", "seq": s, "op": "all_reduce", "sizes": [[1000]], "dtypes": ["Float"],
          "line": "train.py:12"} for s in (5, 6, 7)
     ] + [{"group": "1", "seq": 1, "op": "all_reduce", "sizes": [[8]], "dtypes": ["Float"],
@@ -66,27 +67,27 @@ def test_recent_calls_keeps_the_last_of_each_group_with_the_users_line(torch_rec
 
 
 def test_recent_calls_says_nothing_without_torch_or_its_recorder(monkeypatch, torch_recorder):
-    assert progress.recent_calls() is None  # on, but nothing recorded (TORCH_FR_BUFFER_SIZE=0)
+    assert calls.recent_calls() is None  # on, but nothing recorded (TORCH_FR_BUFFER_SIZE=0)
     monkeypatch.setitem(sys.modules, "torch._C._distributed_c10d", SimpleNamespace())  # torch 2.4
-    assert progress.recent_calls() is None
+    assert calls.recent_calls() is None
     monkeypatch.delitem(sys.modules, "torch._C._distributed_c10d")  # the script never loaded torch
-    assert progress.recent_calls() is None
+    assert calls.recent_calls() is None
     broken = SimpleNamespace(_dump_fr_trace=lambda: b"not a pickle")
     monkeypatch.setitem(sys.modules, "torch._C._distributed_c10d", broken)
-    assert progress.recent_calls() is None
+    assert calls.recent_calls() is None
 
 
 def test_a_worker_answers_once_and_only_when_asked(tmp_path, torch_recorder):
     torch_recorder.append(entry(3, 1000))
-    assert not progress.answer_calls_request(str(tmp_path), 2)  # nobody asked: a stat, nothing written
+    assert not calls.answer_calls_request(str(tmp_path), 2)  # nobody asked: a stat, nothing written
     assert list(tmp_path.iterdir()) == []
-    recorder.request(str(tmp_path))
-    recorder.request(str(tmp_path))  # twice is once
-    assert progress.answer_calls_request(str(tmp_path), 2)
-    assert not progress.answer_calls_request(str(tmp_path), 2)
-    assert recorder.read_answers(str(tmp_path), [1, 2]) == {2: progress.recent_calls()}
+    folder.write_request(str(tmp_path))
+    folder.write_request(str(tmp_path))  # twice is once
+    assert calls.answer_calls_request(str(tmp_path), 2)
+    assert not calls.answer_calls_request(str(tmp_path), 2)
+    assert recorder.read_answers(str(tmp_path), [1, 2]) == {2: calls.recent_calls()}
     torch_recorder.clear()
-    assert progress.answer_calls_request(str(tmp_path), 3)  # nothing recorded: null, so nobody waits for it
+    assert calls.answer_calls_request(str(tmp_path), 3)  # nothing recorded: null, so nobody waits for it
     assert json.loads((tmp_path / "rank3.calls.json").read_text())["calls"] is None
     assert recorder.read_answers(str(tmp_path), [3]) == {3: None}
 
@@ -97,7 +98,7 @@ def asking_agent(folder: Path, pids: dict[int, int]) -> Any:
     launcher = SimpleNamespace(node_rank=0, assigned_ranks=list(pids), rank_pids=pids,
                                log_tail=lambda local_rank: "")
     agent = Accounting(launcher, SimpleNamespace(), nnodes=1, world_size=len(pids),  # type: ignore[arg-type]
-                       hang=object(), folder=str(folder))  # type: ignore[arg-type]
+                       folder=str(folder))  # type: ignore[arg-type]
     return agent, Accounting.ask_calls_after_size_abort
 
 
@@ -110,13 +111,13 @@ def test_the_agent_waits_for_its_live_workers_answers_after_a_size_abort(tmp_pat
     agent, ask = asking_agent(tmp_path, {1: os.getpid(), 5: 2 ** 22 + 7})  # rank 5's process is gone
 
     def sampler() -> None:  # what rank 1's sampler does at its next sample
-        while not progress.answer_calls_request(str(tmp_path), 1):
+        while not calls.answer_calls_request(str(tmp_path), 1):
             time.sleep(0.2)
 
     threading.Thread(target=sampler, daemon=True).start()
     started = time.monotonic()
     ask(agent, [ABORT])
-    assert agent.recorded_calls == {"1": progress.recent_calls()}
+    assert agent.recorded_calls == {"1": calls.recent_calls()}
     assert time.monotonic() - started < recorder.ANSWER_WAIT  # did not wait for the gone rank
 
 
@@ -136,7 +137,7 @@ def test_the_agent_asks_nothing_without_a_size_abort_and_waits_bounded_for_a_sil
 REAL = textwrap.dedent(
     """
     import json, os, torch, torch.distributed as dist
-    from paijob.runtime.watch.worker.sampler import recent_calls
+    from paijob.runtime.watch.worker.calls import recent_calls
     dist.init_process_group("gloo", init_method="file://" + os.environ["STORE"], rank=0, world_size=1)
     dist.all_reduce(torch.ones(3, 2, dtype=torch.float16))
     dist.broadcast(torch.ones(7), 0)
@@ -168,7 +169,7 @@ def test_torchs_close_asks_the_live_workers_first():
     before that close (a check before the poll loses a worker that dies in between)."""
     order: list[Any] = []
     pcontext = SimpleNamespace(close=lambda *args, **kwargs: order.append(("close", args)))
-    accounting = SimpleNamespace(hang=object(), exited_workers=lambda: [ABORT],
+    accounting = SimpleNamespace(folder="/a/watch/folder", exited_workers=lambda: [ABORT],
                                  ask_calls_after_size_abort=lambda failures: order.append(("ask", failures)))
     health = SimpleNamespace(before_workers_stop=lambda: Accounting.before_workers_stop(accounting))  # type: ignore[arg-type]
     agent = SimpleNamespace(_pcontext=pcontext, _health=lambda: health)
@@ -182,8 +183,8 @@ def test_an_answer_is_a_jobs_own_file_read_with_care(tmp_path):
     printable and short, a huge file read only so far."""
     good = {"group": "0", "seq": 6, "op": "all_reduce\x1b[2J", "sizes": [[2000]],
             "dtypes": ["Float"], "line": "train.py:12" + "x" * 500}
-    recorder.request(str(tmp_path))
-    nonce = progress.request_nonce(str(tmp_path))
+    folder.write_request(str(tmp_path))
+    nonce = folder.request_nonce(str(tmp_path))
 
     def answer(calls: object) -> str:
         return json.dumps({"nonce": nonce, "calls": calls})
@@ -191,7 +192,7 @@ def test_an_answer_is_a_jobs_own_file_read_with_care(tmp_path):
     (tmp_path / "rank1.calls.json").write_text(answer([good, {"seq": "6"}, {"seq": 7, "sizes": "x"}, 3]))
     (tmp_path / "elsewhere.json").write_text(answer([good]))
     (tmp_path / "rank2.calls.json").symlink_to(tmp_path / "elsewhere.json")
-    (tmp_path / "rank3.calls.json").write_text(answer([]) + " " * (recorder.MAX_ANSWER + 10))
+    (tmp_path / "rank3.calls.json").write_text(answer([]) + " " * (folder.MAX_ANSWER + 10))
     (tmp_path / "rank4.calls.json").write_text(answer({"not": "a list"}))
     answers = recorder.read_answers(str(tmp_path), [1, 2, 3, 4])
     assert set(answers) == {1, 4} and answers[4] is None
@@ -206,9 +207,9 @@ def test_an_answer_written_before_the_agent_asked_is_never_believed(tmp_path):
     (tmp_path / "rank1.calls.json").write_text(json.dumps(planted))
     (tmp_path / "rank2.calls.json").write_text(json.dumps({"nonce": "0" * 32, "calls": planted}))
     assert recorder.read_answers(str(tmp_path), [1, 2]) == {}  # nobody asked yet
-    recorder.request(str(tmp_path))
+    folder.write_request(str(tmp_path))
     assert not (tmp_path / "rank1.calls.json").exists() and not (tmp_path / "rank2.calls.json").exists()
     (tmp_path / "rank2.calls.json").write_text(json.dumps({"nonce": "0" * 32, "calls": planted}))  # a guess
-    assert progress.answer_calls_request(str(tmp_path), 1)  # the real worker answers the request
+    assert calls.answer_calls_request(str(tmp_path), 1)  # the real worker answers the request
     answers = recorder.read_answers(str(tmp_path), [1, 2])
     assert set(answers) == {1}

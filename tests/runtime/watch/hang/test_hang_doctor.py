@@ -34,11 +34,12 @@ from paijob.common.options import build_parsers
 from paijob.runtime.cli import hang_settings
 from paijob.runtime.config import HangSettings, LaunchError
 from paijob.runtime.failure import Failure
-from paijob.runtime.watch.worker import sampler as progress
-from paijob.runtime.watch.hang.doctor import process_ended
-from paijob.runtime.watch.worker.sampler import Sampler, collectives_issued
-from paijob.runtime.watch.worker.spawn import child_rank
+from paijob.runtime.watch.node.eyes import process_ended
 from paijob.runtime.watch.node.storelink import VERDICT_KEY, StoreLink
+from paijob.runtime.watch.worker import process
+from paijob.runtime.watch.worker.process import collectives_issued
+from paijob.runtime.watch.worker.sampler import Sampler
+from paijob.runtime.watch.worker.spawn import child_rank
 
 C10D = "/venv/site-packages/torch/distributed/distributed_c10d.py"
 SETTINGS = HangSettings(timeout=20, first_timeout=60, hard_limit=3)
@@ -106,7 +107,7 @@ def test_the_sampler_never_drops_the_last_reference_to_a_process_group(
     world = SimpleNamespace(pg_map={group: None})
     monkeypatch.setitem(sys.modules, "torch.distributed.distributed_c10d",
                         SimpleNamespace(_world=world))
-    monkeypatch.setattr(progress, "_READ_GROUPS", {})
+    monkeypatch.setattr(process, "_READ_GROUPS", {})
     assert collectives_issued() == 3
     freed = weakref.ref(group)
     world.pg_map.clear()  # the main thread destroys the group
@@ -122,7 +123,7 @@ def test_torchs_sequence_numbers_count_plain_collectives_and_ddps_gradient_all_r
     torch = pytest.importorskip("torch")
     import torch.distributed as dist
 
-    monkeypatch.setattr(progress, "_READ_GROUPS", {})  # the group goes with this test
+    monkeypatch.setattr(process, "_READ_GROUPS", {})  # the group goes with this test
 
     dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
     try:

@@ -11,11 +11,13 @@ import time
 from pathlib import Path
 
 import pytest
+from watch_helpers import watched_node
 
 from paijob.runtime.config import HangSettings, LaunchError
-from paijob.runtime.watch.hang.doctor import parse_dump, summarise, write_stacks_file
+from paijob.runtime.watch.hang.stacks import write_stacks_file
 from paijob.runtime.watch.node.believed import Launched, read_reports
-from paijob.runtime.watch.worker.sampler import own_start_time
+from paijob.runtime.watch.ranks import parse_dump, summarise
+from paijob.runtime.watch.worker.process import own_start_time
 
 
 def report(rank: int, pid: int, start: int) -> dict[str, object]:
@@ -123,25 +125,23 @@ def test_a_silent_rank_is_placed_where_faulthandlers_dump_has_its_main_thread():
 
 
 def test_a_silent_sampler_file_naming_another_process_gets_it_no_signal(tmp_path: Path, child):
-    from paijob.runtime.watch.hang.doctor import Channel, HangWatch
-
     stale = {**report(0, child.pid, start_of(child.pid)), "time": time.time() - 60}
     (tmp_path / "rank0.json").write_text(json.dumps(stale))
     said: list[str] = []
     for launched in (Launched(ranks=lambda: {0: child.pid}), Launched(ranks=lambda: {0: 1 << 22})):
-        watch = HangWatch(HangSettings(timeout=5), folder=str(tmp_path), node_rank=0, nnodes=1,
-                          world_size=1, host="h", stacks_dir=str(tmp_path), channel=Channel(),
-                          declare=lambda failure: None, say=said.append, launched=launched)
-        watch.tick()
-        watch.request_stacks()
-        watch.tick()
+        node = watched_node(tmp_path, settings=HangSettings(timeout=5), launched=launched)
+        node.tick()
+        assert node.hang is not None
+        node.hang.request_stacks()
+        node.tick()
+        said.extend(node.said)
     time.sleep(0.5)
     assert child.poll() is None  # SIGUSR2's default action would have ended it
 
 
 FORKS_A_DATA_WORKER = """
 import os, sys, time
-from paijob.runtime.watch.hang.doctor import read_forked
+from paijob.runtime.watch.folder import read_forked
 from paijob.runtime.watch.worker.sampler import Sampler
 
 folder = sys.argv[1]

@@ -6,10 +6,10 @@ from __future__ import annotations
 import os
 
 import pytest
+from slow_helpers import BALANCED, HOSTS, LINES, jitter, simulate, windows
 
 from paijob.common import records
-from paijob.runtime.watch.frames import activity_of, line_of
-from paijob.runtime.watch.worker.sampler import is_library
+from paijob.runtime.watch.frames import activity_of, is_library, line_of
 from paijob.runtime.watch.slow.verdict import (
     CPU_SERVED_RATIO,
     CPU_WAIT,
@@ -24,37 +24,6 @@ from paijob.runtime.watch.slow.verdict import (
     judge_slow,
     ranks_phrase,
 )
-
-HOSTS = {0: "10.0.0.5", 1: "10.0.0.6"}
-BALANCED = {"collective": 20, "compute": 70, "data": 10}
-LINES = {"collective": ["all_reduce", "train.py:88"], "compute": ["backward", "train.py:80"],
-         "data": ["next", "train.py:72"], "host": ["evaluate", "train.py:95"]}
-
-
-def simulate(extra, *, ranks=4, per_node=2, steps=120, base=0.1, op="all_reduce", clock=None):
-    """Each step every rank computes ``base`` + ``extra(rank, step)`` seconds, then enqueues a
-    blocking all_reduce that completes once the last rank enqueued it (as gloo does)."""
-    clock = clock or {}
-    done = 1000.0
-    calls = {rank: [] for rank in range(ranks)}
-    for step in range(steps):
-        arrived = {rank: done + base + extra(rank, step) for rank in range(ranks)}
-        for rank, when in arrived.items():
-            calls[rank].append(Call("0", step + 1, op, when + clock.get(rank // per_node, 0.0)))
-        done = max(arrived.values()) + 0.001
-    return calls
-
-
-def windows(calls, *, per_node=2, activity=None):
-    activity = activity or {}
-    return [RankWindow(rank, rank // per_node, HOSTS[rank // per_node], rank % per_node,
-                       tuple(found), activity.get(rank, BALANCED), LINES)
-            for rank, found in calls.items()]
-
-
-def jitter(rank, step):
-    """A few ms of deterministic noise, a different rank last each step."""
-    return 0.004 * ((rank * 7 + step * 3) % 5) / 4
 
 
 def test_a_balanced_job_names_no_one():

@@ -14,10 +14,11 @@ from pathlib import Path
 import pytest
 
 from paijob.runtime.config import HangSettings
+from paijob.runtime.watch.channel import Channel
+from paijob.runtime.watch.hang.doctor import HangWatch
 from paijob.runtime.watch.node import storelink
-from paijob.runtime.watch.hang.doctor import Channel, HangWatch
 from paijob.runtime.watch.node.storelink import StoreLink
-from paijob.runtime.watch.hang.verdict import RankState
+from paijob.runtime.watch.ranks import Look, RankState
 
 
 class Store:
@@ -100,6 +101,10 @@ class Channel2(Channel):
         return list(self.states)
 
 
+def NO_EYES() -> Look:  # noqa: N802 - these tests hand the doctor its states
+    raise AssertionError("these tests read no folder")
+
+
 def state(rank: int, **extra: object) -> RankState:
     return RankState(rank=rank, node_rank=rank // 2, host="h", local_rank=rank % 2, idle_for=2.0, busy=False,
                      cpu_share=0.0, wait="all_reduce", collective=True, first_progress=True, stale_for=0.0,
@@ -112,7 +117,7 @@ def test_node_0_counts_the_unread_node_as_last_read_only_while_its_own_rank_0_is
     channel = Channel2([state(2), state(3)])
     watch = HangWatch(HangSettings(timeout=10), folder=str(tmp_path), node_rank=0, nnodes=2, world_size=4,
                       host="h", stacks_dir=None, channel=channel, declare=lambda failure: None,
-                      say=lambda line: None, accounts=per_node)
+                      say=lambda line: None, eyes=NO_EYES, accounts=per_node)
     local = [state(0), state(1)]
     assert [s.rank for s in watch._gather_remote(local, 100.0)] == [2, 3]  # noqa: SLF001
     channel.states = []  # the store stopped answering
@@ -134,7 +139,7 @@ def test_node_0_counts_a_node_it_never_read_as_unseen_while_its_rank_0_is_stoppe
     channel = Channel2([])
     watch = HangWatch(HangSettings(timeout=10), folder=str(tmp_path), node_rank=0, nnodes=2, world_size=4,
                       host="h", stacks_dir=None, channel=channel, declare=lambda failure: None,
-                      say=lambda line: None, accounts=True)
+                      say=lambda line: None, eyes=NO_EYES, accounts=True)
     local = [replace(state(0), stopped=True), state(1)]
     found = watch._gather_remote(local, time.time() + 30)  # noqa: SLF001
     assert [(s.rank, s.node_rank, s.unseen) for s in found] == [(2, 1, True), (3, 1, True)]

@@ -1,7 +1,7 @@
 """Collectives whose calls disagree (paijob.runtime.watch.node.mismatch): the receiver gloo aborts is not
 blamed; from torch's flight recorder (what the ranks gloo did not abort called) or its fingerprint
 check the ranks whose call differs are named with their lines. The two-node jobs run in
-test_hangs.py (slow stage)."""
+hang/test_hang_doctor.py (slow stage)."""
 
 from __future__ import annotations
 

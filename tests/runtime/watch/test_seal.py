@@ -21,11 +21,10 @@ import pytest
 from runtime_helpers import base_env, root_cause
 
 from paijob.common import exitcodes
-from paijob.runtime.watch import seal
-from paijob.runtime.watch.worker import sampler as progress
+from paijob.runtime.watch import folder, seal
 from paijob.runtime.watch.node import recorder
 from paijob.runtime.watch.node.believed import Launched, read_reports
-from paijob.runtime.watch.worker.sampler import own_start_time
+from paijob.runtime.watch.worker.process import own_start_time
 
 pytestmark = pytest.mark.skipif(not seal.supported(), reason="needs SO_PASSCRED (Linux)")
 
@@ -120,11 +119,11 @@ def test_an_answer_written_in_a_ranks_place_after_the_request_is_not_believed(tm
     def sealed_by(rank: int, data: bytes) -> bool:
         return launched.sealed_by(rank, proc.pid, data)
 
-    recorder.request(str(tmp_path))
+    folder.write_request(str(tmp_path))
     answer = tmp_path / "rank1.calls.json"
     wait_for(answer)
     assert recorder.read_answers(str(tmp_path), [1], sealed_by) == {1: None}  # its own: no recorder here
-    nonce = progress.request_nonce(str(tmp_path))
+    nonce = folder.request_nonce(str(tmp_path))
     forged = {"nonce": nonce, "calls": [{"group": "0", "seq": 7, "op": "all_reduce", "sizes": [[9]],
                                          "dtypes": ["float"], "line": "train.py:1"}]}
     answer.write_text(json.dumps(forged))  # after the request, with its nonce, by another process

@@ -1,7 +1,7 @@
 """The hang verdict as pure functions (paijob.runtime.watch.hang.verdict): rank states in, verdict out.
 
 One table, one row per shape of stall; each row says who must be named and how. The real jobs
-that produce these states run in test_hangs.py.
+that produce these states run in hang/test_hang_doctor.py.
 """
 
 from __future__ import annotations
@@ -13,26 +13,21 @@ from dataclasses import replace
 import pytest
 
 from paijob.common import exitcodes
+from paijob.common.records import rank_ranges
 from paijob.runtime.config import HangSettings
-from paijob.runtime.failure import Failure
-from paijob.runtime.watch.worker.sampler import classify_wait
+from paijob.runtime.failure import Failure, first_timed_out
 from paijob.runtime.watch.hang.sequence import sequence_phrase
+from paijob.runtime.watch.hang.timeout import account_of_timeout, never_arrived, timed_out_state
 from paijob.runtime.watch.hang.verdict import (
     MAX_HEADLINE,
-    RankState,
-    account_of_timeout,
-    call_order,
     culprit_detail,
-    first_timed_out,
     judge,
-    never_arrived,
-    rank_ranges,
-    report_frames,
     stall_line,
-    timed_out_state,
     unseen_phrase,
     waiting_phrase,
 )
+from paijob.runtime.watch.ranks import RankState, call_order, report_frames
+from paijob.runtime.watch.worker.stack import classify_wait
 
 C10D = "/venv/site-packages/torch/distributed/distributed_c10d.py"
 LOCK = "/usr/lib/python3.11/threading.py"
@@ -173,7 +168,7 @@ def test_ranks_in_many_places_stay_on_one_short_line():
     assert "wait elsewhere" in headline and len(headline) < 400, headline
 
 
-# -- the rules one by one (moved from test_hangs.py) ---------------------------------------
+# -- the rules one by one (moved from hang/test_hang_doctor.py) ---------------------------------------
 
 
 def state(rank: int, idle: float, *, wait: str | None = "all_reduce", line: int = 42,
@@ -831,7 +826,7 @@ def test_calls_that_cannot_match_need_every_rank_inside_a_differing_call():
 
 
 def test_where_a_rank_that_left_ended_is_said_in_words():
-    from paijob.runtime.watch.hang.verdict import left_phrase
+    from paijob.runtime.watch.ranks import left_phrase
 
     gone = replace(state(3, 26, wait=None), exited=True, left=True)
     name = "rank 3 (node rank 1, host 10.0.0.1, local rank 1)"
@@ -870,7 +865,6 @@ def test_a_queue_hint_needs_queue_get_and_no_thread_running_the_users_code():
 
 
 def test_ranks_never_seen_when_a_start_up_times_out_are_named_with_their_nodes():
-    from paijob.runtime.watch.hang.verdict import account_of_timeout
 
     waiting = [replace(state(0, 9, wait="init_process_group", started=False), error="DistStoreError: wait timeout"),
                state(1, 9, wait="init_process_group", line=7, started=False)]

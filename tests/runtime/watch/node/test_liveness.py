@@ -9,13 +9,13 @@ import time
 from collections.abc import Iterator
 
 import pytest
+from suite_helpers import wait_until
 
-from paijob.runtime.config import LaunchConfig, WorkerCommand
-from paijob.runtime.env import DistEnv
 from paijob.runtime.failure import Failure
 from paijob.runtime.probe import MasterUnreachableError, wait_for_master
 from paijob.runtime.watch.node import liveness as nodewatch
 from paijob.runtime.watch.node.liveness import NodeWatch, StoreTimeout, bounded, first_line
+from paijob.runtime.watch.settings import WatchSettings
 
 
 class FakeStore:
@@ -75,23 +75,14 @@ def ends(monkeypatch: pytest.MonkeyPatch) -> Iterator[Endings]:
 
 def make_watch(store: FakeStore, node_rank: int, nnodes: int, ends: list[Failure],
                heartbeat_timeout: float = 0.6) -> NodeWatch:
-    dist = DistEnv(master_addr="10.0.0.1", master_port=29500, node_rank=node_rank, nnodes=nnodes,
-                   nproc_per_node=1, world_size=nnodes, rank_offset=node_rank, backend="gloo")
-    config = LaunchConfig(dist=dist, command=WorkerCommand(script="train.py"),
-                          heartbeat_timeout=heartbeat_timeout, grace_period=0)
+    settings = WatchSettings(node_rank=node_rank, nnodes=nnodes, world_size=nnodes, master_addr="10.0.0.1",
+                             master_port=29500, heartbeat_timeout=heartbeat_timeout, grace_period=0)
     watch = NodeWatch(
-        config, connect=lambda: store, end_node=ends.append, say=lambda line: None,
+        settings, connect=lambda: store, end_node=ends.append, say=lambda line: None,
         who=f"worker:{node_rank} at 10.0.0.{node_rank + 1}", poll_interval=0.05,
     )
     watch.start()  # its watchdog starts with the node's other watchers (lifecycle.Watchers)
     return watch
-
-
-def wait_until(predicate, timeout: float = 10.0) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline
-        time.sleep(0.02)
 
 
 def test_node_0_declares_a_silent_peer_lost_and_publishes_it_for_every_node(ends):

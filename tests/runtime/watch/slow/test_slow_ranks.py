@@ -3,7 +3,7 @@ slowed in compute or in data loading, a whole node slowed, rank 0 evaluating alo
 taken from outside (a cgroup's CPU quota put on it while it trains), a script that spawns its own
 ranks (per-node mode) with one slow, and a balanced job that must stay quiet.
 
-The verdict's rules are pinned on synthetic jobs in test_straggler.py and test_slow_doctor.py;
+The verdict's rules are pinned on synthetic jobs in slow/test_slow_verdict.py and test_slow_doctor.py;
 these check the whole path (sampler, flight recorder, files, store, node 0's line). The seven jobs
 run at once (about 2 minutes for all, not 14): their steps mostly sleep, so they share two busy
 cores without stretching one rank more than another. ``benchmarks/slow_doctor_runs.py`` runs this

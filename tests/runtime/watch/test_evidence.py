@@ -20,8 +20,8 @@ from runtime_helpers import free_port, skip_without_gloo_flight_recorder
 from paijob.common import contract
 from paijob.runtime.watch import evidence
 from paijob.runtime.watch.evidence import Evidence, read_evidence
-from paijob.runtime.watch.node.believed import read_file
-from paijob.runtime.watch.worker.sampler import is_library, write_new
+from paijob.runtime.watch.folder import read_file, write_new
+from paijob.runtime.watch.frames import is_library
 
 TRAIN = "/job/train.py"
 C10D = "/venv/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py"

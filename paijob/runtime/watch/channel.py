@@ -1,0 +1,195 @@
+"""What the nodes' watches say to each other through the job's store: every key, its writer and its reader.
+
+Why one module: the doctors on every node share what they see with node 0 over the store the nodes
+already share (the rendezvous store that node 0's agent hosts in ``per-gpu`` mode, the script's own store
+in ``per-node`` mode: :mod:`paijob.runtime.watch.node.storelink`). That store is readable and writable by
+anything that reaches its port, the job's own code included, so what is read back is read strictly: bounded
+JSON (:mod:`paijob.common.untrusted`), exact fields and types (:func:`~paijob.runtime.watch.ranks.from_published`),
+and a value that does not pass is dropped and counted (:attr:`StoreChannel.refused`), never believed and never
+fatal.
+
+=================================  ==================================  ====================================
+key                                written by                          read by
+=================================  ==================================  ====================================
+``paijob/progress/<node>``         every node's hang doctor, 1/s       node 0's hang doctor
+``paijob/slow/<node>``             every node's slow-rank doctor       node 0's slow-rank doctor
+``paijob/calls/<node>``            a node's hang doctor, on a verdict  node 0's hang verdict (the sequence)
+``paijob/stacks/wanted``           node 0, or SIGUSR1 on any node      every node's hang doctor
+``paijob/stacks/<node>/<request>`` every node's hang doctor            node 0 (the stacks file)
+``paijob/clock/<node>/...``        node k asks, node 0 answers         :mod:`paijob.runtime.watch.slow.clock`
+=================================  ==================================  ====================================
+
+A single-node job shares nothing: :class:`Channel` is the quiet one. No torch import: the store is anything
+with TCPStore's ``set``/``get``/``check``/``add``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict
+from typing import Any
+
+from paijob.common import untrusted
+from paijob.runtime.watch.ranks import RankState, from_published
+
+PROGRESS_KEY = "paijob/progress/{node}"
+SLOW_KEY = "paijob/slow/{node}"  # a node's ranks' evidence for the slow-rank doctor
+CALLS_KEY = "paijob/calls/{node}"  # a node's ranks' recent collectives, for node 0's hang verdict
+STACKS_WANTED_KEY = "paijob/stacks/wanted"  # a counter: SIGUSR1 or a verdict asks every node
+STACKS_KEY = "paijob/stacks/{node}/{request}"
+MAX_VALUE = 4 << 20  # bytes of one value read back (a node's stacks of many ranks are the largest)
+MAX_CALLS = 1024  # collectives of one rank in a published calls value
+
+
+class Channel:
+    """How the nodes share what their doctors see: nothing, on a single node (the store's is
+    :class:`StoreChannel`)."""
+
+    refused = 0  # values read back that were not in their exact form (dropped)
+
+    def publish(self, node_rank: int, states: Sequence[RankState]) -> None:
+        """This node's rank states, for node 0's hang doctor."""
+
+    def gather(self, nnodes: int, node_rank: int) -> list[RankState]:
+        """Every other node's rank states as it last published them."""
+        return []
+
+    def publish_calls(self, node_rank: int, calls: Mapping[int, Sequence[Sequence[Any]]]) -> None:
+        """This node's ranks' recent collectives (``[group, seq, op, enqueued]``), for node 0's hang verdict."""
+
+    def gather_calls(self, nnodes: int, node_rank: int) -> dict[int, list[list[Any]]]:
+        """Every other node's ranks' recent collectives, by rank."""
+        return {}
+
+    def stacks_wanted(self) -> int:
+        return 0
+
+    def want_stacks(self) -> int:
+        return 0
+
+    def send_stacks(self, node_rank: int, request: int, text: str) -> None:
+        pass
+
+    def collect_stacks(self, nnodes: int, request: int, timeout: float) -> dict[int, str]:
+        return {}
+
+    def publish_slow(self, node_rank: int, text: str) -> None:
+        pass
+
+    def gather_slow(self, nnodes: int, node_rank: int) -> list[str]:
+        return []
+
+    def get_text(self, key: str) -> str | None:
+        return None
+
+    def set_text(self, key: str, text: str) -> None:
+        pass
+
+
+class StoreChannel(Channel):
+    """Over the job's store: every call bounded (``call(fn)`` returns None when the store fails or is slow)."""
+
+    def __init__(self, call: Callable[..., Any]) -> None:
+        self.call = call
+        self.refused = 0
+
+    def publish(self, node_rank: int, states: Sequence[RankState]) -> None:
+        self.set_text(PROGRESS_KEY.format(node=node_rank), json.dumps([asdict(s) for s in states]))
+
+    def gather(self, nnodes: int, node_rank: int) -> list[RankState]:
+        found: list[RankState] = []
+        for text in self._others(PROGRESS_KEY, nnodes, node_rank):
+            value = self._loads(text)
+            try:
+                if not isinstance(value, list):
+                    raise ValueError("not a list")
+                found.extend(from_published(item) for item in value)
+            except ValueError:
+                self.refused += 1
+        return found
+
+    def publish_calls(self, node_rank: int, calls: Mapping[int, Sequence[Sequence[Any]]]) -> None:
+        self.set_text(CALLS_KEY.format(node=node_rank), json.dumps({str(r): list(c) for r, c in calls.items()}))
+
+    def gather_calls(self, nnodes: int, node_rank: int) -> dict[int, list[list[Any]]]:
+        found: dict[int, list[list[Any]]] = {}
+        for text in self._others(CALLS_KEY, nnodes, node_rank):
+            value = self._loads(text)
+            if not isinstance(value, dict):
+                self.refused += value is not None
+                continue
+            for rank, calls in value.items():
+                checked = _calls(calls)
+                if rank.isdigit() and checked is not None:
+                    found[int(rank)] = checked
+                else:
+                    self.refused += 1
+        return found
+
+    def publish_slow(self, node_rank: int, text: str) -> None:
+        self.set_text(SLOW_KEY.format(node=node_rank), text)
+
+    def gather_slow(self, nnodes: int, node_rank: int) -> list[str]:
+        return self._others(SLOW_KEY, nnodes, node_rank)
+
+    def get_text(self, key: str) -> str | None:
+        def get(store: Any) -> bytes | None:
+            return store.get(key) if store.check([key]) else None
+
+        value = self.call(get)
+        if isinstance(value, bytes):
+            return value.decode("utf-8", "replace") if len(value) <= MAX_VALUE else None
+        return value if isinstance(value, str) and len(value) <= MAX_VALUE else None
+
+    def set_text(self, key: str, text: str) -> None:
+        self.call(lambda store: store.set(key, text))
+
+    def _others(self, key_format: str, nnodes: int, node_rank: int) -> list[str]:
+        """What every other node published under ``key_format`` (those that did), each call bounded."""
+        texts = [self.get_text(key_format.format(node=node)) for node in range(nnodes) if node != node_rank]
+        return [text for text in texts if text]
+
+    def _loads(self, text: str) -> Any:
+        """``text`` as bounded JSON; None (counted) when it is not."""
+        try:
+            return untrusted.loads(text)
+        except ValueError:
+            self.refused += 1
+            return None
+
+    def stacks_wanted(self) -> int:
+        value = self.call(lambda store: int(store.add(STACKS_WANTED_KEY, 0)))
+        return int(value or 0)
+
+    def want_stacks(self) -> int:
+        value = self.call(lambda store: int(store.add(STACKS_WANTED_KEY, 1)))
+        return int(value or 0)
+
+    def send_stacks(self, node_rank: int, request: int, text: str) -> None:
+        self.set_text(STACKS_KEY.format(node=node_rank, request=request), text)
+
+    def collect_stacks(self, nnodes: int, request: int, timeout: float) -> dict[int, str]:
+        found: dict[int, str] = {}
+        deadline = time.monotonic() + timeout
+        while len(found) < nnodes - 1 and time.monotonic() < deadline:
+            for node in range(1, nnodes):
+                if node not in found:
+                    text = self.get_text(STACKS_KEY.format(node=node, request=request))
+                    if text:
+                        found[node] = text
+            time.sleep(0.2)
+        return found
+
+
+def _calls(value: object) -> list[list[Any]] | None:
+    """One rank's published calls, ``[group, seq, op, enqueued]`` each; None: not that form."""
+    if not isinstance(value, list) or len(value) > MAX_CALLS:
+        return None
+    for call in value:
+        if not (isinstance(call, list) and len(call) == 4 and isinstance(call[0], str) and len(call[0]) <= 16
+                and isinstance(call[1], int) and isinstance(call[2], str) and len(call[2]) <= 40
+                and isinstance(call[3], (int, float))):
+            return None
+    return value
