@@ -150,16 +150,7 @@ def failing_task(detail: dict[str, Any]) -> str | None:
     return f"{name}/{task.get('taskIndex')} exited with code {task.get('containerExitCode')}"
 
 
-def failing_task_reason(detail: dict[str, Any]) -> str | None:
-    """What the failing task itself said it died of (paijob-runtime's record, as the local cluster passes it
-    on), for a task with no worker's root cause: a runtime that stopped before any worker started (a missing
-    script, an unreachable master), a hang."""
-    failed = _failed(detail)
-    record = _record_of(failed[1]) if failed else None
-    return record.describe() if record else None
-
-
-def _record_of(task: dict[str, Any]) -> records.FailureRecord | None:
+def record_of(task: dict[str, Any]) -> records.FailureRecord | None:
     """paijob-runtime's record of why ``task`` failed (``paijobRootCause``: the local cluster has it from the
     task's log; a real cluster's task has none), checked field by field; None where there is none."""
     try:
@@ -170,38 +161,44 @@ def _record_of(task: dict[str, Any]) -> records.FailureRecord | None:
 
 @dataclass(frozen=True)
 class RootCause:
-    """The worker whose failure ended the job, as paijob-runtime reported it."""
+    """Why the job failed, as paijob-runtime recorded it: the failed worker (``record.rank``) and the task it
+    ran in, or the runtime's own reason (a hang, a lost node, a start-up that failed)."""
 
-    rank: int
-    task: str | None  # role/index of the task it ran in, when known
-    how: str  # "exit code 1", "signal SIGSEGV"
-    error: str | None  # the exception line of its traceback
+    record: records.FailureRecord
+    task: str | None  # role/index of the task the failed worker ran in (or whose runtime said it), when known
 
     def __str__(self) -> str:
+        record = self.record
+        error = (f": {record.error}" if record.error else "") + (f" ({record.where})" if record.where else "")
+        if record.rank is None:
+            return record.summary + error
         where = f" on {self.task}" if self.task else ""
-        return f"rank {self.rank}{where} failed with {self.how}" + (f": {self.error}" if self.error else "")
+        return f"rank {record.rank}{where} failed with {record.how or 'an error'}" + error
 
 
 def root_cause(detail: dict[str, Any]) -> RootCause | None:
-    """The failing rank, its task and its error, from paijob-runtime's records of the tasks (None: none has one).
+    """The root cause from paijob-runtime's records of the tasks (None: none has one).
 
     Which task OpenPAI names (``appExitTriggerTaskRoleName``) is only the first to exit: when rank 1 raises,
     node 0 may learn of it and exit first, and the attempt then stops rank 1's task. Every node's
     paijob-runtime names the same root cause; a node reporting its own worker beats one reporting a worker
     "on another node", whose task follows from paijob-runtime's layout (node ranks count the tasks in role
-    order).
+    order); a worker's failure beats a runtime's own reason (a launcher's closing line), and the task that
+    failed the job comes first among equals.
     """
     found = []
-    for role, task in tasks_of(detail):
-        record = _record_of(task)
-        if record is not None and record.rank is not None:
-            found.append((record.elsewhere, f"{role}/{task.get('taskIndex')}", record.rank, record))
+    failed = _failed(detail)
+    for order, (role, task) in enumerate(tasks_of(detail)):
+        record = record_of(task)
+        if record is not None:
+            trigger = failed is not None and failed[1] is task
+            found.append(((record.rank is None, record.elsewhere, not trigger, order), f"{role}/{task.get('taskIndex')}",
+                          record))
     if not found:
         return None
-    elsewhere, where, rank, record = min(found, key=lambda item: item[0])
+    _key, where, record = min(found, key=lambda item: item[0])
     node = record.worker_node
-    return RootCause(rank, _task_of_node(detail, node) if elsewhere and node is not None else where,
-                     record.how or "", record.error)
+    return RootCause(record, _task_of_node(detail, node) if record.elsewhere and node is not None else where)
 
 
 def _task_of_node(detail: dict[str, Any], node_rank: int) -> str | None:
@@ -220,9 +217,8 @@ def outcome_line(job_id: str, detail: dict[str, Any]) -> str:
     if state == "FAILED":
         cause = root_cause(detail)
         failing = failing_task(detail)
-        reason = None if cause else failing_task_reason(detail)
-        if (cause or reason) and failing:
-            text += f": {cause or reason} (OpenPAI: {failing})"
+        if cause and failing:
+            text += f": {cause} (OpenPAI: {failing})"
         elif cause or failing:
             text += f": {cause or failing}"
         elif status.get("appExitDiagnostics"):

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, TypeVar
 
 from paijob.commands import _common as common
-from paijob.common import contract
+from paijob.common import contract, records
 
 
 def register(subparsers: Any) -> None:
@@ -63,33 +63,46 @@ def _job_lines(detail: dict[str, Any], job_id: str, shown: Callable[[str], str])
         spec = status.get("appExitSpec")
         phrase = spec.get("phrase") if isinstance(spec, dict) else None
         yield f"exit code  {status['appExitCode']}" + (f" ({phrase}, OpenPAI's code)" if phrase else "")
-    if status.get("paijobStall"):  # the local cluster: paijob-runtime's hang watch, while it runs
-        yield f"stalled    {shown(status['paijobStall'])}"
-    yield from _slow_rank_lines(status.get("paijobSlowRank"), shown)
+    stall = _record(records.StallRecord, status.get("paijobStall"))  # the local cluster: paijob-runtime's hang watch
+    if stall is not None:
+        yield f"stalled    {shown(stall.describe())}"
+    yield from _slow_rank_lines(_record(records.SlowRecord, status.get("paijobSlowRank")), shown)
     cause = common.root_cause(detail) if status["state"] == "FAILED" else None
     if cause:
         yield f"cause      {shown(str(cause))}"
     message = status.get("appExitTriggerMessage") or status.get("appExitDiagnostics")
     if message:
         yield f"reason     {shown(message)}"
-    for where, error in task_errors(detail):
-        yield f"error      {where}: {shown(error)}"
+    ended = [f"{where} ({shown(note)})" if note else where for where, note in task_errors(detail, cause)]
+    if ended:
+        yield f"ended      {', '.join(ended)}"
 
 
-def _slow_rank_lines(slow: object, shown: Callable[[str], str]) -> Iterator[str]:
+R = TypeVar("R", records.StallRecord, records.SlowRecord)
+
+
+def _record(kind: type[R], served: object) -> R | None:
+    """A record the local cluster serves (as data, with its version and kind), read strictly; None: none."""
+    if not isinstance(served, dict):
+        return None
+    try:
+        return kind.from_json(served)
+    except records.RecordError:
+        return None
+
+
+def _slow_rank_lines(slow: records.SlowRecord | None, shown: Callable[[str], str]) -> Iterator[str]:
     """The local cluster's slow-rank verdict (paijob-runtime's slow-rank doctor): its line, then each
     rank's figures (how much of the time it waits for the others, how often it arrived last, what it
     spends its time on)."""
-    if not isinstance(slow, dict) or not isinstance(slow.get("line"), str):
+    if slow is None:
         return
-    yield f"slow rank  {shown(slow['line'])}" + (" (over the run)" if slow.get("final") is True else "")
-    figures = slow.get("figures")
-    for figure in figures if isinstance(figures, list) else []:
-        if isinstance(figure, dict):
-            yield "           " + shown(_figure_line(figure))
+    yield f"slow rank  {shown(slow.line)}" + (" (over the run)" if slow.final else "")
+    for figure in slow.figures:
+        yield "           " + shown(_figure_line(figure))
 
 
-def _figure_line(figure: dict[str, Any]) -> str:
+def _figure_line(figure: Mapping[str, Any]) -> str:
     """``rank 3 (node rank 1, 10.0.0.6): waits 2% of the time, arrived last 40 times; compute 63%, data 9%``
     (then ``; waits for a CPU 78%`` where the doctor knew it)."""
     activity = figure.get("activity")
@@ -125,16 +138,23 @@ def _task_row(role: str, task: dict[str, Any], wide: bool) -> list[str]:
                   common.duration(task.get("launchedTime"), task.get("completedTime")), exit_type]
 
 
-def task_errors(detail: dict[str, Any], limit: int = 5) -> list[tuple[str, str]]:
-    """(role/index, exit diagnostics) of failed tasks: the script's own exit and error (the local
-    cluster records paijob-runtime's root cause there) beside the OpenPAI code it maps to. The task
-    of the root cause comes first, whichever task exited first."""
+def task_errors(detail: dict[str, Any], cause: common.RootCause | None = None,
+                limit: int = 5) -> list[tuple[str, str]]:
+    """(role/index, what its exit diagnostics add) of the failed tasks the job's failure ended: the exit code,
+    and what OpenPAI made of it (the code it reports); never the root cause's text again (said once, on the
+    cause line: the local cluster puts paijob-runtime's record at the head of each task's diagnostics). The
+    task of the root cause comes first, whichever task exited first."""
     found = []
     for role, task in common.tasks_of(detail):
         text = task.get("containerExitDiagnostics")
         code = task.get("containerExitCode")
-        if isinstance(text, str) and text.strip() and isinstance(code, int) and code > 0:
-            found.append((f"{role}/{task.get('taskIndex')}", " ".join(text.split())[:500]))
-    cause = common.root_cause(detail)
+        if not isinstance(code, int) or code <= 0:
+            continue
+        note = " ".join(text.split()) if isinstance(text, str) else ""
+        record = common.record_of(task)
+        said = record.describe() if record is not None else ""
+        if said and note.startswith(said):
+            note = note[len(said):].lstrip("; ")
+        found.append((f"{role}/{task.get('taskIndex')}", f"exit {code}" + (f": {note[:500]}" if note else "")))
     found.sort(key=lambda item: cause is None or item[0] != cause.task)
     return found[:limit]

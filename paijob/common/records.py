@@ -221,13 +221,17 @@ class StallRecord:
         noun = "ranks" if len(self.ranks) > 1 else "rank"
         return f"no progress for {self.seconds}s on {noun} {rank_ranges(self.ranks)}"
 
+    def as_json(self) -> dict[str, Any]:
+        """The record as data, with its version and kind (the local cluster's ``paijobStall``)."""
+        return {"v": VERSION, "kind": "stall", "ranks": list(self.ranks), "seconds": self.seconds, "time": self.time}
+
     def to_json(self) -> str:
-        return json.dumps({"v": VERSION, "kind": "stall", "ranks": list(self.ranks), "seconds": self.seconds,
-                           "time": self.time})
+        return json.dumps(self.as_json())
 
     @classmethod
-    def from_json(cls, text: str | bytes) -> StallRecord:
-        """The record :meth:`to_json` wrote, checked field by field, or :class:`RecordError`."""
+    def from_json(cls, text: str | bytes | Mapping[str, Any]) -> StallRecord:
+        """The record :meth:`to_json` wrote (or :meth:`as_json`'s data), checked field by field, or
+        :class:`RecordError`."""
         data = _record_object(text, "stall", {"ranks", "seconds", "time"})
         ranks, seconds, written = data["ranks"], data["seconds"], data["time"]
         if not isinstance(ranks, list) or len(ranks) > MAX_RANKS or not all(_count(r) for r in ranks):
@@ -237,13 +241,19 @@ class StallRecord:
         return cls(tuple(ranks), seconds, float(written))
 
 
-def _record_object(text: str | bytes, kind: str, fields: set[str]) -> dict[str, Any]:
+def _record_object(text: str | bytes | Mapping[str, Any], kind: str, fields: set[str]) -> dict[str, Any]:
     """The JSON object of a version-1 record of ``kind`` with exactly ``fields`` (and ``v``, ``kind``),
-    read bounded (:mod:`paijob.common.untrusted`), or :class:`RecordError`."""
-    try:
-        data = untrusted.loads(text)
-    except ValueError as error:
-        raise RecordError(f"not JSON: {error}") from None
+    read bounded (:mod:`paijob.common.untrusted`; already parsed: as served in a job's detail), or
+    :class:`RecordError`."""
+    if isinstance(text, Mapping):
+        data: Any = dict(text) if untrusted.depth(dict(text)) <= untrusted.MAX_DEPTH else None
+        if data is None:
+            raise RecordError("nested too deep")
+    else:
+        try:
+            data = untrusted.loads(text)
+        except ValueError as error:
+            raise RecordError(f"not JSON: {error}") from None
     if not isinstance(data, dict) or set(data) != {"v", "kind", *fields} or data["v"] != VERSION or data["kind"] != kind:
         raise RecordError(f"not a version-1 {kind} record")
     return data
@@ -304,19 +314,18 @@ class SlowRecord:
     final: bool = False
     time: float = 0.0
 
-    def to_json(self) -> str:
-        return json.dumps({"v": VERSION, "kind": "slow", "verdict": self.kind, "line": self.line,
-                           "ranks": list(self.ranks), "figures": list(self.figures), "final": self.final,
-                           "time": self.time})
-
     def as_json(self) -> dict[str, Any]:
-        """The record as the local cluster serves it (``paijobSlowRank``)."""
-        return {"verdict": self.kind, "line": self.line, "ranks": list(self.ranks),
+        """The record as data, with its version and kind (the local cluster's ``paijobSlowRank``)."""
+        return {"v": VERSION, "kind": "slow", "verdict": self.kind, "line": self.line, "ranks": list(self.ranks),
                 "figures": list(self.figures), "final": self.final, "time": self.time}
 
+    def to_json(self) -> str:
+        return json.dumps(self.as_json())
+
     @classmethod
-    def from_json(cls, text: str | bytes) -> SlowRecord:
-        """The record :meth:`to_json` wrote, checked field by field, or :class:`RecordError`."""
+    def from_json(cls, text: str | bytes | Mapping[str, Any]) -> SlowRecord:
+        """The record :meth:`to_json` wrote (or :meth:`as_json`'s data), checked field by field, or
+        :class:`RecordError`."""
         data = _record_object(text, "slow", {"verdict", "line", "ranks", "figures", "final", "time"})
         problem = _slow_problem(data)
         if problem:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from paijob.common import records
-from paijob.local import capacity, diagnostics, layout
+from paijob.local import capacity, layout
 from paijob.local.jobmodels import JobModels
 from paijob.local.processes import SLOW_NAME, STALL_NAME
 from paijob.local.runner import JobRunner
@@ -76,16 +76,16 @@ class LocalCluster:
     def work_dir(self, job_id: str, attempt: int, role: str, index: int) -> Path:
         return layout.task_work(self.state_dir, job_id, attempt, role, index)
 
-    def stall(self, job_id: str, attempt: int, plan: Job) -> str | None:
-        """paijob-runtime's line about a running job's stalled ranks (no progress for N s on
-        rank R), when one of its tasks wrote one in the last 15 s; None otherwise. Only the
-        job's own task folders are looked in: a job cannot make this walk thousands it made."""
+    def stall(self, job_id: str, attempt: int, plan: Job) -> dict[str, Any] | None:
+        """paijob-runtime's stall record of a running job (no progress for N s on rank R), as data, when
+        one of its tasks wrote one in the last 15 s; None otherwise. Only the job's own task folders are
+        looked in: a job cannot make this walk thousands it made."""
         for role in plan.roles:
             for index in range(role.instances):
                 path = self.work_dir(job_id, attempt, role.name, index) / STALL_NAME
-                line = diagnostics.stall(path)  # bounded, and only in the runtime's own form
-                if line:
-                    return line
+                found = records.read_stall(path)  # bounded, and only in the runtime's own form
+                if found:
+                    return found.as_json()
         return None
 
     def slow_rank(self, job_id: str, attempt: int, plan: Job, *, running: bool) -> dict[str, Any] | None:

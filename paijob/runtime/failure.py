@@ -7,14 +7,15 @@ No torch: the launcher (:mod:`paijob.runtime.launch`), torch's agent
 from __future__ import annotations
 
 import json
+import math
 import re
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from paijob.common import exitcodes
+from paijob.common import exitcodes, untrusted
 from paijob.common.records import FailureRecord
 from paijob.runtime.console import say, tell
 
@@ -120,7 +121,74 @@ class Failure:
 
     @classmethod
     def from_json(cls, text: str | bytes) -> Failure:
-        return cls(**json.loads(text))
+        """A failure another node published (:meth:`to_json`), read as strictly as a record: bounded JSON,
+        exactly these fields, each of its type and size, never ``cls(**value)`` of whatever came;
+        :class:`ValueError` for anything else (the store is within reach of the job and of the network)."""
+        if len(text) > MAX_FAILURE:
+            raise ValueError(f"a failure of more than {MAX_FAILURE} bytes")
+        value = untrusted.loads(text)
+        if not isinstance(value, dict) or set(value) != set(_FAILURE_FIELDS):
+            raise ValueError("not a failure: its fields")
+        wrong = [name for name, ok in _FAILURE_FIELDS.items() if not ok(value[name])]
+        if wrong:
+            raise ValueError(f"not a failure: {', '.join(wrong)}")
+        calls = {rank: [c for c in map(checked_call, found) if c is not None] for rank, found in value["calls"].items()}
+        return cls(**{**value, "time": float(value["time"]), "calls": calls})
+
+
+MAX_FAILURE = 1 << 20  # bytes of a failure read back from the store (a mismatch's account with its calls: a few kB)
+MAX_CALLS = 64  # recorded calls of one rank in a failure
+
+
+def _count(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 1 << 31
+
+
+def _code(value: object) -> bool:
+    return value is None or (isinstance(value, int) and not isinstance(value, bool) and -256 < value < 1 << 16)
+
+
+def _text(limit: int) -> Callable[[object], bool]:
+    return lambda value: isinstance(value, str) and len(value) <= limit
+
+
+def _calls_ok(value: object) -> bool:
+    return isinstance(value, dict) and len(value) <= 4096 and all(
+        isinstance(rank, str) and rank.isdigit() and isinstance(found, list) and len(found) <= MAX_CALLS
+        and all(isinstance(call, dict) and isinstance(call.get("seq"), int) for call in found)
+        for rank, found in value.items())
+
+
+# each field of a published failure, and what its value must be
+_FAILURE_FIELDS: dict[str, Callable[[object], bool]] = {
+    "node_rank": _count, "rank": lambda v: v is None or _count(v), "local_rank": lambda v: v is None or _count(v),
+    "returncode": _code, "secondary": lambda v: isinstance(v, bool),
+    "time": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v),
+    "tail": _text(64 * 1024), "reason": _text(8 * 1024), "detail": _text(64 * 1024), "exit_status": _code,
+    "overrides": lambda v: isinstance(v, bool), "calls": _calls_ok, "left": lambda v: isinstance(v, bool),
+    "error": _text(1024), "where": _text(1024),
+}
+
+
+def checked_call(entry: Any) -> dict[str, Any] | None:
+    """One collective as a rank's flight recorder gave it (``{"group", "seq", "op", "sizes", "dtypes",
+    "line"}``), its texts printable and short, its lists bounded; None where it is not that."""
+    if not isinstance(entry, dict) or not isinstance(entry.get("seq"), int):
+        return None
+    sizes = entry.get("sizes")
+    if not isinstance(sizes, list) or not all(
+            isinstance(size, list) and all(isinstance(n, int) for n in size) for size in sizes):
+        return None
+    line = entry.get("line")
+    dtypes = entry.get("dtypes")
+    return {"group": _printable(entry.get("group"), 16), "seq": entry["seq"],
+            "op": _printable(entry.get("op"), 40), "sizes": [size[:8] for size in sizes[:8]],
+            "dtypes": [_printable(d, 24) for d in dtypes][:8] if isinstance(dtypes, list) else [],
+            "line": _printable(line, 120) if line is not None else None}
+
+
+def _printable(value: Any, limit: int) -> str:
+    return "".join(ch for ch in str(value) if ch.isprintable())[:limit]
 
 
 def choose_root_cause(failures: list[Failure]) -> Failure | None:

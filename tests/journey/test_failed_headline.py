@@ -57,7 +57,7 @@ def test_a_node_reporting_its_own_worker_beats_one_reporting_it_from_another_nod
         ("worker", 1, "FAILED", 231, rank_1_failed(reported_by=1)),
     ], trigger=("worker", 0))
     cause = common.root_cause(both)
-    assert cause is not None and (cause.rank, cause.task, cause.error) == (1, "worker/1", ERROR)
+    assert cause is not None and (cause.record.rank, cause.task, cause.record.error) == (1, "worker/1", ERROR)
 
 
 def test_the_node_rank_of_a_cause_on_another_node_counts_tasks_in_role_order() -> None:
@@ -66,7 +66,8 @@ def test_the_node_rank_of_a_cause_on_another_node_counts_tasks_in_role_order() -
     roles = detail([("ps", 0, "FAILED", 255, segv), ("worker", 0, "STOPPED", -220, None),
                     ("worker", 1, "STOPPED", -220, None)], trigger=("ps", 0))
     cause = common.root_cause(roles)
-    assert cause is not None and (cause.rank, cause.task, cause.how, cause.error) == (5, "worker/1", "signal SIGSEGV",
+    assert cause is not None and (cause.record.rank, cause.task, cause.record.how, cause.record.error) == (
+        5, "worker/1", "signal SIGSEGV",
                                                                                      None)
 
 

@@ -38,7 +38,11 @@ def test_a_real_paijob_runtime_failure_is_the_jobs_exit_diagnostics(
     assert expected in status["appExitDiagnostics"]
     print_status(detail, job_id)
     out = capsys.readouterr().out
-    assert "exit code  255 (" in out and f"error      worker/0: worker rank 0 (node rank 0, local rank 0) {expected}" in out
+    assert "exit code  255 (" in out
+    # said once: the cause (with the script's line, from the worker's own record), then the task it ended
+    assert "cause      rank 0 on worker/0 failed with exit code 1: ValueError: bad batch on purpose (raises.py:" in out
+    assert "ended      worker/0 (exit 255: user command exited with 1; OpenPAI reports 255" in out
+    assert out.count("ValueError: bad batch on purpose") == 1, out
 
 
 def test_a_task_without_paijob_runtime_keeps_the_exit_spec_note_only(server: LocalServer, client: PaiClient) -> None:
@@ -60,7 +64,8 @@ REPORTS = textwrap.dedent('''
     if sys.argv[1] == "reworded":  # what a change of the human lines' wording does
         failures.say = lambda message: print("[paijob] " + message.upper().replace(" ", "_"), file=sys.stderr)
     tail = "Traceback (most recent call last):\\n  File \\"t.py\\", line 3\\nValueError: bad batch"
-    root = failures.Failure(node_rank=0, rank=1, local_rank=1, returncode=1, secondary=False, time=0.0, tail=tail)
+    root = failures.Failure(node_rank=0, rank=1, local_rank=1, returncode=1, secondary=False, time=0.0, tail=tail,
+                            error="ValueError: bad batch")
     failures.report_root_cause(root, 0)
     sys.exit(root.exit_code)
 ''')
@@ -77,9 +82,10 @@ def test_status_reads_the_runtimes_record_not_its_wording(
         detail = client.wait(job_id, poll=0.1, timeout=60)
         task = detail["taskRoles"]["worker"]["taskStatuses"][0]
         print_status(detail, job_id)
-        lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith(("cause ", "error "))]
-        seen[wording] = (task["paijobRootCause"], task["containerExitDiagnostics"], common.outcome_line("j", detail),
-                         lines)
+        lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith(("cause ", "ended "))]
+        # the closing line's elapsed time is the scheduler's, not the record's: compared without it
+        outcome = common.outcome_line("j", detail).rpartition(" after ")[0]
+        seen[wording] = (task["paijobRootCause"], task["containerExitDiagnostics"], outcome, lines)
     assert seen["reworded"] == seen["usual"]
     record, diagnostics, outcome, lines = seen["usual"]
     assert record["rank"] == 1 and record["error"] == "ValueError: bad batch"
@@ -121,6 +127,7 @@ def test_a_runtime_that_stopped_before_any_worker_is_the_reason(server: LocalSer
     task = detail["taskRoles"]["worker"]["taskStatuses"][0]
     record = task["paijobRootCause"]
     assert record["rank"] is None and record["exit_code"] == 2 and "gone.py" in record["summary"], record
-    assert common.root_cause(detail) is None
+    cause = common.root_cause(detail)
+    assert cause is not None and cause.record.rank is None and str(cause) == record["summary"]
     assert common.outcome_line(job_id, detail).startswith(f"job {job_id} FAILED: {record['summary']} (OpenPAI: "
                                                           "worker/0 exited with code ")

@@ -22,6 +22,7 @@ import pytest
 import yaml
 from cluster_helpers import job_yaml
 
+from paijob.common import records
 from paijob.common.records import FailureRecord, StallRecord, failure_line
 from paijob.local.cluster import LocalCluster
 from paijob.local.diagnostics import root_cause
@@ -55,7 +56,9 @@ def write_report(path: Path, ranks: list[int], seconds: int = 95, **extra: objec
 
 def test_the_runtimes_own_stall_record_is_shown(cluster: LocalCluster) -> None:
     write_report(stall_file(cluster), [7, 0, 2, 3, 4, 5, 6])
-    assert cluster.stall(JOB, 0, PLAN) == "no progress for 95s on ranks 0, 2-7"
+    served = cluster.stall(JOB, 0, PLAN)
+    assert served is not None and records.StallRecord.from_json(served).describe() == "no progress for 95s on ranks 0, 2-7"
+    assert {served["v"], served["kind"]} == {1, "stall"}  # served as data with its version and kind, as the others
     write_report(stall_file(cluster), [])  # the stall ended
     assert cluster.stall(JOB, 0, PLAN) is None
 

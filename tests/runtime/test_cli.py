@@ -7,7 +7,7 @@ import pytest
 from paijob.common.cwd_safe import module_args
 from paijob.common.options import build_parsers, split_train_argv
 from paijob.runtime.config import LOCAL_RANK_MACRO, WorkerCommand, local_rank_style
-from paijob.runtime.failure import Failure, choose_root_cause, looks_secondary
+from paijob.runtime.failure import Failure, choose_root_cause, is_consequence
 from paijob.runtime.probe import count_visible_gpus
 
 
@@ -104,8 +104,13 @@ def test_root_cause_prefers_the_first_real_failure_over_its_consequences():
     later = _failure(2, False, 3.0, node=1)
     assert choose_root_cause([consequence, later, cause]) is cause
     assert choose_root_cause([]) is None
-    assert looks_secondary("RuntimeError: [gloo] Connection closed by peer [127.0.0.1]:1")
-    assert not looks_secondary("ValueError: bad batch")
+    assert is_consequence(RuntimeError("[gloo] Connection closed by peer [127.0.0.1]:1"))
+    assert not is_consequence(ValueError("bad batch"))
+
+    class DistNetworkError(RuntimeError):  # torch's own type, whatever its message says
+        pass
+
+    assert is_consequence(DistNetworkError("the store is gone"))
     again = Failure.from_json(cause.to_json())
     assert again == cause and again.exit_code == 1
 

@@ -26,19 +26,23 @@ TAIL = ("[rank1]: Traceback (most recent call last):\n[rank1]:   File \"train.py
 
 
 def worker_failure(node_rank: int = 1, tail: str = TAIL) -> Failure:
-    return Failure(node_rank=node_rank, rank=3, local_rank=1, returncode=1, secondary=False, time=0.0, tail=tail)
+    """Rank 3's failure as the launcher knows it: the stderr tail for people, the error from its record."""
+    return Failure(node_rank=node_rank, rank=3, local_rank=1, returncode=1, secondary=False, time=0.0, tail=tail,
+                   error="torch.OutOfMemoryError: CUDA out of memory", where="train.py:9 in <module>")
 
 
 def test_a_workers_failure_is_recorded_with_its_rank_node_and_exception_line() -> None:
     record = worker_failure().record(node_rank=1)
     assert record == FailureRecord(node_rank=1, exit_code=1, summary="worker rank 3 (node rank 1, local rank 1) "
                                    "failed with exit code 1", rank=3, worker_node=1, local_rank=1, how="exit code 1",
-                                   error="torch.OutOfMemoryError: CUDA out of memory")
+                                   error="torch.OutOfMemoryError: CUDA out of memory", where="train.py:9 in <module>")
     assert not record.elsewhere
     elsewhere = worker_failure().record(node_rank=0)
     assert elsewhere.elsewhere and elsewhere.describe() == (
         "worker rank 3 (node rank 1, local rank 1) failed with exit code 1 (on another node): "
-        "torch.OutOfMemoryError: CUDA out of memory")
+        "torch.OutOfMemoryError: CUDA out of memory (train.py:9 in <module>)")
+    no_record = Failure(node_rank=1, rank=3, local_rank=1, returncode=-11, secondary=False, time=0.0, tail=TAIL)
+    assert no_record.record(node_rank=1).error is None  # no record of its own (a signal): the tail is never parsed
 
 
 def test_the_hang_watchs_account_is_the_same_on_every_node() -> None:
@@ -132,7 +136,9 @@ def test_the_wire_form_is_version_1_with_these_fields() -> None:
     assert line.startswith("paijob-runtime: record {")
     assert json.loads(line[len(records.MARKER):]) == {
         "v": 1, "kind": "failure", "node_rank": 0, "exit_code": 2, "summary": "bad input", "rank": None,
-        "worker_node": None, "local_rank": None, "how": None, "error": None, "closing": False}
+        "worker_node": None, "local_rank": None, "how": None, "error": None, "closing": False, "where": None}
+    older = {k: v for k, v in json.loads(line[len(records.MARKER):]).items() if k != "where"}
+    assert FailureRecord.from_json(older) == FailureRecord(node_rank=0, exit_code=2, summary="bad input")
     assert json.loads(StallRecord((1,), 5, 7.0).to_json()) == {"v": 1, "kind": "stall", "ranks": [1], "seconds": 5,
                                                               "time": 7.0}
 

@@ -68,8 +68,9 @@ def test_launch_starts_one_thing_and_stops_one_thing():
     # a one-process node's watchers are built, started and stopped together (watch/health.py)
     built = {node.func.id for node in ast.walk(ast.parse((RUNTIME_DIR / "launch.py").read_text()))
              if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)}
-    assert not built & {"HangWatch", "StoreLink", "MasterPortWatch", "Channel", "StoreChannel"}
-    assert "OneProcessHealth" in built
+    assert not built & {"HangWatch", "SlowDoctor", "StoreLink", "MasterPortWatch", "Channel", "StoreChannel",
+                        "OneProcessHealth", "Eyes", "NodeTick"}
+    assert "process_health" in built
 
 
 def test_the_shared_torch_free_package_imports_nothing_of_the_runtime():

@@ -167,18 +167,25 @@ class WorkerError:
     def from_json(cls, data: bytes | str) -> WorkerError:
         """The record :meth:`to_json` wrote, checked field by field; :class:`ValueError` for anything else."""
         value = untrusted.loads(data)
-        names = {"v", "kind", "rank", "pid", "start_time", "error", "where", "consequence", "time"}
-        if not isinstance(value, dict) or set(value) != names or value["v"] != 1 or value["kind"] != "worker-error":
+        if not isinstance(value, dict) or set(value) != {"v", "kind", *_ERROR_FIELDS}:
             raise ValueError("not a worker-error record")
-        ints = (value["rank"], value["pid"], value["start_time"])
-        if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in ints):
-            raise ValueError("rank, pid or start_time")
-        if not (isinstance(value["error"], str) and len(value["error"]) <= MAX_ERROR + MAX_TYPE
-                and isinstance(value["where"], str) and len(value["where"]) <= MAX_WHERE
-                and isinstance(value["consequence"], bool)):
-            raise ValueError("error, where or consequence")
-        written = value["time"]
-        if not isinstance(written, (int, float)) or isinstance(written, bool) or not math.isfinite(written):
-            raise ValueError("time")
+        if value["v"] != 1 or value["kind"] != "worker-error":
+            raise ValueError("not a version-1 worker-error record")
+        wrong = [name for name, ok in _ERROR_FIELDS.items() if not ok(value[name])]
+        if wrong:
+            raise ValueError(f"worker-error record: {', '.join(wrong)}")
         return cls(value["rank"], value["pid"], value["start_time"], value["error"], value["where"],
-                   value["consequence"], float(written))
+                   value["consequence"], float(value["time"]))
+
+
+def _count(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+_ERROR_FIELDS: dict[str, Any] = {  # each field of a worker-error record, and what its value must be
+    "rank": _count, "pid": _count, "start_time": _count,
+    "error": lambda v: isinstance(v, str) and len(v) <= MAX_ERROR + MAX_TYPE,
+    "where": lambda v: isinstance(v, str) and len(v) <= MAX_WHERE,
+    "consequence": lambda v: isinstance(v, bool),
+    "time": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v),
+}

@@ -251,26 +251,31 @@ def _number_ok(value: object) -> bool:
             and 0 <= value < 1e9)
 
 
+def _loader_ok(value: object) -> bool:
+    return value is None or (isinstance(value, list) and len(value) == 2 and _rank_ok(value[0])
+                             and (value[1] is None or _rank_ok(value[1])))
+
+
+def _threads_ok(value: object) -> bool:
+    return isinstance(value, list) and len(value) <= MAX_THREADS and all(
+        isinstance(t, list) and len(t) == 2 and _text_ok(t[0]) and _frames_ok(t[1]) for t in value)
+
+
+# each field of a published rank state, and what its value must be
+_PUBLISHED: dict[str, Any] = {
+    "rank": _rank_ok, "node_rank": _rank_ok, "local_rank": lambda v: v is None or _rank_ok(v),
+    "host": _text_ok, "wait": lambda v: v is None or _text_ok(v), "where": _frames_ok,
+    "error": lambda v: _text_ok(v, MAX_ERROR), "unread": _text_ok, "threads": _threads_ok,
+    "loader_worker": _loader_ok,
+    **{flag: lambda v: isinstance(v, bool) for flag in _FLAGS},
+    **{seconds: _number_ok for seconds in _SECONDS},
+}
+
+
 def _published_problem(item: Mapping[str, Any]) -> str | None:
-    """What is wrong with one published rank state (its keys already checked); None: nothing."""
-    if not all(_rank_ok(item[k]) for k in ("rank", "node_rank")) or not (
-            item["local_rank"] is None or _rank_ok(item["local_rank"])):
-        return "rank, node_rank or local_rank"
-    if not all(isinstance(item[k], bool) for k in _FLAGS) or not all(_number_ok(item[k]) for k in _SECONDS):
-        return "a flag or a duration"
-    if not _text_ok(item["host"]) or not (item["wait"] is None or _text_ok(item["wait"])):
-        return "host or wait"
-    if not _text_ok(item["error"], MAX_ERROR) or not _text_ok(item["unread"]) or not _frames_ok(item["where"]):
-        return "error, unread or where"
-    threads = item["threads"]
-    if not isinstance(threads, list) or len(threads) > MAX_THREADS or not all(
-            isinstance(t, list) and len(t) == 2 and _text_ok(t[0]) and _frames_ok(t[1]) for t in threads):
-        return "threads"
-    worker = item["loader_worker"]
-    if worker is not None and not (isinstance(worker, list) and len(worker) == 2 and _rank_ok(worker[0])
-                                   and (worker[1] is None or _rank_ok(worker[1]))):
-        return "loader_worker"
-    return None
+    """The first field of one published rank state that is not of its form (its keys already checked);
+    None: none."""
+    return next((name for name, ok in _PUBLISHED.items() if not ok(item[name])), None)
 
 
 def from_published(item: object) -> RankState:

@@ -130,7 +130,28 @@ function recordedCause(detail) {
   const own = found.find(({ record }) => record.worker_node === null || record.worker_node === record.node_rank);
   const { task, record } = own || found[0];
   const where = own ? `on ${taskKey(task)}` : `on node rank ${record.worker_node}`;
-  return `rank ${record.rank} ${where} failed with ${record.how}` + (record.error ? `: ${record.error}` : "");
+  return `rank ${record.rank} ${where} failed with ${record.how}` + (record.error ? `: ${record.error}` : "")
+    + (record.where ? ` (${record.where})` : "");
+}
+
+// The hang watch's stall record (data with its version and kind): "no progress for 95s on rank 1".
+function stallLine(stall) {
+  if (!stall || stall.kind !== "stall" || !Array.isArray(stall.ranks) || stall.ranks.length === 0) return "";
+  const noun = stall.ranks.length > 1 ? "ranks" : "rank";
+  return `no progress for ${stall.seconds}s on ${noun} ${rankRanges(stall.ranks)}`;
+}
+
+// "0, 2-7": sorted ranks with runs folded (as paijob.common.records.rank_ranges).
+function rankRanges(ranks) {
+  const values = [...new Set(ranks)].sort((a, b) => a - b);
+  const parts = [];
+  for (let i = 0; i < values.length; i++) {
+    let j = i;
+    while (j + 1 < values.length && values[j + 1] === values[j] + 1) j++;
+    parts.push(i === j ? `${values[i]}` : `${values[i]}-${values[j]}`);
+    i = j;
+  }
+  return parts.join(", ");
 }
 
 // The slow-rank doctor's verdict: its line, then each rank's figures (as `paijob status` prints them).
@@ -160,7 +181,7 @@ function renderCause(detail) {
   if (status.appExitCode !== null && status.appExitCode !== undefined && status.appExitSpec) {
     add("Exit code", `${status.appExitCode}: ${exitMeaning(status.appExitSpec)} (${status.appExitSpec.type})`);
   }
-  add("Stalled", status.paijobStall);  // paijob-runtime's hang watch, while the job runs
+  add("Stalled", stallLine(status.paijobStall));  // paijob-runtime's hang watch, while the job runs
   add("Slow rank", slowRank(status.paijobSlowRank));  // paijob-runtime's slow-rank doctor
   add("Failed rank", recordedCause(detail));
   add("Root cause", diagnosticsLines(detail.exitDiagnostics || status.exitDiagnostics).join("\n"));

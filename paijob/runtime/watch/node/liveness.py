@@ -110,6 +110,7 @@ class NodeWatch:
         self._fatal_at = 0.0
         self.store_lost = False
         self.remote_failures: list[Failure] = []
+        self.refused = 0  # failure records read from the store that were not in their exact form
         self.lost_nodes: set[int] = set()
         self._seen_failures = 0
         self._records_since: float | None = None
@@ -245,11 +246,16 @@ class NodeWatch:
         self.declare(failure)
 
     def _read_failures(self) -> list[Failure]:
+        """Every node's failure record in the store; one not in its exact form is dropped and counted
+        (:attr:`refused`), never believed and never taken for the store's loss."""
         found = []
         for node in range(self.nnodes):
             key = FAILURE_KEY.format(node=node)
             if self._client.check([key]):
-                found.append(Failure.from_json(self._client.get(key)))
+                try:
+                    found.append(Failure.from_json(self._client.get(key)))
+                except ValueError:
+                    self.refused += 1
         return found
 
     def _guarded(self, fn: Callable[[], T], limit: float | None = None) -> T:

@@ -30,6 +30,7 @@ from collections.abc import Callable
 from typing import Any
 
 from paijob.common import untrusted
+from paijob.runtime.failure import checked_call
 from paijob.runtime.watch.folder import MAX_ANSWER, answer_path, request_nonce
 
 # seconds an agent waits for its workers' answers: a sample comes once a second, and a rank's first read
@@ -59,26 +60,6 @@ def read_answers(folder: str, ranks: list[int], sealed_by: Callable[[int, bytes]
         if sealed_by is not None and not sealed_by(rank, data or b""):
             continue  # written in the rank's place by another process
         listed = value.get("calls")
-        calls = [c for c in map(_checked, listed if isinstance(listed, list) else []) if c is not None]
+        calls = [c for c in map(checked_call, listed if isinstance(listed, list) else []) if c is not None]
         found[rank] = calls or None
     return found
-
-
-def _checked(entry: Any) -> dict[str, Any] | None:
-    """``entry`` as :func:`recent_calls` writes it, or None where it is not."""
-    if not isinstance(entry, dict) or not isinstance(entry.get("seq"), int):
-        return None
-    sizes = entry.get("sizes")
-    if not isinstance(sizes, list) or not all(
-            isinstance(size, list) and all(isinstance(n, int) for n in size) for size in sizes):
-        return None
-    line = entry.get("line")
-    return {"group": _text(entry.get("group"), 16), "seq": entry["seq"],
-            "op": _text(entry.get("op"), 40), "sizes": [size[:8] for size in sizes[:8]],
-            "dtypes": [_text(d, 24) for d in entry.get("dtypes") or []][:8] if isinstance(
-                entry.get("dtypes"), list) else [],
-            "line": _text(line, 120) if line is not None else None}
-
-
-def _text(value: Any, limit: int) -> str:
-    return "".join(ch for ch in str(value) if ch.isprintable())[:limit]
