@@ -1,6 +1,7 @@
-"""How a node knows it is healthy: node liveness, the hang watch, the worker's progress sampler,
-ports, the store link between nodes, spawn children, and the root cause of a failure.
+"""How a node knows it is healthy: four wings (``worker/`` inside each worker, the two doctors ``hang/`` and
+``slow/``, the node's plumbing ``node/``) that know nothing of each other, the door the launchers hold
+(``health``), and at the root what the wings share (the file and store protocols, the rank state, the lifecycle).
 
-The rest of ``paijob.runtime`` is how a node starts; this folder imports nothing from it
-(launch, agent, cli, worker), an import-linter contract in setup.cfg keeps it so.
+The rest of ``paijob.runtime`` is how a node starts; this folder imports nothing from it (launch, agent, cli,
+worker): import-linter contracts in setup.cfg keep that, and the wings apart. docs/contributing.md has the map.
 """
