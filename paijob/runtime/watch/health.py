@@ -34,7 +34,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Protocol, runtime_checkable
 
 from paijob.common import contract, exitcodes
-from paijob.runtime.config import LaunchConfig
+from paijob.runtime.config import HangSettings, LaunchConfig
 from paijob.runtime.failure import Failure, choose_root_cause, stopped_by_signal
 from paijob.runtime.netif import task_address
 from paijob.runtime.watch.channel import Channel, StoreChannel
@@ -164,8 +164,10 @@ def process_health(config: LaunchConfig, env: Mapping[str, str], say: Callable[[
 
 
 def answer_stacks_requests(hang: HangWatch | None, say: Callable[[str], None]) -> None:
-    """SIGUSR1 to the launcher (never a worker): every rank's stack on every node, the job goes on."""
+    """SIGUSR1 to the launcher (never a worker): every rank's stack on every node, the job goes on. With the
+    hang doctor off, its being off is said once (it says its own timeouts as it starts)."""
     if hang is None:
+        say(HangSettings(timeout=0).described())
         signal.signal(signal.SIGUSR1, lambda *_: say(
             "stacks on request: the hang watch is off (--hang-timeout 0), no stacks to print"))
     else:

@@ -15,6 +15,7 @@ from paijob.runtime.watch.ranks import (
     MAX_TEXT,
     MAX_THREADS,
     STALE_AFTER,
+    Look,
     RankState,
     call_order,
     from_published,
@@ -69,9 +70,10 @@ def test_an_error_is_kept_at_its_bound_and_a_left_rank_is_where_its_code_ended()
                      interval=1.0, exited=True)
     assert left.left and left.where == [["/job/train.py", 12, "<module>"]]
     assert left_phrase(left).endswith("exited with code 0 at train.py:12")
-    odd = summarise(report(left={"where": ["/job/train.py", "12", "<module>"]}), node_rank=0, host="h", now=NOW,
-                    interval=1.0)
-    assert not odd.left and odd.location == "train.py:4"  # not a frame: the last sample stands
+    for not_a_frame in (["/job/train.py", "12", "<module>"], [12, 12, "<module>"], ["/job/train.py", 12, 12],
+                        ["/job/train.py", 12], "train.py:12"):
+        odd = summarise(report(left={"where": not_a_frame}), node_rank=0, host="h", now=NOW, interval=1.0)
+        assert not odd.left and odd.location == "train.py:4"  # not a frame: the last sample stands
     ended = replace(left, where=[["/job/train.py", 0, "main"]])
     assert left_phrase(ended).endswith("exited with code 0 at the end of main")
     alive = replace(left, exited=False)
@@ -79,16 +81,18 @@ def test_an_error_is_kept_at_its_bound_and_a_left_rank_is_where_its_code_ended()
     assert left_phrase(replace(left, where=[])).endswith("exited with code 0")
 
 
-DUMP = ('Timeout (0:00:03)!\nThread 0x000000000000000c (most recent call first):\n'
+DUMP = ('Timeout (0:00:03)!\nThread 0x0000000000000010 (most recent call first):\n'
         '  File "/job/train.py", line 30 in holder\n\n'
         'Current thread 0x000000000000000b (most recent call first):\n'
-        '  File "/job/train.py", line 77 in step\n  File "/job/train.py", line 90 in <module>\n'
+        '  File "/job/train.py", line 77 in step\n  File "/job/train.py", line 88 in run\n'
+        '  File "/job/train.py", line 90 in <module>\n'
         'not a frame\n')
 
 
 def test_faulthandlers_dump_is_read_outermost_first_by_thread():
-    assert parse_dump(DUMP) == {12: [["/job/train.py", 30, "holder"]],
-                                11: [["/job/train.py", 90, "<module>"], ["/job/train.py", 77, "step"]]}
+    assert parse_dump(DUMP) == {16: [["/job/train.py", 30, "holder"]],
+                                11: [["/job/train.py", 90, "<module>"], ["/job/train.py", 88, "run"],
+                                     ["/job/train.py", 77, "step"]]}
     assert parse_dump('  File "/x.py", line 1 in f\n') == {}  # a frame before any thread: no thread of it
     assert parse_dump("") == {}
 
@@ -97,11 +101,11 @@ def test_the_freshest_source_of_a_ranks_stack_wins():
     seen = {"frames": [["/job/train.py", 5, "<module>"]], "threads": [{"name": "t", "frames": [["/job/t.py", 1, "f"]]}]}
     assert main_and_threads(report(), DUMP, seen) == ([["/job/train.py", 5, "<module>"]],
                                                       [["t", [["/job/t.py", 1, "f"]]]], "outside")
-    frames, threads, source = main_and_threads(report(threads=[{"name": "holder", "ident": 12}]), DUMP, None)
+    frames, threads, source = main_and_threads(report(threads=[{"name": "holder", "ident": 16}]), DUMP, None)
     assert source == "dump" and frames[-1] == ["/job/train.py", 77, "step"] and threads == [
         ["holder", [["/job/train.py", 30, "holder"]]]]
     unnamed = main_and_threads(report(), DUMP, None)[1]
-    assert unnamed == [["thread 0xc", [["/job/train.py", 30, "holder"]]]]
+    assert unnamed == [["thread 0x10", [["/job/train.py", 30, "holder"]]]]
     other = main_and_threads(report(main_thread=99), DUMP, None)  # the dump lacks its main thread
     assert other[2] == "report" and other[0] == report()["frames"]
     plain = main_and_threads(report(threads=[{"name": "w", "frames": [["/job/w.py", 2, "g"]]}, {}]), "", None)
@@ -163,3 +167,18 @@ def test_a_published_state_at_its_bounds_is_read_back(change: dict[str, Any]):
 def test_a_published_state_past_a_bound_or_of_another_type_is_refused(change: dict[str, Any]):
     with pytest.raises(ValueError):
         from_published(state(**change))
+
+
+@pytest.mark.parametrize("value", [{**state(), "evil": 1}, {k: v for k, v in state().items() if k != "unseen"},
+                                   list(state().items()), "state", None])
+def test_a_published_state_with_other_fields_or_not_an_object_is_refused(value: Any):
+    with pytest.raises(ValueError, match="not a published rank state"):
+        from_published(value)
+
+
+def test_a_look_carries_what_the_eyes_read():
+    found = summarise(report(), node_rank=0, host="h", now=NOW, interval=1.0)
+    look = Look(now=NOW, reports={3: report()}, states=[found], dumps={3: DUMP}, seen={3: {"frames": []}})
+    assert (look.now, look.reports[3]["pid"], look.states, look.dumps[3], look.seen[3]) == (
+        NOW, 7, [found], DUMP, {"frames": []})
+    assert Look(NOW, {}, []).dumps == {} and Look(NOW, {}, []).seen == {}
