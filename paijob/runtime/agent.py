@@ -107,6 +107,9 @@ class PaijobAgent(LocalElasticAgent):
         self.assigned_ranks: list[int] = []
         self.rank_pids: dict[int, int] = {}
         self._pgids: set[int] = set()
+        # local ranks torch had found failed before anything of ours (torch's close, the watchdog) signalled a
+        # worker: a signal among those came from outside paijob-runtime (None: nothing of ours signalled yet)
+        self._failed_before_we_stopped: set[int] | None = None
         self.health: AgentHealth | None = None  # the door into the watch: set by run_per_gpu before run()
         self.log_root: str | None = None  # a folder of our own, removed when the node ends
         # What the workers get beyond this process's environment (paijob.common.contract.worker_env)
@@ -115,6 +118,7 @@ class PaijobAgent(LocalElasticAgent):
     # -- worker lifecycle -------------------------------------------------
     def _start_workers(self, worker_group: Any) -> dict[int, Any]:
         pids = super()._start_workers(worker_group)
+        self._failed_before_we_stopped = None
         self._ask_before_closing()
         self._pgids.update(int(pid) for pid in pids.values())
         self.assigned_ranks = [w.global_rank for w in worker_group.workers]
@@ -216,6 +220,7 @@ class PaijobAgent(LocalElasticAgent):
 
     def end_node(self, failure: Failure) -> None:
         """The watchdog's way out: report the root cause, stop the workers now."""
+        self._we_stop()
         report_root_cause(failure, self.node_rank)
         for pgid in self._pgids:
             signal_group(pgid, signal.SIGTERM)
@@ -243,6 +248,7 @@ class PaijobAgent(LocalElasticAgent):
         close = pcontext.close
 
         def close_after_asking(*args: Any, **kwargs: Any) -> Any:
+            self._we_stop()
             self._health().before_workers_stop()
             return close(*args, **kwargs)
 
@@ -257,23 +263,32 @@ class PaijobAgent(LocalElasticAgent):
             return RunResult(state=WorkerState.FAILED)
         return result
 
+    def _we_stop(self) -> None:
+        """Something of ours is about to signal the workers: the failures torch found until now are theirs."""
+        if self._failed_before_we_stopped is None:
+            found = getattr(self._pcontext, "_failures", None)
+            self._failed_before_we_stopped = set(found) if isinstance(found, dict) else set()
+
     def _describe_failures(self, result: RunResult) -> list[Failure]:
-        """torch's failed workers as paijob's failure records."""
+        """torch's failed workers as paijob's failure records. A worker that we stopped (SIGTERM/SIGKILL once
+        another failed) is no cause; one that a signal ended before anything of ours sent one was killed from
+        outside (the OOM killer, a user's kill): a cause, said at once. What a worker's own error says (a
+        peer's knock-on?) its record tells the watch, not its traceback."""
         candidates = []
+        before = self._failed_before_we_stopped
         for global_rank, failure in result.failures.items():
-            tail = self._tail(failure)
-            # Workers we stopped ourselves (SIGTERM/SIGKILL after another failed) are not causes; what a
-            # worker's own error says (a peer's knock-on?) its record tells the watch (not its traceback)
-            killed_by_us = failure.exitcode in (-signal.SIGTERM, -signal.SIGKILL)
+            signalled = failure.exitcode in (-signal.SIGTERM, -signal.SIGKILL)
+            by_us = signalled and before is not None and failure.local_rank not in before
             candidates.append(
                 Failure(
                     node_rank=self.node_rank,
                     rank=global_rank,
                     local_rank=failure.local_rank,
                     returncode=failure.exitcode,
-                    secondary=killed_by_us,
+                    secondary=by_us,
                     time=float(failure.timestamp),
-                    tail=tail,
+                    tail=self._tail(failure),
+                    error=killed_from_outside(failure.exitcode) if signalled and not by_us else "",
                 )
             )
         return candidates
@@ -290,6 +305,13 @@ class PaijobAgent(LocalElasticAgent):
     def log_tail(self, local_rank: int) -> str:
         """The last traceback (or lines) in the output copy of local rank ``local_rank``."""
         return read_tail(self._pcontext.stderrs.get(local_rank) if self._pcontext is not None else None)
+
+
+def killed_from_outside(returncode: int) -> str:
+    """What a worker ended by a signal that paijob-runtime did not send died of, for the record."""
+    name = signal.Signals(-returncode).name
+    hint = " (the OOM killer? `dmesg` on the host says)" if returncode == -signal.SIGKILL else ""
+    return f"killed by {name} from outside paijob-runtime{hint}"
 
 
 def _connect_store(master_addr: str, master_port: int, run_id: str, timeout: float) -> Any:

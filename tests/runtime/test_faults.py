@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
-from runtime_helpers import base_env, free_port, task_env, wait_all
+from runtime_helpers import base_env, free_port, root_cause, task_env, wait_all
 
 from paijob.common import exitcodes, records
 
@@ -298,3 +298,48 @@ def test_a_failure_reads_as_its_cause_once_and_leaves_nothing_in_tmpdir(tmp_path
         assert records.read_failure_line(record).error == "ValueError: bad batch on purpose"
     # the workers' output copies torch's tailer reads went with the run
     assert [list(tmpdir.iterdir()) for tmpdir in tmpdirs] == [[], []]
+
+
+TRAINS_AND_WRITES_ITS_PID = textwrap.dedent(
+    """
+    import os, sys, time
+    import torch
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo")
+    with open(os.path.join(sys.argv[1], os.environ["RANK"]), "w") as fh:
+        fh.write(str(os.getpid()))
+    t = torch.zeros(10)
+    while True:  # trains until a rank is killed
+        dist.all_reduce(t)
+        time.sleep(0.05)
+    """
+)
+
+
+def test_a_rank_killed_from_outside_is_the_named_cause_on_both_nodes_within_seconds(tmp_path: Path, start_task):
+    """Issue 53: a worker ended by a signal paijob-runtime did not send (the OOM killer, a user's kill -9) is a
+    primary failure, named on every node at once, not a consequence waited on for the heartbeat timeout."""
+    script = tmp_path / "trains.py"
+    script.write_text(TRAINS_AND_WRITES_ITS_PID)
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    port = free_port()
+    args = ["train", "--nproc-per-node", "2", "--grace-period", "3", "--heartbeat-timeout", "60", str(script),
+            str(pids)]
+    tasks = [start_task(args, task_env(port, i), name=f"node{i}") for i in (0, 1)]
+    deadline = time.monotonic() + 120
+    while len(list(pids.iterdir())) < 4 and time.monotonic() < deadline:
+        assert all(t.poll() is None for t in tasks), "\n".join(t.output for t in tasks)
+        time.sleep(0.1)
+    time.sleep(1.0)  # training: a few all_reduces done
+    killed_at = time.time()
+    os.kill(int((pids / "3").read_text()), signal.SIGKILL)
+    codes = wait_all(tasks, timeout=60)
+    for task, code in zip(tasks, codes, strict=True):
+        assert code == exitcodes.from_worker_status(-signal.SIGKILL), task.output
+        assert task.ended_at is not None and task.ended_at - killed_at < 15, task.output  # not the 60 s timeout
+        cause = root_cause(task.output)
+        assert cause is not None and cause.startswith("worker rank 3 (node rank 1, local rank 1) failed with "
+                                                      "signal SIGKILL"), task.output
+        assert "killed by SIGKILL from outside paijob-runtime (the OOM killer?" in cause, task.output

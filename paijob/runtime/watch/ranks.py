@@ -55,6 +55,7 @@ class RankState:
     unread: str = ""  # a stopped rank whose stack could not be read from outside: why, and the way to it
     left: bool = False  # its code ended (exit code 0) with its process group still up; ``where``: where it ended
     unseen: bool = False  # node 0 cannot read it now (the store it reports through is stopped): as last read
+    inside: str | None = None  # its own code runs under this call's frames (all_gather_object, backward): not a wait
 
     @property
     def silent(self) -> bool:
@@ -177,7 +178,13 @@ def summarise(report: Mapping[str, Any], *, node_rank: int, host: str, now: floa
         outside=source == "outside",
         unread=unread,
         left=isinstance(left, dict) and _frame(left.get("where")),
+        inside=_inside(report.get("inside")),
     )
+
+
+def _inside(value: object) -> str | None:
+    """The call a rank's own code runs inside, as its sampler said it (a short name), or None."""
+    return value[:MAX_TEXT] if isinstance(value, str) and value else None
 
 
 def _frame(value: Any) -> bool:
@@ -264,7 +271,8 @@ def _threads_ok(value: object) -> bool:
 # each field of a published rank state, and what its value must be
 _PUBLISHED: dict[str, Any] = {
     "rank": _rank_ok, "node_rank": _rank_ok, "local_rank": lambda v: v is None or _rank_ok(v),
-    "host": _text_ok, "wait": lambda v: v is None or _text_ok(v), "where": _frames_ok,
+    "host": _text_ok, "wait": lambda v: v is None or _text_ok(v), "inside": lambda v: v is None or _text_ok(v),
+    "where": _frames_ok,
     "error": lambda v: _text_ok(v, MAX_ERROR), "unread": _text_ok, "threads": _threads_ok,
     "loader_worker": _loader_ok,
     **{flag: lambda v: isinstance(v, bool) for flag in _FLAGS},

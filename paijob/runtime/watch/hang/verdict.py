@@ -231,6 +231,8 @@ def stuck_phrase(state: RankState, why: str) -> str:
         return f"{state.name()} waits for its DataLoader worker{worker} at {state.location}"
     if state.collective:
         return f"{state.name()} waits in {state.wait} at {state.location} ({why})"
+    if state.inside:  # its own code under a collective's frames (pickling, a custom backward, a hook)
+        return f"{state.name()} is in its own code, {_function(state)} at {state.location}, inside {state.inside}"
     return (f"{state.name()} is stuck at {state.location} in {_function(state)}, outside any collective"
             + _unfed_queue(state))
 

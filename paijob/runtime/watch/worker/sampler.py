@@ -89,6 +89,7 @@ from paijob.runtime.watch.worker.stack import (
     main_stack,
     other_threads,
     outermost_library_frame,
+    own_code_inside,
     walk,
 )
 
@@ -219,6 +220,9 @@ class Sampler:
         self._note_process_io(now)
         wait, collective = classify_wait(frames)
         c10d = in_c10d(frames)
+        inside = own_code_inside(frames)
+        if inside is not None:  # its own code under the call's frames: its own work, not a wait on the others
+            wait, collective, c10d = None, False, False
         self.follow_collectives(wait if collective else None, c10d, frame, issued, now)
         waiting_for = loader_worker(frame) if wait == "DataLoader" else None
         self.evidence.count(frames, busy=busy)
@@ -241,6 +245,7 @@ class Sampler:
             "collective": collective,
             "c10d": c10d,
             "loader_worker": list(waiting_for) if waiting_for else None,
+            "inside": inside,
             "collectives_done": self.collectives_done,
             "first_progress": self.first_progress,
             "longest_wait": round(self.longest_wait, 1),

@@ -50,21 +50,39 @@ def main_stack(frame: FrameType | None, *, skip_files: tuple[str, ...] = ()) -> 
 def classify_wait(frames: list[Frame]) -> tuple[str | None, bool]:
     """What a stack waits in (``all_reduce``, ``backward``, ``DataLoader``...), and whether
     that is a collective (a wait on the other ranks). ``(None, False)``: user code or other."""
-    for filename, _line, function in frames:  # outermost first: the API the user called
+    wait, collective, _at = _wait_at(frames)
+    return wait, collective
+
+
+def _wait_at(frames: list[Frame]) -> tuple[str | None, bool, int]:
+    """:func:`classify_wait`, and the index in ``frames`` of the frame that says so (-1: none)."""
+    for index, (filename, _line, function) in enumerate(frames):  # outermost first: the API the user called
         if filename.endswith(_C10D):
-            return function, True
-    for filename, _line, function in frames:
+            return function, True, index
+    for index, (filename, _line, function) in enumerate(frames):
         if filename.endswith(_DIST_UTILS) and "broadcast" in function:
-            return "broadcast (DDP's parameter sync)", True
+            return "broadcast (DDP's parameter sync)", True, index
         if filename.endswith(_DDP):
-            return "DistributedDataParallel " + function.strip("_"), True
+            return "DistributedDataParallel " + function.strip("_"), True, index
         if any(part in filename for part in _AUTOGRAD) and function == "backward":
-            return "backward", True
+            return "backward", True, index
         if filename.endswith(_DATALOADER):
-            return "DataLoader", False
+            return "DataLoader", False, index
         if any(part in filename for part in _RENDEZVOUS):
-            return "rendezvous", True
-    return None, False
+            return "rendezvous", True, index
+    return None, False, -1
+
+
+def own_code_inside(frames: list[Frame]) -> str | None:
+    """The wait a stack is in (:func:`classify_wait`: a collective, ``backward``, DDP's sync) when the script's
+    own code runs further in, under that call's frames: pickling in an object collective (``__getstate__``,
+    ``__reduce__`` inside ``all_gather_object``), a custom autograd function's ``backward``, a hook. The rank
+    then does its own work, not waiting for the others (a long wait there is a healthy checkpoint writer, or
+    the rank's own hang); None: it waits, or is in no such call."""
+    wait, collective, at = _wait_at(frames)
+    if not collective or at < 0:
+        return None
+    return wait if any(not is_library(str(frame[0])) for frame in frames[at + 1:]) else None
 
 
 _THREADING = f"{os.sep}threading.py"

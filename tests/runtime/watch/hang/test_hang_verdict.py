@@ -908,3 +908,24 @@ def test_the_unseen_phrase_names_ranks_and_nodes_and_the_shortest_absence():
         "rank 3 (node rank 1) not seen for 8s: the store they report through is in a stopped process")
     states = [replace(rank(n), unseen=True, stale_for=9.0 + n) for n in (2, 3, 4, 5)]
     assert unseen_phrase(states).startswith("ranks 2-5 (node ranks 1, 2) not seen for 11s")
+
+
+def in_own_code(n: int, idle: float, inside: str = "all_gather_object", started: bool = False) -> RankState:
+    """A rank whose own code runs under a collective's frames (its sampler says ``inside``: no wait, no c10d)."""
+    return replace(rank(n, idle, wait=None, started=started), inside=inside,
+                   where=[["/job/train.py", 21, "__reduce__"], ["/job/train.py", 40, "<module>"]])
+
+
+def test_a_rank_in_its_own_code_under_a_collective_is_judged_on_the_hang_timeout_and_named_so():
+    """Issue 53: pickling in an object collective (or a custom backward) is the rank's own work: a long
+    healthy wait there (an async checkpoint writer) is judged on --hang-timeout, never the calibrated one,
+    and a real hang there is named as the rank's own code, even before the first training step."""
+    calibrating = replace(SETTINGS, timeout=600, first_timeout=1800, calibrate=True)
+    saving = [in_own_code(0, 180, started=True)] + [rank(n, 180, longest_wait=2.0) for n in (1, 2, 3)]
+    assert judge(saving, calibrating) is None  # 180 s of saving: not a hang (calibrated would say 120 s)
+    hung = [in_own_code(0, 25)] + [rank(n, 25, started=False) for n in (1, 2, 3)]  # at step 1
+    verdict = judge(hung, SETTINGS)
+    assert verdict is not None and verdict.kind == "hang" and verdict.limit.source == "--hang-timeout"
+    assert ("rank 0 (node rank 0, host 10.0.0.0, local rank 0) is in its own code, __reduce__ at train.py:21, "
+            "inside all_gather_object") in verdict.headline(SETTINGS)
+    assert "mismatched" not in verdict.headline(SETTINGS)
