@@ -98,8 +98,15 @@ def _slow_rank_lines(slow: records.SlowRecord | None, shown: Callable[[str], str
     if slow is None:
         return
     yield f"slow rank  {shown(slow.line)}" + (" (over the run)" if slow.final else "")
-    for figure in slow.figures:
+    named = set(slow.ranks)  # the ranks the line names first, then the others, at most MAX_FIGURES in all
+    figures = sorted(slow.figures, key=lambda f: (f["rank"] not in named, f["rank"]))
+    for figure in figures[:MAX_FIGURES]:
         yield "           " + shown(_figure_line(figure))
+    if len(figures) > MAX_FIGURES:
+        yield f"           ... and {len(figures) - MAX_FIGURES} more ranks (paijob status -o json has them all)"
+
+
+MAX_FIGURES = 16  # ranks' figures printed under the slow-rank line
 
 
 def _figure_line(figure: Mapping[str, Any]) -> str:

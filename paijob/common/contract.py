@@ -80,6 +80,21 @@ RECORD_KEY = "PAIJOB_RECORD_KEY"
 (:mod:`paijob.common.records`), so that a record a worker prints is not the runtime's. The runtime takes it
 out of its own environment when it starts; no worker gets it."""
 
+NODE_KEY = "PAIJOB_NODE_KEY"
+"""Set by the local cluster, one per job (every task of it the same): the key with which each node's
+paijob-runtime signs what it writes into the job's store and checks what it reads there
+(:mod:`paijob.runtime.watch.channel`). On OpenPAI the same key is the job's own secret
+:data:`NODE_KEY_SECRET`. The runtime takes it out of its own environment when it starts; no worker gets it."""
+
+NODE_KEY_SECRET = "paijobNodeKey"
+"""The name of the per-job node key among an OpenPAI job's ``secrets:`` (added at submit to a job that runs
+paijob-runtime); rest-server masks it in the stored config and mounts it only into the job's own containers
+(``/usr/local/pai/secrets/secrets.yaml``), where paijob-runtime reads it."""
+
+RUNTIME_ONLY = (RECORD_KEY, NODE_KEY, STALL_FILE, SLOW_FILE)
+"""What the cluster hands paijob-runtime alone: taken out of its environment before any worker starts (torch's
+agent starts a worker with the launcher's whole environment), so no worker's ``/proc/<pid>/environ`` holds it."""
+
 # -- the job (its env: values) -> paijob-runtime ---------------------------------------------------
 
 HANG_TIMEOUT = "PAIJOB_HANG_TIMEOUT"

@@ -40,6 +40,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import math
 import os
 import re
 import time
@@ -262,33 +263,61 @@ def _record_object(text: str | bytes | Mapping[str, Any], kind: str, fields: set
 R = TypeVar("R")
 
 
-def _read_record(path: str | os.PathLike[str], limit: int, parse: Callable[[bytes], R]) -> R | None:
+def signed_text(fields: Mapping[str, Any], key: str | None) -> str:
+    """A record file's JSON: its fields, and where the cluster gave a ``key``, their MAC (as a failure line's)."""
+    data = dict(fields)
+    if key:
+        data["mac"] = _mac(key, data)
+    return json.dumps(data)
+
+
+def _read_record(path: str | os.PathLike[str], limit: int, parse: Callable[[Mapping[str, Any]], R],
+                 key: str | None) -> R | None:
     """The record in the file at ``path`` (a regular file of at most ``limit`` bytes, no link) as ``parse``
-    reads it; None: no such file, or not the record."""
+    reads it, its MAC checked where the cluster holds the task's ``key`` (a file the job wrote has none);
+    None: no such file, not the record, or not signed with ``key``."""
     data = untrusted.read_regular(os.fspath(path), limit)
     if data is None:
         return None
     try:
-        return parse(data)
+        fields = untrusted.loads(data)
+    except ValueError:
+        return None
+    if not isinstance(fields, dict):
+        return None
+    mac = fields.pop("mac", None)
+    if key and not (isinstance(mac, str) and hmac.compare_digest(mac, _mac(key, fields))):
+        return None
+    try:
+        return parse(fields)
     except RecordError:
         return None
+
+
+def _written(value: object, now: float) -> bool:
+    """Whether a record's ``time`` is a time it could have been written: finite, and not in the future
+    (a minute of clock skew allowed): a forged 1e300 or NaN would keep a line fresh forever."""
+    return (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+            and value <= now + 60.0)
 
 
 def _count(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 10**9
 
 
-def read_stall(path: str | os.PathLike[str], now: float | None = None) -> StallRecord | None:
+def read_stall(path: str | os.PathLike[str], now: float | None = None, key: str | None = None
+               ) -> StallRecord | None:
     """The hang watch's stall record in ``path`` when it is fresh, else None.
 
     The file is in the task's folder, where the job can write too: it is read at most
     :data:`MAX_STALL_BYTES` (never through a link, never a FIFO) and kept only in the exact form
-    :meth:`StallRecord.to_json` writes, so a job can neither make each status request read 150 MB nor
-    put its own text in ``paijob status``."""
-    record = _read_record(path, MAX_STALL_BYTES, StallRecord.from_json)
-    if record is None:
+    :meth:`StallRecord.to_json` writes, signed with the task's ``key`` where the cluster gave one, so a job can
+    neither make each status request read 150 MB nor put its own text in ``paijob status``."""
+    record = _read_record(path, MAX_STALL_BYTES, StallRecord.from_json, key)
+    now = time.time() if now is None else now
+    if record is None or not _written(record.time, now):
         return None
-    fresh = (time.time() if now is None else now) - record.time < STALL_FRESH
+    fresh = now - record.time < STALL_FRESH
     return record if fresh and record.ranks else None  # no ranks: the stall ended
 
 
@@ -367,13 +396,15 @@ def _figure(value: object) -> bool:
             and all(map(_share, value["activity"].values())))
 
 
-def read_slow(path: str | os.PathLike[str], *, running: bool, now: float | None = None) -> SlowRecord | None:
+def read_slow(path: str | os.PathLike[str], *, running: bool, now: float | None = None,
+              key: str | None = None) -> SlowRecord | None:
     """The slow-rank doctor's record in ``path``: while the job runs, its latest verdict if said within
     :data:`SLOW_FRESH` seconds; once it ended, whatever it said last (the run's worst straggler). Read as
-    :func:`read_stall` reads (bounded, no link, the exact form or nothing)."""
-    record = _read_record(path, MAX_SLOW_BYTES, SlowRecord.from_json)
-    if record is None:
+    :func:`read_stall` reads (bounded, no link, the exact form or nothing, signed with ``key`` where given)."""
+    record = _read_record(path, MAX_SLOW_BYTES, SlowRecord.from_json, key)
+    now = time.time() if now is None else now
+    if record is None or not _written(record.time, now):
         return None
-    if running and (time.time() if now is None else now) - record.time >= SLOW_FRESH:
+    if running and now - record.time >= SLOW_FRESH:
         return None
     return record

@@ -8,6 +8,8 @@ what a server that died left behind.
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import logging
 import os
 import shutil
@@ -22,7 +24,7 @@ from paijob.local.jobmodels import JobModels
 from paijob.local.processes import SLOW_NAME, STALL_NAME
 from paijob.local.runner import JobRunner
 from paijob.local.store import Store
-from paijob.local.tracking import Tracker
+from paijob.local.tracking import Tracker, record_secret
 from paijob.openpai import exitspec
 from paijob.openpai.jobstate import is_terminal
 from paijob.openpai.model import Job
@@ -68,6 +70,7 @@ class LocalCluster:
         self.runners: dict[str, JobRunner] = {}
         self.tracker = Tracker(state_dir)
         self.models = JobModels()  # every stored job parsed once, for the REST views
+        self._record_secret: bytes | None = None  # read (made once) on first use: record_key
         self._recover()
 
     def log_dir(self, job_id: str, attempt: int, role: str, index: int, task_attempt: int) -> Path:
@@ -76,6 +79,14 @@ class LocalCluster:
     def work_dir(self, job_id: str, attempt: int, role: str, index: int) -> Path:
         return layout.task_work(self.state_dir, job_id, attempt, role, index)
 
+    def record_key(self, job_id: str, attempt: int, role: str, index: int) -> str:
+        """The key this task's paijob-runtime signs its records with (``contract.RECORD_KEY``): made from the
+        state dir's record secret, so the server checks them whenever it reads them, after a restart too."""
+        if self._record_secret is None:
+            self._record_secret = record_secret(self.state_dir).encode()
+        task = f"{job_id}\0{attempt}\0{role}\0{index}".encode()
+        return hmac.new(self._record_secret, task, hashlib.sha256).hexdigest()[:32]
+
     def stall(self, job_id: str, attempt: int, plan: Job) -> dict[str, Any] | None:
         """paijob-runtime's stall record of a running job (no progress for N s on rank R), as data, when
         one of its tasks wrote one in the last 15 s; None otherwise. Only the job's own task folders are
@@ -83,7 +94,8 @@ class LocalCluster:
         for role in plan.roles:
             for index in range(role.instances):
                 path = self.work_dir(job_id, attempt, role.name, index) / STALL_NAME
-                found = records.read_stall(path)  # bounded, and only in the runtime's own form
+                key = self.record_key(job_id, attempt, role.name, index)
+                found = records.read_stall(path, key=key)  # bounded, in the runtime's own form, signed by it
                 if found:
                     return found.as_json()
         return None
@@ -95,7 +107,7 @@ class LocalCluster:
         for role in plan.roles:
             for index in range(role.instances):
                 path = self.work_dir(job_id, attempt, role.name, index) / SLOW_NAME
-                found = records.read_slow(path, running=running)
+                found = records.read_slow(path, running=running, key=self.record_key(job_id, attempt, role.name, index))
                 if found:
                     return found.as_json()
         return None

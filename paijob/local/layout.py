@@ -9,6 +9,7 @@ Which folder: ``$PAIJOB_LOCAL_STATE_DIR``, else ``$XDG_STATE_HOME/paijob/local``
     up.lock                held while ``up`` checks and starts the server
     portal-open.html       the page ``paijob local open`` hands the browser
     cluster-id             this state dir's random id (marks its task processes)
+    record-secret          the key each task's record key is made from (0600, made once)
     jobs.sqlite            jobs, attempts, tasks (``local.store``), with SQLite's -wal and -shm
     logs/JOB/ATTEMPT/ROLE/INDEX/TASK_ATTEMPT/   a task's logs; logs/JOB.pruned once prune took them
     work/JOB/ATTEMPT/ROLE-INDEX/               a task's working folder
@@ -34,6 +35,7 @@ SERVER_LOG = "server.log"
 UP_LOCK = "up.lock"
 PORTAL_PAGE = "portal-open.html"
 CLUSTER_ID = "cluster-id"
+RECORD_SECRET = "record-secret"
 DATABASE = "jobs.sqlite"
 LOGS = "logs"
 WORK = "work"

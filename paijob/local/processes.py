@@ -64,6 +64,8 @@ class JobHost(Protocol):
 
     def work_dir(self, job_id: str, attempt: int, role: str, index: int) -> Path: ...
 
+    def record_key(self, job_id: str, attempt: int, role: str, index: int) -> str: ...
+
     def allocate_gpus(self, plan: Job) -> Gpus: ...
 
     def forget(self, job_id: str) -> None: ...
@@ -117,6 +119,9 @@ class TaskProcesses:
         self._announced_image = False
         self._placed: set[tuple[str, int]] = set()  # tasks of this attempt that have been started
         self._held_ports: list[Reservation] = []  # drawn for tasks not started yet (paijob.common.ports)
+        # the job's node key (contract.NODE_KEY): what its tasks' paijob-runtimes sign in the job's store,
+        # as the job's own secret does on OpenPAI; no other job and no other user holds it
+        self.node_key = secrets.token_hex(32)
 
     # ------------------------------------------------------------------ placing
 
@@ -167,7 +172,8 @@ class TaskProcesses:
         log_dir = self.host.log_dir(self.job_id, attempt, role.name, index, task_attempt)
         self.store.insert_task(self.username, self.name_, attempt, role.name, index, task_attempt, uid,
                                self.ports[role.name][index], self.gpus.get((role.name, index)), str(log_dir))
-        return Task(role=role, index=index, attempt=task_attempt, job_attempt=attempt, uid=uid, log_dir=log_dir)
+        return Task(role=role, index=index, attempt=task_attempt, job_attempt=attempt, uid=uid, log_dir=log_dir,
+                    record_key=self.host.record_key(self.job_id, attempt, role.name, index))
 
     # ------------------------------------------------------------------ starting
 
@@ -236,6 +242,7 @@ class TaskProcesses:
         env[contract.STALL_FILE] = str(workdir / STALL_NAME)  # node 0's hang watch: a stall
         env[contract.SLOW_FILE] = str(workdir / SLOW_NAME)  # node 0's slow-rank doctor: its verdict
         env[contract.RECORD_KEY] = task.record_key
+        env[contract.NODE_KEY] = self.node_key
         return env, workdir
 
     def _task_env(self, task: Task) -> dict[str, str]:

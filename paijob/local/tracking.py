@@ -67,14 +67,24 @@ except OSError as error:
 
 def cluster_id(state_dir: Path) -> str:
     """This state dir's random id (created once, mode 0600)."""
-    path = state_dir / layout.CLUSTER_ID
+    return _made_once(state_dir / layout.CLUSTER_ID, 8)
+
+
+def record_secret(state_dir: Path) -> str:
+    """The key each task's record key is made from (created once, mode 0600): a record a task's runtime signed
+    is checked after the server restarted too."""
+    return _made_once(state_dir / layout.RECORD_SECRET, 32)
+
+
+def _made_once(path: Path, nbytes: int) -> str:
+    """The random hex value in ``path``, made (``nbytes`` random bytes, mode 0600) the first time it is asked."""
     try:
         value = path.read_text().strip()
         if value:
             return value
     except FileNotFoundError:
         pass
-    value = secrets.token_hex(8)
+    value = secrets.token_hex(nbytes)
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     except FileExistsError:  # another process made it first

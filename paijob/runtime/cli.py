@@ -29,8 +29,9 @@ from paijob.common.jobversion import mismatch_warning, rendered_version
 from paijob.common.options import build_parsers, split_train_argv
 from paijob.common.records import FailureRecord
 from paijob.errors import PaijobError
+from paijob.runtime import held
 from paijob.runtime.config import HangSettings, LaunchConfig, LaunchError, WorkerCommand
-from paijob.runtime.console import take_record_key, tell
+from paijob.runtime.console import tell
 from paijob.runtime.env import (
     DistEnv,
     LaunchOptions,
@@ -241,7 +242,7 @@ def _run_told(command: Callable[[argparse.Namespace], int], args: argparse.Names
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    take_record_key()  # before any worker starts: none of them gets the key
+    held.take()  # before any worker starts: none of them gets the keys or the cluster's record files
     argv = list(sys.argv[1:] if argv is None else argv)
     parser, train_parser = build_parsers()
     rest: list[str] = []

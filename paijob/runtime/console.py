@@ -3,14 +3,12 @@ record of why it failed (:mod:`paijob.common.records`), for the cluster to read.
 
 from __future__ import annotations
 
-import os
 import sys
-from collections.abc import MutableMapping
 
 from paijob.common import contract, records
+from paijob.runtime import held
 
 PREFIX = "paijob-runtime: "
-_record_key: list[str] = []  # the task's record key, once taken out of the environment
 
 
 def say(message: str) -> None:
@@ -31,14 +29,8 @@ def line_buffered_stdio() -> None:
             reconfigure(line_buffering=True)
 
 
-def take_record_key(environ: MutableMapping[str, str] = os.environ) -> None:
-    """Keep the cluster's record key (:data:`contract.RECORD_KEY`) here and out of ``environ``, before any
-    worker starts: a worker's environment never holds it, so a record a worker prints is not signed."""
-    key = environ.pop(contract.RECORD_KEY, None)
-    if key:
-        _record_key[:] = [key]
-
-
 def tell(record: records.FailureRecord) -> None:
-    """Write the record of why this node failed: one line, after the human lines that say the same."""
-    print(records.failure_line(record, _record_key[0] if _record_key else None), file=sys.stderr, flush=True)
+    """Write the record of why this node failed: one line, after the human lines that say the same, signed
+    with the cluster's record key (:data:`contract.RECORD_KEY`, held by :mod:`paijob.runtime.held`: no
+    worker's environment holds it, so a record a worker prints is not signed)."""
+    print(records.failure_line(record, held.value(contract.RECORD_KEY)), file=sys.stderr, flush=True)

@@ -57,10 +57,10 @@ def test_a_task_without_paijob_runtime_keeps_the_exit_spec_note_only(server: Loc
 # A stand-in for paijob-runtime's last words: report_root_cause, in the runtime's wording or another one.
 REPORTS = textwrap.dedent('''
     import sys
-    from paijob.runtime import console
     from paijob.runtime import failure as failures
+    from paijob.runtime import held
 
-    console.take_record_key()
+    held.take()
     if sys.argv[1] == "reworded":  # what a change of the human lines' wording does
         failures.say = lambda message: print("[paijob] " + message.upper().replace(" ", "_"), file=sys.stderr)
     tail = "Traceback (most recent call last):\\n  File \\"t.py\\", line 3\\nValueError: bad batch"

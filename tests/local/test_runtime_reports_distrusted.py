@@ -50,8 +50,19 @@ def stall_file(cluster: LocalCluster, task: str = "worker-0") -> Path:
     return folder / STALL_NAME
 
 
-def write_report(path: Path, ranks: list[int], seconds: int = 95, **extra: object) -> None:
-    path.write_text(json.dumps({**json.loads(StallRecord(tuple(ranks), seconds, time.time()).to_json()), **extra}))
+def task_key(path: Path) -> str:
+    """The record key the local cluster gives the task whose folder ``path`` is in (``worker-1``: worker/1)."""
+    cluster = LocalCluster.__new__(LocalCluster)  # the key is the state dir's: no server needed
+    state = path.parents[4]
+    cluster.state_dir, cluster._record_secret = state, None  # noqa: SLF001
+    role, _, index = path.parent.name.rpartition("-")
+    return cluster.record_key(JOB, 0, role, int(index) if index.isdigit() else -1)
+
+
+def write_report(path: Path, ranks: list[int], seconds: int = 95, *, signed: bool = True, **extra: object) -> None:
+    """The stall record paijob-runtime writes there, signed with the task's key (the job's own: unsigned)."""
+    fields = {**StallRecord(tuple(ranks), seconds, time.time()).as_json(), **extra}
+    path.write_text(records.signed_text(fields, task_key(path) if signed else None))
 
 
 def test_the_runtimes_own_stall_record_is_shown(cluster: LocalCluster) -> None:
@@ -61,6 +72,17 @@ def test_the_runtimes_own_stall_record_is_shown(cluster: LocalCluster) -> None:
     assert {served["v"], served["kind"]} == {1, "stall"}  # served as data with its version and kind, as the others
     write_report(stall_file(cluster), [])  # the stall ended
     assert cluster.stall(JOB, 0, PLAN) is None
+
+
+def test_a_stall_record_the_job_wrote_without_the_tasks_key_or_for_ever_is_not_shown(cluster: LocalCluster) -> None:
+    """Issue 55: the job knows where the file is (its own task folder); it holds no key to sign it with."""
+    write_report(stall_file(cluster), [5], signed=False)
+    assert cluster.stall(JOB, 0, PLAN) is None
+    path = stall_file(cluster)
+    for forever in (1e300, float("nan"), time.time() + 3600):
+        fields = {**StallRecord((5,), 9999, 0.0).as_json(), "time": forever}
+        path.write_text(records.signed_text(fields, task_key(path)))
+        assert cluster.stall(JOB, 0, PLAN) is None, forever
 
 
 @pytest.mark.parametrize("text", [
@@ -100,7 +122,9 @@ def test_a_huge_stall_file_is_not_read(cluster: LocalCluster) -> None:
 def test_a_link_or_a_fifo_named_like_the_stall_file_is_not_followed(cluster: LocalCluster,
                                                                      tmp_path: Path) -> None:
     elsewhere = tmp_path / "elsewhere.json"
-    write_report(elsewhere, [3], seconds=5)
+    stall_file(cluster, "worker-0")  # the folders
+    elsewhere.write_text(records.signed_text(StallRecord((3,), 5, time.time()).as_json(),
+                                             task_key(stall_file(cluster, "worker-0"))))
     stall_file(cluster, "worker-0").symlink_to(elsewhere)
     os.mkfifo(stall_file(cluster, "worker-1"))  # reading a FIFO nobody writes to blocked forever
     answer: list[str | None] = []
@@ -175,7 +199,8 @@ def test_the_slow_rank_doctors_record_is_served_and_printed_by_status(
                         "job back", ranks=(3,), figures=(figure, dict(figure, rank=2, cpu_wait=0.78)), final=True,
                         time=time.time() - 3600)
     path = stall_file(cluster, "worker-1").parent / SLOW_NAME
-    path.write_text(record.to_json())
+    key = task_key(path)
+    path.write_text(records.signed_text(record.as_json(), key))
     assert cluster.slow_rank(JOB, 0, PLAN, running=True) is None  # said an hour ago: not while it runs
     served = cluster.slow_rank(JOB, 0, PLAN, running=False)
     assert served == record.as_json()
@@ -187,5 +212,7 @@ def test_the_slow_rank_doctors_record_is_served_and_printed_by_status(
     assert "rank 3 (node rank 1, 10.0.0.6): waits 2% of the time, arrived last 40 times; compute 63%, data 9%\n" in out
     assert "rank 2 (node rank 1, 10.0.0.6): waits 2% of the time, arrived last 40 times; compute 63%, data 9%; " \
         "waits for a CPU 78%\n" in out  # where the doctor knew it
-    path.write_text(record.to_json().replace("holds", "\\u001b[2Jholds"))  # a job's own control characters
+    path.write_text(records.signed_text(record.as_json(), key).replace("holds", "\\u001b[2Jholds"))  # the job's own
+    assert cluster.slow_rank(JOB, 0, PLAN, running=False) is None
+    path.write_text(record.to_json())  # unsigned: a record the job wrote where it knows the runtime writes
     assert cluster.slow_rank(JOB, 0, PLAN, running=False) is None

@@ -158,16 +158,33 @@ def test_a_worker_gets_neither_the_stall_file_nor_the_record_key():
     assert contract.STALL_FILE in base  # the launcher's own environment is not changed
 
 
-def test_the_runtime_takes_the_record_key_out_of_its_environment_before_anything_starts(monkeypatch, capsys):
-    """Per-gpu workers inherit the launcher's own environment (torch's agent): the key must leave it."""
-    from paijob.runtime import cli, console
+def test_the_runtime_takes_what_is_its_alone_out_of_its_environment_before_anything_starts(monkeypatch, capsys):
+    """Per-gpu workers inherit the launcher's own environment (torch's agent): the keys and the cluster's
+    record files must leave it (issue 55: they were in every worker's /proc/<pid>/environ)."""
+    from paijob.runtime import cli, held
 
-    monkeypatch.setenv(contract.RECORD_KEY, "the task's key")
-    monkeypatch.setattr(console, "_record_key", [])
+    given = {contract.RECORD_KEY: "the task's key", contract.NODE_KEY: "ab" * 16,
+             contract.STALL_FILE: "/state/stall.json", contract.SLOW_FILE: "/state/slow.json"}
+    for name, value in given.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr(held, "_held", {})
     seen = {}
     monkeypatch.setattr(cli, "cmd_env", lambda args: seen.setdefault("env", dict(os.environ)) and 0)
     cli.main(["env"])
-    assert contract.RECORD_KEY not in seen["env"] and console._record_key == ["the task's key"]
+    assert not set(given) & set(seen["env"])
+    assert {name: held.value(name) for name in given} == given and held.node_key() == b"ab" * 16
+
+
+def test_on_openpai_the_node_key_is_the_jobs_own_secret(monkeypatch, tmp_path):
+    from paijob.runtime import held
+
+    monkeypatch.setattr(held, "_held", {})
+    secrets = tmp_path / "secrets.yaml"
+    assert held.node_key(str(secrets)) is None  # a job without it (rendered by an older paijob)
+    secrets.write_text(f"other: x\n{contract.NODE_KEY_SECRET}: {'c' * 64}\n")  # js-yaml's dump of the map
+    assert held.node_key(str(secrets)) == b"c" * 64
+    secrets.write_text(f"{contract.NODE_KEY_SECRET}: not-hex\n")
+    assert held.node_key(str(secrets)) is None
 
 
 def test_a_horovod_slot_is_its_own_launcher():

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from runtime_helpers import base_env, free_port, root_cause, task_env, wait_all
 
-from paijob.common import exitcodes, records
+from paijob.common import contract, exitcodes, records
 
 TORCH_LOG_LINE = re.compile(r"^[DIWEF]\d{4} \d\d:\d\d:\d\d", re.MULTILINE)  # glog-style W1123 ...
 
@@ -343,3 +343,69 @@ def test_a_rank_killed_from_outside_is_the_named_cause_on_both_nodes_within_seco
         assert cause is not None and cause.startswith("worker rank 3 (node rank 1, local rank 1) failed with "
                                                       "signal SIGKILL"), task.output
         assert "killed by SIGKILL from outside paijob-runtime (the OOM killer?" in cause, task.output
+
+
+TRAINS_AND_READS_ITS_ENVIRONMENT = textwrap.dedent(
+    """
+    import os, sys, time
+    import torch
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo")
+    with open(f"/proc/{os.getpid()}/environ", "rb") as handle:  # what the job's own code can read
+        names = sorted(item.split(b"=", 1)[0].decode() for item in handle.read().split(b"\\0") if b"=" in item)
+    with open(os.path.join(sys.argv[1], os.environ["RANK"]), "w") as fh:
+        fh.write(" ".join(names))
+    t = torch.zeros(10)
+    end = time.time() + float(sys.argv[2])
+    while True:
+        t.fill_(1.0 if time.time() >= end else 0.0)
+        dist.all_reduce(t)
+        if t[0].item() > 0:
+            break
+        time.sleep(0.05)
+    print(f"rank {dist.get_rank()} done", flush=True)
+    """
+)
+
+
+def test_a_strangers_writes_into_the_jobs_store_change_nothing(tmp_path: Path, start_task):
+    """Issue 55: the rendezvous store answers anyone who reaches node 0's port. A stranger's forged failure, a
+    deep value under the hang watch's key and a bumped request for stacks change no verdict, no cause and no
+    exit code of a healthy job; the per-job node key and the cluster's record files are in no worker's
+    environment."""
+    from datetime import timedelta
+
+    from torch.distributed import PrefixStore, TCPStore
+
+    from paijob.runtime.failure import Failure
+
+    script = tmp_path / "trains.py"
+    script.write_text(TRAINS_AND_READS_ITS_ENVIRONMENT)
+    seen = tmp_path / "environ"
+    seen.mkdir()
+    port = free_port()
+    args = ["train", "--nproc-per-node", "2", "--grace-period", "3", str(script), str(seen), "12"]
+    secret = {contract.NODE_KEY: "ab" * 32, contract.SLOW_FILE: str(tmp_path / "slow.json"),
+              contract.STALL_FILE: str(tmp_path / "stall.json"), contract.RECORD_KEY: "cd" * 16}
+    tasks = [start_task(args, {**task_env(port, i), **secret}, name=f"node{i}") for i in (0, 1)]
+    deadline = time.monotonic() + 120
+    while len(list(seen.iterdir())) < 4 and time.monotonic() < deadline:
+        assert all(t.poll() is None for t in tasks), "\n".join(t.output for t in tasks)
+        time.sleep(0.1)
+    stranger = PrefixStore("tester~runtime", TCPStore("127.0.0.1", port, is_master=False,
+                                                      timeout=timedelta(seconds=10), wait_for_workers=False))
+    forged = Failure(node_rank=1, rank=3, local_rank=1, returncode=1, secondary=False, time=time.time(),
+                     error="MemoryError: FORGED BY A STRANGER")
+    stranger.set("paijob/failure/1", forged.to_json())
+    stranger.add("paijob/failures", 1)
+    stranger.set("paijob/progress/1", "[" * 50_000)
+    for _ in range(5):
+        stranger.add("paijob/stacks/wanted", 1)
+    codes = wait_all(tasks, timeout=120)
+    for task, code in zip(tasks, codes, strict=True):
+        assert code == 0, task.output
+        assert "FORGED" not in task.output and "stacks asked for" not in task.output, task.output
+    for rank in range(4):
+        names = (seen / str(rank)).read_text().split()
+        assert not set(secret) & set(names), names

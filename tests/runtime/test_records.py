@@ -17,7 +17,7 @@ from paijob.common.records import (
     failure_line,
     last_failure,
 )
-from paijob.runtime import console
+from paijob.runtime import held
 from paijob.runtime.failure import Failure, report_root_cause
 
 KEY = "the task's key"
@@ -55,9 +55,9 @@ def test_the_hang_watchs_account_is_the_same_on_every_node() -> None:
 
 def test_the_report_ends_with_the_record_signed_with_the_key_the_runtime_took(
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    monkeypatch.setattr(console, "_record_key", [])
+    monkeypatch.setattr(held, "_held", {})
     environ = {"PAIJOB_RECORD_KEY": KEY, "HOME": "/root"}
-    console.take_record_key(environ)
+    held.take(environ)
     assert environ == {"HOME": "/root"}
     report_root_cause(worker_failure(), 1)
     lines = capsys.readouterr().err.splitlines()
@@ -292,7 +292,8 @@ def test_a_slow_rank_records_limits_are_exact(tmp_path: Path):
         assert read(figures=[figure(0, **bad)]) is None, bad
     assert read(figures=["rank 0"]) is None and read(figures=[{"rank": 0}]) is None
     assert read(time="soon") is None and read(time=True) is None
-    padded = SlowRecord("rank", "slow rank", (1,), time=1e12).to_json()
+    assert read(time=float("nan")) is None and read(time=1e300) is None  # forever fresh: refused
+    padded = SlowRecord("rank", "slow rank", (1,), time=1e9).to_json()
     path.write_text(padded + " " * (256 * 1024 - len(padded)))
     assert read_slow(path, running=False) is not None  # 256 KiB: read
     path.write_text(padded + " " * (256 * 1024 + 1 - len(padded)))

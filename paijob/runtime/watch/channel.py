@@ -21,11 +21,24 @@ key                                written by                          read by
 
 A single-node job shares nothing: :class:`Channel` is the quiet one. No torch import: the store is anything
 with TCPStore's ``set``/``get``/``check``/``add``.
+
+**Signed.** The store listens on node 0's port with no authentication: on OpenPAI every host of the cluster
+reaches it (host network), and the job's own code writes to it (it is the workers' rendezvous store). So every
+value paijob-runtime writes there carries an HMAC-SHA256 under the job's node key, bound to the key it is
+written under (:class:`NodeSeal`), and every value it reads is believed only with that MAC: the nodes use the
+store through :class:`SignedStore`, which seals what is set and opens what is got (a value without the right
+MAC reads as absent, and is counted). The node key is the job's own (:func:`paijob.runtime.held.node_key`):
+the local cluster hands it to every task of the job, on OpenPAI it is the job's secret that ``paijob submit``
+adds. Counters (``add``) cannot carry a MAC: each one paijob acts on is paired with a signed value (a request
+for stacks is a signed marker; a failure is a signed record the counter only announces).
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict
@@ -38,9 +51,75 @@ PROGRESS_KEY = "paijob/progress/{node}"
 SLOW_KEY = "paijob/slow/{node}"  # a node's ranks' evidence for the slow-rank doctor
 CALLS_KEY = "paijob/calls/{node}"  # a node's ranks' recent collectives, for node 0's hang verdict
 STACKS_WANTED_KEY = "paijob/stacks/wanted"  # a counter: SIGUSR1 or a verdict asks every node
+STACKS_REQUEST_KEY = "paijob/stacks/request/{request}"  # the signed marker that makes a request real
 STACKS_KEY = "paijob/stacks/{node}/{request}"
 MAX_VALUE = 4 << 20  # bytes of one value read back (a node's stacks of many ranks are the largest)
 MAX_CALLS = 1024  # collectives of one rank in a published calls value
+
+
+SEALED = b"paijob-mac1:"  # a sealed value: this, the MAC's 64 hex digits, ":", the value
+
+
+class NodeSeal:
+    """The job's node key, with which every node signs what it writes into the store and checks what it reads.
+    ``key`` None: the job has none (rendered by an older paijob, or paijob-runtime run by hand): values are
+    written and read unsigned, as before, still read strictly."""
+
+    def __init__(self, key: bytes | None) -> None:
+        self._key = key
+        self._lock = threading.Lock()
+        self.refused = 0  # values read without the right MAC (a stranger's, the job's, or a corrupt one)
+
+    @property
+    def signs(self) -> bool:
+        return self._key is not None
+
+    def _mac(self, name: str, value: bytes) -> bytes:
+        assert self._key is not None
+        digest = hmac.new(self._key, name.encode("utf-8", "surrogateescape") + b"\0" + value, hashlib.sha256)
+        return digest.hexdigest().encode("ascii")
+
+    def seal(self, name: str, value: str | bytes) -> bytes:
+        """``value`` as written under the store key ``name``: with its MAC, bound to that key."""
+        data = value.encode("utf-8") if isinstance(value, str) else value
+        return data if self._key is None else SEALED + self._mac(name, data) + b":" + data
+
+    def open(self, name: str, sealed: bytes | str | None) -> bytes | None:
+        """What ``sealed`` (read under ``name``) says, when its MAC is this job's for that key; None otherwise
+        (counted in :attr:`refused`: never believed, never an error)."""
+        if sealed is None:
+            return None
+        data = sealed.encode("utf-8", "surrogateescape") if isinstance(sealed, str) else bytes(sealed)
+        if self._key is None:
+            return data
+        head, mac_end = len(SEALED), len(SEALED) + 64
+        if data.startswith(SEALED) and data[mac_end:mac_end + 1] == b":" and hmac.compare_digest(
+                data[head:mac_end], self._mac(name, data[mac_end + 1:])):
+            return data[mac_end + 1:]
+        with self._lock:
+            self.refused += 1
+        return None
+
+
+class SignedStore:
+    """The job's store as the nodes' watches use it: every value set is sealed, every value got is opened
+    (:class:`NodeSeal`; a value without the right MAC reads as None, as if absent), counters pass through."""
+
+    def __init__(self, store: Any, seal: NodeSeal) -> None:
+        self.store = store
+        self.seal = seal
+
+    def set(self, name: str, value: str | bytes) -> None:
+        self.store.set(name, self.seal.seal(name, value))
+
+    def get(self, name: str) -> bytes | None:
+        return self.seal.open(name, self.store.get(name))
+
+    def check(self, names: list[str]) -> bool:
+        return bool(self.store.check(names))
+
+    def add(self, name: str, amount: int) -> int:
+        return int(self.store.add(name, amount))
 
 
 class Channel:
@@ -94,6 +173,7 @@ class StoreChannel(Channel):
     def __init__(self, call: Callable[..., Any]) -> None:
         self.call = call
         self.refused = 0
+        self._wanted = 0  # the newest request for stacks found signed
 
     def publish(self, node_rank: int, states: Sequence[RankState]) -> None:
         self.set_text(PROGRESS_KEY.format(node=node_rank), json.dumps([asdict(s) for s in states]))
@@ -135,6 +215,7 @@ class StoreChannel(Channel):
         return self._others(SLOW_KEY, nnodes, node_rank)
 
     def get_text(self, key: str) -> str | None:
+        """The text under ``key``: None when absent, too large or (through a :class:`SignedStore`) unsigned."""
         def get(store: Any) -> bytes | None:
             return store.get(key) if store.check([key]) else None
 
@@ -160,12 +241,20 @@ class StoreChannel(Channel):
             return None
 
     def stacks_wanted(self) -> int:
-        value = self.call(lambda store: int(store.add(STACKS_WANTED_KEY, 0)))
-        return int(value or 0)
+        """The newest request for every node's stacks that a node of the job made (its signed marker there):
+        a counter the job's code or a stranger bumps asks for nothing."""
+        value = int(self.call(lambda store: int(store.add(STACKS_WANTED_KEY, 0))) or 0)
+        if value > self._wanted and self.get_text(STACKS_REQUEST_KEY.format(request=value)) is not None:
+            self._wanted = value
+        return self._wanted
 
     def want_stacks(self) -> int:
-        value = self.call(lambda store: int(store.add(STACKS_WANTED_KEY, 1)))
-        return int(value or 0)
+        """Ask every node for its stacks (SIGUSR1 here, or node 0's verdict): the request's number."""
+        value = int(self.call(lambda store: int(store.add(STACKS_WANTED_KEY, 1))) or 0)
+        if value:
+            self.set_text(STACKS_REQUEST_KEY.format(request=value), "1")
+            self._wanted = max(self._wanted, value)
+        return value
 
     def send_stacks(self, node_rank: int, request: int, text: str) -> None:
         self.set_text(STACKS_KEY.format(node=node_rank, request=request), text)

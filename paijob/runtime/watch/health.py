@@ -34,10 +34,11 @@ from collections.abc import Callable, Mapping
 from typing import Any, Protocol, runtime_checkable
 
 from paijob.common import contract, exitcodes
+from paijob.runtime import held
 from paijob.runtime.config import HangSettings, LaunchConfig
 from paijob.runtime.failure import Failure, choose_root_cause, stopped_by_signal
 from paijob.runtime.netif import task_address
-from paijob.runtime.watch.channel import Channel, StoreChannel
+from paijob.runtime.watch.channel import Channel, NodeSeal, SignedStore, StoreChannel
 from paijob.runtime.watch.hang.doctor import HangWatch
 from paijob.runtime.watch.hang.stacks import stacks_folder
 from paijob.runtime.watch.hang.verdict import waiting_phrase
@@ -48,7 +49,7 @@ from paijob.runtime.watch.node.eyes import Eyes, NodeTick
 from paijob.runtime.watch.node.liveness import NodeWatch, first_line
 from paijob.runtime.watch.node.notice import ABORT, ACCOUNT, read_notice, serve_notice
 from paijob.runtime.watch.node.portwatch import MasterPortWatch
-from paijob.runtime.watch.node.storelink import StoreLink
+from paijob.runtime.watch.node.storelink import StoreLink, store_client
 from paijob.runtime.watch.node.workers import WorkerGroup
 from paijob.runtime.watch.seal import KeyBox
 from paijob.runtime.watch.settings import WatchSettings
@@ -178,18 +179,30 @@ def node_0_notice(addr: str, port: int) -> tuple[str, bool] | None:
     """What node 0 serves on the master's port once its command ended (``per-node``), for a node that
     arrives then, and whether the job failed: its diagnosis (the job stopped, False), or its account of
     the job's failure (a start-up timeout that named this node as never joined, True); None: no
-    notice, the port is the script's store."""
+    notice (or not signed with the job's node key: not node 0's), the port is the script's store."""
     found = read_notice(addr, port)
     if found is None:
         return None
     kind, text = found
+    opened = notice_seal().open(NOTICE_KEY.format(kind=kind), text)
+    if opened is None:
+        return None
+    message = opened.decode("utf-8", "replace")
     if kind == ABORT:
-        return f"node rank 0 stopped the job: {text}", False
+        return f"node rank 0 stopped the job: {message}", False
     try:
-        account = Failure.from_json(text)
-    except (ValueError, TypeError):
+        account = Failure.from_json(message)
+    except ValueError:
         return None
     return f"node rank 0's command had already failed, before this node started its own: {account.headline()}", True
+
+
+NOTICE_KEY = "paijob/notice/{kind}"  # what a notice's MAC is bound to
+
+
+def notice_seal() -> NodeSeal:
+    """The job's node key, for node 0's notices on the master's port (a port anyone on its host may take)."""
+    return NodeSeal(held.node_key())
 
 
 def host_name(environ: Mapping[str, str]) -> str:
@@ -210,12 +223,12 @@ class Doctors:
         self.hang = HangWatch(
             settings.hang, folder=folder, node_rank=node_rank, nnodes=nnodes, world_size=world_size, host=host,
             stacks_dir=stacks_folder(settings.log_dir, os.environ), channel=channel, declare=declare, say=say,
-            eyes=self.eyes.look, accounts=accounts,
-            stall_file=os.environ.get(contract.STALL_FILE) or None) if settings.hang.enabled else None
+            eyes=self.eyes.look, accounts=accounts, stall_file=settings.stall_file,
+            record_key=settings.record_key) if settings.hang.enabled else None
         self.slow = SlowDoctor(node_rank=node_rank, nnodes=nnodes, world_size=world_size, folder=folder,
                                say=say, publish=channel.publish_slow, gather=channel.gather_slow,
                                get=channel.get_text, put=channel.set_text,
-                               record_file=os.environ.get(contract.SLOW_FILE) or None)
+                               record_file=settings.slow_file, record_key=settings.record_key)
         self.tick = NodeTick(self.eyes, [d for d in (self.hang, self.slow) if d is not None], say)
 
     def watchers(self) -> tuple[Any, ...]:
@@ -231,6 +244,7 @@ class OneProcessHealth:
                  watch_port: bool) -> None:
         spawned = settings.spawned
         self.settings = settings
+        self.seal = NodeSeal(settings.node_key)  # every value in the job's store signed with the job's key
         self.port = MasterPortWatch(settings.master_port, port_label=settings.port_label) if watch_port else None
         self.diagnosis: str | None = None  # what the port watch found wrong (the declared port free, another taken)
         self.master = (settings.master_addr, settings.master_port)
@@ -240,8 +254,12 @@ class OneProcessHealth:
         folder = env.get(contract.HANG_DIR)
         if folder:
             if spawned and settings.multi_node:
+                seal = self.seal
                 self.link = StoreLink(settings.master_addr, settings.master_port, prefix=settings.run_id,
-                                      node_rank=settings.node_rank, nnodes=settings.nnodes)
+                                      node_rank=settings.node_rank, nnodes=settings.nnodes,
+                                      connect=lambda: SignedStore(store_client(settings.master_addr,
+                                                                               settings.master_port,
+                                                                               settings.run_id), seal))
             launched = Launched(ranks=lambda: {0: self.pids[0]} if self.pids and not spawned else {},
                                 roots=lambda: self.pids if spawned else (), keys=KeyBox.open(folder))
             link = self.link
@@ -351,11 +369,10 @@ class OneProcessHealth:
 
     def _account_notice(self) -> Failure | None:
         found = read_notice(*self.master, timeout=1.0)
-        if found is None or found[0] != ACCOUNT:
-            return None
+        opened = self.seal.open(NOTICE_KEY.format(kind=ACCOUNT), found[1]) if found and found[0] == ACCOUNT else None
         try:
-            return Failure.from_json(found[1])
-        except (ValueError, TypeError):
+            return None if opened is None else Failure.from_json(opened)
+        except ValueError:
             return None
 
     def after_exit(self) -> None:
@@ -363,11 +380,17 @@ class OneProcessHealth:
         it): node 0 serves the other nodes there what it diagnosed, or its account of a timeout."""
         settings = self.settings
         if self.diagnosis is not None:
-            serve_notice(settings.master_port, ABORT, self.diagnosis, peers=settings.nnodes - 1,
+            serve_notice(settings.master_port, ABORT, self._sealed(ABORT, self.diagnosis), peers=settings.nnodes - 1,
                          linger=min(settings.master_timeout, NOTICE_LINGER))
         elif self.notice is not None:  # until every other node read it; a node that starts late reads it too
-            serve_notice(settings.master_port, ACCOUNT, self.notice.to_json(), peers=settings.nnodes - 1,
+            serve_notice(settings.master_port, ACCOUNT, self._sealed(ACCOUNT, self.notice.to_json()),
+                         peers=settings.nnodes - 1,
                          linger=max(ACCOUNT_WAIT + 5.0, min(settings.master_timeout, LATE_NODE_LINGER)))
+
+    def _sealed(self, kind: str, message: str) -> str:
+        """A notice's message with the MAC of the job's node key (bound to its kind): nothing else on the port
+        speaks for node 0."""
+        return self.seal.seal(NOTICE_KEY.format(kind=kind), message.replace("\n", " ")).decode("utf-8", "replace")
 
 
 class PerGpuHealth:
@@ -381,7 +404,10 @@ class PerGpuHealth:
         watch sends no signal)."""
         self.settings = settings
         self._say = say
-        self.node = NodeWatch(settings, connect=connect, end_node=end_node, say=say, who=who)
+        self.seal = NodeSeal(settings.node_key)  # every value in the job's store signed with the job's key
+        seal = self.seal
+        self.node = NodeWatch(settings, connect=lambda: SignedStore(connect(), seal), end_node=end_node, say=say,
+                              who=who)
         self.doctors = self._doctors(workers, folder) if folder else None
         self.hang = self.doctors.hang if self.doctors is not None else None
         self.accounting = Accounting(workers, self.node, nnodes=settings.nnodes, world_size=settings.world_size,

@@ -9,9 +9,11 @@ by accident. No torch import.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from paijob.common import contract
+from paijob.runtime import held
 from paijob.runtime.config import HangSettings
 
 if TYPE_CHECKING:
@@ -36,6 +38,12 @@ class WatchSettings:
     grace_period: float = 30.0  # what workers get between SIGTERM and SIGKILL
     master_timeout: float = 600.0  # every wait for the other nodes (the master's port, the rendezvous)
     log_dir: str | None = None  # where the stacks file goes (else the job's output folder)
+    # what the cluster handed the runtime alone (paijob.runtime.held): the job's node key (None: values in the
+    # store go unsigned), where the local cluster wants the stall and the slow-rank records
+    node_key: bytes | None = field(default=None, repr=False)
+    record_key: str | None = field(default=None, repr=False)  # signs the stall and slow-rank record files
+    stall_file: str | None = None
+    slow_file: str | None = None
 
     @classmethod
     def of(cls, config: LaunchConfig) -> WatchSettings:
@@ -46,7 +54,9 @@ class WatchSettings:
                    master_port=dist.master_port, port_label=dist.port_label, run_id=config.run_id,
                    mode=config.mode, hang=config.hang, heartbeat_timeout=config.heartbeat_timeout,
                    grace_period=config.grace_period, master_timeout=config.master_timeout,
-                   log_dir=config.log_dir)
+                   log_dir=config.log_dir, node_key=held.node_key(),
+                   record_key=held.value(contract.RECORD_KEY), stall_file=held.value(contract.STALL_FILE),
+                   slow_file=held.value(contract.SLOW_FILE))
 
     @property
     def master(self) -> str:

@@ -11,7 +11,13 @@ from typing import Any
 import pytest
 
 from paijob.runtime.failure import Failure
-from paijob.runtime.watch.channel import CALLS_KEY, PROGRESS_KEY, StoreChannel
+from paijob.runtime.watch.channel import (
+    CALLS_KEY,
+    PROGRESS_KEY,
+    NodeSeal,
+    SignedStore,
+    StoreChannel,
+)
 from paijob.runtime.watch.ranks import RankState, from_published
 
 
@@ -123,3 +129,37 @@ def test_a_deep_failure_is_a_value_error():
         Failure.from_json("[" * 50_000)
     with pytest.raises(ValueError):
         Failure.from_json("x" * (2 << 20))
+
+
+def test_a_value_is_believed_only_with_the_jobs_mac_for_its_own_key(store: DictStore):
+    """Issue 55: the store answers anyone who reaches its port; what the nodes write carries the MAC of the
+    job's node key, bound to the key it is written under, and nothing else is believed."""
+    seal = NodeSeal(b"the job's node key, 32 bytes...")
+    signed = SignedStore(store, seal)
+    signed.set("paijob/progress/1", "[]")
+    assert signed.get("paijob/progress/1") == b"[]" and seal.refused == 0
+    store.set("paijob/progress/1", "[]")  # a stranger's (or the job's own) unsigned value
+    assert signed.get("paijob/progress/1") is None and seal.refused == 1
+    store.set("paijob/progress/1", NodeSeal(b"another job's key.............").seal("paijob/progress/1", "[]"))
+    assert signed.get("paijob/progress/1") is None and seal.refused == 2
+    store.set("paijob/progress/0", seal.seal("paijob/progress/1", "[]"))  # a genuine value replayed elsewhere
+    assert signed.get("paijob/progress/0") is None and seal.refused == 3
+    store.set("paijob/progress/1", seal.seal("paijob/progress/1", "[]")[:-1] + b"1")  # tampered after signing
+    assert signed.get("paijob/progress/1") is None and seal.refused == 4
+    assert signed.add("paijob/stacks/wanted", 2) == 2 and signed.check(["paijob/progress/1"])
+    unkeyed = NodeSeal(None)  # a job rendered before node keys: plain values, still read strictly above
+    assert unkeyed.seal("k", "v") == b"v" and unkeyed.open("k", b"v") == b"v" and not unkeyed.signs
+
+
+def test_only_a_signed_request_asks_the_nodes_for_their_stacks(store: DictStore):
+    """A counter bumped by the job's code (or a stranger) asked for 82 stacks whose reason was untrue."""
+    seal = NodeSeal(b"k" * 32)
+    node = StoreChannel(lambda fn: fn(SignedStore(store, seal)))
+    for _ in range(82):
+        store.add("paijob/stacks/wanted", 1)
+    assert node.stacks_wanted() == 0
+    other = StoreChannel(lambda fn: fn(SignedStore(store, seal)))
+    request = other.want_stacks()  # SIGUSR1 on another node, or node 0's verdict: its marker is signed
+    assert request == 83 and node.stacks_wanted() == 83
+    store.add("paijob/stacks/wanted", 1)
+    assert node.stacks_wanted() == 83  # the bump after it asks for nothing more

@@ -159,13 +159,15 @@ function slowRank(slow) {
   if (!slow || typeof slow.line !== "string") return "";
   const percent = (share) => `${Math.round(share * 100)}%`;
   const lines = [slow.line + (slow.final ? " (over the run)" : "")];
-  for (const f of Array.isArray(slow.figures) ? slow.figures : []) {
+  const figures = Array.isArray(slow.figures) ? slow.figures : [];
+  for (const f of figures.slice(0, 16)) {
     const doing = Object.entries(f.activity || {}).sort((a, b) => b[1] - a[1])
       .map(([name, share]) => `${name} ${percent(share)}`).join(", ");
     lines.push(`rank ${f.rank} (node rank ${f.node_rank}, ${f.host}): waits ${percent(f.wait_share)} of the time, `
       + `arrived last ${f.last} times` + (doing ? `; ${doing}` : "")
       + (typeof f.cpu_wait === "number" ? `; waits for a CPU ${percent(f.cpu_wait)}` : ""));
   }
+  if (figures.length > 16) lines.push(`... and ${figures.length - 16} more ranks`);
   return lines.join("\n");
 }
 

@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
-from paijob.common.records import StallRecord
+from paijob.common.records import StallRecord, signed_text
 from paijob.runtime.config import HangSettings
 from paijob.runtime.failure import Failure, first_timed_out
 from paijob.runtime.watch.channel import Channel
@@ -69,6 +69,7 @@ class HangWatch:
         eyes: Callable[[], Look],
         accounts: bool = False,
         stall_file: str | None = None,
+        record_key: str | None = None,
     ) -> None:
         """``eyes()``: this node's ranks read now (an account once the workers failed cannot wait for the
         next tick); ``accounts``: ``per-node`` mode, where the ranks' samplers note a timeout and node 0
@@ -91,6 +92,7 @@ class HangWatch:
         self.last_states: list[RankState] = []
         self._running: dict[int, RankState] = {}
         self.stall_file = stall_file
+        self._record_key = record_key
         self._stall: StallRecord | None = None
         self._stall_written = 0.0
         self._declared: Failure | None = None
@@ -292,7 +294,7 @@ class HangWatch:
             return
         self._stall, self._stall_written = found, now
         try:
-            write_new(self.stall_file, replace(found, time=time.time()).to_json())
+            write_new(self.stall_file, signed_text(replace(found, time=time.time()).as_json(), self._record_key))
         except OSError:
             self.stall_file = None
 

@@ -61,6 +61,11 @@ def first_line(error: BaseException) -> str:
     return text.splitlines()[0] if text else type(error).__name__
 
 
+def _shown(said: bytes) -> str:
+    """A node's ``role:index at address`` as it wrote it: one short printable line."""
+    return "".join(ch for ch in said.decode("utf-8", "replace") if ch.isprintable())[:120]
+
+
 def master_lost(node_rank: int, master: str, how: str) -> Failure:
     """Node ``node_rank``'s verdict that the rendezvous store (node 0's agent, at ``master``) is gone."""
     if node_rank == 0:
@@ -217,9 +222,8 @@ class NodeWatch:
 
         def who(node: int) -> str:
             key = WHO_KEY.format(node=node)
-            if self._guarded(lambda: client.check([key])):
-                return f" ({self._guarded(lambda: client.get(key)).decode()})"
-            return ""
+            said = self._guarded(lambda: client.get(key)) if self._guarded(lambda: client.check([key])) else None
+            return f" ({_shown(said)})" if said else ""  # None: not signed by the node itself
 
         if len(nodes) == 1:
             reason = (
@@ -252,8 +256,11 @@ class NodeWatch:
         for node in range(self.nnodes):
             key = FAILURE_KEY.format(node=node)
             if self._client.check([key]):
+                data = self._client.get(key)  # None: not signed with the job's node key
                 try:
-                    found.append(Failure.from_json(self._client.get(key)))
+                    if data is None:
+                        raise ValueError("not signed with the job's node key")
+                    found.append(Failure.from_json(data))
                 except ValueError:
                     self.refused += 1
         return found

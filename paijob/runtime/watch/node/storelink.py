@@ -53,7 +53,7 @@ class StoreLink:
                  nnodes: int, connect: Callable[[], Any] | None = None) -> None:
         self.node_rank = node_rank
         self.nnodes = nnodes
-        self._connect = connect or (lambda: _client(master_addr, master_port, prefix))
+        self._connect = connect or (lambda: store_client(master_addr, master_port, prefix))
         self._client: Any = None
         self._next_connect = 0.0
         self._next_poll = 0.0
@@ -239,7 +239,7 @@ class StoreLink:
         return verdict
 
 
-def _client(master_addr: str, master_port: int, prefix: str) -> Any:
+def store_client(master_addr: str, master_port: int, prefix: str) -> Any:
     """A client of the script's store, once something listens on its port (no store yet: no try).
 
     torch is first imported here in a ``per-node`` launcher: its C++ log goes quiet, since the store

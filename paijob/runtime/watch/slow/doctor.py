@@ -34,7 +34,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from paijob.common import untrusted
-from paijob.common.records import MAX_LINE_TEXT, SlowRecord
+from paijob.common.records import MAX_LINE_TEXT, SlowRecord, signed_text
 from paijob.runtime.watch.evidence import checked, read_evidence
 from paijob.runtime.watch.folder import SLOW_VERDICT, read_file, write_new
 from paijob.runtime.watch.ranks import Look, RankState
@@ -61,13 +61,15 @@ class SlowDoctor:
                  say: Callable[[str], None], read: Callable[[str], bytes | None] = read_file,
                  publish: Publish | None = None, gather: Gather | None = None,
                  get: clock.Get | None = None, put: clock.Set | None = None,
-                 every: float = LOOK_EVERY, repeat: float = REPEAT, record_file: str | None = None) -> None:
+                 every: float = LOOK_EVERY, repeat: float = REPEAT, record_file: str | None = None,
+                 record_key: str | None = None) -> None:
         """``publish``/``gather``: a node's ranks' evidence over the store; ``get``/``put``: a key's
         text in the store (the clock rounds: :mod:`paijob.runtime.watch.slow.clock`); ``record_file``: where
         node 0 keeps its latest verdict as a record, where the cluster asks (``PAIJOB_SLOW_FILE``)."""
         # node 0's verdict: where the cluster asks, and beside the samplers' files for rank 0's summary
         ours = os.path.join(folder, SLOW_VERDICT)
         self.record_files = [f for f in (record_file, ours) if f] if node_rank == 0 else []
+        self._record_key = record_key  # the task's: signs the records (the cluster checks the one it asked for)
         self.node_rank, self.nnodes, self.world_size = node_rank, nnodes, world_size
         self.folder = folder
         self._read, self._say = read, say
@@ -208,7 +210,7 @@ class SlowDoctor:
                             figures=tuple(found["figures"]), final=final, time=time.time())
         for path in list(self.record_files):
             try:
-                write_new(path, record.to_json())
+                write_new(path, signed_text(record.as_json(), self._record_key))
             except OSError:
                 self.record_files.remove(path)  # the folder went away: the doctor goes on, unrecorded there
 

@@ -13,6 +13,7 @@ from suite_helpers import wait_until
 
 from paijob.runtime.failure import Failure
 from paijob.runtime.probe import MasterUnreachableError, wait_for_master
+from paijob.runtime.watch.channel import NodeSeal, SignedStore
 from paijob.runtime.watch.node import liveness as nodewatch
 from paijob.runtime.watch.node.liveness import NodeWatch, StoreTimeout, bounded, first_line
 from paijob.runtime.watch.settings import WatchSettings
@@ -38,10 +39,10 @@ class FakeStore:
             self.data[key] = str(value).encode()
             return value
 
-    def set(self, key: str, value: str) -> None:
+    def set(self, key: str, value: str | bytes) -> None:
         self._maybe_hang()
         with self.lock:
-            self.data[key] = value.encode()
+            self.data[key] = value.encode() if isinstance(value, str) else value
 
     def get(self, key: str) -> bytes:
         self._maybe_hang()
@@ -281,3 +282,35 @@ def test_waiting_for_the_master_says_when_it_is_up():
     assert not waiting.is_alive()
     assert said[0] == f"waiting up to 60s for the master at 127.0.0.1:{port} ..."
     assert said[-1].startswith(f"the master at 127.0.0.1:{port} is up (after ")
+
+
+@pytest.mark.parametrize("forged", [
+    Failure(node_rank=1, rank=1, local_rank=1, returncode=1, secondary=False, time=1.0,
+            error="MemoryError: FORGED BY A STRANGER").to_json(),  # well formed, but not signed
+    "[" * 50_000,  # deep: was "the master was lost" (exit 143, retried 3 times by OpenPAI)
+    '{"evil": 1}',
+])
+def test_a_failure_in_the_store_not_signed_with_the_jobs_key_is_ignored_never_fatal(ends, forged: str):
+    """Issue 55: a stranger (or the job's own code) writes a failure record into the job's store: the nodes
+    believe only what carries the job's node key's MAC; the forged one is counted, and the job goes on."""
+    store = FakeStore()
+    seal = NodeSeal(b"k" * 32)
+    master = make_watch(SignedStore(store, seal), 0, 2, ends)  # type: ignore[arg-type]
+    peer = make_watch(SignedStore(store, seal), 1, 2, ends)  # type: ignore[arg-type]
+    try:
+        for watch in (master, peer):
+            watch.enter("running")
+            watch.start_heartbeats()
+        wait_until(lambda: store.check(["paijob/hb/1"]) and store.check(["paijob/hb/0"]))
+        store.set("paijob/failure/1", forged)  # as the stranger writes it: straight into the store
+        store.add("paijob/failures", 1)
+        wait_until(lambda: seal.refused >= 2 or master.refused + peer.refused >= 2, what="both nodes read it")
+        time.sleep(0.5)
+        assert not master.failed and not peer.failed and not ends and not master.store_lost and not peer.store_lost
+        real = Failure(node_rank=1, rank=3, local_rank=1, returncode=1, secondary=False, time=2.0, error="real")
+        peer.publish(real)  # what node 1 itself says: signed, believed
+        wait_until(lambda: master.failed)
+        assert [f.error for f in master.records()] == ["real"]
+    finally:
+        for watch in (master, peer):
+            watch.close()
