@@ -148,13 +148,20 @@ def recorded_entries() -> list[dict[str, Any]] | None:
     return [e for e in entries if isinstance(e, dict)] if isinstance(entries, list) else None
 
 
+SealedBy = Callable[[int, int, bytes], bool]  # (rank, pid, data): signed by that rank's own process?
+
+
 def read_evidence(folder: str, reports: Mapping[int, Mapping[str, Any]],
-                  read: Callable[[str], bytes | None]) -> dict[int, dict[str, Any]]:
-    """Each believed rank's evidence file (``reports``: the believed ``rank<N>.json`` by rank; a
-    file is kept only with the same pid and start time), well-formed parts only."""
+                  read: Callable[[str], bytes | None], sealed_by: SealedBy | None = None) -> dict[int, dict[str, Any]]:
+    """Each believed rank's evidence file (``reports``: the believed ``rank<N>.json`` by rank; a file is kept
+    only with the same pid and start time, and where the watch holds the samplers' keys, signed by that very
+    process: another rank swapping two ranks' files is not believed), well-formed parts only."""
     found: dict[int, dict[str, Any]] = {}
     for rank, report in reports.items():
         data = read(evidence_path(folder, rank))
+        pid = report.get("pid")
+        if data is not None and sealed_by is not None and not (isinstance(pid, int) and sealed_by(rank, pid, data)):
+            continue
         try:
             value = untrusted.loads(data[:MAX_EVIDENCE]) if data and len(data) <= MAX_EVIDENCE else None
         except ValueError:

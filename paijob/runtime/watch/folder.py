@@ -58,9 +58,13 @@ def stack_path(folder: str, rank: int) -> str:
     return os.path.join(folder, f"rank{rank}.stack")
 
 
+def evidence_name(rank: int) -> str:
+    return f"rank{rank}.slow.json"
+
+
 def evidence_path(folder: str, rank: int) -> str:
     """``rank<N>.slow.json``: the slow-rank doctor's evidence of one rank."""
-    return os.path.join(folder, f"rank{rank}.slow.json")
+    return os.path.join(folder, evidence_name(rank))
 
 
 def error_path(folder: str, rank: int) -> str:

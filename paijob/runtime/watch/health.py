@@ -224,11 +224,12 @@ class Doctors:
             settings.hang, folder=folder, node_rank=node_rank, nnodes=nnodes, world_size=world_size, host=host,
             stacks_dir=stacks_folder(settings.log_dir, os.environ), channel=channel, declare=declare, say=say,
             eyes=self.eyes.look, accounts=accounts, stall_file=settings.stall_file,
-            record_key=settings.record_key) if settings.hang.enabled else None
+            record_key=settings.record_key, sealed_by=self.eyes.sealed_by) if settings.hang.enabled else None
         self.slow = SlowDoctor(node_rank=node_rank, nnodes=nnodes, world_size=world_size, folder=folder,
                                say=say, publish=channel.publish_slow, gather=channel.gather_slow,
                                get=channel.get_text, put=channel.set_text,
-                               record_file=settings.slow_file, record_key=settings.record_key)
+                               record_file=settings.slow_file, record_key=settings.record_key,
+                               sealed_by=self.eyes.sealed_by)
         self.tick = NodeTick(self.eyes, [d for d in (self.hang, self.slow) if d is not None], say)
 
     def watchers(self) -> tuple[Any, ...]:

@@ -126,6 +126,8 @@ class KeyBox:
         self._latest: dict[tuple[int, int], bytes] = {}  # (pid, start time) -> its last report sent
         self._lock = threading.Lock()
         self._closed = False
+        self.dropped = 0  # datagrams not from a process of this user, or in no form of ours: counted, then dropped
+        self.dropped_from: set[int] = set()  # the uids they came from (another user's flood is said)
         self._thread = threading.Thread(target=self._run, name="paijob-seal", daemon=True)
 
     @classmethod
@@ -169,11 +171,16 @@ class KeyBox:
             except OSError:  # nothing more (BlockingIOError), or closed
                 return
             with self._lock:
-                self._file(data, _sender(ancillary))
+                self._file(data, *_sender(ancillary))
 
-    def _file(self, data: bytes, pid: int | None) -> None:
+    def _file(self, data: bytes, pid: int | None, uid: int | None) -> None:
+        if uid is not None and uid != os.getuid():  # abstract sockets have no permissions: anyone can send
+            self.dropped += 1
+            self.dropped_from.add(uid)
+            return
         stat = procfs.read_stat(pid) if pid is not None else None
         if stat is None:
+            self.dropped += 1
             return
         sender = (stat.pid, stat.start_time)
         if data.startswith(REPORT) and sender in self._keys and len(data) <= MAX_DATAGRAM:
@@ -181,6 +188,8 @@ class KeyBox:
         elif data.startswith(MAGIC) and len(data) == _MESSAGE.size and len(self._keys) < MAX_KEYS:
             _magic, rank, key = _MESSAGE.unpack(data)
             self._keys.setdefault(sender, (rank, key))
+        else:
+            self.dropped += 1
 
     def reports(self) -> list[tuple[int, bytes]]:
         """(rank, report) of the last report each process sent, for the rank it said it is (checked by
@@ -207,10 +216,10 @@ class KeyBox:
         return hmac.compare_digest(mac, hmac.new(found[1], body, hashlib.sha256).hexdigest())
 
 
-def _sender(ancillary: list[tuple[int, int, Any]]) -> int | None:
-    """The sender's pid as the kernel gave it (``SCM_CREDENTIALS``); None without."""
+def _sender(ancillary: list[tuple[int, int, Any]]) -> tuple[int | None, int | None]:
+    """The sender's pid and uid as the kernel gave them (``SCM_CREDENTIALS``); (None, None) without."""
     for level, kind, value in ancillary:
         if level == socket.SOL_SOCKET and kind == socket.SCM_CREDENTIALS and len(value) >= _CREDENTIALS.size:
-            pid = int(_CREDENTIALS.unpack(value[:_CREDENTIALS.size])[0])
-            return pid if pid > 0 else None
-    return None
+            pid, uid, _gid = _CREDENTIALS.unpack(value[:_CREDENTIALS.size])
+            return (int(pid) if pid > 0 else None), int(uid)
+    return None, None

@@ -196,3 +196,56 @@ def test_a_rank_that_rewrites_another_ranks_report_cannot_hide_it_from_the_watch
     assert cause is not None and cause.startswith("hang: no rank made progress for"), out
     assert "rank 1 (node rank 0, host " in cause and "is stuck at forges.py" in cause, out
     assert out.count("rank1.json named rank 1's process but was not written by it") == 1, out
+
+
+def test_a_ranks_evidence_swapped_by_another_process_is_not_believed(tmp_path: Path, sampled) -> None:  # type: ignore[no-untyped-def]
+    """Issue 55: rank 0 swapping two ranks' slow-evidence files (their pids kept) made the doctor name the
+    wrong rank: an evidence file counts only signed by its rank's own process, as a report does."""
+    from paijob.runtime.watch.evidence import read_evidence
+
+    proc, keys = sampled
+    wait_for(tmp_path / "rank1.slow.json")
+    launched = Launched(ranks=lambda: {1: proc.pid}, keys=keys)
+    reports = read_reports(str(tmp_path), launched)
+    assert list(read_evidence(str(tmp_path), reports, folder.read_file, launched.sealed_by)) == [1]
+    genuine = json.loads((tmp_path / "rank1.slow.json").read_text())
+    forged = {k: v for k, v in genuine.items() if k != "mac"}  # rank 1's own numbers, without its seal
+    (tmp_path / "rank1.slow.json.new").write_text(json.dumps(forged))
+    os.replace(tmp_path / "rank1.slow.json.new", tmp_path / "rank1.slow.json")
+    assert read_evidence(str(tmp_path), reports, folder.read_file, launched.sealed_by) == {}
+    assert list(read_evidence(str(tmp_path), reports, folder.read_file)) == [1]  # no keys held: as before
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="sending as another user needs root here")
+def test_another_users_flood_of_the_watchs_socket_is_dropped_and_said(tmp_path: Path) -> None:
+    """Issue 55: abstract Unix sockets have no permissions, so another user can send to the watch's: each
+    datagram is dropped at the cost of a read, counted, and the flood is said (it went unnoticed)."""
+    from paijob.runtime.watch.node.eyes import Eyes
+
+    keys = seal.KeyBox.open(str(tmp_path))
+    assert keys is not None
+    try:
+        flood = textwrap.dedent(f"""
+            import os, socket
+            os.setgid(65534); os.setuid(65534)
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+            for _ in range(300):
+                try:
+                    sock.sendto(b"PJK1" + bytes(36), {seal.address(str(tmp_path))!r})
+                except OSError:
+                    pass
+            """)
+        subprocess.run([sys.executable, "-c", flood], check=True, timeout=60)
+        said: list[str] = []
+        eyes = Eyes(str(tmp_path), node_rank=0, host="h", interval=1.0, launched=Launched(keys=keys), say=said.append)
+        deadline = time.monotonic() + 10
+        while keys.dropped == 0 and time.monotonic() < deadline:
+            keys.look()
+            time.sleep(0.05)
+        eyes.look()
+        assert keys.dropped > 0 and keys.dropped_from == {65534} and not keys.reports()
+        assert len(said) == 1 and "(from uid 65534: another user); dropped" in said[0], said
+        eyes.look()
+        assert len(said) == 1  # said again only once the flood is tenfold
+    finally:
+        keys.close()

@@ -26,7 +26,7 @@ from paijob.common.records import StallRecord, signed_text
 from paijob.runtime.config import HangSettings
 from paijob.runtime.failure import Failure, first_timed_out
 from paijob.runtime.watch.channel import Channel
-from paijob.runtime.watch.evidence import read_evidence
+from paijob.runtime.watch.evidence import SealedBy, read_evidence
 from paijob.runtime.watch.folder import read_file, write_new
 from paijob.runtime.watch.hang.stacks import STACKS_FILE, local_stacks, write_stacks_file
 from paijob.runtime.watch.hang.timeout import account_of_timeout, never_arrived, timed_out_state
@@ -70,6 +70,7 @@ class HangWatch:
         accounts: bool = False,
         stall_file: str | None = None,
         record_key: str | None = None,
+        sealed_by: SealedBy | None = None,
     ) -> None:
         """``eyes()``: this node's ranks read now (an account once the workers failed cannot wait for the
         next tick); ``accounts``: ``per-node`` mode, where the ranks' samplers note a timeout and node 0
@@ -93,6 +94,7 @@ class HangWatch:
         self._running: dict[int, RankState] = {}
         self.stall_file = stall_file
         self._record_key = record_key
+        self._sealed_by = sealed_by  # whether an evidence file was signed by its rank's own process
         self._stall: StallRecord | None = None
         self._stall_written = 0.0
         self._declared: Failure | None = None
@@ -175,7 +177,7 @@ class HangWatch:
 
     def _local_calls(self, look: Look) -> dict[int, list[list[Any]]]:
         """This node's ranks' recent collectives as their flight recorders kept them (their evidence files)."""
-        found = read_evidence(self.folder, look.reports, read_file)
+        found = read_evidence(self.folder, look.reports, read_file, self._sealed_by)
         return {rank: evidence["calls"] for rank, evidence in found.items() if evidence.get("calls")}
 
     def _gather_remote(self, local: list[RankState], now: float) -> list[RankState]:

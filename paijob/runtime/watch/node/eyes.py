@@ -35,6 +35,7 @@ class Eyes:
         self.interval = interval
         self.launched = launched
         self._say = say
+        self._dropped_said = 0  # datagrams the watch's socket dropped, as last said
 
     def look(self, now: float | None = None) -> Look:
         """This node's ranks as their samplers report now."""
@@ -43,6 +44,7 @@ class Eyes:
         for rank in self.launched.take_forged() if self.launched is not None else ():
             self._say(f"hang watch: rank{rank}.json named rank {rank}'s process but was not written by it (no "
                       f"valid seal of its own): not believed; rank {rank} is judged by its last own report")
+        self._say_dropped()
         states, dumps, seen = [], {}, {}
         for rank, report in reports.items():
             pid = report.get("pid")
@@ -58,6 +60,18 @@ class Eyes:
             if stacks is not None:
                 seen[rank] = stacks
         return Look(now, reports, states, dumps, seen)
+
+    def _say_dropped(self) -> None:
+        """Datagrams the watch's socket dropped (another user's, or in no form of ours: a flood) are said, the
+        first and then each tenfold more: a flood costs the watch bounded work a look, and is not unsaid."""
+        keys = self.launched.keys if self.launched is not None else None
+        if keys is None or keys.dropped <= max(0, 10 * self._dropped_said - 1) or not keys.dropped:
+            return
+        self._dropped_said = keys.dropped
+        others = sorted(keys.dropped_from)
+        who = f" (from uid {', '.join(map(str, others[:4]))}: another user)" if others else ""
+        self._say(f"watch: {keys.dropped} datagram(s) reached the watch's socket that were not this job's "
+                  f"samplers'{who}; dropped")
 
     def sealed_by(self, rank: int, pid: int, data: bytes) -> bool:
         """Whether ``data`` was signed by ``rank``'s own process ``pid`` (True where no keys are held)."""

@@ -35,8 +35,8 @@ from typing import Any
 
 from paijob.common import untrusted
 from paijob.common.records import MAX_LINE_TEXT, SlowRecord, signed_text
-from paijob.runtime.watch.evidence import checked, read_evidence
-from paijob.runtime.watch.folder import SLOW_VERDICT, read_file, write_new
+from paijob.runtime.watch.evidence import SealedBy, checked, read_evidence
+from paijob.runtime.watch.folder import SLOW_VERDICT, evidence_name, read_file, write_new
 from paijob.runtime.watch.ranks import Look, RankState
 from paijob.runtime.watch.slow import clock
 from paijob.runtime.watch.slow.verdict import Call, RankWindow, SlowVerdict, cpu_shares, judge_slow
@@ -48,6 +48,7 @@ PERSIST = 3  # looks in a row that name the same rank(s) before a straggler is s
 REPEAT = 180.0  # seconds between two lines about the same straggler (or phase)
 PREFIX = "slow-rank doctor: "
 CLOCK_EVERY = 6  # looks between two clock rounds of a node (a minute): clocks drift slowly
+UNREADABLE_AFTER = 2  # looks before a rank's missing evidence is said (its first file comes 5 s into its run)
 
 Publish = Callable[[int, str], None]
 Gather = Callable[[int, int], list[str]]
@@ -62,7 +63,7 @@ class SlowDoctor:
                  publish: Publish | None = None, gather: Gather | None = None,
                  get: clock.Get | None = None, put: clock.Set | None = None,
                  every: float = LOOK_EVERY, repeat: float = REPEAT, record_file: str | None = None,
-                 record_key: str | None = None) -> None:
+                 record_key: str | None = None, sealed_by: SealedBy | None = None) -> None:
         """``publish``/``gather``: a node's ranks' evidence over the store; ``get``/``put``: a key's
         text in the store (the clock rounds: :mod:`paijob.runtime.watch.slow.clock`); ``record_file``: where
         node 0 keeps its latest verdict as a record, where the cluster asks (``PAIJOB_SLOW_FILE``)."""
@@ -70,6 +71,8 @@ class SlowDoctor:
         ours = os.path.join(folder, SLOW_VERDICT)
         self.record_files = [f for f in (record_file, ours) if f] if node_rank == 0 else []
         self._record_key = record_key  # the task's: signs the records (the cluster checks the one it asked for)
+        self._sealed_by = sealed_by  # whether a file was signed by a rank's own process (None: believed as read)
+        self._unreadable: dict[int, float] = {}  # rank -> since when its evidence could not be read (said once)
         self.node_rank, self.nnodes, self.world_size = node_rank, nnodes, world_size
         self.folder = folder
         self._read, self._say = read, say
@@ -133,10 +136,25 @@ class SlowDoctor:
 
     def _local(self, reports: Mapping[int, Mapping[str, Any]], states: list[RankState]) -> list[dict[str, Any]]:
         """This node's ranks as published: who (from their rank states) and their evidence."""
-        found = read_evidence(self.folder, reports, self._read)
+        found = read_evidence(self.folder, reports, self._read, self._sealed_by)
+        self._note_unreadable(reports, found)
         ahead = self.ahead.estimate() if self.node_rank else 0.0
         return [{"rank": s.rank, "node_rank": s.node_rank, "host": s.host, "local_rank": s.local_rank,
                  "exited": s.exited, "clock_ahead": ahead, **found[s.rank]} for s in states if s.rank in found]
+
+    def _note_unreadable(self, reports: Mapping[int, Mapping[str, Any]], found: Mapping[int, Any]) -> None:
+        """A believed rank whose evidence file cannot be read (missing after it had one, not a regular file,
+        not signed by its own process) is said once, with since when: the doctor judges without it, and
+        says so, instead of going silent."""
+        now = time.time()
+        for rank in reports:
+            if rank in found:
+                self._unreadable.pop(rank, None)
+            elif rank not in self._unreadable and self._looks > UNREADABLE_AFTER:
+                self._unreadable[rank] = now
+                self._say(f"{PREFIX}rank {rank}'s evidence ({evidence_name(rank)}) cannot be read since "
+                          f"{time.strftime('%H:%M:%S', time.localtime(now))} (not a regular file, or not written by "
+                          f"rank {rank}'s own process): it is judged without it")
 
     def judge(self, now: float, ranks: list[dict[str, Any]]) -> SlowVerdict | None:
         """Node 0: the verdict on every rank's evidence, and the line when one is due."""

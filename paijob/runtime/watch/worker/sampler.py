@@ -140,7 +140,7 @@ class Sampler:
         self._last: dict[str, Any] | None = None  # the last report written
         self._stack_fd: int | None = None
         self._seal: seal.Seal | None = None  # this process's key, in its memory only, and its socket to the watch
-        self.evidence = Evidence(folder, rank, is_library=is_library, write=write_new)  # the slow-rank doctor's
+        self.evidence = Evidence(folder, rank, is_library=is_library, write=self._write_sealed)  # the slow-rank doctor's
         self._thread = threading.Thread(target=self._run, name="paijob-progress", daemon=True)
 
     def start(self) -> None:
@@ -336,6 +336,10 @@ class Sampler:
         write_new(self.path, text)
         self._last = report
         self._own_io = len(text.encode("utf-8")) + 64  # + the io file read between (its length varies)
+
+    def _write_sealed(self, path: str, text: str) -> None:
+        """A file of this rank's beside its reports (its slow-rank evidence), signed with its key as they are."""
+        write_new(path, self._seal.sign(text) if self._seal is not None else text)
 
     def note_failure(self, error: BaseException) -> None:
         """The rank's code raised ``error``: its record (:class:`~paijob.runtime.watch.folder.WorkerError`:

@@ -403,3 +403,16 @@ def test_a_hang_verdict_says_what_the_ranks_flight_recorders_show(tmp_path):
         "2-3; rank 1 made 40 all_reduce calls, the others 41 (it skipped one); exit 124"), declared[0].reason
     assert "(mismatched collectives)" in declared[0].reason
     assert watch.verdict is not None and watch.verdict.calls[1][-1] == ["0", 41, "barrier", 200.0]
+
+
+def test_a_rank_whose_evidence_cannot_be_read_is_said_once_not_left_silent():
+    """Issue 55: a rank's evidence swapped for a FIFO or a link silenced the doctor for the whole run, unsaid."""
+    said: list[str] = []
+    found = doctor(said, every=0.0)
+    report = {1: {"rank": 1, "pid": 7, "start_time": 1}}
+    for look in range(6):
+        found.look(Look(100.0 + look, report, []))
+    unreadable = [line for line in said if "evidence" in line]
+    assert unreadable == [unreadable[0]] and unreadable[0].startswith(
+        PREFIX + "rank 1's evidence (rank1.slow.json) cannot be read since "), said
+    assert unreadable[0].endswith("it is judged without it")
