@@ -29,10 +29,10 @@ from paijob.common import contract
 from paijob.common.ports import Reservation, reserve
 from paijob.common.records import FailureRecord
 from paijob.local import capacity, faults, layout, storage
-from paijob.local.settings import openpai_before_1_6, stop_grace
+from paijob.local.settings import openpai_before_1_6, passed_env, stop_grace
 from paijob.local.store import Store, now_ms
 from paijob.local.tasklog import LogSink
-from paijob.local.taskspec import Ports, inherited_env, task_env, task_script
+from paijob.local.taskspec import Ports, inherited_env, split_env, task_env, task_script
 from paijob.local.tracking import TASK_MARKER, Tracker
 from paijob.openpai.model import Job, TaskRole
 from paijob.openpai.names import init_role_failure, role_name_breaks_init, role_name_fix
@@ -211,7 +211,8 @@ class TaskProcesses:
 
     def _process_env(self, task: Task) -> tuple[dict[str, str], Path]:
         """The task process's environment (OpenPAI's variables, its GPU, its own /tmp) and its working folder."""
-        env = inherited_env(os.environ)  # no PAI_*, no token or cloud key of the shell that started it
+        # no PAI_*, no token, password, key or connection string of the shell that started it (unless passed)
+        env = inherited_env(os.environ, passed_env())
         env.update(self._task_env(task))
         python_bin = str(Path(sys.executable).parent)
         env["PATH"] = python_bin + os.pathsep + env.get("PATH", os.defpath)
@@ -262,6 +263,12 @@ class TaskProcesses:
         note = (f"[paijob local] docker images are not pulled: role {task.role.name} asks for "
                 f"'{self.job.image_uri(task.role)}'; commands run in this Python environment ({sys.executable})\n")
         sink.write("stderr", note.encode())
+        dropped = split_env(os.environ, passed_env())[1]
+        if dropped:  # names only: never a value
+            shown = ", ".join(dropped[:10]) + (f" and {len(dropped) - 10} more" if len(dropped) > 10 else "")
+            sink.write("stderr", f"[paijob local] not passed to the tasks, as they look like credentials: {shown} "
+                                 "(a job that needs one sets it in its env, from an OpenPAI secret, or start the "
+                                 f"cluster with {contract.LOCAL_PASS_ENV}=NAME)\n".encode())
         asked = [(r.instances, r.resources.gpu, r.resources.cpu, r.resources.memory_mb) for r in self.job.roles]
         for line in capacity.warnings(asked, capacity.this_machine(len(self.host.gpus))):
             sink.write("stderr", f"[paijob local] warning: {line}\n".encode())
