@@ -28,7 +28,7 @@ from typing import Protocol
 from paijob.common import contract
 from paijob.common.ports import Reservation, reserve
 from paijob.common.records import FailureRecord
-from paijob.local import capacity, faults, layout, storage
+from paijob.local import capacity, faults, layout, storage, tasktmp
 from paijob.local.settings import openpai_before_1_6, passed_env, stop_grace
 from paijob.local.store import Store, now_ms
 from paijob.local.tasklog import LogSink
@@ -91,6 +91,7 @@ class Task:
     record_key: str = field(default_factory=lambda: secrets.token_hex(16))
     sink: LogSink | None = None
     init_failed: bool = False  # OpenPAI's init container failed: its exit code is reported as is
+    tmp_folder: Path | None = None  # the short folder whose link is the task's TMPDIR (``tasktmp``)
 
     @property
     def key(self) -> str:
@@ -225,10 +226,10 @@ class TaskProcesses:
         workdir = self.host.work_dir(self.job_id, self.attempt, task.role.name, task.index)
         workdir.mkdir(parents=True, exist_ok=True)
         # A container's /tmp is its own: what the task leaves there (torch's inductor cache, the
-        # elastic agent's files, the user's scratch) stays with the job and goes with `local prune`.
-        private_tmp = workdir / ".tmp"
-        private_tmp.mkdir(exist_ok=True)
-        env["TMPDIR"] = str(private_tmp)
+        # elastic agent's files, the user's scratch) stays with the job and goes with `local prune`;
+        # TMPDIR names it by a short link, so Unix sockets under it fit in 107 bytes (``tasktmp``).
+        tasktmp.remove(task.tmp_folder)
+        env["TMPDIR"], task.tmp_folder = tasktmp.short(workdir / ".tmp")
         output = layout.output(self.host.state_dir, self.job_id)  # shared, kept across attempts
         output.mkdir(parents=True, exist_ok=True)
         env[contract.OUTPUT_DIR] = str(output)
@@ -278,6 +279,8 @@ class TaskProcesses:
 
     def _fail_unstarted(self, task: Task, sink: LogSink, code: int, message: str, hint: str = "") -> None:
         """A task that could not start: the run loop ends it as if it had exited with ``code``."""
+        tasktmp.remove(task.tmp_folder)
+        task.tmp_folder = None
         sink.write("stderr", f"[paijob local] {message}{hint}\n".encode())
         sink.close()
         task.state, task.code = "RUNNING", code
@@ -326,6 +329,8 @@ class TaskProcesses:
             self.host.tracker.end([task.uid], [], grace=0.5)
             for reader in task.readers:
                 reader.join(timeout=5)
+        tasktmp.remove(task.tmp_folder)  # its processes are gone: its short TMPDIR link goes too
+        task.tmp_folder = None
         task.state, task.code = state, code
         self.store.update_task(self.username, self.name_, task.job_attempt, task.role.name, task.index, task.attempt,
                                state=state, exit_code=code, completed_time=now_ms())
@@ -337,6 +342,9 @@ class TaskProcesses:
         if live:
             procs = [t.proc for t in live if t.proc is not None]
             self.host.tracker.end([t.uid for t in live], [p.pid for p in procs], stop_grace(), waiters=procs)
+        for task in live:
+            tasktmp.remove(task.tmp_folder)
+            task.tmp_folder = None
         return live
 
     def kill(self, tasks: list[Task], state: str) -> None:
