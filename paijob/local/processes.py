@@ -177,6 +177,10 @@ class TaskProcesses:
         env, workdir = self._process_env(task)
         sink = task.sink = LogSink(task.log_dir)
         self._write_notes(task, sink)
+        if task.tmp_folder is None and len(os.fsencode(env["TMPDIR"])) > tasktmp.SOCKET_ROOM:
+            sink.write("stderr", b"[paijob local] warning: no short folder for TMPDIR (/tmp, /var/tmp and /dev/shm are "
+                                 b"not usable): Unix sockets under it may not fit in 107 bytes (a DataLoader with "
+                                 b"workers fails with 'AF_UNIX path too long'); use a shorter state dir\n")
         if role_name_breaks_init(task.role.name) and not openpai_before_1_6():
             task.init_failed = True
             self._fail_unstarted(task, sink, 1, init_role_failure(task.role.name),

@@ -25,6 +25,7 @@ PREFIX = "paijob-"
 LINK = "t"
 SHORT_BASE = 24  # bytes: a base up to this long keeps TMPDIR under 40, and sockets under it well within 107
 BASES = ("/tmp", "/var/tmp", "/dev/shm")  # noqa: S108 - the folders themselves, judged before use
+SOCKET_ROOM = 107 - 40  # a TMPDIR longer than this leaves too little for a socket's name under it
 
 
 def _usable(base: str) -> bool:

@@ -82,3 +82,15 @@ def test_no_usable_base_keeps_the_real_folder(tmp_path: Path, monkeypatch: pytes
     monkeypatch.setattr(tasktmp, "bases", lambda: [])
     real = tmp_path / ".tmp"
     assert tasktmp.short(real) == (str(real), None) and real.is_dir()
+
+
+def test_a_long_tmpdir_without_a_short_base_is_said_in_the_task_log(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(tasktmp, "bases", lambda: [])
+    state = tmp_path / ("state-" + "s" * 60)
+    with LocalServer(state, TOKEN) as srv:
+        client = PaiClient(srv.url, TOKEN, user=local_user(), cluster_name="local", retries=1)
+        job_id = client.submit(job_yaml(LONG_NAME, ['echo "tmp=$TMPDIR"']))
+        assert client.wait(job_id, poll=0.2, timeout=60)["jobStatus"]["state"] == "SUCCEEDED"
+    log = "".join(p.read_text(errors="replace") for p in (state / "logs").rglob("stderr"))
+    assert "no short folder for TMPDIR" in log and "AF_UNIX path too long" in log

@@ -150,3 +150,20 @@ def test_no_path_form_ends_in_a_traceback(project: Path, secret: Path) -> None:
     for label in ("self loop", "loop"):
         assert "too many links" in outcomes[label], outcomes[label]
     assert "NUL" in outcomes["nul"] and "absolute name" in outcomes["dev"]
+
+
+def test_a_values_schema_swapped_for_a_link_out_after_its_check_is_never_read(project: Path, secret: Path) -> None:
+    """The schema is checked when the template is found and read later: the read walks the folder again."""
+    from paijob.render.values_schema import ValuesSchemaError, load_schema
+
+    schema = project / "t.values.schema.json"
+    secret.write_text('{"type": "object", "description": "' + SECRET + '"}')
+    schema.symlink_to(secret)  # as if swapped in after TemplateRef.schema_file() looked
+    load_schema.cache_clear()
+    with pytest.raises(ValuesSchemaError, match="outside its folder") as refused:
+        load_schema(str(schema))
+    assert SECRET not in str(refused.value)
+    schema.unlink()
+    schema.write_text('{"type": "object"}')
+    load_schema.cache_clear()
+    assert load_schema(str(schema)) == {"type": "object"}
