@@ -107,8 +107,11 @@ _CREDENTIAL_PARAMETER = ("token", "secret", "passw", "pwd", "sig", "auth", "key"
 def _holds_credentials(source: str) -> bool:
     """Does ``source`` (NFKC) hold a credential: userinfo before the host (``user:pw@``, ``token@``, also with a
     ``/`` in the password), a query parameter named like one, or a token of a known shape?"""
-    if credentials.found_in(source):
-        return True
+    return credentials.found_in(source) or _userinfo(source) or _query_credential(source)
+
+
+def _userinfo(source: str) -> bool:
+    """``user:password@`` or ``token@`` before the host (an ssh user alone, ``git@host``, is no credential)."""
     scheme, sep, rest = source.partition("://")
     head = re.split(r"[?#]", rest if sep else source, maxsplit=1)[0]
     authority = head.split("/", 1)[0]
@@ -118,8 +121,12 @@ def _holds_credentials(source: str) -> bool:
             return True
     if "@" in head and ":" in head.split("@", 1)[0]:  # user:pa/ss@host: a ':' that is not a port's
         after = head.split("@", 1)[0].split(":", 1)[1]
-        if not after.split("/", 1)[0].isdigit():
-            return True
+        return not after.split("/", 1)[0].isdigit()
+    return False
+
+
+def _query_credential(source: str) -> bool:
+    """A query parameter named like a credential, with a value (``?token=...``, ``X-Amz-Signature=...``)."""
     query = source.split("?", 1)[1].split("#", 1)[0] if "?" in source else ""
     for field in query.split("&"):
         name, equals, value = field.partition("=")

@@ -367,13 +367,21 @@ class _RootKeys:
         self.root_map = self.is_key = self.wanted = self.judge_next = False
         self.opened: str | None = None  # the anchor of the mapping the previous event opened
 
+    def after_opening(self, event: Any) -> bool:
+        """What the event after a mapping's start tells: the mapping is not empty. True: it was the value
+        of ``secrets``."""
+        if not isinstance(event, yaml.MappingEndEvent):
+            if self.opened is not None:
+                self.full.add(self.opened)
+            if self.judge_next:
+                return True
+        self.judge_next, self.opened = False, None
+        return False
+
     def event(self, event: Any) -> bool:
         """Take the next event; True once the answer is yes."""
-        if self.opened is not None and not isinstance(event, yaml.MappingEndEvent):
-            self.full.add(self.opened)
-        if self.judge_next and not isinstance(event, yaml.MappingEndEvent):
+        if self.after_opening(event):
             return True
-        self.judge_next, self.opened = False, None
         if isinstance(event, yaml.CollectionEndEvent):
             self.depth -= 1
             return False
