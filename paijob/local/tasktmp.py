@@ -6,7 +6,7 @@ never in the laptop's TMPDIR. But a Unix socket's path holds at most 107 bytes, 
 listener at ``$TMPDIR/pymp-XXXXXXXX/listener-XXXXXXXX`` (32 more): with a long state path or job name every
 DataLoader worker failed with ``OSError: AF_UNIX path too long`` and the ranks sat in ``next()``.
 
-So TMPDIR names that folder through a link in a short private folder: ``/tmp/paijob-XXXXXXXX/t`` (22 bytes),
+So TMPDIR names that folder through a link in a short private folder: ``/tmp/paijob-tmp-XXXXXXXX/t`` (26 bytes),
 the folder made by ``tempfile.mkdtemp`` (0700, a name no one else can take or list, so no other user reads the
 link to learn the job's name), removed when the task ends; a folder left by a server that died is removed when
 the next one starts (:func:`sweep`). The base is the server's own temporary folder when it is short, else the
@@ -21,7 +21,7 @@ import stat
 import tempfile
 from pathlib import Path
 
-PREFIX = "paijob-"
+PREFIX = "paijob-tmp-"
 LINK = "t"
 SHORT_BASE = 24  # bytes: a base up to this long keeps TMPDIR under 40, and sockets under it well within 107
 BASES = ("/tmp", "/var/tmp", "/dev/shm")  # noqa: S108 - the folders themselves, judged before use
