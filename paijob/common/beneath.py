@@ -108,7 +108,7 @@ class _Walk:
         except OSError as error:
             if error.errno != errno.EINVAL:  # EINVAL: no longer a link (swapped since the lstat): walk it again
                 raise
-            self.todo.append(part)
+            self.retry(part)
             return
         self.last_link = os.path.normpath(target if os.path.isabs(target) else self.here(target))
         if os.path.isabs(target):
@@ -124,7 +124,13 @@ class _Walk:
             self.todo.extend(reversed(split(target)))
 
     def enter(self, part: str, st: os.stat_result) -> None:
-        fd = os.open(part, _DIR_FLAGS, dir_fd=self.fds[-1])
+        try:
+            fd = os.open(part, _DIR_FLAGS, dir_fd=self.fds[-1])
+        except OSError as error:
+            if error.errno not in (errno.ELOOP, errno.ENOTDIR):  # became a link or a file since the lstat
+                raise
+            self.retry(part)
+            return
         opened = os.fstat(fd)
         if (opened.st_dev, opened.st_ino) != (st.st_dev, st.st_ino):  # swapped since: walk it again
             os.close(fd)
