@@ -143,6 +143,11 @@ LOCAL_UNLIMITED_RETRY_CAP = "PAIJOB_LOCAL_UNLIMITED_RETRY_CAP"
 LOCAL_CGROUP = "PAIJOB_LOCAL_CGROUP"
 """``0``: the local cluster tracks tasks without a cgroup of their own (default 1)."""
 
+LOCAL_PASS_ENV = "PAIJOB_LOCAL_PASS_ENV"
+"""Names (comma- or space-separated) of variables of the shell that started the local cluster that its tasks
+get although they look like credentials (``DATABASE_URL`` with a password, ``KAGGLE_KEY``): by default a task
+gets none of those."""
+
 PORT_RANGE = "PAIJOB_PORT_RANGE"
 """``LOW-HIGH``: where the local cluster's task ports and a standalone run's rendezvous port
 are drawn from (default 20000-28999), less the kernel's ephemeral range (:mod:`paijob.common.ports`)."""

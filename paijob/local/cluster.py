@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from paijob.common import records
-from paijob.local import capacity, layout
+from paijob.local import capacity, layout, tasktmp
 from paijob.local.jobmodels import JobModels
 from paijob.local.processes import SLOW_NAME, STALL_NAME
 from paijob.local.runner import JobRunner
@@ -72,6 +72,7 @@ class LocalCluster:
         self.models = JobModels()  # every stored job parsed once, for the REST views
         self._record_secret: bytes | None = None  # read (made once) on first use: record_key
         self._recover()
+        tasktmp.sweep(layout.work(state_dir))  # short TMPDIR links a server that died left (none of it runs now)
 
     def log_dir(self, job_id: str, attempt: int, role: str, index: int, task_attempt: int) -> Path:
         return layout.task_logs(self.state_dir, job_id, attempt, role, index, task_attempt)

@@ -75,9 +75,15 @@ def pruned_mark(root: Path, job_id: str) -> Path:
     return logs(root) / f"{job_id}{PRUNED_SUFFIX}"
 
 
+def work(root: Path) -> Path:
+    """The folder of every task's working folder."""
+    return root / WORK
+
+
 def task_work(root: Path, job_id: str, attempt: int, role: str, index: int) -> Path:
-    """One task's working folder in one job attempt."""
-    return root / WORK / job_id / str(attempt) / f"{role}-{index}"
+    """One task's working folder in one job attempt (its ``.tmp`` is the task's TMPDIR, named by a short link:
+    ``local.tasktmp``)."""
+    return work(root) / job_id / str(attempt) / f"{role}-{index}"
 
 
 def output(root: Path, job_id: str) -> Path:

@@ -28,11 +28,11 @@ from typing import Protocol
 from paijob.common import contract
 from paijob.common.ports import Reservation, reserve
 from paijob.common.records import FailureRecord
-from paijob.local import capacity, faults, layout, storage
-from paijob.local.settings import openpai_before_1_6, stop_grace
+from paijob.local import capacity, faults, layout, storage, tasktmp
+from paijob.local.settings import openpai_before_1_6, passed_env, stop_grace
 from paijob.local.store import Store, now_ms
 from paijob.local.tasklog import LogSink
-from paijob.local.taskspec import Ports, inherited_env, task_env, task_script
+from paijob.local.taskspec import Ports, inherited_env, split_env, task_env, task_script
 from paijob.local.tracking import TASK_MARKER, Tracker
 from paijob.openpai.model import Job, TaskRole
 from paijob.openpai.names import init_role_failure, role_name_breaks_init, role_name_fix
@@ -93,6 +93,7 @@ class Task:
     record_key: str = field(default_factory=lambda: secrets.token_hex(16))
     sink: LogSink | None = None
     init_failed: bool = False  # OpenPAI's init container failed: its exit code is reported as is
+    tmp_folder: Path | None = None  # the short folder whose link is the task's TMPDIR (``tasktmp``)
 
     @property
     def key(self) -> str:
@@ -182,6 +183,10 @@ class TaskProcesses:
         env, workdir = self._process_env(task)
         sink = task.sink = LogSink(task.log_dir)
         self._write_notes(task, sink)
+        if task.tmp_folder is None and len(os.fsencode(env["TMPDIR"])) > tasktmp.SOCKET_ROOM:
+            sink.write("stderr", b"[paijob local] warning: no short folder for TMPDIR (/tmp, /var/tmp and /dev/shm are "
+                                 b"not usable): Unix sockets under it may not fit in 107 bytes (a DataLoader with "
+                                 b"workers fails with 'AF_UNIX path too long'); use a shorter state dir\n")
         if role_name_breaks_init(task.role.name) and not openpai_before_1_6():
             task.init_failed = True
             self._fail_unstarted(task, sink, 1, init_role_failure(task.role.name),
@@ -217,7 +222,8 @@ class TaskProcesses:
 
     def _process_env(self, task: Task) -> tuple[dict[str, str], Path]:
         """The task process's environment (OpenPAI's variables, its GPU, its own /tmp) and its working folder."""
-        env = inherited_env(os.environ)  # no PAI_*, no token or cloud key of the shell that started it
+        # no PAI_*, no token, password, key or connection string of the shell that started it (unless passed)
+        env = inherited_env(os.environ, passed_env())
         env.update(self._task_env(task))
         python_bin = str(Path(sys.executable).parent)
         env["PATH"] = python_bin + os.pathsep + env.get("PATH", os.defpath)
@@ -230,10 +236,10 @@ class TaskProcesses:
         workdir = self.host.work_dir(self.job_id, self.attempt, task.role.name, task.index)
         workdir.mkdir(parents=True, exist_ok=True)
         # A container's /tmp is its own: what the task leaves there (torch's inductor cache, the
-        # elastic agent's files, the user's scratch) stays with the job and goes with `local prune`.
-        private_tmp = workdir / ".tmp"
-        private_tmp.mkdir(exist_ok=True)
-        env["TMPDIR"] = str(private_tmp)
+        # elastic agent's files, the user's scratch) stays with the job and goes with `local prune`;
+        # TMPDIR names it by a short link, so Unix sockets under it fit in 107 bytes (``tasktmp``).
+        tasktmp.remove(task.tmp_folder)
+        env["TMPDIR"], task.tmp_folder = tasktmp.short(workdir / ".tmp")
         output = layout.output(self.host.state_dir, self.job_id)  # shared, kept across attempts
         output.mkdir(parents=True, exist_ok=True)
         env[contract.OUTPUT_DIR] = str(output)
@@ -269,6 +275,12 @@ class TaskProcesses:
         note = (f"[paijob local] docker images are not pulled: role {task.role.name} asks for "
                 f"'{self.job.image_uri(task.role)}'; commands run in this Python environment ({sys.executable})\n")
         sink.write("stderr", note.encode())
+        dropped = split_env(os.environ, passed_env())[1]
+        if dropped:  # names only: never a value
+            shown = ", ".join(dropped[:10]) + (f" and {len(dropped) - 10} more" if len(dropped) > 10 else "")
+            sink.write("stderr", f"[paijob local] not passed to the tasks, as they look like credentials: {shown} "
+                                 "(a job that needs one sets it in its env, from an OpenPAI secret, or start the "
+                                 f"cluster with {contract.LOCAL_PASS_ENV}=NAME)\n".encode())
         asked = [(r.instances, r.resources.gpu, r.resources.cpu, r.resources.memory_mb) for r in self.job.roles]
         for line in capacity.warnings(asked, capacity.this_machine(len(self.host.gpus))):
             sink.write("stderr", f"[paijob local] warning: {line}\n".encode())
@@ -278,6 +290,8 @@ class TaskProcesses:
 
     def _fail_unstarted(self, task: Task, sink: LogSink, code: int, message: str, hint: str = "") -> None:
         """A task that could not start: the run loop ends it as if it had exited with ``code``."""
+        tasktmp.remove(task.tmp_folder)
+        task.tmp_folder = None
         sink.write("stderr", f"[paijob local] {message}{hint}\n".encode())
         sink.close()
         task.state, task.code = "RUNNING", code
@@ -326,6 +340,8 @@ class TaskProcesses:
             self.host.tracker.end([task.uid], [], grace=0.5)
             for reader in task.readers:
                 reader.join(timeout=5)
+        tasktmp.remove(task.tmp_folder)  # its processes are gone: its short TMPDIR link goes too
+        task.tmp_folder = None
         task.state, task.code = state, code
         self.store.update_task(self.username, self.name_, task.job_attempt, task.role.name, task.index, task.attempt,
                                state=state, exit_code=code, completed_time=now_ms())
@@ -337,6 +353,9 @@ class TaskProcesses:
         if live:
             procs = [t.proc for t in live if t.proc is not None]
             self.host.tracker.end([t.uid for t in live], [p.pid for p in procs], stop_grace(), waiters=procs)
+        for task in live:
+            tasktmp.remove(task.tmp_folder)
+            task.tmp_folder = None
         return live
 
     def kill(self, tasks: list[Task], state: str) -> None:

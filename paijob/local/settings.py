@@ -89,12 +89,28 @@ def user_name() -> str:
     return name
 
 
+_VARIABLE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def passed_env() -> frozenset[str]:
+    """``PAIJOB_LOCAL_PASS_ENV``: variables the tasks get although they look like credentials (default none)."""
+    raw = os.environ.get(contract.LOCAL_PASS_ENV, "")
+    names = [name for name in re.split(r"[\s,]+", raw) if name]
+    bad = [name for name in names if not _VARIABLE.fullmatch(name)]
+    if bad:  # never repeated: a value here may be the credential itself, given where its name belongs
+        raise LocalSettingError(f"{contract.LOCAL_PASS_ENV} takes names of environment variables (letters, digits "
+                                f"and _, separated by commas or spaces, e.g. {contract.LOCAL_PASS_ENV}=DATABASE_URL,"
+                                f"KAGGLE_KEY); {len(bad)} of its words are not (not shown here)")
+    return frozenset(names)
+
+
 def check() -> None:
     """Read every setting once; ``LocalSettingError`` names the first bad one."""
     stop_grace()
     unlimited_retry_cap()
     cgroup_wanted()
     openpai_before_1_6()
+    passed_env()
     user_name()
     try:
         ports.candidates()  # PAIJOB_PORT_RANGE: where task ports come from, outside the kernel's ephemeral range

@@ -15,7 +15,7 @@ import fnmatch
 import uuid
 from collections.abc import Collection, Mapping
 
-from paijob.common import contract
+from paijob.common import contract, credentials
 from paijob.openpai import taskenv
 from paijob.openpai.markers import task_command
 from paijob.openpai.model import Job, TaskRole
@@ -24,11 +24,16 @@ from paijob.remote import profiles
 
 HOST_IP = "127.0.0.1"
 # What a local task never inherits from the shell that started the local cluster (matched case-insensitively):
-# OpenPAI's own client variables and paijob's local token (the server's), and credentials. On OpenPAI a task
-# never sees the submitter's shell; here one would otherwise hand every job the GitHub token, cloud keys and
-# registry passwords exported there. A job that needs one names it (env in the values, or an OpenPAI secret).
+# OpenPAI's own client variables and paijob's local token (the server's).
+NEVER_INHERITED = ("PAI_*", contract.LOCAL_TOKEN)
+# And credentials. On OpenPAI a task never sees the submitter's shell; here one would otherwise hand every job the
+# GitHub token, cloud keys, database URLs and registry passwords exported there. Besides these names, any variable
+# whose name or value looks like a credential (``paijob.common.credentials``: ``*PASSWORD*``, ``*_KEY``,
+# ``*TOKEN*``, ``*SECRET*``, connection strings, a URL with a password, a token of a known shape) is left out. A
+# job that needs one sets it in its own env (the values' ``env``, from an OpenPAI secret), or the cluster is
+# started with ``PAIJOB_LOCAL_PASS_ENV=NAME,...`` naming the variables it may pass on.
 NOT_INHERITED = (
-    "PAI_*", contract.LOCAL_TOKEN,
+    *NEVER_INHERITED,
     "*_TOKEN", "*_TOKENS", "*_SECRET", "*_SECRET_*", "*_SECRETS", "*_PASSWORD", "*_PASSWD", "*_API_KEY",
     "*_APIKEY", "*_ACCESS_KEY", "*_PRIVATE_KEY", "*_CREDENTIALS", "*_AUTH", "*_PAT",
     "AWS_ACCESS_KEY_ID", "AWS_PROFILE", "AZURE_CLIENT_ID", "AZURE_TENANT_ID", "GOOGLE_APPLICATION_CREDENTIALS",
@@ -37,12 +42,34 @@ NOT_INHERITED = (
 )
 
 
-def inherited_env(environ: Mapping[str, str]) -> dict[str, str]:
-    """What a local task keeps of the cluster process's environment: all but ``NOT_INHERITED`` and the
-    variables the user's cluster profiles hold their tokens in (``--token-env``)."""
+def _matches(name: str, patterns: tuple[str, ...]) -> bool:
+    return any(fnmatch.fnmatchcase(name.upper(), pattern) for pattern in patterns)
+
+
+def split_env(environ: Mapping[str, str], passed: Collection[str] = ()) -> tuple[dict[str, str], list[str]]:
+    """(what a local task keeps of the cluster process's environment, the names it does not get because they
+    look like credentials). Left out: ``NEVER_INHERITED`` always; ``NOT_INHERITED``, every variable whose name
+    or value looks like a credential and the variables the user's cluster profiles hold their tokens in
+    (``--token-env``), unless ``passed`` (``PAIJOB_LOCAL_PASS_ENV``) names them."""
     tokens = profiles.token_variables()
-    return {name: value for name, value in environ.items() if name not in tokens
-            and not any(fnmatch.fnmatchcase(name.upper(), pattern) for pattern in NOT_INHERITED)}
+    kept: dict[str, str] = {}
+    dropped: list[str] = []
+    for name, value in environ.items():
+        if _matches(name, NEVER_INHERITED):
+            continue
+        if name not in passed and (name in tokens or _matches(name, NOT_INHERITED)
+                                   or credentials.credential_variable(name, value)):
+            dropped.append(name)
+            continue
+        kept[name] = value
+    return kept, sorted(dropped)
+
+
+def inherited_env(environ: Mapping[str, str], passed: Collection[str] = ()) -> dict[str, str]:
+    """What a local task keeps of the cluster process's environment (``split_env``)."""
+    return split_env(environ, passed)[0]
+
+
 Ports = dict[str, dict[int, dict[str, list[int]]]]  # role -> index -> label -> ports
 
 

@@ -34,6 +34,7 @@ from urllib.parse import urlsplit
 
 import yaml
 
+from paijob.common import credentials
 from paijob.common.safefile import atomic_write
 from paijob.errors import PaijobError
 from paijob.remote.errors import hide_url_password
@@ -191,11 +192,33 @@ _TOKEN_SHAPED = re.compile(r"gh[pousr]_[A-Za-z0-9]{36}|github_pat_\w{59,90}|hf_[
 
 def check_token_env(variable: str) -> None:
     """``--token-env`` names a variable (``PROD_PAI_TOKEN``); anything else is most likely the token itself,
-    which must then be neither stored as a name nor echoed in the message."""
-    if not _VARIABLE.fullmatch(variable) or _TOKEN_SHAPED.fullmatch(variable):
+    which must then be neither stored as a name nor echoed in the message. A variable of the shell itself
+    (``PATH``, ``HOME``, ``LC_ALL``) holds no token: a slip, refused with its name."""
+    if not _VARIABLE.fullmatch(variable) or _TOKEN_SHAPED.fullmatch(variable) or _token_like(variable):
         raise ProfileError("--token-env takes the NAME of an environment variable holding the token (letters, "
                            "digits and _, e.g. PROD_PAI_TOKEN), not the token itself (not shown here): "
                            "`export PROD_PAI_TOKEN=...` then `--token-env PROD_PAI_TOKEN`")
+    if credentials.shell_variable(variable):
+        raise ProfileError(f"--token-env {variable}: {variable} is a variable of your shell, not one holding a "
+                           "token; keep the token in a variable of its own: `export PROD_PAI_TOKEN=...` then "
+                           "`--token-env PROD_PAI_TOKEN`")
+
+
+def _token_like(variable: str) -> bool:
+    """A token of a known shape (``sk_live_...``, ``npm_...``: paijob.common.credentials), or random-looking: a
+    part of 20 or more characters mixing letters and digits or switching case at every turn, or 10 digits and
+    more in 30 characters and more (``xoxb_1234..._AbCd...``). No variable is named so."""
+    if credentials.found_in(variable):
+        return True
+    if len(variable) >= 30 and sum(c.isdigit() for c in variable) >= 10:
+        return True
+    for part in variable.split("_"):
+        if len(part) < 20:
+            continue
+        switches = sum(1 for a, b in zip(part, part[1:], strict=False) if a.isupper() != b.isupper())
+        if switches >= 8 or (any(c.isdigit() for c in part) and any(c.isalpha() for c in part)):
+            return True
+    return False
 
 
 def remove(name: str) -> Path:

@@ -17,11 +17,13 @@ from __future__ import annotations
 
 import re
 import shlex
+import unicodedata
 from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
 from paijob import __version__
+from paijob.common import credentials
 from paijob.errors import PaijobError
 from paijob.validate.install_route import (
     DEFAULT_INDEX,
@@ -72,19 +74,65 @@ _CREDENTIALS_FIX = (
 def source_problem(source: str) -> str | None:
     """What is wrong with ``runtimeInstall.source`` (None: an index URL, a wheel or sdist path or URL, a VCS
     URL, or an OpenPAI secret reference that holds one). Checked at render, so ``validate`` and ``--dry-run``
-    refuse what would only fail inside the task, and no credential is ever rendered into a command."""
+    refuse what would only fail inside the task, and no credential is ever rendered into a command.
+
+    Judged in its NFKC form (a fullwidth ``＠`` or ``：`` is what a server may read as ``@`` or ``:``), and a
+    source that form changes is refused; a credential anywhere (``user:password@``, ``?token=``, a token of a
+    known shape) is refused, and no message ever repeats it (``_shown``)."""
     if re.fullmatch(_SECRET_REFERENCE, source):
         return None
     if not source or any(ch.isspace() or not ch.isprintable() for ch in source):
         return "a source is one word without spaces or control characters"
-    if source.startswith("-"):
+    plain = unicodedata.normalize("NFKC", source)
+    if plain.startswith("-"):
         return ("a pip option is not a source; give the URL alone (runtimeInstall.source: https://host/simple), "
                 "or pip's settings in env (PIP_INDEX_URL, PIP_EXTRA_INDEX_URL)")
+    if _holds_credentials(plain):
+        return "it holds credentials (user:password@, a token@, a ?token= or a token in the URL); " + _CREDENTIALS_FIX
+    if plain != source:
+        return ("it holds characters that Unicode normalisation (NFKC) turns into others (a fullwidth ＠, ：or ／), "
+                "which pip and servers may read differently: write the URL in plain ASCII")
     kind = source_kind(source)
-    url = urlsplit(source[source.index("+") + 1:] if kind == "vcs" else source)
-    if url.password or (url.username and url.scheme in ("http", "https")):
-        return "it holds credentials (user:password@ or a token@ in the URL); " + _CREDENTIALS_FIX
+    try:
+        url = urlsplit(source[source.index("+") + 1:] if kind == "vcs" else source)
+    except ValueError:  # an unbalanced [ ] (IPv6), a host Python refuses: its message would repeat the URL
+        return "it is not a URL pip can read (an unbalanced [ ] or a host no URL may have)"
     return _shape_problem(kind, url)
+
+
+# query parameters that carry a credential (?token=, ?access_token=, ?sig=, X-Amz-Signature, ...)
+_CREDENTIAL_PARAMETER = ("token", "secret", "passw", "pwd", "sig", "auth", "key", "credential", "session")
+
+
+def _holds_credentials(source: str) -> bool:
+    """Does ``source`` (NFKC) hold a credential: userinfo before the host (``user:pw@``, ``token@``, also with a
+    ``/`` in the password), a query parameter named like one, or a token of a known shape?"""
+    return credentials.found_in(source) or _userinfo(source) or _query_credential(source)
+
+
+def _userinfo(source: str) -> bool:
+    """``user:password@`` or ``token@`` before the host (an ssh user alone, ``git@host``, is no credential)."""
+    scheme, sep, rest = source.partition("://")
+    head = re.split(r"[?#]", rest if sep else source, maxsplit=1)[0]
+    authority = head.split("/", 1)[0]
+    if "@" in authority:
+        user = authority.rsplit("@", 1)[0]
+        if ":" in user or scheme.lower().rsplit("+", 1)[-1] in ("http", "https") or not sep:
+            return True
+    if "@" in head and ":" in head.split("@", 1)[0]:  # user:pa/ss@host: a ':' that is not a port's
+        after = head.split("@", 1)[0].split(":", 1)[1]
+        return not after.split("/", 1)[0].isdigit()
+    return False
+
+
+def _query_credential(source: str) -> bool:
+    """A query parameter named like a credential, with a value (``?token=...``, ``X-Amz-Signature=...``)."""
+    query = source.split("?", 1)[1].split("#", 1)[0] if "?" in source else ""
+    for field in query.split("&"):
+        name, equals, value = field.partition("=")
+        if equals and value and any(word in name.lower() for word in _CREDENTIAL_PARAMETER):
+            return True
+    return False
 
 
 def _shape_problem(kind: str, url: Any) -> str | None:
@@ -102,8 +150,14 @@ def _shape_problem(kind: str, url: Any) -> str | None:
 
 
 def _shown(source: str) -> str:
-    """The source as an error message may show it: credentials masked, at most 120 characters."""
-    masked = re.sub(r"(://)[^/@\s]*@", r"\1***@", source)
+    """The source as an error message may show it: no credential. Everything before the last ``@`` of its
+    authority (and of a ``user:pa/ss@``) is masked, every query value is, and a source that still holds a
+    credential of a known shape is not shown at all; at most 120 characters."""
+    plain = unicodedata.normalize("NFKC", source)
+    masked = re.sub(r"^([A-Za-z][A-Za-z0-9+.-]*://)?[^?#\s]*@", r"\1***@", plain) if "@" in plain else plain
+    masked = re.sub(r"([?&][^=&#\s]*=)[^&#\s]*", r"\1***", masked)
+    if credentials.found_in(masked):
+        return "(not shown: it holds a credential)"
     return repr(masked if len(masked) <= 120 else masked[:117] + "...")
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, NamedTuple
 
-from paijob.common import contract
+from paijob.common import beneath, contract
 from paijob.errors import PaijobError
 
 if TYPE_CHECKING:
@@ -67,13 +67,29 @@ class TemplateRef(NamedTuple):  # not a frozen dataclass: ~0.5 ms less start-up 
                 return builtin_text(name), name
             except FileNotFoundError:
                 return None
-        from pathlib import Path
+        return self.read_beside(self.name + VALUES_SUFFIX, "default values file")
 
-        values = Path(self.filename).with_name(self.name + VALUES_SUFFIX)
-        if values.is_file():
-            self.check_beside(str(values), "default values file")
-            return read_text(values, "default values file"), str(values)
-        return None
+    def read_beside(self, name: str, what: str) -> tuple[str, str] | None:
+        """(text, path) of file ``name`` beside a user template, read through its folder's descriptor
+        (``paijob.common.beneath``): a link out of the folder is refused, and one swapped in after a check
+        cannot be followed, as no check is made apart from the read. None: no such file (or not a file)."""
+        shown = os.path.join(os.path.dirname(self.filename), name)
+        folder = os.path.realpath(os.path.dirname(self.filename) or ".")
+        try:
+            found = beneath.read_beneath(folder, [name])
+        except beneath.Outside as error:
+            raise TemplateRefused(name, f"the {what} of template {self.filename} is a link to {error.target}, "
+                                  f"outside its folder {folder}") from None
+        except (beneath.NotRegular, beneath.TooManyLinks):
+            return None
+        except OSError as error:
+            raise TemplateError(f"cannot read {what} {shown}: {error.strerror or error}") from None
+        if found is None:
+            return None
+        try:
+            return found[0].decode("utf-8"), shown
+        except UnicodeDecodeError as error:
+            raise TemplateError(f"{what} {shown} is not UTF-8 text (byte {error.start}); save it as UTF-8") from None
 
     def schema_file(self) -> str | None:
         """The values schema beside the template (``NAME.values.schema.json``), if any."""
@@ -148,37 +164,44 @@ def builtin_include(name: str) -> str:
     return file
 
 
-def user_include(folder: str, name: str) -> str | None:
-    """The file a user template's ``include``/``import``/``extends`` of ``name`` reads, or None.
+def user_include(folder: str, name: str) -> tuple[bytes, str] | None:
+    """The bytes and file name of what a user template's ``include``/``import``/``extends`` of ``name``
+    reads, or None.
 
     A user template reaches its own folder (``folder``, already resolved) and
     what is under it, nothing else: an absolute name, a ``..`` part or a link
     whose target lies outside the folder is a ``TemplateRefused`` naming why,
-    never a fall back to anything else. None: no such file in the folder (a bare
-    name may still be a built-in)."""
+    never a fall back to anything else. What is read is what was checked: the
+    file is opened through the folder's descriptor, part by part, without
+    following a link (``paijob.common.beneath``), so a link swapped in while
+    renders run is walked and confined, or refused, never followed out (issue 55).
+    None: no such file in the folder (a bare name may still be a built-in)."""
     if "\0" in name:
         raise TemplateRefused(name, "a template name holds a NUL character")
     if name.startswith("/") or os.path.isabs(name):
         raise TemplateRefused(
             name, f"an absolute name; a template reads only templates in its own folder {folder}"
         )
-    parts = [part for part in name.split("/") if part not in ("", ".")]
+    parts = beneath.split(name)
     if ".." in parts:
         raise TemplateRefused(
             name, f"'..' climbs out of the template's folder {folder}; name a template in that folder"
         )
     if not parts:
         return None
-    file = os.path.join(folder, *parts)
-    if not os.path.lexists(file):
-        return None
-    real = os.path.realpath(file)
-    if os.path.commonpath([real, folder]) != folder:
+    try:
+        return beneath.read_beneath(folder, parts)
+    except beneath.Outside as error:
         raise TemplateRefused(
-            name, f"it is a link to {real}, outside the template's folder {folder}; "
+            name, f"it is a link to {error.target}, outside the template's folder {folder}; "
             "copy the template into that folder instead"
-        )
-    return real if os.path.isfile(real) else None
+        ) from None
+    except beneath.NotRegular as error:
+        raise TemplateRefused(name, f"it is a {error.kind}, not a template file") from None
+    except beneath.TooManyLinks:
+        raise TemplateRefused(name, "too many links on the way (a link loop?)") from None
+    except OSError as error:
+        raise TemplateRefused(name, f"it cannot be read ({error.strerror or error})") from None
 
 
 def read_text(path: Path, what: str, error_type: type[PaijobError] | None = None) -> str:

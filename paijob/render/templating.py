@@ -133,8 +133,8 @@ class _Environment(SandboxedEnvironment):
 class _TemplateLoader(jinja2.BaseLoader):
     """What ``include``, ``import`` and ``extends`` read: templates, nothing else.
 
-    A user template's own folder first (``user_include``: confined to it, links
-    resolved and checked), then the built-ins by bare name (``builtin_include``).
+    A user template's own folder first (``user_include``: confined to it, read part by
+    part through the folder's descriptor, links walked inside it), then the built-ins by bare name (``builtin_include``).
     A refused name raises ``TemplateRefused`` and never falls through to the next
     place (Jinja's ``ChoiceLoader`` would try the built-ins with ``/etc/passwd``)."""
 
@@ -144,16 +144,18 @@ class _TemplateLoader(jinja2.BaseLoader):
     def get_source(
         self, environment: jinja2.Environment, template: str
     ) -> tuple[str, str, Callable[[], bool]]:
-        file = user_include(self.folder, template) if self.folder is not None else None
-        if file is None:
-            try:
-                file = builtin_include(template)
-            except FileNotFoundError:
-                raise jinja2.TemplateNotFound(template) from None
-            except TemplateRefused:
-                if self.folder is None:
-                    raise
-                raise jinja2.TemplateNotFound(template) from None  # "sub/x.j2": not in the folder
+        found = user_include(self.folder, template) if self.folder is not None else None
+        if found is not None:  # read through the folder's descriptor: what was checked is what is read
+            data, file = found
+            return data.decode("utf-8"), file, lambda: True
+        try:
+            file = builtin_include(template)
+        except FileNotFoundError:
+            raise jinja2.TemplateNotFound(template) from None
+        except TemplateRefused:
+            if self.folder is None:
+                raise
+            raise jinja2.TemplateNotFound(template) from None  # "sub/x.j2": not in the folder
         try:
             with open(file, encoding="utf-8") as handle:
                 text = handle.read()

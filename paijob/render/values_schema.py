@@ -18,10 +18,12 @@ used in the messages.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator
 from functools import lru_cache
 from typing import Any
 
+from paijob.common import beneath
 from paijob.errors import PaijobError
 from paijob.openpai import schemaeval
 from paijob.openpai.schemaeval import SchemaError
@@ -50,10 +52,19 @@ def iter_errors(value: Any, schema: dict[str, Any], path: tuple[Any, ...] = ()) 
 
 @lru_cache(maxsize=16)
 def load_schema(path: str) -> dict[str, Any]:
-    """The schema in ``path`` (cached: built-in schemas never change during a run)."""
+    """The schema in ``path`` (cached: built-in schemas never change during a run). Read through its folder's
+    descriptor (``paijob.common.beneath``): a user template's schema swapped for a link out of its folder after
+    ``TemplateRef.schema_file`` checked it is refused, never read (issue 55)."""
+    folder = os.path.realpath(os.path.dirname(path) or ".")
     try:
-        with open(path, encoding="utf-8") as file:
-            schema = json.loads(file.read())
+        found = beneath.read_beneath(folder, [os.path.basename(path)])
+        if found is None:
+            raise FileNotFoundError(path)
+        schema = json.loads(found[0].decode("utf-8"))
+    except beneath.Outside as error:
+        raise ValuesSchemaError(f"values schema {path} is a link to {error.target}, outside its folder") from None
+    except (beneath.NotRegular, beneath.TooManyLinks):
+        raise ValuesSchemaError(f"values schema {path} is not a regular file") from None
     except (OSError, UnicodeDecodeError, ValueError) as error:
         raise ValuesSchemaError(f"cannot read values schema {path}: {error}") from None
     if not isinstance(schema, dict):

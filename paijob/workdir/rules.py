@@ -50,6 +50,8 @@ SECRET_PATTERNS = (
     # Hugging Face tokens: the old ~/.huggingface/token and the current $HF_HOME/token (~/.cache/huggingface);
     # any file named token (HF_HOME elsewhere, CLIs that keep one bare token)
     "**/.huggingface/token", "**/huggingface/token", "**/huggingface/stored_tokens", "token", "*.token",
+    # Kaggle's API key (~/.kaggle/kaggle.json, or beside the notebook)
+    "kaggle.json", ".kaggle/",
     # folders of credentials (ssh, cloud CLIs, kubernetes, gpg, pass)
     ".ssh/", ".aws/", ".azure/", ".gcloud/", "**/.config/gcloud/", ".kube/", ".gnupg/", ".password-store/",
     ".oci/", "**/.config/gh/",
@@ -65,7 +67,7 @@ SECRET_PATTERNS = (
 )
 # Credential homes: a workdir that is (or sits inside) one of these folders is refused unless --force.
 CREDENTIAL_FOLDERS = frozenset((".ssh", ".aws", ".azure", ".gcloud", ".kube", ".gnupg", ".password-store",
-                                ".docker", ".oci", ".config", ".huggingface", ".terraform.d"))
+                                ".docker", ".oci", ".config", ".huggingface", ".terraform.d", ".kaggle"))
 CREDENTIAL_SUBFOLDERS = frozenset(((".cache", "huggingface"), (".local", "share")))  # (parent, folder) pairs
 WILDCARDS = frozenset("*?[]\\")
 

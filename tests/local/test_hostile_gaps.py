@@ -65,3 +65,33 @@ def test_a_bad_openpai_before_1_6_setting_is_refused_not_read_as_unset(
     _, err = capsys.readouterr()
     assert code == 2 and "PAIJOB_OPENPAI_BEFORE_1_6" in err and "Traceback" not in err
     assert len(err.strip().splitlines()) == 1
+
+
+# --------------------------------------------------------------------------- issue 55 item 5: --token-env
+
+
+@pytest.mark.parametrize("token", [
+    "sk_live_" + "51H8xYzAbCdEfGhIjKlMnOp", "npm_" + "a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8",
+    "xoxb_" + "123456789012_1234567890123_AbCdEfGhIjKlMnOpQrStUvWx", "xoxb-" + "123456789012-AbCdEfGhIjKlMnOp",
+    "dapi" + "0123456789abcdef" * 2, "AIza" + "SyD_9tSrke72PouQMnMX_a7eZSW0jkFMBWY",
+])
+def test_token_env_refuses_token_values_without_echoing_or_saving_them(
+        capsys: pytest.CaptureFixture[str], token: str) -> None:
+    code = cli.main(["cluster", "add", "prod", "--url", "https://pai.example.com", "--token-env", token])
+    out, err = capsys.readouterr()
+    assert code == 2 and "not the token itself" in err and token not in out + err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert not profiles.config_path().exists() or token not in profiles.config_path().read_text()
+
+
+@pytest.mark.parametrize("name", ["PATH", "HOME", "USER", "SHELL", "LANG", "LC_ALL", "XDG_RUNTIME_DIR", "PWD"])
+def test_token_env_refuses_the_shell_s_own_variables(capsys: pytest.CaptureFixture[str], name: str) -> None:
+    code = cli.main(["cluster", "add", "prod", "--url", "https://pai.example.com", "--token-env", name])
+    out, err = capsys.readouterr()
+    assert code == 2 and f"{name} is a variable of your shell" in err and len(err.strip().splitlines()) == 1
+    assert not profiles.config_path().exists() or name not in profiles.config_path().read_text()
+
+
+def test_token_env_still_takes_ordinary_names() -> None:
+    for name in ("PAI_TOKEN", "PROD_PAI_TOKEN", "GITHUB_TOKEN", "MY_CLUSTER_TOKEN_2024", "paiToken", "TOKEN"):
+        profiles.check_token_env(name)

@@ -347,15 +347,19 @@ def test_gpus_are_shared_out_by_cuda_visible_devices(tmp_path: Path, monkeypatch
 def test_each_task_has_a_private_tmpdir_inside_its_job_folder(client: PaiClient, tmp_path: Path,
                                                               monkeypatch: pytest.MonkeyPatch) -> None:
     """Like a container's own /tmp: what a task leaves in TMPDIR (torch's caches, scratch files)
-    stays in the job's folder, not in the laptop's TMPDIR."""
+    stays in the job's folder, not in the laptop's TMPDIR. TMPDIR names it by a short link (issue 53: Unix
+    sockets under it must fit in 107 bytes), gone with the task."""
     shared_tmp = tmp_path / "laptop-tmp"
     shared_tmp.mkdir()
     monkeypatch.setenv("TMPDIR", str(shared_tmp))
-    job_id = client.submit(job_yaml("tmp", ['echo "tmp=$TMPDIR"', 'mktemp -d "$TMPDIR/left.XXXX"'], instances=2))
+    job_id = client.submit(job_yaml("tmp", ['echo "tmp=$TMPDIR real=$(cd "$TMPDIR" && pwd -P)"',
+                                            'mktemp -d "$TMPDIR/left.XXXX"'], instances=2))
     assert wait(client, job_id)["jobStatus"]["state"] == "SUCCEEDED"
-    seen = [log_text(client, job_id, index=i, stream="stdout").split("tmp=")[1].splitlines()[0] for i in (0, 1)]
+    lines = [log_text(client, job_id, index=i, stream="stdout").split("tmp=")[1].splitlines()[0] for i in (0, 1)]
+    seen = [line.split(" real=") for line in lines]
     state = (tmp_path / "state").resolve()
-    assert seen[0] != seen[1]
-    for folder in seen:
-        assert Path(folder).resolve().is_relative_to(state) and any(Path(folder).glob("left.*"))
+    assert seen[0][1] != seen[1][1]
+    for short, real in seen:
+        assert len(short) <= 40 and not os.path.lexists(short)  # short, and removed with the task
+        assert Path(real).is_relative_to(state) and any(Path(real).glob("left.*"))
     assert list(shared_tmp.iterdir()) == []

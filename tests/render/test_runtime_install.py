@@ -325,3 +325,32 @@ def test_an_index_held_in_a_secret_is_never_printed_by_the_failure_line() -> Non
     pip_part, _, failure = step.partition(" || {")
     assert "--index-url '<% $secrets.pipIndex %>'" in pip_part
     assert "secrets." not in failure
+
+
+@pytest.mark.parametrize(("source", "says"), [
+    ("https://alice:s3cr3t-TOKEN\uff20pypi.corp.test/simple", "holds credentials"),  # a fullwidth @: a traceback
+    ("https://alice\uff1as3cr3t-TOKEN@pypi.corp.test/simple", "holds credentials"),  # a fullwidth :
+    ("https://pypi.corp.test/simple?token=s3cr3t-TOKEN", "holds credentials"),
+    ("https://pypi.corp.test/simple?private_token=s3cr3t-TOKEN&x=1", "holds credentials"),
+    ("https://files.corp.test/paijob.whl?X-Amz-Signature=s3cr3t-TOKEN", "holds credentials"),
+    ("alice:s3cr3t-TOKEN@pypi.corp.test/simple", "holds credentials"),  # repeated user:SECRET in its message
+    ("https://alice:s3cr3t/TOKEN@pypi.corp.test/simple", "holds credentials"),  # a / in the password
+    ("https://pypi.corp.test/simple/" + "sk_live_" + "51H8s3cr3t-TOKENxYzAb", "holds credentials"),
+    ("https://[::1/simple", "not a URL pip can read"),  # a traceback
+    ("https://\uff50ypi.corp.test/simple", "NFKC"),
+])
+def test_a_source_is_normalised_and_never_echoes_a_credential(
+        capsys: pytest.CaptureFixture[str], source: str, says: str) -> None:
+    """Issue 55 item 5: `runtimeInstall.source` with a fullwidth ＠ was a traceback, `?token=` rendered, and one
+    message repeated `user:SECRET`."""
+    code, out, err = run_cli(capsys, "render", "ddp", "--set-string", f"runtimeInstall.source={source}")
+    assert code == 2 and says in err and "Traceback" not in err, err
+    assert "s3cr3t" not in out + err and len(err.strip().splitlines()) == 1, err
+
+
+@pytest.mark.parametrize("source", ["git+https://git.corp.test:8443/paijob.git@v1.0", "git+ssh://git@github.com/o/p.git@v1",
+                                    "https://files.corp.test/paijob-0.1.0-py3-none-any.whl#sha256=ab12",
+                                    "https://pypi.corp.test/simple?format=json"])
+def test_sources_with_ports_refs_and_harmless_queries_still_render(source: str) -> None:
+    assert install_step(role_commands(render_template("ddp", set_strings=[f"runtimeInstall.source={source}"]).text,
+                                      "worker"))

@@ -8,7 +8,7 @@ from flask import Blueprint, Response, g, jsonify, request
 
 from paijob.local import listing, storage
 from paijob.local.cluster import CannotHost, LocalCluster
-from paijob.local.routes.shared import error, find_job
+from paijob.local.routes.shared import error, find_job, json_body
 from paijob.local.store import JobExists
 from paijob.local.views import job_config, job_detail, job_summary
 from paijob.openpai import rest
@@ -115,7 +115,7 @@ def blueprint(cluster: LocalCluster) -> Blueprint:
         job = find_job(job_id)
         if isinstance(job, Response):
             return job
-        body = request.get_json(silent=True)
+        body = json_body()
         value = body.get("value") if isinstance(body, dict) else None
         if value == "STOP" and not cluster.stop(job["username"], job["name"]):
             # rest-server's answer to stopping a job that ended (its state and executionType stay)
@@ -126,7 +126,7 @@ def blueprint(cluster: LocalCluster) -> Blueprint:
 
     @api.route("/jobs/<job_id>/tag", methods=["PUT", "DELETE"])
     def tag(job_id: str) -> Response:
-        body = request.get_json(silent=True)
+        body = json_body()
         value = body.get("value") if isinstance(body, dict) else None
         if not isinstance(value, str) or not value:
             return error(400, "InvalidParametersError", '"value" (the tag, a string) is required.')

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import hmac
+from collections.abc import Mapping
 
 from flask import Blueprint, Response, current_app, g, jsonify, request
 
 from paijob.local import listing
-from paijob.local.routes.shared import error
+from paijob.local.routes.shared import error, json_body
 
 
 def blueprint() -> Blueprint:
@@ -15,7 +16,9 @@ def blueprint() -> Blueprint:
 
     @api.post("/authn/basic/login")
     def login() -> Response:
-        form = request.form if request.form else (request.get_json(silent=True) or {})
+        form = request.form if request.form else json_body()
+        if not isinstance(form, Mapping):  # a list, a string, a body no reader takes: no username given
+            form = {}
         username, password = form.get("username"), form.get("password")
         if not username or not password:
             return error(400, "InvalidParametersError", "username and password are required.")
