@@ -177,6 +177,7 @@ def test_the_job_page_shows_tasks_exit_meaning_root_cause_and_masked_config(
 
 def test_the_job_page_shows_the_slow_rank_doctors_verdict_and_each_ranks_figures(
         driver: Any, server: LocalServer, jobs: dict[str, str]) -> None:
+    from paijob.common import records
     from paijob.common.records import SlowRecord
     from paijob.local.processes import SLOW_NAME
 
@@ -186,7 +187,9 @@ def test_the_job_page_shows_the_slow_rank_doctors_verdict_and_each_ranks_figures
     folder = server.cluster.work_dir(jobs["progress"], 0, "trainer", 0)
     folder.mkdir(parents=True, exist_ok=True)
     figures = (figure, dict(figure, rank=0, local_rank=0, cpu_wait=0.78))
-    (folder / SLOW_NAME).write_text(SlowRecord("rank", line, (1,), figures, final=True, time=1.0).to_json())
+    key = server.cluster.record_key(jobs["progress"], 0, "trainer", 0)  # what the task's runtime signs with
+    record = SlowRecord("rank", line, (1,), figures, final=True, time=1.0)
+    (folder / SLOW_NAME).write_text(records.signed_text(record.as_json(), key))
     log_in(driver, server)
     open_job(driver, server, jobs["progress"])
     wait_for(driver, lambda d: "Slow rank" in css(d, "#cause-list")[0].text, "the slow-rank verdict")
