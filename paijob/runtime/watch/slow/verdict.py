@@ -184,8 +184,7 @@ class SlowVerdict:
         doing = self._doing()
         if self.kind == "phase":
             (one,) = self.late
-            rhythm = (f", {self.pauses} pauses in {self.period:.0f}s" if self.pauses > 1 and self.period > 0
-                      else "")
+            rhythm = f", {self.pauses} pauses in {self.period:.0f}s" if self.pauses > 1 else ""
             return (f"one rank works alone: {one.name()} works {doing} while {waiting} wait"
                     f"{where}, up to {self.longest_pause:.0f}s at a time{rhythm} ({self.wait_share:.0%} of "
                     f"the time): a phase of the script (an evaluation or checkpoint on one rank), "

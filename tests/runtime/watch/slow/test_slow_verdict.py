@@ -22,6 +22,7 @@ from paijob.runtime.watch.slow.verdict import (
     Waits,
     caused_most,
     cpu_shares,
+    heavy_pauses,
     is_phase,
     judge_slow,
     ranks_phrase,
@@ -571,9 +572,38 @@ def test_short_pauses_of_one_rank_that_add_up_are_said_as_a_phase_with_their_sha
     ({0: 0.10, 1: 0.10, 2: 0.10, 3: 0.60}, True),  # 67 %, 6 x any other
     ({0: 0.13, 1: 0.13, 2: 0.35, 3: 0.39}, False),  # 39 %: under DOMINANT_SHARE, however dominant elsewhere
     ({0: 0.00, 1: 0.00, 2: 0.35, 3: 0.65}, False),  # 65 %, but rank 2 caused 35 %: under 3 x
+    ({0: 3 / 16, 1: 3 / 16, 2: 1 / 16, 3: 9 / 16}, True),  # 56 %, exactly 3 x (exact in binary): named
+    ({0: 0.0, 3: 0.0}, True),  # nobody caused any waiting: unknown, as without a recorder
 ])
 def test_the_late_rank_causes_most_of_the_waiting_or_far_more_than_any_other(caused, named):
     waits = Waits(share={r: 0.2 for r in caused}, last={}, caused=caused, per_call=[], op="", source="recorder")
     late = [RankWindow(3, 1, "h", 1)]
     assert caused_most(waits, late) is named
     assert caused_most(Waits({}, {}, {}, [], "", "samples"), late)  # unknown: the samples say nothing
+
+
+
+def paced_calls(late, *, ranks=4, steps=100, spacing=0.125):
+    """Collectives ``spacing`` apart on exact clocks (binary fractions: every difference exact);
+    ``late(rank, seq)``: how many seconds that rank enqueues that collective after the others."""
+    calls = {rank: [] for rank in range(ranks)}
+    now = 1000.0
+    for seq in range(1, steps + 1):
+        arrived = {rank: now + late(rank, seq) for rank in range(ranks)}
+        for rank, when in arrived.items():
+            calls[rank].append(Call("0", seq, "all_reduce", when))
+        now = max(arrived.values()) + spacing
+    return calls
+
+
+def test_three_pauses_of_a_second_that_cost_a_quarter_of_the_time_are_a_phase_at_their_edges():
+    """The edges of a phase made of short pauses: pauses of exactly PHASE_PAUSE (1 s), exactly
+    PHASE_REPEATS (3) of them, and a pause of exactly half the typical one counted, a third not."""
+    pauses = {20: 1.0, 40: 1.0, 60: 1.0, 70: 0.5, 75: 0.375}
+    verdict = judge_slow(windows(paced_calls(lambda r, s: pauses.get(s, 0.0) if r == 0 else 0.0)))
+    assert verdict is not None and verdict.kind == "phase" and verdict.culprits == (0,), verdict
+    assert verdict.pauses == 4 and verdict.longest_pause == 1.0  # 1, 1, 1 and 0.5 (= 1 / 2); not 0.375
+    shorter = {s: w / 2 for s, w in pauses.items()}  # the same pauses at half a second: no phase
+    straggler = judge_slow(windows(paced_calls(lambda r, s: shorter.get(s, 0.0) if r == 0 else 0.0)))
+    assert straggler is not None and straggler.kind == "rank" and straggler.pauses == 0
+    assert heavy_pauses([4.0, 1.0]) == [4.0] and heavy_pauses([]) == [0.0]  # 80 % reached: stop there
