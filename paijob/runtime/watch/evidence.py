@@ -33,7 +33,8 @@ from paijob.runtime.watch.folder import MAX_EVIDENCE, evidence_path
 from paijob.runtime.watch.frames import ACTIVITIES, activity_of, line_of
 
 WRITE_EVERY = 5.0  # seconds between two writes of rank<N>.slow.json (and two reads of the recorder)
-KEPT_CALLS = 256  # collectives a rank keeps (the newest), per file
+KEEP_SECONDS = 30.0  # a rank keeps the collectives enqueued in this many seconds before its newest
+MAX_KEPT_CALLS = 4096  # and at most this many of them (the newest), per file
 MAX_LINES = 16  # distinct lines counted per activity (the rest are not named)
 _C10D_C = "torch._C._distributed_c10d"
 
@@ -53,11 +54,13 @@ class Evidence:
         self.calls: dict[tuple[str, int], list[Any]] = {}
         self.written_at = 0.0
 
-    def count(self, frames: Sequence[Sequence[Any]], *, busy: bool) -> str:
-        """Count one sample of the main thread; its activity."""
+    def count(self, frames: Sequence[Sequence[Any]], *, busy: bool, started: bool = True) -> str:
+        """Count one sample of the main thread; its activity. Its line is counted only once the rank is past
+        its first training step (``started``): the doctor names the line a rank spends its time on while it
+        trains, and the seconds of imports before that (busy, one line) outweighed a loop's lines for minutes."""
         activity = activity_of(frames, busy=busy, is_library=self._is_library)
         self.activity[activity] = self.activity.get(activity, 0) + 1
-        line = line_of(frames, activity, is_library=self._is_library)
+        line = line_of(frames, activity, is_library=self._is_library) if started else None
         if line is not None:
             seen = self.lines.setdefault(activity, {})
             key = f"{line[0]}\t{line[2]}\t{line[1].rpartition(':')[0]}"  # the call, in which function of which file
@@ -68,16 +71,26 @@ class Evidence:
         return activity
 
     def note_calls(self, entries: Sequence[Mapping[str, Any]] | None) -> None:
-        """Keep the newest :data:`KEPT_CALLS` collectives of the recorder's ``entries``."""
+        """Keep the collectives of the recorder's ``entries`` enqueued within :data:`KEEP_SECONDS` of the
+        newest (at most :data:`MAX_KEPT_CALLS`).
+
+        Why by time, not by count: node 0 compares its own ranks' files, read at its look, with another
+        node's, published at that node's look up to a look (10 s) earlier. A job of hundreds of collectives a
+        second fills the recorder's ring (``TORCH_FR_BUFFER_SIZE``, 256) in a second or two; what each read
+        keeps is added to what earlier reads kept, so a rank's file holds the bursts of the last slots, and
+        every rank (reading at the same wall-clock slots: :meth:`due`) holds the same bursts."""
         for entry in entries or ():
             if entry.get("is_p2p") or not isinstance(entry.get("time_created_ns"), int):
                 continue
             key = (str(entry.get("pg_id", "")), int(entry.get("collective_seq_id") or 0))
             op = str(entry.get("profiling_name", "")).split(":")[-1]
             self.calls[key] = [key[0], key[1], op, entry["time_created_ns"] / 1e9]
-        if len(self.calls) > KEPT_CALLS:
-            for key in sorted(self.calls, key=lambda k: self.calls[k][3])[:len(self.calls) - KEPT_CALLS]:
-                del self.calls[key]
+        if not self.calls:
+            return
+        newest = max(call[3] for call in self.calls.values())
+        kept = sorted((k for k, call in self.calls.items() if call[3] >= newest - KEEP_SECONDS),
+                      key=lambda k: self.calls[k][3])[-MAX_KEPT_CALLS:]
+        self.calls = {k: self.calls[k] for k in kept}
 
     def due(self, now: float) -> bool:
         """Whether a write is due: once per :data:`WRITE_EVERY` seconds of the wall clock, the same
@@ -183,7 +196,7 @@ def checked(value: Mapping[str, Any]) -> dict[str, Any]:
         "activity": {a: n for a, n in activity.items() if a in ACTIVITIES and isinstance(n, int) and n >= 0},
         "lines": {a: [_text(v[0], 40), _text(v[1], 120)] for a, v in lines.items()
                   if a in ACTIVITIES and isinstance(v, list) and len(v) >= 2},
-        "calls": [[_text(c[0], 16), c[1], _text(c[2], 40), float(c[3])] for c in calls[:KEPT_CALLS]
+        "calls": [[_text(c[0], 16), c[1], _text(c[2], 40), float(c[3])] for c in calls[:MAX_KEPT_CALLS]
                   if isinstance(c, list) and len(c) == 4 and isinstance(c[1], int)
                   and isinstance(c[3], (int, float))],
         "cpu": _cpu(value.get("cpu")),

@@ -8,7 +8,9 @@ user's line" for all of them: :func:`is_library`.
 The activities, as the slow-rank doctor counts them (:mod:`paijob.runtime.watch.slow.verdict` says not only
 which rank the others wait for but what that rank does meanwhile):
 
-* ``collective``: inside a ``torch.distributed`` call (waiting for the other ranks, on gloo);
+* ``collective``: inside a ``torch.distributed`` call (waiting for the other ranks, on gloo), or idle inside
+  ``loss.backward()`` (the main thread uses no CPU there while DDP's reducer waits for the gradients'
+  all-reduces: waiting, not computing);
 * ``data``: inside torch's data loading (``torch/utils/data``: a DataLoader's ``next()``, a
   Dataset's ``__getitem__`` run in the main thread, a wait for a loader worker);
 * ``host``: host-side work that one rank may do alone: saving or loading (``torch.save``),
@@ -47,6 +49,7 @@ ACTIVITIES = ACTIVITY_NAMES  # one list: the slow-rank record (common.records) c
 
 _C10D = f"torch{os.sep}distributed{os.sep}distributed_c10d.py"
 _DATA = f"torch{os.sep}utils{os.sep}data{os.sep}"
+_TENSOR = f"torch{os.sep}_tensor.py"  # Tensor.backward: the script's loss.backward()
 _HOST_FILES = (f"torch{os.sep}serialization.py", f"{os.sep}logging{os.sep}", f"torch{os.sep}utils{os.sep}tensorboard")
 _COMPUTE_FILES = (f"torch{os.sep}autograd{os.sep}", f"torch{os.sep}nn{os.sep}", f"torch{os.sep}optim{os.sep}",
                   f"torch{os.sep}_tensor.py", f"torch{os.sep}functional.py")
@@ -65,6 +68,8 @@ def activity_of(frames: Sequence[Frame], *, busy: bool, is_library: Callable[[st
             return kind
     if "host" in kinds or any(_host_name(str(f[2])) and not is_library(str(f[0])) for f in frames):
         return "host"
+    if not busy and any(str(f[0]).endswith(_TENSOR) and f[2] == "backward" for f in frames):
+        return "collective"  # idle inside backward: DDP's reducer waits there for the gradients' all-reduces
     return "compute" if "compute" in kinds or (busy and frames) else "other"
 
 

@@ -34,6 +34,7 @@ from paijob.runtime.watch.hang.verdict import HANG_EXIT, Verdict, judge, stall
 from paijob.runtime.watch.ranks import Look, RankState
 
 STACKS_WAIT = 5.0  # how long node 0 waits for the other nodes' full stacks
+CALLS_KEPT = 256  # a rank's newest collectives its verdict reads (where the ranks' calls part)
 
 
 def never_read(rank: int, node_rank: int, seconds: float) -> RankState:
@@ -178,7 +179,9 @@ class HangWatch:
     def _local_calls(self, look: Look) -> dict[int, list[list[Any]]]:
         """This node's ranks' recent collectives as their flight recorders kept them (their evidence files)."""
         found = read_evidence(self.folder, look.reports, read_file, self._sealed_by)
-        return {rank: evidence["calls"] for rank, evidence in found.items() if evidence.get("calls")}
+        # the newest of each rank's (its evidence keeps up to half a minute of them): where the calls part
+        return {rank: sorted(evidence["calls"], key=lambda c: c[3])[-CALLS_KEPT:]
+                for rank, evidence in found.items() if evidence.get("calls")}
 
     def _gather_remote(self, local: list[RankState], now: float) -> list[RankState]:
         """The other nodes' ranks as they published them through the store.

@@ -25,7 +25,9 @@ The rules (thresholds below, pinned in ``tests/runtime/watch/slow/test_slow_verd
 * **quiet** unless the ranks that wait do so for at least :data:`THRESHOLD` (10 %) of the wall
   time on average, the ranks they wait for (those waiting at most half as much as the most
   waiting rank) are at most half of the job, and (recorder) cause at least :data:`LAST_SHARE` of
-  the waiting by arriving last: noise that makes a different rank late each step names no one.
+  the waiting by arriving last (or :data:`DOMINANT_SHARE` and :data:`DOMINANCE` times any other rank:
+  with many collectives a step, the others' arrival jitter spreads some waiting over every rank):
+  noise that makes a different rank late each step names no one.
   The waiting a collective costs is counted against the rank that arrived last, so the collectives
   from before a rank became slow (a neighbour that arrived mid-run) weigh what they cost, little;
 * **a victim is not late**: a rank that waits less only because it finishes each collective after
@@ -34,9 +36,14 @@ The rules (thresholds below, pinned in ``tests/runtime/watch/slow/test_slow_verd
   than :data:`CAUSE_MIN` of it is counted among the waiting, never among the late;
 * **a node**, not ranks, when the late ranks are every rank of one node (of several);
 * **a phase, not a straggler**, when the waiting sits in a few long pauses (at most
-  :data:`PHASE_COLLECTIVES` of the collectives hold :data:`PHASE_WAIT` of it): one rank's
-  evaluation or checkpoint that the script does by design, reported as such; pauses under
-  :data:`PHASE_MIN_SECONDS` are hiccups (a busy machine, a garbage collection): no line;
+  :data:`PHASE_COLLECTIVES` of the collectives hold :data:`PHASE_WAIT` of it, each of them about
+  :data:`PHASE_PAUSE` or longer): one rank's evaluation or checkpoint that the script does by design,
+  reported as such, with how many pauses the window held; pauses under :data:`PHASE_MIN_SECONDS` are
+  hiccups (a busy machine, a garbage collection), no line, unless :data:`PHASE_REPEATS` or more add up to
+  :data:`PHASE_COST` of the wall time (a checkpoint every few steps: a cost the user pays in silence
+  otherwise). Short
+  waits concentrated in one collective of many, one a step (a rank late before the first of a GPU
+  step's DDP buckets), are no phase: the straggler rules judge them;
 * **start-up is not judged**: nothing before every rank's first training step (the caller passes
   only the evidence after it);
 * **a CPU taken from outside**: when the late rank(s) wait for a CPU (runnable, not running: the
@@ -66,11 +73,17 @@ LATE_FRACTION = 0.5  # a rank waiting at most this fraction of the most waiting 
 LAST_SHARE = 0.7  # the late ranks cause at least this share of the waiting (by arriving last)
 TIE_SECONDS = 0.0009765625  # 2**-10 s, about 1 ms (exact in binary): ranks arriving within it of the last one arrive last together
 CAUSE_MIN = 0.15  # a rank causing less of the waiting is never late (a victim downstream of the late one)
+DOMINANT_SHARE = 0.4  # ... or cause at least this share, and
+DOMINANCE = 3.0  # ... this many times what any other rank caused (many collectives a step: jitter spreads)
 MIN_PAIRS = 5  # consecutive collectives (both seen on every rank) needed to read wait shares
 MIN_SAMPLES = 10  # samples per rank needed to read wait shares from the samples
 PHASE_COLLECTIVES = 0.05  # a phase: at most this share of the collectives...
 PHASE_WAIT = 0.8  # ... hold this share of the waiting
-PHASE_MIN_SECONDS = 5.0  # a shorter longest pause is a hiccup: no line at all
+PHASE_MIN_SECONDS = 5.0  # a shorter longest pause is a hiccup: no line at all...
+PHASE_COST = 0.15  # ... unless the pauses add up to this share of the wall time (a checkpoint every N steps)
+PHASE_REPEATS = 3  # ... in at least this many pauses (one is a hiccup, however long the window)
+PHASE_PAUSE = 1.0  # a phase's pauses last at least this long (their median): shorter ones, one a step, are a
+#                    straggler late before one of many collectives a step (a GPU step's DDP buckets)
 CPU_WAIT = 0.25  # the late rank(s) wait for a CPU at least this share of the wall time,
 CPU_WAIT_MARGIN = 0.15  # ... this much more than the waiting ranks (their median),
 CPU_SERVED_RATIO = 0.5  # ... and get a CPU, when runnable, at most this fraction as often as they do
@@ -138,6 +151,7 @@ class Waits:
     per_call: list[float]
     op: str
     source: str
+    period: float = 0.0  # seconds the collectives judged covered
 
 
 @dataclass(frozen=True)
@@ -156,6 +170,8 @@ class SlowVerdict:
     longest_pause: float = 0.0
     source: str = "recorder"
     figures: tuple[dict[str, Any], ...] = ()
+    pauses: int = 0  # a phase: how many pauses the window held
+    period: float = 0.0  # seconds the window covered
 
     @property
     def culprits(self) -> tuple[int, ...]:
@@ -168,8 +184,9 @@ class SlowVerdict:
         doing = self._doing()
         if self.kind == "phase":
             (one,) = self.late
+            rhythm = f", {self.pauses} pauses in {self.period:.0f}s" if self.pauses > 1 else ""
             return (f"one rank works alone: {one.name()} works {doing} while {waiting} wait"
-                    f"{where}, up to {self.longest_pause:.0f}s at a time ({self.wait_share:.0%} of "
+                    f"{where}, up to {self.longest_pause:.0f}s at a time{rhythm} ({self.wait_share:.0%} of "
                     f"the time): a phase of the script (an evaluation or checkpoint on one rank), "
                     f"not counted as a straggler")
         if self.kind == "node":
@@ -267,7 +284,7 @@ def waits_from_calls(windows: Sequence[RankWindow], offsets: Mapping[int, float]
     if len(per_call) < MIN_PAIRS or period <= 0:
         return None
     share = {rank: min(1.0, wait / period) for rank, wait in waits.items()}
-    return Waits(share, last, caused, per_call, max(by_op, key=lambda op: by_op[op]), "recorder")
+    return Waits(share, last, caused, per_call, max(by_op, key=lambda op: by_op[op]), "recorder", period)
 
 
 def _seen_on_every_rank(windows: Sequence[RankWindow], offsets: Mapping[int, float]
@@ -305,10 +322,11 @@ def judge_slow(windows: Sequence[RankWindow], offsets: Mapping[int, float] | Non
         return None
     late, waiting, wait_share = split
     longest = max(waits.per_call, default=0.0)
-    phase = len(late) == 1 and is_phase(waits.per_call)
-    if phase and longest < PHASE_MIN_SECONDS:
+    pauses = heavy_pauses(waits.per_call)
+    phase = len(late) == 1 and is_phase(waits.per_call) and statistics.median(pauses) >= PHASE_PAUSE
+    if phase and longest < PHASE_MIN_SECONDS and (wait_share < PHASE_COST or len(pauses) < PHASE_REPEATS):
         return None  # a hiccup (a busy machine, a garbage collection), not worth a line
-    if not phase and caused_share(waits, late) < LAST_SHARE:
+    if not phase and not caused_most(waits, late):
         return None
     kind = "phase" if phase else _kind(late, windows)
     activity, mine, others = _what_it_does(late, waiting)
@@ -318,7 +336,9 @@ def judge_slow(windows: Sequence[RankWindow], offsets: Mapping[int, float] | Non
     return SlowVerdict(kind=kind, late=tuple(late), waiting=tuple(waiting), wait_share=wait_share,
                        op=waits.op, activity=activity, activity_share=mine, others_share=others,
                        longest_pause=longest, source=waits.source,
-                       figures=tuple(figures(windows, waits)))
+                       figures=tuple(figures(windows, waits)),
+                       pauses=sum(w >= statistics.median(pauses) / 2 for w in waits.per_call) if phase else 0,
+                       period=waits.period)
 
 
 def _waits(windows: Sequence[RankWindow], offsets: Mapping[int, float], since: float) -> Waits | None:
@@ -344,6 +364,22 @@ def _late_and_waiting(windows: Sequence[RankWindow], waits: Waits, threshold: fl
     return (late, waiting, wait_share) if wait_share >= threshold else None
 
 
+def caused_most(waits: Waits, late: Sequence[RankWindow]) -> bool:
+    """Whether ``late`` caused the waiting: at least :data:`LAST_SHARE` of it, or at least
+    :data:`DOMINANT_SHARE` and :data:`DOMINANCE` times what any other rank caused. The second holds where
+    a step has many collectives: the late rank causes the wait before the first of them, and the
+    arrival jitter of the others (tens a step) adds waiting caused by every rank a little (seen: 41
+    all-reduces a step, rank 3 60 ms late: it caused 60 %, each other rank at most 15 %). True where
+    unknown (the samples, without a recorder, say nothing about who arrived last)."""
+    total = sum(waits.caused.values())
+    if not waits.caused or total <= 0:
+        return True
+    ranks = {w.rank for w in late}
+    mine = sum(waits.caused.get(rank, 0.0) for rank in ranks) / total
+    others = max((caused / total for rank, caused in waits.caused.items() if rank not in ranks), default=0.0)
+    return mine >= LAST_SHARE or (mine >= DOMINANT_SHARE and mine >= DOMINANCE * others)
+
+
 def caused_share(waits: Waits, ranks: Sequence[RankWindow]) -> float:
     """The share of all the waiting that ``ranks`` caused by arriving last; 1.0 where unknown (the
     samples, without a recorder, say nothing about who arrived last)."""
@@ -361,6 +397,17 @@ def _kind(late: Sequence[RankWindow], windows: Sequence[RankWindow]) -> str:
         if {w.rank for w in late} == {w.rank for w in windows if w.node_rank == node} and len(late) > 1:
             return "node"
     return "rank"
+
+
+def heavy_pauses(per_call: Sequence[float]) -> list[float]:
+    """The fewest largest waits that hold :data:`PHASE_WAIT` of all the waiting (at least one)."""
+    total = sum(per_call)
+    found: list[float] = []
+    for wait in sorted(per_call, reverse=True):
+        found.append(wait)
+        if sum(found) >= PHASE_WAIT * total:
+            break
+    return found or [0.0]
 
 
 def is_phase(per_call: Sequence[float]) -> bool:

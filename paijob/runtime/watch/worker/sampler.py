@@ -192,7 +192,7 @@ class Sampler:
                 answer_calls_request(folder, self.rank, sealed=self._seal)  # a stat, unless the agent asked
             except Exception:  # noqa: BLE001 - the watch must never break training
                 pass
-            time.sleep(self.interval)
+            time.sleep(until_the_next_slot(time.time(), self.interval))
         faulthandler.cancel_dump_traceback_later()
 
     def sample(self) -> dict[str, Any]:
@@ -225,7 +225,7 @@ class Sampler:
             wait, collective, c10d = None, False, False
         self.follow_collectives(wait if collective else None, c10d, frame, issued, now)
         waiting_for = loader_worker(frame) if wait == "DataLoader" else None
-        self.evidence.count(frames, busy=busy)
+        self.evidence.count(frames, busy=busy, started=self.first_progress)
         self.seq += 1
         still = now - self.moved_at >= 2 * self.interval
         return {
@@ -417,6 +417,14 @@ def watch_forked_child(folder: str, interval: float) -> None:
                 return
 
     threading.Thread(target=run, name="paijob-progress", daemon=True).start()
+
+
+def until_the_next_slot(now: float, interval: float) -> float:
+    """Seconds to the next multiple of ``interval`` on the wall clock. Every rank on every node samples on the
+    same slots (their clocks agree to well under a sample), so the ranks read their flight recorders within
+    milliseconds of each other (:meth:`~paijob.runtime.watch.evidence.Evidence.due`): at hundreds of
+    collectives a second, what each rank's recorder still holds then overlaps the others' (issue 53)."""
+    return interval - (now % interval) if interval > 0 else 0.0
 
 
 def _int_env(name: str) -> int | None:

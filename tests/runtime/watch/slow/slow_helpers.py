@@ -34,3 +34,21 @@ def windows(calls, *, per_node=2, activity=None):
 def jitter(rank, step):
     """A few ms of deterministic noise, a different rank last each step."""
     return 0.004 * ((rank * 7 + step * 3) % 5) / 4
+
+
+def simulate_steps(extra, *, per_step: int, ranks=4, per_node=2, steps=60, base=0.1, gap=0.002):
+    """Each step every rank computes ``base`` + ``extra(rank, step)`` seconds, then enqueues ``per_step``
+    blocking all_reduces back to back (a DDP model's gradient buckets, ``gap`` apart), each completing
+    once the last rank enqueued it."""
+    done = 1000.0
+    calls = {rank: [] for rank in range(ranks)}
+    seq = 0
+    for step in range(steps):
+        ready = {rank: done + base + extra(rank, step) for rank in range(ranks)}
+        for _bucket in range(per_step):
+            seq += 1
+            for rank, when in ready.items():
+                calls[rank].append(Call("0", seq, "all_reduce", when))
+            done = max(ready.values()) + 0.0005
+            ready = dict.fromkeys(ready, done + gap)
+    return calls

@@ -12,6 +12,7 @@ from watch_helpers import watched_node
 from paijob.runtime.watch.ranks import Look
 from paijob.runtime.watch.slow import clock
 from paijob.runtime.watch.slow.doctor import CPU_LOOKS, PERSIST, PREFIX, SlowDoctor, _parsed
+from paijob.runtime.watch.slow.verdict import Call
 
 BALANCED = {"collective": 20, "compute": 70, "data": 10}
 
@@ -416,3 +417,35 @@ def test_a_rank_whose_evidence_cannot_be_read_is_said_once_not_left_silent():
     assert unreadable == [unreadable[0]] and unreadable[0].startswith(
         PREFIX + "rank 1's evidence (rank1.slow.json) cannot be read since "), said
     assert unreadable[0].endswith("it is judged without it")
+
+
+def test_at_hundreds_of_collectives_a_second_the_nodes_windows_overlap_a_look_apart():
+    """Issue 53: node 0 judges its own ranks' files read now with node 1's evidence as node 1 published it, up
+    to a look (10 s) before. At ~140 collectives a second a recorder's 256 entries span 2 s: kept by count,
+    the two windows never overlapped and a rank 60 ms late per step was never named. Kept by time, every
+    rank's file holds the bursts its recorder gave at each 5 s slot, the same slots on every rank."""
+    from slow_helpers import simulate_steps
+
+    from paijob.runtime.watch.evidence import Evidence
+    from paijob.runtime.watch.slow.verdict import RankWindow, judge_slow
+
+    calls = simulate_steps(lambda r, s: 0.06 if r == 3 else jitter(r, s), per_step=41, steps=400)
+    start = min(c.enqueued for c in calls[0])
+    slots = [start + 5.0 * k for k in range(1, 20)]
+
+    def evidence_at(rank: int, until: float) -> list[list[object]]:
+        """What rank's file holds at ``until``: each slot's read keeps the recorder's last 256 collectives."""
+        kept = Evidence("/nonexistent", rank, is_library=lambda f: True, write=lambda p, t: None)
+        for slot in (s for s in slots if s <= until):
+            ring = [c for c in calls[rank] if c.enqueued <= slot][-256:]
+            kept.note_calls([{"pg_id": c.group, "collective_seq_id": c.seq, "profiling_name": f"gloo:{c.op}",
+                              "time_created_ns": int(c.enqueued * 1e9)} for c in ring])
+        return list(kept.calls.values())
+
+    now = slots[12]
+    files = {r: evidence_at(r, now) for r in (0, 1)} | {r: evidence_at(r, now - 10.0) for r in (2, 3)}
+    windows = [RankWindow(r, r // 2, f"10.0.0.{5 + r // 2}", r % 2,
+                          tuple(Call(str(c[0]), int(c[1]), str(c[2]), float(c[3])) for c in files[r]), BALANCED)
+               for r in range(4)]
+    verdict = judge_slow(windows)
+    assert verdict is not None and verdict.kind == "rank" and verdict.culprits == (3,), verdict

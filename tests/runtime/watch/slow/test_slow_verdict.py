@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 
 import pytest
-from slow_helpers import BALANCED, HOSTS, LINES, jitter, simulate, windows
+from slow_helpers import BALANCED, HOSTS, LINES, jitter, simulate, simulate_steps, windows
 
 from paijob.common import records
 from paijob.runtime.watch.frames import activity_of, is_library, line_of
@@ -19,7 +19,10 @@ from paijob.runtime.watch.slow.verdict import (
     TIE_SECONDS,
     Call,
     RankWindow,
+    Waits,
+    caused_most,
     cpu_shares,
+    heavy_pauses,
     is_phase,
     judge_slow,
     ranks_phrase,
@@ -190,6 +193,10 @@ def frames(*names):
     (frames((TRAIN, 97, "<module>"), (f"{TORCH}/serialization.py", 900, "save")), True, "host",
      ["save", "train.py:97"]),
     (frames((TRAIN, 80, "<module>"), (f"{TORCH}/_tensor.py", 600, "backward")), True, "compute",
+     ["backward", "train.py:80"]),
+    # idle in backward: DDP's reducer waits there for the gradients' all-reduces (issue 53: counted as compute)
+    (frames((TRAIN, 80, "<module>"), (f"{TORCH}/_tensor.py", 600, "backward"),
+            (f"{TORCH}/autograd/graph.py", 800, "_engine_run_backward")), False, "collective",
      ["backward", "train.py:80"]),
     (frames((TRAIN, 60, "<module>"), (TRAIN, 30, "step_once")), True, "compute", ["step_once", "train.py:30"]),
     (frames((TRAIN, 61, "<module>"), (f"{os.path.dirname(os.__file__)}/time.py", 1, "sleep")), False,
@@ -532,3 +539,71 @@ def test_a_victim_is_told_apart_on_short_windows_too():
     """Less than a second of waiting caused in all (few short collectives): the same rule, not unknown."""
     verdict = judge_slow(windows(simulate(lambda rank, step: {3: 0.05, 2: 0.0375}.get(rank, 0.0), steps=15)))
     assert verdict is not None and verdict.kind == "rank" and verdict.culprits == (3,)
+
+
+@pytest.mark.parametrize("per_step", [11, 30, 41])
+def test_a_rank_late_before_one_of_many_collectives_a_step_is_a_straggler_not_a_phase(per_step):
+    """Issue 53: with 20 or more collectives a step, the waiting sits in one of them (the first, where the
+    late rank arrives), which made it a short 'phase', said nothing of: it is a straggler."""
+    calls = simulate_steps(lambda r, s: 0.06 if r == 3 else jitter(r, s), per_step=per_step)
+    verdict = judge_slow(windows(calls))
+    assert verdict is not None and verdict.kind == "rank" and verdict.culprits == (3,), verdict
+    assert judge_slow(windows(simulate_steps(jitter, per_step=per_step))) is None  # balanced: quiet
+
+
+def test_short_pauses_of_one_rank_that_add_up_are_said_as_a_phase_with_their_share():
+    """Issue 53: rank 0 checkpointing 3 s every 20 steps cost the job most of its time, in pauses each
+    under the 5 s a single phase needs: said once as a phase, with how many pauses and their share."""
+    activity = {0: {"collective": 5, "compute": 20, "host": 75}}
+    calls = simulate(lambda r, s: 3.0 if r == 0 and s % 20 == 19 else jitter(r, s), steps=120)
+    verdict = judge_slow(windows(calls, activity=activity))
+    assert verdict is not None and verdict.kind == "phase" and verdict.culprits == (0,), verdict
+    assert verdict.wait_share > 0.5 and verdict.pauses == 6
+    assert ", up to 3s at a time, 6 pauses in 30s (60% of the time): a phase of the script" in verdict.line()
+    assert "works in host-side work (evaluate() at train.py:95)" in verdict.line()
+    two = simulate(lambda r, s: 3.0 if r == 0 and s in (40, 90) else jitter(r, s), steps=120)
+    assert judge_slow(windows(two, activity=activity)) is None  # two pauses: hiccups, however long the window
+
+
+@pytest.mark.parametrize(("caused", "named"), [
+    ({0: 0.58, 1: 0.71, 2: 0.60, 3: 2.90}, True),  # measured: 41 all-reduces a step, rank 3 60 ms late (60 %)
+    ({0: 0.20, 1: 0.20, 2: 0.20, 3: 1.40}, True),  # 70 %: the first rule
+    ({0: 0.24, 1: 0.38, 2: 0.25, 3: 0.13}, False),  # noise with one rank late every other step: no one
+    ({0: 0.10, 1: 0.10, 2: 0.10, 3: 0.60}, True),  # 67 %, 6 x any other
+    ({0: 0.13, 1: 0.13, 2: 0.35, 3: 0.39}, False),  # 39 %: under DOMINANT_SHARE, however dominant elsewhere
+    ({0: 0.00, 1: 0.00, 2: 0.35, 3: 0.65}, False),  # 65 %, but rank 2 caused 35 %: under 3 x
+    ({0: 3 / 16, 1: 3 / 16, 2: 1 / 16, 3: 9 / 16}, True),  # 56 %, exactly 3 x (exact in binary): named
+    ({0: 0.0, 3: 0.0}, True),  # nobody caused any waiting: unknown, as without a recorder
+])
+def test_the_late_rank_causes_most_of_the_waiting_or_far_more_than_any_other(caused, named):
+    waits = Waits(share={r: 0.2 for r in caused}, last={}, caused=caused, per_call=[], op="", source="recorder")
+    late = [RankWindow(3, 1, "h", 1)]
+    assert caused_most(waits, late) is named
+    assert caused_most(Waits({}, {}, {}, [], "", "samples"), late)  # unknown: the samples say nothing
+
+
+
+def paced_calls(late, *, ranks=4, steps=100, spacing=0.125):
+    """Collectives ``spacing`` apart on exact clocks (binary fractions: every difference exact);
+    ``late(rank, seq)``: how many seconds that rank enqueues that collective after the others."""
+    calls = {rank: [] for rank in range(ranks)}
+    now = 1000.0
+    for seq in range(1, steps + 1):
+        arrived = {rank: now + late(rank, seq) for rank in range(ranks)}
+        for rank, when in arrived.items():
+            calls[rank].append(Call("0", seq, "all_reduce", when))
+        now = max(arrived.values()) + spacing
+    return calls
+
+
+def test_three_pauses_of_a_second_that_cost_a_quarter_of_the_time_are_a_phase_at_their_edges():
+    """The edges of a phase made of short pauses: pauses of exactly PHASE_PAUSE (1 s), exactly
+    PHASE_REPEATS (3) of them, and a pause of exactly half the typical one counted, a third not."""
+    pauses = {20: 1.0, 40: 1.0, 60: 1.0, 70: 0.5, 75: 0.375}
+    verdict = judge_slow(windows(paced_calls(lambda r, s: pauses.get(s, 0.0) if r == 0 else 0.0)))
+    assert verdict is not None and verdict.kind == "phase" and verdict.culprits == (0,), verdict
+    assert verdict.pauses == 4 and verdict.longest_pause == 1.0  # 1, 1, 1 and 0.5 (= 1 / 2); not 0.375
+    shorter = {s: w / 2 for s, w in pauses.items()}  # the same pauses at half a second: no phase
+    straggler = judge_slow(windows(paced_calls(lambda r, s: shorter.get(s, 0.0) if r == 0 else 0.0)))
+    assert straggler is not None and straggler.kind == "rank" and straggler.pauses == 0
+    assert heavy_pauses([4.0, 1.0]) == [4.0] and heavy_pauses([]) == [0.0]  # 80 % reached: stop there
