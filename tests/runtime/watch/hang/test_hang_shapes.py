@@ -393,3 +393,49 @@ def test_a_skipped_all_reduce_is_shown_by_the_flight_recorders_sequence_numbers(
         assert "rank 1 (node rank 0, host 127.0.0.1, local rank 1) waits in barrier at job.py:12" in cause, cause
         assert ("flight recorder: collective #100 of the default group is barrier on rank 1, all_reduce on "
                 "ranks 0, 2-3; rank 1 made 99 all_reduce calls, the others 100 (it skipped one)") in cause, cause
+
+
+# rank 2's own code blocks inside an object collective at step 10 (pickling: __reduce__ waits for an event
+# that never comes), while the others wait in the same all_gather_object; no rank past its first step yet
+OWN_CODE_INSIDE_A_COLLECTIVE = textwrap.dedent(
+    """
+    import threading, time
+    import torch
+    import torch.distributed as dist
+
+    never = threading.Event()
+
+
+    class Checkpoint:
+        def __reduce__(self):
+            if dist.get_rank() == 2:
+                never.wait()  # rank 2's own code, inside all_gather_object
+            return (dict, ())
+
+
+    dist.init_process_group("gloo")
+    t = torch.zeros(10)
+    for step in range(1000):
+        dist.all_reduce(t)
+        time.sleep(0.05)
+        if step == 10:
+            dist.all_gather_object([None] * dist.get_world_size(), Checkpoint())
+    """
+)
+REDUCE_LINE = 12
+
+
+@pytest.mark.slow
+def test_a_rank_hung_in_its_own_code_inside_a_collective_is_named_as_such_on_the_hang_timeout(
+        tmp_path: Path, start_task):
+    """Issue 53: a rank blocked in its own code under a collective's frames (pickling in an object
+    collective) was taken for a rank inside the collective: no verdict before the first-step allowance
+    (30 min), and when named, 'mismatched collectives'. It is the rank's own code, judged on --hang-timeout."""
+    timeout = 20
+    tasks = start_two_nodes(start_task, tmp_path, OWN_CODE_INSIDE_A_COLLECTIVE, ["--hang-timeout", str(timeout)])
+    ends, took = both_nodes_end(tasks, exitcodes.HANG)
+    assert took < 25 + timeout + 30, f"took {took:.0f}s"  # start-up, the timeout, the verdict: not 1800 s
+    for cause, output in ends:
+        assert (f"rank 2 (node rank 1, host 127.0.0.1, local rank 0) is in its own code, __reduce__ at "
+                f"job.py:{REDUCE_LINE}, inside all_gather_object") in cause, output
+        assert "mismatched" not in cause, output
