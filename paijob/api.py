@@ -311,7 +311,7 @@ def check_storages(job: Any, cluster: str | Cluster | None, source: str = "job")
     """Refuse, before the queue, a job that mounts a storage the user may not use on ``cluster``
     (OpenPAI's submit would answer ``NoStorageError``), naming the ones they may."""
     from paijob.openpai.storages import job_storages, unknown_storages
-    from paijob.render.storage_route import job_route
+    from paijob.common.storage_route import job_route
 
     if not job_storages(job):
         return
@@ -468,7 +468,7 @@ def output_location(cluster_name: str, job_id: str, job: Any = None) -> str | No
     storage, the folder on it, the path in its tasks and where this machine mounts it. ``job``: the job as
     sent, when the caller has it (else the cluster's stored copy is read); None for a job without a route."""
     from paijob.remote.profiles import is_local
-    from paijob.render.storage_route import job_route
+    from paijob.common.storage_route import job_route
 
     if is_local(cluster_name):
         return str(_output_root(resolve_cluster(cluster_name, start_local=False), job_id, job)[0])
@@ -507,7 +507,7 @@ def copy_output(source: str, dest: str | Path, cluster: str | None = None, *, fo
     """``paijob cp JOB:PATH DEST``: copy a file or folder out of a job's output folder (what landed where).
 
     The output folder is the local cluster's own for its jobs, or, for a job with ``storage`` (the storage
-    route, ``paijob.render.storage_route``), the job's folder on that storage: the local cluster's storage
+    route, ``paijob.common.storage_route``), the job's folder on that storage: the local cluster's storage
     folder, or where this machine mounts the storage (the profile's ``--mount``); a storage it does not
     mount is an error that says where the files are. ``on_plan`` sees the checked, measured copy before a
     byte is written (the CLI previews a big one); ``force`` replaces existing files and skips the
@@ -528,7 +528,7 @@ def _output_root(target: Cluster, job: str, document: Any = None) -> tuple[Path,
     """Job ``job``'s output folder on this machine (see ``copy_output``), and the job's full id;
     ``document``: the job itself when the caller has it (None: read the cluster's copy)."""
     from paijob import copyout
-    from paijob.render.storage_route import job_route
+    from paijob.common.storage_route import job_route
 
     if target.is_local:  # its folders are on this machine, whether its server runs or not
         return _local_output_root(job, document)
@@ -553,7 +553,7 @@ def _local_output_root(job: str, document: Any = None) -> tuple[Path, str]:
     """``_output_root`` on the local cluster: its own output folder for the job, or the job's folder on the
     local storage its route names; the job's stored config is read where the caller has no ``document``."""
     from paijob.local import conveniences as local
-    from paijob.render.storage_route import job_route
+    from paijob.common.storage_route import job_route
 
     job = job if "~" in job else f"{local.user()}~{job}"
     route = job_route(document if document is not None else _loaded_job(local.stored_config(job), job))

@@ -28,7 +28,7 @@ from paijob.local.server import LocalServer
 from paijob.openpai.storages import Storage, job_storages, parse_summary, summary_problem, where
 from paijob.remote import profiles
 from paijob.remote.client import PaiClient
-from paijob.render.storage_route import job_route, mount, output_export
+from paijob.common.storage_route import job_route, mount, output_export
 from paijob.render.templating import render_template
 
 API = "/rest-server/api/v2"
@@ -97,8 +97,11 @@ def test_rest_server_shaped_storage_answers_are_parsed_and_their_secrets_never_s
 
 
 def test_the_local_cluster_lists_its_storage_as_rest_server_does(client: PaiClient, server: LocalServer) -> None:
+    """models/v2/storage.js: the summary's entries {name, share, volumeName, default}; the detail
+    (convertVolumeDetail) {name, share, volumeName, type, data, readOnly, mountOptions}, no `default`; 403
+    ForbiddenUserError for a storage the user may not use, 404 NoStorageError for none (issue 54)."""
     swagger = load_swagger()
-    assert client.storages() == [Storage(local_storage.NAME, True, False)]
+    assert client.storages() == [Storage(local_storage.NAME, True, False), Storage(local_storage.HOME, False, True)]
     listed = requests.get(f"{server.url}{API}/storages", headers={"Authorization": f"Bearer {TOKEN}"}, timeout=10)
     check(swagger, "/api/v2/storages", "get", 200, listed.json())
     detail = client.storage(local_storage.NAME)
@@ -108,9 +111,16 @@ def test_the_local_cluster_lists_its_storage_as_rest_server_does(client: PaiClie
     assert missing.status_code == 404 and missing.json()["code"] == "NoStorageError"
     assert requests.get(f"{server.url}{API}/storages", timeout=10).status_code == 401  # the API's token check
     assert detail["readOnly"] is False  # rest-server's detail says readOnly (models/v2/storage.js); submit reads it
+    assert set(detail) == {"name", "share", "volumeName", "type", "data", "readOnly", "mountOptions"}
+    assert detail["mountOptions"] == ["rw"] and detail["type"] == "other"
     defaults = requests.get(f"{server.url}{API}/storages", params={"default": "true"},
                             headers={"Authorization": f"Bearer {TOKEN}"}, timeout=10)
-    assert defaults.json() == {"storages": []}  # ?default=true: only default storages, and 'shared' is not one
+    assert defaults.json() == {"storages": [{"name": "home", "share": False, "volumeName": "home", "default": True}]}
+    forbidden = requests.get(f"{server.url}{API}/storages/{local_storage.ADMIN}",
+                             headers={"Authorization": f"Bearer {TOKEN}"}, timeout=10)
+    assert forbidden.status_code == 403 and forbidden.json() == {
+        "code": "ForbiddenUserError", "message": f"User {client.user} is not allowed to access admin."}
+    assert "admin" not in [s.name for s in client.storages()]
 
 
 def test_the_local_cluster_refuses_at_submit_a_job_that_mounts_a_storage_it_does_not_have(
@@ -158,7 +168,7 @@ def test_a_storage_that_is_not_yours_is_refused_before_the_queue(
     job.write_text(storage_job("nost", "team-nfs", ["true"]))
     code, _, err = paijob(capsys, "submit", str(job), "-c", "local")
     assert code == 2
-    assert f"storage 'team-nfs' is not one you may use on cluster local (yours: {local_storage.NAME})" in err
+    assert f"storage 'team-nfs' is not one you may use on cluster local (yours: {local_storage.NAME}, home)" in err
     assert err.count("\n") == 1
     code, _, err = paijob(capsys, "status", "nost", "-c", "local")
     assert code != 0  # never submitted

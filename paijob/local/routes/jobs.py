@@ -27,9 +27,10 @@ def validate(text: str) -> tuple[Job | None, list[str]]:
     from paijob.validate.report import validate_loaded
 
     # the server's own checks: a role name OpenPAI v1.6+ cannot run is accepted, as rest-server does, and
-    # fails at start (processes.py), unless the cluster runs as an older one
+    # fails at start (processes.py), unless the cluster runs as an older one; a job whose storage list does
+    # not mount its output route is accepted too, and loses its output folder as on OpenPAI
     report = validate_loaded(load_job(text, "job"), "job", len(text.encode("utf-8", "surrogatepass")),
-                             openpai_before_1_6=True)
+                             openpai_before_1_6=True, client=False)
     return report.model, [p.format("job") for p in report.errors]
 
 
