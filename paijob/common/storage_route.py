@@ -25,7 +25,14 @@ from typing import Any, NamedTuple
 
 from paijob.common.contract import OUTPUT_DIR, STORAGE_MOUNT
 from paijob.errors import PaijobError
-from paijob.openpai.storages import MOUNT_ROOT, PLUGINS_KEY, default_mount_path, entries, listed
+from paijob.openpai.storages import (
+    MOUNT_ROOT,
+    PLUGINS_KEY,
+    Entry,
+    default_mount_path,
+    entries,
+    listed,
+)
 from paijob.openpai.taskenv import PAI_JOB_NAME
 
 DEFAULT_FOLDER = "paijob"  # the templates' storagePath, and a job file's (`paijob render job.yaml --set storage=`)
@@ -143,22 +150,29 @@ def route_problem(job: Any, route: Route | None = None) -> tuple[tuple[Any, ...]
     mine = [entry for entry in found if entry.name == name]
     if len(mine) > 1:
         return None  # two volumes of one name: openpai.storages.pod_problems says it
-    if mine:
-        entry = mine[0]
-        if entry.mount_path == want:
-            return None
-        where = ("extras", "storages", entry.index, "mountPath") if entry.index is not None else ("extras",)
-        return where, (f"storage {name} is mounted at {entry.mount_path}, not {want}: rest-server mounts it only "
-                       f"where this list says (k8s.js:599-616), so {lost}; write mountPath: {want} (and read "
-                       f"the storage there in your own commands); one storage cannot be mounted twice")
+    if not mine:
+        return _not_listed(name, found, lost)
+    entry = mine[0]
+    if entry.mount_path == want:
+        return None
+    moved: tuple[Any, ...] = ("extras", "storages", entry.index, "mountPath") if entry.index is not None \
+        else ("extras",)
+    return moved, (f"storage {name} is mounted at {entry.mount_path}, not {want}: rest-server mounts it only "
+                   f"where this list says (k8s.js:599-616), so {lost}; write mountPath: {want} (and read "
+                   f"the storage there in your own commands); one storage cannot be mounted twice")
+
+
+def _not_listed(name: str, found: list[Entry], lost: str) -> tuple[tuple[Any, ...], str]:
+    """``route_problem`` of a list without the route's storage: what to add, and what to move off its path."""
+    want = default_mount_path(name)
     taken = next((entry for entry in found if entry.mount_path == want), None)
-    what = ("the teamwise_storage plugin, which rest-server turns into the list" if found and found[0].index is None
-            else "extras.storages")
+    by_plugin = bool(found) and found[0].index is None
+    what = "the teamwise_storage plugin, which rest-server turns into the list" if by_plugin else "extras.storages"
     listed_names = ", ".join(entry.name for entry in found) or "nothing"
     fix = f"add {_entry_text(name)} to extras.storages"
     if taken is not None:
         fix += f" and move storage {taken.name} off {want} (give it another mountPath)"
-    where = ("extras", "storages") if what == "extras.storages" else ("extras", PLUGINS_KEY)
+    where: tuple[Any, ...] = ("extras", PLUGINS_KEY) if by_plugin else ("extras", "storages")
     return where, (f"{what} mounts {listed_names} but not storage {name}, which holds the job's output "
                    f"folder: rest-server mounts only this list (k8s.js:599-616), so {lost}; {fix}")
 

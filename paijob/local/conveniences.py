@@ -8,7 +8,7 @@ cluster as to a real one. What is left is named here, and the client imports not
   started), and ``paijob local up / down / status / open / prune`` (:func:`up`, :func:`down`,
   :func:`running`, :func:`portal_link`, :func:`open_in_browser`, :func:`prune`);
 * a workdir snapshot, which a real cluster gets in the job text and the local one reads from its state
-  dir (:func:`snapshot_path`: the job names it there; :func:`keep_snapshot`: a real submit writes it);
+  dir (:func:`snapshot_path`: the job names it there; ``paijob.api.ship`` writes it before the submit);
 * what is known without asking the server, which may be down: the user it runs jobs as (:func:`user`),
   the storages that user may use (:func:`storage_names`), a job's config as the server stored it
   (:func:`stored_config`) and where its output folder lies (:func:`output_folder`): ``paijob cp`` reads
@@ -32,10 +32,11 @@ from paijob.local.prune import PruneReport, parse_duration
 from paijob.local.prune import prune as prune_state
 
 if TYPE_CHECKING:
+    from paijob.common.storage_route import Route
     from paijob.remote.profiles import Cluster
     from paijob.workdir import Snapshot
 
-__all__ = ["PruneReport", "address", "cluster", "down", "keep_snapshot", "open_in_browser", "output_folder",
+__all__ = ["PruneReport", "address", "cluster", "down", "open_in_browser", "output_folder",
            "portal_link", "prune", "running", "signal_stacks", "snapshot_path", "state_dir", "storage_names",
            "stored_config", "up", "user"]
 
@@ -97,13 +98,6 @@ def snapshot_path(snap: Snapshot) -> Path:
     return layout.snapshot(layout.state_dir(), snap.digest)
 
 
-def keep_snapshot(snap: Snapshot, path: Path) -> None:
-    """Write ``snap`` at ``path`` (:func:`snapshot_path`) before the job that names it is submitted."""
-    from paijob import workdir
-
-    workdir.store_local(snap, path)
-
-
 def user() -> str:
     """The user the local cluster runs jobs as (a name that cannot be part of a path is refused)."""
     return daemon.local_user()
@@ -130,13 +124,15 @@ def stored_config(job_id: str) -> str | None:
     return row["config"] if row else None
 
 
-def output_folder(job_id: str, storage_name: str | None = None, on_storage: str = "") -> Path:
-    """Where job ``user~name``'s output folder lies on this machine: folder ``on_storage`` of the local
-    storage ``storage_name`` (the storage route) when the cluster has that storage, else its own output
-    folder (``PAIJOB_OUTPUT_DIR``)."""
+def output_folder(job_id: str, route: Route | None = None) -> Path:
+    """Where job ``user~name``'s output folder lies on this machine: its folder on the local storage its
+    ``route`` names (the storage route; in the user's own folder of a storage that is not shared, as a task
+    sees it) when the cluster has that storage, else its own output folder (``PAIJOB_OUTPUT_DIR``)."""
     root = layout.state_dir()
-    if storage_name is not None and storage_name in storage.names():
-        return layout.storage(root, storage_name) / on_storage
+    mine = storage.yours()
+    if route is not None and route.name in mine:
+        user, name = job_id.split("~", 1)
+        return layout.storage(root, route.name) / route.folder(user, name, share=mine[route.name].share)
     return layout.output(root, job_id)
 
 

@@ -19,6 +19,7 @@ from collections.abc import Callable, Hashable, Iterator
 from typing import Any
 
 from paijob.common import contract
+from paijob.common.storage_route import route_problem
 from paijob.openpai.markers import TemplateError, render_server, role_entrypoint
 from paijob.openpai.model import Job, TaskRole, is_int
 from paijob.openpai.names import (
@@ -28,7 +29,6 @@ from paijob.openpai.names import (
     role_name_breaks_init,
     role_name_fix,
 )
-from paijob.common.storage_route import route_problem
 from paijob.openpai.storages import ignored_plugin_storages, pod_problems
 
 ERROR = "error"

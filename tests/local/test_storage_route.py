@@ -22,13 +22,13 @@ from cluster_helpers import TOKEN, job_yaml
 from suite_helpers import paijob
 from swagger_check import check, load_swagger
 
+from paijob.common.storage_route import job_route, mount, output_export
 from paijob.local import daemon, layout
 from paijob.local import storage as local_storage
 from paijob.local.server import LocalServer
 from paijob.openpai.storages import Storage, job_storages, parse_summary, summary_problem, where
 from paijob.remote import profiles
 from paijob.remote.client import PaiClient
-from paijob.common.storage_route import job_route, mount, output_export
 from paijob.render.templating import render_template
 
 API = "/rest-server/api/v2"

@@ -1,0 +1,90 @@
+"""The ``Backend`` interface (see ``paijob.backends``) and what both of its implementations share."""
+
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from paijob.remote.client import PaiClient
+    from paijob.remote.profiles import Cluster
+    from paijob.workdir import Snapshot
+
+__all__ = ["Backend", "StorageAccess", "loaded_job"]
+
+
+class StorageAccess(Protocol):
+    """The storages a user may use on a cluster, as a submit's check needs them."""
+
+    @property
+    def names(self) -> list[str]: ...
+
+    def read_only(self, name: str) -> bool:
+        """Whether the cluster mounts storage ``name`` read-only (rest-server's detail says ``readOnly``)."""
+        ...
+
+
+class Backend(Protocol):
+    """What paijob does differently on the local cluster and on a real OpenPAI (see the module's table)."""
+
+    @property
+    def target(self) -> Cluster:
+        """The cluster's profile, resolved (a local cluster's address, unstarted)."""
+        ...
+
+    @property
+    def sends_token(self) -> bool:
+        """Whether a submit carries a bearer token (what ``--dry-run`` shows masked)."""
+        ...
+
+    @property
+    def pulls_images(self) -> bool:
+        """Whether the cluster pulls each role's Docker image (so a placeholder image cannot run)."""
+        ...
+
+    def client(self, *, timeout: float = 30.0, start: bool = True,
+               on_note: Callable[[str], None] | None = None) -> PaiClient:
+        """A REST client for the cluster; ``start``: start a local cluster that is down (``on_note`` hears it)."""
+        ...
+
+    def snapshot_path(self, snap: Snapshot) -> Path | None:
+        """Where the cluster reads a workdir snapshot from, written by ``paijob.api.ship`` before the submit;
+        None: the snapshot travels in the job text."""
+        ...
+
+    def before_1_6(self, timeout: float) -> bool | None:
+        """Whether the cluster runs OpenPAI older than v1.6 (role names); None when it cannot tell."""
+        ...
+
+    def storages(self) -> StorageAccess:
+        """The storages the user may use (an error when the cluster cannot be asked)."""
+        ...
+
+    def stacks(self, client: PaiClient, job_id: str) -> int:
+        """Ask a running job's ``paijob-runtime`` for its ranks' stacks; how many launchers heard it."""
+        ...
+
+    def output_root(self, job_id: str, document: Any = None) -> tuple[Path, str]:
+        """Job ``job_id``'s output folder on this machine, and the job's full id (``user~name``);
+        ``document``: the job as sent, when the caller has it (else the cluster's copy is read)."""
+        ...
+
+    def output_location(self, job_id: str, document: Any = None) -> str | None:
+        """Where the job's output folder is, for people; None when paijob does not know."""
+        ...
+
+    def stored_job(self, job_id: str) -> Any:
+        """The job as the cluster stored it (its config, read as the server reads it), or None."""
+        ...
+
+
+def loaded_job(text: str | None, job_id: str) -> Any:
+    """A stored job config as the server reads it; None for none, or for text that is not YAML."""
+    from paijob.openpai.jsyaml import YamlError, load_job
+
+    try:
+        return load_job(text, job_id).value if text else None
+    except YamlError:
+        return None
