@@ -265,14 +265,17 @@ def _backend(cluster: str | Cluster | None) -> Backend:
 
 
 def _backend_of(client: PaiClient) -> Backend:
-    """The backend of a client's cluster: its profile, or the one ``PAI_CLUSTER_URL`` gives."""
+    """The backend of a client's cluster: its profile, else (a cluster from ``PAI_CLUSTER_URL``, a client
+    made by hand) the client's own address and user, without a token."""
     from paijob.backends import backend_for
     from paijob.remote import profiles
 
-    env = profiles.from_environment()
-    if env is not None and env.name == client.cluster_name:
-        return backend_for(env)
-    return _backend(client.cluster_name)
+    try:
+        return _backend(client.cluster_name)
+    except PaijobError:
+        api_path = client.api_base[len(client.cluster_url):] or "/"
+        return backend_for(profiles.Cluster(client.cluster_name, client.cluster_url, client.user, None,
+                                            api_path=api_path))
 
 
 def connect(cluster: str | Cluster | None = None, *, timeout: float = 30.0, start_local: bool = True,
