@@ -58,7 +58,7 @@ if getattr(paijob, "__file__", None) is None:  # a namespace package: see Shadow
     )
 
 __all__ = ["JobRequest", "LoginResult", "PaijobError", "PreparedJob", "add_cluster", "check_storages", "clusters", "connect",
-           "copy_output", "list_output", "dry_run", "openpai_before_1_6", "openpai_before_1_6_setting", "dry_run_text", "follow_logs", "human_size", "list_jobs", "local_down", "local_status",
+           "copy_output", "list_output", "dry_run", "openpai_before_1_6", "openpai_before_1_6_setting", "dry_run_text", "follow_logs", "human_size", "job_results", "JobResults", "list_jobs", "local_down", "local_status",
            "local_up", "login", "login_url", "open_in_browser", "output_location", "portal_link", "prepare", "terminal_text", "prune_local", "remove_cluster",
            "render", "resolve_cluster", "ship", "status", "stop", "StopResult", "submit", "template", "template_names",
            "template_values", "use_cluster", "validate", "wait", "write_text"]
@@ -461,13 +461,55 @@ def output_location(cluster_name: str, job_id: str, job: Any = None) -> str | No
     return backend.output_location(job_id, job)
 
 
+@dataclass(frozen=True)
+class JobResults:
+    """What a job's output folder holds, as ``paijob status`` shows it: its files newest first (at most
+    ``copyout.RESULTS_SHOWN``), how many files it holds (``more``: at least that many), or why there is no
+    folder where paijob reads it (``missing``)."""
+
+    folder: Path
+    files: list[Any] = field(default_factory=list)
+    count: int = 0
+    more: bool = False
+    missing: str | None = None
+
+
+def job_results(client: PaiClient, job_id: str, document: Any = None) -> JobResults | None:
+    """The results of ``job_id`` where this machine can read its output folder (the local cluster's, or a
+    real cluster's storage where the profile mounts it); None where it cannot (``output_location`` says
+    where the folder is). ``document``: the job as sent, when the caller has it."""
+    from paijob import copyout
+
+    backend = _backend_of(client)
+    try:
+        root, full = backend.output_root(job_id, document)
+    except PaijobError:
+        return None
+    if not root.is_dir() or root.is_symlink():
+        return JobResults(root, missing=backend.missing_output(full, document))
+    found = copyout.newest(root)
+    return JobResults(root, found.files, found.count, found.more)
+
+
+def _output_folder(backend: Backend, job: str) -> tuple[Path, str]:
+    """``backend``'s output folder of ``job`` and its full id; a folder that is not there is an error that
+    says why (the job's state, its storage list), not "no such job"."""
+    from paijob import copyout
+
+    root, full = backend.output_root(job)
+    if not os.path.lexists(root):
+        raise copyout.OutputError(f"job {full}'s output folder {root} does not exist: "
+                                  f"{backend.missing_output(full)}")
+    return root, full
+
+
 def list_output(source: str, cluster: str | None = None) -> tuple[list[Any], bool]:
     """``paijob cp --list JOB[:PATH]``: what a job's output folder holds, without copying (see ``copy_output``
     for where that folder is); the entries, and whether there were more than ``copyout.LIST_LIMIT``."""
     from paijob import copyout
 
     job, path = copyout.split_source(source if ":" in source else source + ":.")
-    root, job = _backend(cluster).output_root(job)
+    root, job = _output_folder(_backend(cluster), job)
     return copyout.listing(root, path, job)
 
 
@@ -485,7 +527,7 @@ def copy_output(source: str, dest: str | Path, cluster: str | None = None, *, fo
     from paijob import copyout
 
     job, path = copyout.split_source(source)
-    root, job = _backend(cluster).output_root(job)
+    root, job = _output_folder(_backend(cluster), job)
     copy_plan = copyout.plan(root, path, Path(dest), job, force=force)
     if on_plan is not None:
         on_plan(copy_plan)

@@ -12,7 +12,7 @@ if TYPE_CHECKING:
     from paijob.remote.profiles import Cluster
     from paijob.workdir import Snapshot
 
-__all__ = ["Backend", "StorageAccess", "loaded_job"]
+__all__ = ["Backend", "StorageAccess", "loaded_job", "missing_output"]
 
 
 class StorageAccess(Protocol):
@@ -79,6 +79,14 @@ class Backend(Protocol):
         """The job as the cluster stored it (its config, read as the server reads it), or None."""
         ...
 
+    def job_state(self, job_id: str) -> str | None:
+        """The job's state (``jobStatus.state``), or None when there is no such job or it cannot be asked."""
+        ...
+
+    def missing_output(self, job_id: str, document: Any = None) -> str:
+        """Why the job's output folder is not where :meth:`output_root` says (:func:`missing_output`)."""
+        ...
+
 
 def loaded_job(text: str | None, job_id: str) -> Any:
     """A stored job config as the server reads it; None for none, or for text that is not YAML."""
@@ -88,3 +96,26 @@ def loaded_job(text: str | None, job_id: str) -> Any:
         return load_job(text, job_id).value if text else None
     except YamlError:
         return None
+
+
+def missing_output(job_id: str, cluster: str, state: str | None, job: Any, *, local: bool) -> str:
+    """Why job ``job_id``'s output folder is not where paijob reads it, from what the cluster says of the job
+    (``state``, None: no such job) and the job as it stored it (``job``); ``local``: the local cluster."""
+    from paijob.common.storage_route import route_problem
+
+    if state is None and job is None:
+        return f"cluster {cluster} has no job {job_id} (`paijob list -c {cluster}` lists yours)"
+    problem = route_problem(job) if job is not None else None
+    if problem is not None:
+        return f"it was never on the storage: {problem[1]}"
+    if state == "WAITING":
+        return f"job {job_id} has not started yet (WAITING): each task makes the folder as it starts"
+    if state in ("RUNNING", "STOPPING"):
+        return (f"job {job_id} is {state} and has not made it yet: each task makes it as its commands start "
+                f"(`paijob logs {job_id} -c {cluster}` shows how far they are)")
+    if state == "SUCCEEDED":
+        gone = "`paijob local prune --outputs` removes the folders of finished jobs" if local else \
+            "or this machine's mount is not the storage the job wrote to"
+        return f"job {job_id} SUCCEEDED, and its folder was removed since ({gone})"
+    return (f"job {job_id} {state or 'ended'} before its commands made it (`paijob status {job_id} -c {cluster}` "
+            "says why)")

@@ -8,7 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from paijob.backends.base import loaded_job
+from paijob.backends.base import loaded_job, missing_output
+from paijob.errors import PaijobError
 from paijob.local import conveniences as local
 
 if TYPE_CHECKING:
@@ -66,6 +67,16 @@ class LocalBackend:
     def stored_job(self, job_id: str) -> Any:
         job_id = self.full_id(job_id)
         return loaded_job(local.stored_config(job_id), job_id)
+
+    def missing_output(self, job_id: str, document: Any = None) -> str:
+        try:
+            job = document if document is not None else self.stored_job(job_id)
+        except PaijobError:
+            job = None
+        return missing_output(job_id, self._target.name, self.job_state(job_id), job, local=True)
+
+    def job_state(self, job_id: str) -> str | None:
+        return local.stored_state(self.full_id(job_id))
 
     def output_root(self, job_id: str, document: Any = None) -> tuple[Path, str]:
         """Its own output folder for the job, or the job's folder on the local storage its route names; the

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from paijob.backends.base import loaded_job
+from paijob.backends.base import loaded_job, missing_output
 from paijob.common import contract
 from paijob.errors import PaijobError
 
@@ -87,6 +87,20 @@ class RestBackend:
     def stored_job(self, job_id: str) -> Any:
         """The job as the cluster stored it (``GET /jobs/{id}/config``), or None."""
         return loaded_job(self.client().get_config(job_id), job_id)
+
+    def missing_output(self, job_id: str, document: Any = None) -> str:
+        try:
+            job = document if document is not None else self.stored_job(job_id)
+        except PaijobError:
+            job = None
+        return missing_output(job_id, self._target.name, self.job_state(job_id), job, local=False)
+
+    def job_state(self, job_id: str) -> str | None:
+        try:
+            state = self.client(timeout=10.0).get_job(job_id)["jobStatus"]["state"]
+        except PaijobError:
+            return None
+        return state if isinstance(state, str) else None
 
     def full_id(self, job: str) -> str:
         from paijob import copyout

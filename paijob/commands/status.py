@@ -36,7 +36,30 @@ def run(args: argparse.Namespace) -> int:
     if output:
         print(f"\noutput     {output} ({contract.OUTPUT_DIR}; `paijob cp {job_id}:PATH . -c {client.cluster_name}` "
               "copies from it)")
+    results = api.job_results(client, job_id)
+    if results is not None:
+        for line in results_lines(results, f"paijob cp {job_id} --list -c {client.cluster_name}",
+                                  api.terminal_text(sys.stdout, raw=args.raw, names=True)):
+            print(line)
     return 0
+
+
+def results_lines(results: Any, lister: str, shown: Callable[[str], str]) -> Iterator[str]:
+    """What the job's output folder holds (``api.JobResults``): its newest files with their sizes, or why
+    there is none; the file names go through ``shown`` (the job chose them)."""
+    from paijob import api
+
+    if results.missing:
+        yield f"results    none: {shown(results.missing)}"
+        return
+    if not results.count:
+        yield "results    none yet (the folder is empty)"
+        return
+    count = f"{results.count}{'+' if results.more else ''} file(s)"
+    more = f"; `{lister}` lists them all" if results.count > len(results.files) else ""
+    yield f"results    {count}, newest first{more}:"
+    for entry in results.files:
+        yield f"           {api.human_size(entry.size):>9}  {shown(entry.path)}"
 
 
 def print_status(detail: dict[str, Any], job_id: str, wide: bool = False, raw: bool = False) -> None:

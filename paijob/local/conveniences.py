@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 
 __all__ = ["PruneReport", "address", "cluster", "down", "open_in_browser", "output_folder",
            "portal_link", "prune", "running", "signal_stacks", "snapshot_path", "state_dir", "storage_names",
-           "stored_config", "up", "user"]
+           "stored_config", "stored_state", "up", "user"]
 
 
 def state_dir() -> Path:
@@ -108,20 +108,31 @@ def storage_names() -> list[str]:
     return storage.names()
 
 
-def stored_config(job_id: str) -> str | None:
-    """Job ``user~name``'s config as the local cluster stored it (None: no such job, or no store yet),
-    read from its store, so it answers while the server is down."""
+def _stored_row(job_id: str) -> dict[str, Any] | None:
+    """Job ``user~name``'s row in the local cluster's store (None: no such job, or no store yet), read from
+    its store, so it answers while the server is down."""
     from paijob.local.store import Store
 
     database = layout.database(layout.state_dir())
-    if not database.exists():
+    if not database.exists() or "~" not in job_id:
         return None
     store = Store(database)
     try:
-        row = store.job(*job_id.split("~", 1))
+        return store.job(*job_id.split("~", 1))
     finally:
         store.close()
+
+
+def stored_config(job_id: str) -> str | None:
+    """Job ``user~name``'s config as the local cluster stored it (None: no such job, or no store yet)."""
+    row = _stored_row(job_id)
     return row["config"] if row else None
+
+
+def stored_state(job_id: str) -> str | None:
+    """Job ``user~name``'s state as the local cluster stored it (None: no such job, or no store yet)."""
+    row = _stored_row(job_id)
+    return str(row["state"]) if row else None
 
 
 def output_folder(job_id: str, route: Route | None = None) -> Path:

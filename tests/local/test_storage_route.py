@@ -183,7 +183,9 @@ class FakePai:
             {"name": "nfs-home", "share": True, "volumeName": "nfs-home-pv", "default": True},
             {"name": "datasets", "share": True, "volumeName": "datasets-pv", "default": False}]
         self.configs: dict[str, str] = {}
+        self.states: dict[str, str] = {}  # job id -> jobStatus.state of GET /jobs/{id}
         self.posted: list[str] = []
+        self.before_v1_0 = False  # a rest-server older than OpenPAI v1.0: no /api/v2/storages
 
 
 def _handler(fake: FakePai) -> type[BaseHTTPRequestHandler]:
@@ -204,6 +206,8 @@ def _handler(fake: FakePai) -> type[BaseHTTPRequestHandler]:
             if path == "/info":
                 return self._answer(200, {"name": "PAI RESTful API", "version": "v1.8.1", "launcherType": "k8s",
                                           "authnMethod": "basic"})
+            if path.startswith("/storages") and fake.before_v1_0:  # express's own 404 for a route it lacks
+                return self._answer(404, "Cannot GET " + self.path, "text/html")
             if path == "/storages":
                 return self._answer(200, {"storages": fake.storages})
             if path == "/storages/nfs-home":
@@ -214,6 +218,9 @@ def _handler(fake: FakePai) -> type[BaseHTTPRequestHandler]:
                 return self._answer(200, {"name": "datasets", "share": True, "volumeName": "datasets-pv",
                                           "default": False, "type": "nfs", "readOnly": True,
                                           "data": {"server": "10.0.0.5", "path": "/export/datasets"}})
+            if path.startswith("/jobs/") and path.count("/") == 2 and path.split("/")[2] in fake.states:
+                return self._answer(200, {"name": path.split("/")[2], "jobStatus": {
+                    "state": fake.states[path.split("/")[2]], "attemptId": 0}, "taskRoles": {}})
             if path.startswith("/jobs/") and path.endswith("/config"):
                 job_id = path.split("/")[2]
                 if job_id in fake.configs:
@@ -416,3 +423,58 @@ def test_the_local_cluster_answers_info_to_any_method_as_rest_server_does(server
     answer = requests.request(method, f"{server.url}{API}/info", headers={"Authorization": f"Bearer {TOKEN}"},
                               timeout=10)
     assert answer.status_code == 200 and answer.json()["launcherType"] == "k8s"
+
+
+def test_a_cluster_without_the_storage_route_is_too_old_for_storages(
+        pai: tuple[FakePai, str], capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """Issue 54 item 4: a rest-server before OpenPAI v1.0 has no /api/v2/storages: the raw 404 was shown."""
+    fake, url = pai
+    fake.before_v1_0 = True
+    profiles.add("pai", url, user="me", token_env="PAI_TEST_TOKEN")
+    job = tmp_path / "job.yaml"
+    job.write_text(storage_job("exp", "nfs-home", ["true"]))
+    code, _, err = paijob(capsys, "submit", str(job), "-c", "pai")
+    assert code != 0 and "too old for storages (needs OpenPAI v1.0+)" in err and err.count("\n") == 1
+    assert fake.posted == []
+
+
+def test_cp_of_a_finished_job_without_its_folder_says_why_not_no_such_job(
+        pai: tuple[FakePai, str], capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """Issue 54 item 4: a SUCCEEDED job whose folder is missing on a good mount said "the job never started on
+    this cluster, or the id is wrong"."""
+    fake, url = pai
+    fake.configs["me~exp"] = storage_job("exp", "nfs-home", ["true"])
+    fake.states["me~exp"] = "SUCCEEDED"
+    mounted = tmp_path / "nfs"
+    (mounted / "runs/me/other").mkdir(parents=True)  # the storage, with another job's folder
+    table = tmp_path / "mounts"
+    table.write_text(f"10.0.0.5:/export/home {mounted} nfs4 rw 0 0\n")
+    profiles.add("pai", url, user="me", token_env="PAI_TEST_TOKEN", mounts={"nfs-home": str(mounted)})
+    from paijob import copyout
+
+    real = copyout.mount_problem
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(copyout, "mount_problem", lambda mount, nfs=None: real(mount, nfs, str(table)))
+        code, _, err = paijob(capsys, "cp", "exp:ckpt", str(tmp_path), "-c", "pai")
+        assert code == 2 and "job me~exp SUCCEEDED, and its folder was removed since" in err, err
+        assert "never started" not in err and err.count("\n") == 1
+        fake.states["me~exp"] = "RUNNING"
+        code, _, err = paijob(capsys, "cp", "exp:ckpt", str(tmp_path), "-c", "pai")
+        assert code == 2 and "is RUNNING and has not made it yet" in err
+        code, _, err = paijob(capsys, "cp", "gone:ckpt", str(tmp_path), "-c", "pai")
+        assert code == 2 and "reading config of me~gone on pai" in err and "`paijob list`" in err
+
+
+def test_a_folder_with_files_on_this_machine_s_own_disk_is_not_the_storage(tmp_path: Path) -> None:
+    """Issue 54 item 4: a non-empty folder that nothing is mounted on passed as the storage (a copy, or the
+    profile naming the wrong folder); inside an NFS mount it still may be the storage's own folder."""
+    from paijob.copyout import mount_problem
+
+    folder = tmp_path / "copy-of-results"
+    (folder / "runs").mkdir(parents=True)
+    table = tmp_path / "mounts"
+    table.write_text("/dev/sda1 / ext4 rw 0 0\ntmpfs /run tmpfs rw 0 0\n")
+    problem = mount_problem(str(folder), None, str(table))
+    assert problem is not None and "it is a folder on this machine's own disk (ext4 /dev/sda1, mounted at /)" in problem
+    table.write_text(f"/dev/sda1 / ext4 rw 0 0\n10.0.0.5:/export {tmp_path} nfs4 rw 0 0\n")
+    assert mount_problem(str(folder), None, str(table)) is None  # a folder inside the NFS mount
