@@ -58,7 +58,7 @@ if getattr(paijob, "__file__", None) is None:  # a namespace package: see Shadow
     )
 
 __all__ = ["JobRequest", "LoginResult", "PaijobError", "PreparedJob", "add_cluster", "check_storages", "clusters", "connect",
-           "copy_output", "list_output", "dry_run", "openpai_before_1_6", "openpai_before_1_6_setting", "dry_run_text", "follow_logs", "human_size", "job_results", "JobResults", "list_jobs", "local_down", "local_status",
+           "copy_output", "list_output", "dry_run", "openpai_before_1_6", "openpai_before_1_6_setting", "dry_run_text", "follow_logs", "human_duration", "human_size", "job_results", "JobResults", "list_jobs", "local_down", "local_status",
            "local_up", "login", "login_url", "open_in_browser", "output_location", "portal_link", "prepare", "terminal_text", "prune_local", "remove_cluster",
            "render", "resolve_cluster", "ship", "status", "stop", "StopResult", "submit", "template", "template_names",
            "template_values", "use_cluster", "validate", "wait", "write_text"]
@@ -792,6 +792,13 @@ def terminal_text(stream: TextIO, *, raw: bool = False, names: bool = False) -> 
     from paijob import termsafe
 
     return (termsafe.shown_name if names else termsafe.shown_line)(stream, raw)
+
+
+def human_duration(seconds: float | None) -> str:
+    """``3 min 14 s``: durations as paijob writes them everywhere (``paijob.common.durations``)."""
+    from paijob.common.durations import human_duration as duration
+
+    return duration(seconds)
 
 
 def human_size(count: float) -> str:

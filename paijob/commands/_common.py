@@ -108,15 +108,14 @@ def when(ms: Any) -> str:
 
 
 def duration(start: Any, end: Any) -> str:
+    """From ``start`` to ``end`` (a server's milliseconds; no end: until now), as paijob writes every duration
+    (``paijob.common.durations``: ``0.4 s``, ``42 s``, ``3 min 14 s``, ``2 h 5 min``)."""
+    from paijob import api
+
     begin = _ms(start)
     if begin is None:
         return "-"
-    seconds = ((_ms(end) or int(time.time() * 1000)) - begin) / 1000
-    if seconds < 90:
-        return f"{seconds:.1f} s"
-    minutes, secs = divmod(int(seconds), 60)
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours}h{minutes:02d}m{secs:02d}s" if hours else f"{minutes}m{secs:02d}s"
+    return api.human_duration(((_ms(end) or int(time.time() * 1000)) - begin) / 1000)
 
 
 def table(rows: list[list[str]], out: TextIO | None = None) -> None:
@@ -231,6 +230,15 @@ def outcome_line(job_id: str, detail: dict[str, Any]) -> str:
         text += f" ({status['appExitDiagnostics']})"
     text += f" after {duration(status.get('launchedTime') or status.get('createdTime'), status.get('completedTime'))}"
     return text
+
+
+def slow_rank_headline(detail: dict[str, Any]) -> str | None:
+    """The slow-rank doctor's line about a job (the local cluster's ``paijobSlowRank``), ``(over the run)``
+    once the job ended; None without one. A job that succeeded still had a rank the others waited for."""
+    slow = detail.get("jobStatus", {}).get("paijobSlowRank")
+    if not isinstance(slow, dict) or not isinstance(slow.get("line"), str):
+        return None
+    return slow["line"] + (" (over the run)" if slow.get("final") is True else "")
 
 
 class Progress:

@@ -149,9 +149,13 @@ function formatTime(ms) {
   return `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())} ${pad(d.getHours())}:${pad(d.getMinutes())}:${pad(d.getSeconds())}`;
 }
 
+/** A duration as paijob writes every one (paijob/common/durations.py, `paijob status` and `list`):
+ *  0.4 s, 42 s, 3 min 14 s, 2 h 5 min. */
 function formatDuration(ms) {
-  if (ms === null || ms === undefined || ms < 0) return "–";
-  const s = Math.round(ms / 1000);
+  if (ms === null || ms === undefined || !Number.isFinite(ms) || ms < 0) return "–";
+  const seconds = ms / 1000;
+  if (seconds < 9.95) return `${seconds.toFixed(1)} s`;
+  const s = Math.floor(seconds + 0.5);
   if (s < 60) return `${s} s`;
   if (s < 3600) return `${Math.floor(s / 60)} min ${s % 60} s`;
   return `${Math.floor(s / 3600)} h ${Math.floor((s % 3600) / 60)} min`;

@@ -75,8 +75,9 @@ function gpusOf(config) {
   return total;
 }
 
+/** One label and its value, kept together in one grid cell (HTML lets a div group a dt with its dd). */
 function metaItem(name, value) {
-  return [el("dt", { text: name }), el("dd", { text: value })];
+  return [el("div", { dataset: { meta: name } }, el("dt", { text: name }), el("dd", { text: value }))];
 }
 
 function renderSummary(detail) {
@@ -167,9 +168,11 @@ function renderCause(detail) {
   if (status.appExitDiagnostics !== status.appExitTriggerMessage) add("Diagnostics", status.appExitDiagnostics);
   document.getElementById("cause-list").replaceChildren(...items);
   const cause = document.getElementById("cause");
+  const ended = PAI.TERMINAL.has(status.state);
   cause.hidden = items.length === 0;
-  cause.querySelector("h2").textContent = status.paijobStall ? "Progress" : "Why it ended";
-  cause.classList.toggle("bad", status.state !== "SUCCEEDED");
+  // a running job has not ended: what the doctors say of it so far is its progress
+  cause.querySelector("h2").textContent = ended ? "Why it ended" : "Progress";
+  cause.classList.toggle("bad", ended ? status.state !== "SUCCEEDED" : Boolean(status.paijobStall));
 }
 
 // ----------------------------------------------------------------------------- tasks and attempts
