@@ -58,8 +58,8 @@ if getattr(paijob, "__file__", None) is None:  # a namespace package: see Shadow
     )
 
 __all__ = ["JobRequest", "LoginResult", "PaijobError", "PreparedJob", "add_cluster", "check_storages", "clusters", "connect",
-           "copy_output", "list_output", "dry_run", "openpai_before_1_6", "openpai_before_1_6_setting", "dry_run_text", "follow_logs", "human_duration", "human_size", "job_results", "JobResults", "list_jobs", "local_down", "local_status",
-           "local_up", "login", "login_url", "open_in_browser", "output_location", "portal_link", "prepare", "terminal_text", "prune_local", "remove_cluster",
+           "copy_output", "list_output", "dry_run", "openpai_before_1_6", "openpai_before_1_6_setting", "unknown_version_note", "dry_run_text", "follow_logs", "human_duration", "human_size", "job_results", "JobResults", "list_jobs", "local_down", "local_status",
+           "local_up", "login", "login_url", "open_in_browser", "output_location", "portal_link", "prepare", "terminal_text", "prune_local", "remove_cluster", "remove_local_job",
            "render", "resolve_cluster", "ship", "status", "stop", "StopResult", "submit", "template", "template_names",
            "template_values", "use_cluster", "validate", "wait", "write_text"]
 
@@ -307,6 +307,11 @@ def openpai_before_1_6(cluster: str | Cluster | None = None, *, timeout: float =
     return _backend(cluster).before_1_6(timeout)
 
 
+def unknown_version_note(cluster: str | Cluster | None = None) -> str:
+    """When :func:`openpai_before_1_6` could not tell (None): the role-name rule paijob applied instead, and why."""
+    return _backend(cluster).unknown_version()
+
+
 def check_storages(job: Any, cluster: str | Cluster | None, source: str = "job") -> None:
     """Refuse, before the queue, a job that mounts a storage the user may not use on ``cluster``
     (OpenPAI's submit would answer ``NoStorageError``), naming the ones they may."""
@@ -442,8 +447,9 @@ def stop(client: PaiClient, job: str) -> StopResult:
 def stacks(client: PaiClient, job: str) -> tuple[str, int]:
     """Ask a local job's ``paijob-runtime`` for every rank's stack (SIGUSR1; the job goes on).
 
-    Returns (job id, launchers signalled); the stacks appear in the job's logs. A real OpenPAI
-    cluster's tasks are out of reach: the ssh plugin is the way there (the error says how).
+    Returns (job id, launchers signalled); the stacks appear in the job's logs. A job that has ended or not
+    started, or whose tasks run no paijob-runtime, is an error saying so. A real OpenPAI cluster's tasks are
+    out of reach: the ssh plugin is the way there (the error says how).
     """
     job_id = client.job_id(job)
     return job_id, _backend_of(client).stacks(client, job_id)
@@ -642,12 +648,21 @@ def clusters() -> list[dict[str, Any]]:
 
 def add_cluster(name: str, url: str, *, user: str | None = None, token_env: str | None = None,
                 api_path: str | None = None, make_current: bool = False,
-                mounts: Sequence[str] = ()) -> tuple[Path, str | None]:
+                mounts: Sequence[str] = (), replace: bool = False) -> tuple[Path, str | None]:
     """Save profile ``name``; returns (the profiles file, the user: given, else read from the token).
 
     ``mounts``: ``STORAGE=/local/path`` for each storage this machine mounts (``paijob cp`` reads jobs'
-    output folders there)."""
+    output folders there). A profile of that name already saved is replaced only with ``replace``: else an
+    error that says what it holds and how to replace it."""
     from paijob.remote import profiles
+
+    profiles.check_name(name)
+    existing = profiles.load()["clusters"].get(name)
+    if isinstance(existing, dict) and not replace:
+        held = ", ".join(f"{key} {existing[key]}" for key in ("url", "user", "token_env") if existing.get(key))
+        raise PaijobError(f"cluster {name} is saved already ({held}); add it with --replace to replace that "
+                          f"profile (all of it: token variable, user, mounts), or choose another name "
+                          f"(`paijob cluster list` shows them)")
 
     user = user or profiles.user_from_token(os.environ.get(token_env, "") if token_env else None)
     parsed = dict(profiles.parse_mount(text) for text in mounts)
@@ -781,6 +796,14 @@ def prune_local(older_than: str = "0s", *, outputs: bool = False, dry_run: bool 
     from paijob.local import conveniences as local
 
     return local.prune(older_than, outputs=outputs, dry_run=dry_run)
+
+
+def remove_local_job(job: str) -> PruneReport:
+    """Remove one finished local job (``NAME`` or ``USER~NAME``): its record, so its name is free again, its
+    work folders, logs and output folder: ``paijob local rm``. A job that has not finished is refused."""
+    from paijob.local import conveniences as local
+
+    return local.remove(job)
 
 
 def terminal_text(stream: TextIO, *, raw: bool = False, names: bool = False) -> Callable[[str], str]:

@@ -58,6 +58,10 @@ class Backend(Protocol):
         """Whether the cluster runs OpenPAI older than v1.6 (role names); None when it cannot tell."""
         ...
 
+    def unknown_version(self) -> str:
+        """What paijob did when :meth:`before_1_6` could not tell: which role-name rule it applied, and why."""
+        ...
+
     def storages(self) -> StorageAccess:
         """The storages the user may use (an error when the cluster cannot be asked)."""
         ...

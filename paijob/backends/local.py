@@ -55,11 +55,32 @@ class LocalBackend:
     def before_1_6(self, timeout: float) -> bool | None:
         return None  # it behaves as OpenPAI v1.6+ unless its own setting says otherwise
 
+    def unknown_version(self) -> str:
+        return ("the local cluster was not asked its version: it runs role names as OpenPAI v1.6+ does (set "
+                "PAIJOB_OPENPAI_BEFORE_1_6=1 to make it an older one), and they were judged by that rule")
+
     def storages(self) -> LocalStorages:
         return LocalStorages(local.storage_names())
 
     def stacks(self, client: PaiClient, job_id: str) -> int:
-        return local.signal_stacks(job_id)
+        """SIGUSR1 to the job's launchers; a job that has ended or not started, or whose tasks run no
+        paijob-runtime, is an error saying so (a signal to nobody is not an answer)."""
+        from paijob.openpai.jobstate import is_terminal
+
+        state = client.get_job(job_id)["jobStatus"]["state"]
+        name = self._target.name
+        if is_terminal(state):
+            raise PaijobError(f"job {job_id} has ended ({state}): its ranks are gone; `paijob logs {job_id} -c {name}` "
+                              f"shows what they printed, `paijob status {job_id} -c {name}` how it ended")
+        if state == "WAITING":
+            raise PaijobError(f"job {job_id} has not started yet (WAITING): ask again once it runs "
+                              f"(`paijob status {job_id} -c {name}`)")
+        count = local.signal_stacks(job_id)
+        if count == 0:
+            raise PaijobError(f"job {job_id} is {state} but no paijob-runtime train process of it was found: its "
+                              "tasks are starting, or their commands do not start paijob-runtime, which is what "
+                              "prints the stacks (`py-spy dump --pid PID` does it for any Python process)")
+        return count
 
     def full_id(self, job: str) -> str:
         return job if "~" in job else f"{local.user()}~{job}"

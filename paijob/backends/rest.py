@@ -73,6 +73,12 @@ class RestBackend:
         except PaijobError:
             return None
 
+    def unknown_version(self) -> str:
+        return (f"cluster {self._target.name} was not asked its OpenPAI version: it did not answer GET "
+                f"{self._target.api_base}/info with one (unreachable, or an odd answer), so role names were judged "
+                "by OpenPAI v1.6+'s rule (its init container finds only lowercase a-z0-9 role names); pass "
+                "--openpai-before-1.6 (or PAIJOB_OPENPAI_BEFORE_1_6=1) if the cluster is older")
+
     def storages(self) -> RestStorages:
         return RestStorages(self.client(timeout=10.0))
 
@@ -162,7 +168,7 @@ class RestBackend:
             raise copyout.OutputError(
                 f"this machine does not mount storage {route.name} at {mount}: {problem}; mount it there "
                 f"(GET /api/v2/storages/{route.name} says what it is) or add the profile again with the right "
-                f"--mount {route.name}=PATH; the job's folder is {on_storage} on that storage")
+                f"--mount {route.name}=PATH and --replace; the job's folder is {on_storage} on that storage")
 
     def _unmounted(self, route: Route, on_storage: str, user: str, name: str) -> str:
         """Where a job's output folder is, on a storage this machine does not mount (for a one-line error)."""
@@ -176,7 +182,7 @@ class RestBackend:
         return (f"job {user}~{name}'s output folder is on storage {route.name} ({kind}) at {on_storage} "
                 f"(in its tasks {route.in_task(user, name)}); this machine does not mount it: mount it and add the "
                 f"profile again with --mount {route.name}=/where/it/is/mounted (`paijob cluster add {target.name} "
-                f"--url {target.url} ... --mount ...`), or copy that folder with the storage's own tools")
+                f"--url {target.url} ... --mount ... --replace`), or copy that folder with the storage's own tools")
 
     def output_location(self, job_id: str, document: Any = None) -> str | None:
         """For a job on the storage route: the storage, the folder on it, the path in its tasks and where this
@@ -193,5 +199,6 @@ class RestBackend:
         on_storage = route.folder(user, name, share=self._share(route))
         mount = self._target.mount(route.name)
         here = (f"here {Path(mount) / on_storage}" if mount else
-                f"not mounted on this machine (`paijob cluster add {self._target.name} ... --mount {route.name}=PATH`)")
+                f"not mounted on this machine (`paijob cluster add {self._target.name} ... --mount {route.name}=PATH "
+                f"--replace`)")
         return f"storage {route.name}, folder {on_storage} (in its tasks {route.in_task(user, name)}); {here}"

@@ -5,8 +5,8 @@ cluster as to a real one. What is left is named here, and the client imports not
 ``paijob.local`` (an import-linter contract in ``setup.cfg`` keeps it so):
 
 * the cluster as a service: its profile (:func:`cluster`, started when down; :func:`address`, never
-  started), and ``paijob local up / down / status / open / prune`` (:func:`up`, :func:`down`,
-  :func:`running`, :func:`portal_link`, :func:`open_in_browser`, :func:`prune`);
+  started), and ``paijob local up / down / status / open / prune / rm`` (:func:`up`, :func:`down`,
+  :func:`running`, :func:`portal_link`, :func:`open_in_browser`, :func:`prune`, :func:`remove`);
 * a workdir snapshot, which a real cluster gets in the job text and the local one reads from its state
   dir (:func:`snapshot_path`: the job names it there; ``paijob.api.ship`` writes it before the submit);
 * what is known without asking the server, which may be down: the user it runs jobs as (:func:`user`),
@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 from paijob.local import daemon, layout, storage, tracking
 from paijob.local.prune import PruneReport, parse_duration
 from paijob.local.prune import prune as prune_state
+from paijob.local.prune import remove_job as remove_state
 
 if TYPE_CHECKING:
     from paijob.common.storage_route import Route
@@ -37,7 +38,7 @@ if TYPE_CHECKING:
     from paijob.workdir import Snapshot
 
 __all__ = ["PruneReport", "address", "cluster", "down", "open_in_browser", "output_folder",
-           "portal_link", "prune", "running", "signal_stacks", "snapshot_path", "state_dir", "storage_names",
+           "portal_link", "prune", "remove", "running", "signal_stacks", "snapshot_path", "state_dir", "storage_names",
            "stored_config", "stored_state", "up", "user"]
 
 
@@ -88,6 +89,11 @@ def open_in_browser(url: str) -> bool:
 def prune(older_than: str = "0s", *, outputs: bool = False, dry_run: bool = False) -> PruneReport:
     """Remove finished jobs' work folders and logs (and outputs): ``paijob local prune``."""
     return prune_state(layout.state_dir(), older_than=parse_duration(older_than), outputs=outputs, dry_run=dry_run)
+
+
+def remove(job_id: str) -> PruneReport:
+    """Remove one finished job, its record and its folders: ``paijob local rm`` (a running job is refused)."""
+    return remove_state(layout.state_dir(), job_id if "~" in job_id else f"{user()}~{job_id}")
 
 
 # --------------------------------------------------------------------------- what travels outside the REST API

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -14,6 +15,7 @@ from suite_helpers import paijob
 
 from paijob import api, cli
 from paijob.common.records import SlowRecord
+from paijob.local.daemon import local_user
 from paijob.local.processes import SLOW_NAME
 from paijob.local.server import LocalServer
 from paijob.remote import profiles
@@ -62,3 +64,92 @@ def test_list_marks_a_running_job_the_slow_rank_doctor_names(
         assert listed[0]["paijobSlowRank"]["line"] == SLOW_LINE
     finally:
         client.stop(job_id)
+
+
+def test_validate_against_an_unreachable_cluster_says_it_did_not_ask_and_which_rule_it_applied(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import socket
+
+    with socket.socket() as closed:  # a port nothing listens on
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    monkeypatch.setenv("PROD_TOKEN", TOKEN)
+    profiles.add("prod", f"http://127.0.0.1:{port}", user="me", token_env="PROD_TOKEN")
+    job = tmp_path / "job.yaml"
+    job.write_text(job_yaml("roles", ["true"], role="Worker_A"))
+    code, out, err = paijob(capsys, "validate", str(job), "-c", "prod")
+    assert code == 2  # the v1.6+ rule: Worker_A cannot run there
+    assert "paijob: note: cluster prod was not asked its OpenPAI version" in err
+    assert "judged by OpenPAI v1.6+'s rule" in err and "--openpai-before-1.6" in err
+    code, out, err = paijob(capsys, "validate", str(job), "-c", "prod", "--openpai-before-1.6")
+    assert code == 0 and "note" not in err  # the user chose the rule: nothing was left unasked
+
+
+def test_run_of_a_python_script_points_to_the_form_that_runs_one(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = paijob(capsys, "run", "--local", "train.py")
+    assert code == 2 and err.count("\n") == 1
+    assert "train.py is a Python script, not a template" in err
+    assert "`paijob run ddp --local --workdir . --set script=train.py`" in err
+
+
+def test_the_set_hint_names_values_the_templates_take(capsys: pytest.CaptureFixture[str]) -> None:
+    from paijob.render.values import SET_EXAMPLES
+
+    code, _, err = paijob(capsys, "render", "ddp", "--set", "instances")
+    assert code == 2 and all(f"--set {example}" in err for example in SET_EXAMPLES[:2]), err
+    for template in api.template_names():  # each value by itself (dataparallel is one instance by design)
+        for example in SET_EXAMPLES[1:] if template == "dataparallel" else SET_EXAMPLES:
+            code, _, err = paijob(capsys, "render", template, f"--set={example}", "--set", "script=train.py",
+                                  "--set", "image=registry.example.net/t:1")
+            assert code == 0, (template, example, err)
+
+
+def test_stacks_of_a_job_that_ended_is_an_error_line(capsys: pytest.CaptureFixture[str], local: Path,
+                                                    tmp_path: Path) -> None:
+    job = tmp_path / "job.yaml"
+    job.write_text(job_yaml("done", ["true"]))
+    code, _, err = paijob(capsys, "run", str(job), "--local", "--name", "done")
+    assert code == 0, err
+    code, out, err = paijob(capsys, "stacks", "done", "-c", "local")
+    assert code == 2 and err.startswith("paijob: error: job ") and err.count("\n") == 1
+    assert "has ended (SUCCEEDED): its ranks are gone" in err and out == ""
+
+
+def test_cluster_add_refuses_to_replace_a_profile_unless_asked(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = paijob(capsys, "cluster", "add", "prod", "--url", "https://pai.example.com", "--user", "alice")
+    assert code == 0, err
+    code, _, err = paijob(capsys, "cluster", "add", "prod", "--url", "https://other.example.com", "--user", "bob")
+    assert code == 2 and "cluster prod is saved already (url https://pai.example.com, user alice)" in err
+    assert "--replace" in err and profiles.named("prod").url == "https://pai.example.com"
+    code, _, err = paijob(capsys, "cluster", "add", "prod", "--url", "https://other.example.com", "--user", "bob",
+                          "--replace")
+    assert code == 0 and profiles.named("prod").url == "https://other.example.com"
+
+
+def test_local_rm_removes_one_finished_job_and_refuses_a_running_one(
+        capsys: pytest.CaptureFixture[str], local: Path, tmp_path: Path) -> None:
+    from paijob.local import layout
+
+    job = tmp_path / "job.yaml"
+    job.write_text(job_yaml("once", ['echo kept > "$PAIJOB_OUTPUT_DIR/out.txt"']))
+    code, _, err = paijob(capsys, "run", str(job), "--local", "--name", "once")
+    assert code == 0, err
+    user = local_user()
+    assert (layout.output(local, f"{user}~once") / "out.txt").is_file()
+    client = api.connect("local", start_local=False)
+    running = client.submit(job_yaml("busy", ["sleep 60"]))
+    try:
+        code, _, err = paijob(capsys, "local", "rm", "busy")
+        assert code == 2 and f"job {running} is " in err and "stop it first" in err
+        code, out, err = paijob(capsys, "local", "rm", "once")
+        assert code == 0 and out.startswith(f"removed {user}~once (")
+        assert not layout.output(local, f"{user}~once").exists()
+        assert not (layout.logs(local) / f"{user}~once").exists()
+        code, _, err = paijob(capsys, "status", "once", "-c", "local")
+        assert code == 2
+        code, _, err = paijob(capsys, "run", str(job), "--local", "--name", "once")  # the name is free again
+        assert code == 0, err
+        code, _, err = paijob(capsys, "local", "rm", "nosuch")
+        assert code == 2 and "the local cluster has no job" in err
+    finally:
+        client.stop(running)
