@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from paijob.backends.base import loaded_job, missing_output
+from paijob.common import contract
 from paijob.errors import PaijobError
 from paijob.local import conveniences as local
 
@@ -57,7 +58,7 @@ class LocalBackend:
 
     def unknown_version(self) -> str:
         return ("the local cluster was not asked its version: it runs role names as OpenPAI v1.6+ does (set "
-                "PAIJOB_OPENPAI_BEFORE_1_6=1 to make it an older one), and they were judged by that rule")
+                f"{contract.OPENPAI_BEFORE_1_6}=1 to make it an older one), and they were judged by that rule")
 
     def storages(self) -> LocalStorages:
         return LocalStorages(local.storage_names())

@@ -77,7 +77,7 @@ class RestBackend:
         return (f"cluster {self._target.name} was not asked its OpenPAI version: it did not answer GET "
                 f"{self._target.api_base}/info with one (unreachable, or an odd answer), so role names were judged "
                 "by OpenPAI v1.6+'s rule (its init container finds only lowercase a-z0-9 role names); pass "
-                "--openpai-before-1.6 (or PAIJOB_OPENPAI_BEFORE_1_6=1) if the cluster is older")
+                f"--openpai-before-1.6 (or {contract.OPENPAI_BEFORE_1_6}=1) if the cluster is older")
 
     def storages(self) -> RestStorages:
         return RestStorages(self.client(timeout=10.0))

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from paijob.common import contract
 from paijob.local import layout, storage
 from paijob.openpai.storages import MOUNT_ROOT, Mount, mounts
 
@@ -29,7 +30,7 @@ def job_mounts(job: Mapping[str, Any], user: str) -> list[Mount]:
 def unreachable(job: Mapping[str, Any], user: str) -> list[str]:
     """A line for each storage the job mounts where a local task cannot see it (outside ``/mnt``)."""
     return [f"storage {mount.name} is mounted at {mount.mount_path} on OpenPAI; a local task sees storages only "
-            f"under {MOUNT_ROOT} (its ${{PAIJOB_STORAGE_MOUNT}}), so not there"
+            f"under {MOUNT_ROOT} (its ${contract.STORAGE_MOUNT}), so not there"
             for mount in job_mounts(job, user) if not mount.mount_path.startswith(MOUNT_ROOT + "/")]
 
 
