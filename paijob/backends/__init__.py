@@ -15,10 +15,14 @@ capability             local cluster                                      real O
 ``pulls_images``       no: commands run in this Python environment        yes: a placeholder image is refused
 ``snapshot_path``      the state dir keeps the workdir snapshot           None: it travels in the job text
 ``before_1_6``         None: its own setting decides                      its rest-server's version (``/info``)
+``unknown_version``    what its own rule is                               that it was not asked, which rule applied
 ``storages``           known without the server (it may be down)          ``GET /api/v2/storages``; read-only ones
 ``stacks``             SIGUSR1 to the job's launchers                     refused, with how to do it over ssh
 ``output_root``        its state dir (or its storage's folder)            where this machine mounts the storage
 ``output_location``    that folder                                        the storage, folder, path in the tasks
+``stored_job``         read from its store (its server may be down)      ``GET /jobs/{id}/config``
+``job_state``          read from its store                                ``GET /jobs/{id}``
+``missing_output``     why the folder is missing (``local prune``)       why it is missing (or the mount is not it)
 =====================  =================================================  =============================================
 """
 
