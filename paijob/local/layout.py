@@ -18,6 +18,9 @@ Which folder: ``$PAIJOB_LOCAL_STATE_DIR``, else ``$XDG_STATE_HOME/paijob/local``
     storages/NAME/         the local storages (each task's ``/mnt`` links to those its job mounts)
     running/UID            the main process of each running task
 
+and, outside it, ``/tmp/paijob-UID`` (:func:`task_tmp_alias`): a running task's short link to its private /tmp
+when that folder's path is too long for the Unix socket paths programs make under TMPDIR.
+
 Everything else (the server, its engine, prune, the client's conveniences) asks here; nothing outside
 ``paijob.local`` names a path in it (``local.conveniences`` is the client's door).
 """
@@ -82,6 +85,24 @@ def task_work(root: Path, job_id: str, attempt: int, role: str, index: int) -> P
 def task_mounts(root: Path, job_id: str, attempt: int, role: str, index: int) -> Path:
     """A task's stand-in for ``/mnt`` (``PAIJOB_STORAGE_MOUNT``): links to the storages its job mounts."""
     return task_work(root, job_id, attempt, role, index) / ".mnt"
+
+
+# A Unix socket's path holds at most 107 bytes (sun_path), and multiprocessing binds its listener at
+# TMPDIR/pymp-XXXXXXXX/listener-XXXXXXXX (a DataLoader worker handing a tensor over): a task's TMPDIR leaves room.
+SOCKET_PATH_MAX = 107
+SOCKET_ROOM = 40
+TMP_ALIASES = Path("/tmp")
+
+
+def task_tmp_alias(task_uid: str) -> Path:
+    """A short name for a task's private /tmp whose own path leaves no room for socket paths below it: a link
+    in /tmp, made when the task starts and removed when it ends (what the task writes stays in its folder)."""
+    return TMP_ALIASES / f"paijob-{task_uid.replace('-', '')[:16]}"
+
+
+def fits_sockets(folder: Path) -> bool:
+    """Whether Unix socket paths a program makes under ``folder`` (as TMPDIR) fit in ``sun_path``."""
+    return len(os.fsencode(str(folder))) + SOCKET_ROOM <= SOCKET_PATH_MAX
 
 
 def output(root: Path, job_id: str) -> Path:

@@ -91,6 +91,7 @@ class Task:
     record_key: str = field(default_factory=lambda: secrets.token_hex(16))
     sink: LogSink | None = None
     init_failed: bool = False  # OpenPAI's init container failed: its exit code is reported as is
+    tmp_alias: Path | None = None  # a short link to its private /tmp, while it runs (layout.task_tmp_alias)
 
     @property
     def key(self) -> str:
@@ -227,7 +228,7 @@ class TaskProcesses:
         # elastic agent's files, the user's scratch) stays with the job and goes with `local prune`.
         private_tmp = workdir / ".tmp"
         private_tmp.mkdir(exist_ok=True)
-        env["TMPDIR"] = str(private_tmp)
+        env["TMPDIR"] = str(self._tmp_name(task, private_tmp))
         output = layout.output(self.host.state_dir, self.job_id)  # shared, kept across attempts
         output.mkdir(parents=True, exist_ok=True)
         env[contract.OUTPUT_DIR] = str(output)
@@ -238,6 +239,27 @@ class TaskProcesses:
         env[contract.SLOW_FILE] = str(workdir / SLOW_NAME)  # node 0's slow-rank doctor: its verdict
         env[contract.RECORD_KEY] = task.record_key
         return env, workdir
+
+    @staticmethod
+    def _tmp_name(task: Task, private_tmp: Path) -> Path:
+        """The task's TMPDIR: its private /tmp, or a short link to it where that path leaves no room for the
+        Unix socket paths programs make under TMPDIR (multiprocessing's listener: a DataLoader with workers
+        hung in a task of a job with a long name, ``layout.fits_sockets``). The link goes when the task ends."""
+        if layout.fits_sockets(private_tmp):
+            return private_tmp
+        alias = layout.task_tmp_alias(task.uid)
+        try:
+            os.symlink(private_tmp, alias, target_is_directory=True)
+        except OSError:
+            return private_tmp  # no /tmp to link in: the long name, as before
+        task.tmp_alias = alias
+        return alias
+
+    @staticmethod
+    def _drop_tmp_alias(task: Task) -> None:
+        alias, task.tmp_alias = task.tmp_alias, None
+        if alias is not None and alias.is_symlink():
+            alias.unlink(missing_ok=True)
 
     def _task_env(self, task: Task) -> dict[str, str]:
         """OpenPAI's variables for this task. Gang allocation off: tasks are placed one by one in
@@ -323,6 +345,7 @@ class TaskProcesses:
             for reader in task.readers:
                 reader.join(timeout=5)
         task.state, task.code = state, code
+        self._drop_tmp_alias(task)
         self.store.update_task(self.username, self.name_, task.job_attempt, task.role.name, task.index, task.attempt,
                                state=state, exit_code=code, completed_time=now_ms())
 

@@ -153,3 +153,27 @@ def test_local_rm_removes_one_finished_job_and_refuses_a_running_one(
         assert code == 2 and "the local cluster has no job" in err
     finally:
         client.stop(running)
+
+
+LISTENS = ("python -c 'import multiprocessing.connection as c, os; l = c.Listener(); print(\"listening at\", "
+           "l.address); l.close()'")
+
+
+def test_a_task_of_a_job_with_a_long_name_can_bind_a_unix_socket_under_its_tmpdir(
+        capsys: pytest.CaptureFixture[str], local: Path, tmp_path: Path) -> None:
+    """multiprocessing binds TMPDIR/pymp-*/listener-* (a DataLoader worker handing a tensor over): under a task's
+    private /tmp in the state dir (~80 characters for `root~cifar10-local_09c6ed1b` in ~/.local/state) that
+    passed sun_path's 107 bytes and a DataLoader with workers hung. The task's TMPDIR is a short link then."""
+    from paijob.local import layout
+
+    name = "a-job-whose-name-is-long-enough-to-push-its-tmp-past-the-limit"
+    job = tmp_path / "job.yaml"
+    job.write_text(job_yaml(name, [LISTENS, 'echo "tmp is $TMPDIR"', 'touch "$TMPDIR/left-behind"']))
+    private = layout.task_work(local, f"{local_user()}~{name}", 0, "worker", 0) / ".tmp"
+    assert not layout.fits_sockets(private)  # the case this test is about
+    code, out, err = paijob(capsys, "run", str(job), "--local", "--name", name)
+    assert code == 0, out + err
+    (said,) = [line for line in out.splitlines() if "tmp is " in line]
+    alias = Path(said.split("tmp is ", 1)[1])
+    assert alias.parent == layout.TMP_ALIASES and not alias.exists() and not alias.is_symlink()  # gone at the end
+    assert "listening at" in out and (private / "left-behind").is_file()  # what it left stays in its folder
