@@ -30,13 +30,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 import paijob
-from paijob.common import contract
 from paijob.errors import PaijobError, ShadowedPackageError
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
     from paijob import project as project_config
+    from paijob.backends import Backend
     from paijob.copyout import CopyPlan, CopyReport
     from paijob.local.conveniences import PruneReport
     from paijob.remote.client import PaiClient
@@ -58,8 +58,8 @@ if getattr(paijob, "__file__", None) is None:  # a namespace package: see Shadow
     )
 
 __all__ = ["JobRequest", "LoginResult", "PaijobError", "PreparedJob", "add_cluster", "check_storages", "clusters", "connect",
-           "copy_output", "list_output", "dry_run", "openpai_before_1_6", "openpai_before_1_6_setting", "dry_run_text", "follow_logs", "human_size", "list_jobs", "local_down", "local_status",
-           "local_up", "login", "login_url", "open_in_browser", "output_location", "portal_link", "prepare", "terminal_text", "prune_local", "remove_cluster",
+           "copy_output", "list_output", "dry_run", "openpai_before_1_6", "openpai_before_1_6_setting", "unknown_version_note", "dry_run_text", "follow_logs", "human_duration", "human_size", "job_results", "JobResults", "list_jobs", "local_down", "local_status",
+           "local_up", "login", "login_url", "open_in_browser", "output_location", "portal_link", "prepare", "terminal_text", "prune_local", "remove_cluster", "remove_local_job",
            "render", "resolve_cluster", "ship", "status", "stop", "StopResult", "submit", "template", "template_names",
            "template_values", "use_cluster", "validate", "wait", "write_text"]
 
@@ -165,7 +165,7 @@ def prepare(request: JobRequest, project: project_config.Project | None = None) 
     job = PreparedJob(renamed.text, renamed.name, source, cluster, warnings, [], target,
                       document=renamed.job, read_as=renamed.text, install_route=result.report.install_route)
     if request.ask_cluster:  # what submit would refuse, refused here: before the render's warnings are shown
-        refuse_placeholder_images(renamed.job, source, target.name)
+        refuse_placeholder_images(renamed.job, source, target)
         check_storages(renamed.job, target, source)
     workdir = request.workdir or _value_workdir(result.values) or project.workdir
     if workdir:
@@ -230,11 +230,8 @@ def _carry_workdir(job: PreparedJob, folder: str, *, force: bool, skip_unreadabl
 
     snap = workdir.snapshot(folder, force=force, skip_unreadable=skip_unreadable, guarded=[profiles.config_path()],
                             private=[Path(value) for value in private])
-    stored_at = None
-    if job.target is None or job.target.is_local:
-        from paijob.local import conveniences as local
-
-        stored_at = local.snapshot_path(snap)
+    stored_at = _backend(job.target or job.cluster).snapshot_path(snap)
+    if stored_at is not None:  # the cluster reads it from this machine: ship() writes it there
         job.snapshot, job.snapshot_path = snap, stored_at
     carried = workdir.carried(job.document, snap, stored_at)
     job.text, job.document, job.read_as = carried.text, carried.job, carried.text
@@ -248,9 +245,9 @@ def ship(job: PreparedJob) -> None:
     A real cluster needs nothing: the snapshot travels in the job text.
     """
     if job.snapshot is not None and job.snapshot_path is not None:
-        from paijob.local import conveniences as local
+        from paijob.workdir import store_local
 
-        local.keep_snapshot(job.snapshot, job.snapshot_path)
+        store_local(job.snapshot, job.snapshot_path)
 
 
 def _target(cluster: str | Cluster | None) -> Cluster:
@@ -258,6 +255,27 @@ def _target(cluster: str | Cluster | None) -> Cluster:
     if cluster is None or isinstance(cluster, str):
         return resolve_cluster(cluster, start_local=False)
     return cluster
+
+
+def _backend(cluster: str | Cluster | None) -> Backend:
+    """What paijob does differently on ``cluster``'s kind (``paijob.backends``)."""
+    from paijob.backends import backend_for
+
+    return backend_for(_target(cluster))
+
+
+def _backend_of(client: PaiClient) -> Backend:
+    """The backend of a client's cluster: its profile, else (a cluster from ``PAI_CLUSTER_URL``, a client
+    made by hand) the client's own address and user, without a token."""
+    from paijob.backends import backend_for
+    from paijob.remote import profiles
+
+    try:
+        return _backend(client.cluster_name)
+    except PaijobError:
+        api_path = client.api_base[len(client.cluster_url):] or "/"
+        return backend_for(profiles.Cluster(client.cluster_name, client.cluster_url, client.user, None,
+                                            api_path=api_path))
 
 
 def connect(cluster: str | Cluster | None = None, *, timeout: float = 30.0, start_local: bool = True,
@@ -268,15 +286,7 @@ def connect(cluster: str | Cluster | None = None, *, timeout: float = 30.0, star
     false: then a local cluster that is down is an error saying so (read-only
     verbs: a cluster that is down runs no job). ``on_note`` hears that it was started.
     """
-    from paijob.remote.client import PaiClient
-
-    target = _target(cluster)
-    if target.is_local:
-        from paijob.local import conveniences as local
-
-        target = local.cluster(start=start_local, on_note=on_note)
-    return PaiClient(target.url, target.token, user=target.user, api_path=target.api_path,
-                     timeout=timeout, cluster_name=target.name)
+    return _backend(cluster).client(timeout=timeout, start=start_local, on_note=on_note)
 
 
 def openpai_before_1_6_setting() -> bool | None:
@@ -294,44 +304,34 @@ def openpai_before_1_6(cluster: str | Cluster | None = None, *, timeout: float =
     (None here). An unreachable or odd cluster is None too, once and without retries: the submit that
     follows reports the connection itself.
     """
-    from paijob.openpai.names import before_init_role_lookup
+    return _backend(cluster).before_1_6(timeout)
 
-    target = _target(cluster)
-    if target.is_local:
-        return None
-    client = connect(target, timeout=timeout, start_local=False)
-    client.retries = 0
-    try:
-        return before_init_role_lookup(client.info().get("version"))
-    except PaijobError:
-        return None
+
+def unknown_version_note(cluster: str | Cluster | None = None) -> str:
+    """When :func:`openpai_before_1_6` could not tell (None): the role-name rule paijob applied instead, and why."""
+    return _backend(cluster).unknown_version()
 
 
 def check_storages(job: Any, cluster: str | Cluster | None, source: str = "job") -> None:
     """Refuse, before the queue, a job that mounts a storage the user may not use on ``cluster``
     (OpenPAI's submit would answer ``NoStorageError``), naming the ones they may."""
+    from paijob.common.storage_route import job_route
     from paijob.openpai.storages import job_storages, unknown_storages
-    from paijob.render.storage_route import job_route
 
     if not job_storages(job):
         return
-    target = _target(cluster)
-    client = None
-    if target.is_local:  # known without the server, which prepare does not start
-        from paijob.local import conveniences as local
-
-        mine = local.storage_names()
-    else:
-        client = connect(target, timeout=10.0, start_local=False)
-        mine = [entry.name for entry in client.storages()]
+    backend = _backend(cluster)
+    name = backend.target.name
+    storages = backend.storages()
+    mine = storages.names
     unknown = unknown_storages(job, mine)
     yours = ", ".join(mine) if mine else "none: ask the cluster's admin for one"
     if unknown:
-        raise PaijobError(f"{source}: storage '{unknown[0]}' is not one you may use on cluster {target.name} "
+        raise PaijobError(f"{source}: storage '{unknown[0]}' is not one you may use on cluster {name} "
                           f"(yours: {yours}); set storage to one of them")
     route = job_route(job)
-    if client is not None and route is not None and client.storage(route.name).get("readOnly") is True:
-        raise PaijobError(f"{source}: storage '{route.name}' is read-only on cluster {target.name} (rest-server "
+    if route is not None and storages.read_only(route.name):
+        raise PaijobError(f"{source}: storage '{route.name}' is read-only on cluster {name} (rest-server "
                           f"mounts it read-only), so the job could not write its output folder there; set storage "
                           f"to one you may write to (yours: {yours}), or leave storage unset")
 
@@ -344,8 +344,8 @@ def dry_run(job: PreparedJob, cluster: str | Cluster | None = None) -> HttpReque
     """
     from paijob.remote.request import job_submission
 
-    target = _target(cluster if cluster is not None else job.target or job.cluster)
-    return job_submission(target.api_base, job.text, token=bool(target.token) or target.is_local, job=job.sent_job())
+    backend = _backend(cluster if cluster is not None else job.target or job.cluster)
+    return job_submission(backend.target.api_base, job.text, token=backend.sends_token, job=job.sent_job())
 
 
 def dry_run_text(job: PreparedJob) -> str:
@@ -367,22 +367,23 @@ def submit(job: PreparedJob | HttpRequest, client: PaiClient) -> str:
         from paijob.openpai.jsyaml import load_job
 
         sent = load_job(job.text, job.source).value
-    refuse_placeholder_images(sent, job.source, client.cluster_name)
+    refuse_placeholder_images(sent, job.source, job.target or client.cluster_name)
     ship(job)
     return client.submit(client.submission(job.text, sent))
 
 
-def refuse_placeholder_images(loaded: Any, source: str, cluster_name: str) -> None:
+def refuse_placeholder_images(loaded: Any, source: str, cluster: str | Cluster) -> None:
     """A real cluster cannot pull an image on a reserved example domain (``*.example.com``, ``*.invalid``):
     refuse before sending, with how to set the image (``validate`` and ``--dry-run`` only warn). The local
     cluster pulls no image: nothing is refused there.
 
     ``loaded``: the job as the server reads it (``PreparedJob.document``)."""
-    from paijob.remote.profiles import is_local
     from paijob.validate.rules import SET_IMAGE_HINT, placeholder_image
 
-    if is_local(cluster_name):
+    backend = _backend(cluster)
+    if not backend.pulls_images:
         return
+    cluster_name = backend.target.name
     for item in loaded.get("prerequisites") or () if isinstance(loaded, dict) else ():
         uri = item.get("uri") if isinstance(item, dict) and item.get("type") == "dockerimage" else None
         host = placeholder_image(uri)
@@ -446,20 +447,12 @@ def stop(client: PaiClient, job: str) -> StopResult:
 def stacks(client: PaiClient, job: str) -> tuple[str, int]:
     """Ask a local job's ``paijob-runtime`` for every rank's stack (SIGUSR1; the job goes on).
 
-    Returns (job id, launchers signalled); the stacks appear in the job's logs. A real OpenPAI
-    cluster's tasks are out of reach: the ssh plugin is the way there (the error says how).
+    Returns (job id, launchers signalled); the stacks appear in the job's logs. A job that has ended or not
+    started, or whose tasks run no paijob-runtime, is an error saying so. A real OpenPAI cluster's tasks are
+    out of reach: the ssh plugin is the way there (the error says how).
     """
     job_id = client.job_id(job)
-    if not client.is_local:
-        raise PaijobError(
-            f"paijob stacks reaches local jobs only; on OpenPAI enable the ssh plugin (ssh: true), "
-            f"ssh into a task of {job_id}, find paijob-runtime's pid (ps -eo pid,args | grep "
-            f"'[p]aijob-runtime train') and kill -USR1 it: every node prints its ranks' stacks "
-            f"into its log (paijob logs {job_id})"
-        )
-    from paijob.local import conveniences as local
-
-    return job_id, local.signal_stacks(job_id)
+    return job_id, _backend_of(client).stacks(client, job_id)
 
 
 def output_location(cluster_name: str, job_id: str, job: Any = None) -> str | None:
@@ -467,29 +460,53 @@ def output_location(cluster_name: str, job_id: str, job: Any = None) -> str | No
     its own folder (or the job's folder on its storage); on a real one, for a job on the storage route, the
     storage, the folder on it, the path in its tasks and where this machine mounts it. ``job``: the job as
     sent, when the caller has it (else the cluster's stored copy is read); None for a job without a route."""
-    from paijob.remote.profiles import is_local
-    from paijob.render.storage_route import job_route
-
-    if is_local(cluster_name):
-        return str(_output_root(resolve_cluster(cluster_name, start_local=False), job_id, job)[0])
     try:  # where it cannot be told (a cluster from PAI_CLUSTER_URL, an unreadable config): not shown
-        target = resolve_cluster(cluster_name, start_local=False)
-        route = job_route(job if job is not None else _job_config(target, job_id))
+        backend = _backend(cluster_name)
     except PaijobError:
         return None
-    if route is None or "~" not in job_id:
-        return None
-    user, name = job_id.split("~", 1)
-    try:  # a storage that is not shared is mounted at its <user> folder (rest-server's subPath)
-        share = next((s.share for s in connect(target, timeout=10.0, start_local=False).storages()
-                      if s.name == route.name), True)
+    return backend.output_location(job_id, job)
+
+
+@dataclass(frozen=True)
+class JobResults:
+    """What a job's output folder holds, as ``paijob status`` shows it: its files newest first (at most
+    ``copyout.RESULTS_SHOWN``), how many files it holds (``more``: at least that many), or why there is no
+    folder where paijob reads it (``missing``)."""
+
+    folder: Path
+    files: list[Any] = field(default_factory=list)
+    count: int = 0
+    more: bool = False
+    missing: str | None = None
+
+
+def job_results(client: PaiClient, job_id: str, document: Any = None) -> JobResults | None:
+    """The results of ``job_id`` where this machine can read its output folder (the local cluster's, or a
+    real cluster's storage where the profile mounts it); None where it cannot (``output_location`` says
+    where the folder is). ``document``: the job as sent, when the caller has it."""
+    from paijob import copyout
+
+    backend = _backend_of(client)
+    try:
+        root, full = backend.output_root(job_id, document)
     except PaijobError:
-        share = True
-    on_storage = route.folder(user, name, share=share)
-    mount = target.mount(route.name)
-    here = (f"here {Path(mount) / on_storage}" if mount else
-            f"not mounted on this machine (`paijob cluster add {target.name} ... --mount {route.name}=PATH`)")
-    return f"storage {route.name}, folder {on_storage} (in its tasks {route.in_task(user, name)}); {here}"
+        return None
+    if not root.is_dir() or root.is_symlink():
+        return JobResults(root, missing=backend.missing_output(full, document))
+    found = copyout.newest(root)
+    return JobResults(root, found.files, found.count, found.more)
+
+
+def _output_folder(backend: Backend, job: str) -> tuple[Path, str]:
+    """``backend``'s output folder of ``job`` and its full id; a folder that is not there is an error that
+    says why (the job's state, its storage list), not "no such job"."""
+    from paijob import copyout
+
+    root, full = backend.output_root(job)
+    if not os.path.lexists(root):
+        raise copyout.OutputError(f"job {full}'s output folder {root} does not exist: "
+                                  f"{backend.missing_output(full)}")
+    return root, full
 
 
 def list_output(source: str, cluster: str | None = None) -> tuple[list[Any], bool]:
@@ -498,7 +515,7 @@ def list_output(source: str, cluster: str | None = None) -> tuple[list[Any], boo
     from paijob import copyout
 
     job, path = copyout.split_source(source if ":" in source else source + ":.")
-    root, job = _output_root(resolve_cluster(cluster, start_local=False), job)
+    root, job = _output_folder(_backend(cluster), job)
     return copyout.listing(root, path, job)
 
 
@@ -507,7 +524,7 @@ def copy_output(source: str, dest: str | Path, cluster: str | None = None, *, fo
     """``paijob cp JOB:PATH DEST``: copy a file or folder out of a job's output folder (what landed where).
 
     The output folder is the local cluster's own for its jobs, or, for a job with ``storage`` (the storage
-    route, ``paijob.render.storage_route``), the job's folder on that storage: the local cluster's storage
+    route, ``paijob.common.storage_route``), the job's folder on that storage: the local cluster's storage
     folder, or where this machine mounts the storage (the profile's ``--mount``); a storage it does not
     mount is an error that says where the files are. ``on_plan`` sees the checked, measured copy before a
     byte is written (the CLI previews a big one); ``force`` replaces existing files and skips the
@@ -516,117 +533,11 @@ def copy_output(source: str, dest: str | Path, cluster: str | None = None, *, fo
     from paijob import copyout
 
     job, path = copyout.split_source(source)
-    target = resolve_cluster(cluster, start_local=False)
-    root, job = _output_root(target, job)
+    root, job = _output_folder(_backend(cluster), job)
     copy_plan = copyout.plan(root, path, Path(dest), job, force=force)
     if on_plan is not None:
         on_plan(copy_plan)
     return copyout.copy(copy_plan, job, path)
-
-
-def _output_root(target: Cluster, job: str, document: Any = None) -> tuple[Path, str]:
-    """Job ``job``'s output folder on this machine (see ``copy_output``), and the job's full id;
-    ``document``: the job itself when the caller has it (None: read the cluster's copy)."""
-    from paijob import copyout
-    from paijob.render.storage_route import job_route
-
-    if target.is_local:  # its folders are on this machine, whether its server runs or not
-        return _local_output_root(job, document)
-    if "~" not in job:
-        if not target.user:
-            raise copyout.OutputError(f"give the job as USER~{job}: the profile of cluster {target.name} names "
-                                      "no user")
-        job = f"{target.user}~{job}"
-    user, name = job.split("~", 1)
-    route = job_route(document if document is not None else _job_config(target, job))
-    if route is None:
-        raise copyout.OutputError(
-            f"job {job} on cluster {target.name} keeps its {contract.OUTPUT_DIR} where paijob cannot reach it: "
-            "submit it with --set storage=NAME (a storage of yours, GET /api/v2/storages) and `paijob cp` reads "
-            "its output folder where this machine mounts that storage")
-    else:
-        folder = _mounted_output(target, route, user, name)
-    return folder, job
-
-
-def _local_output_root(job: str, document: Any = None) -> tuple[Path, str]:
-    """``_output_root`` on the local cluster: its own output folder for the job, or the job's folder on the
-    local storage its route names; the job's stored config is read where the caller has no ``document``."""
-    from paijob.local import conveniences as local
-    from paijob.render.storage_route import job_route
-
-    job = job if "~" in job else f"{local.user()}~{job}"
-    route = job_route(document if document is not None else _loaded_job(local.stored_config(job), job))
-    if route is None:
-        return local.output_folder(job), job
-    return local.output_folder(job, route.name, route.folder(*job.split("~", 1))), job
-
-
-def _mounted_output(target: Cluster, route: Any, user: str, name: str) -> Path:
-    """A real cluster's job's output folder where this machine mounts its storage (``--mount``)."""
-    from paijob import copyout
-
-    client = connect(target, timeout=10.0, start_local=False)
-    try:  # a storage that is not shared is mounted at its <user> folder (rest-server's subPath)
-        share = next((s.share for s in client.storages() if s.name == route.name), True)
-    except PaijobError:
-        share = True
-    on_storage = route.folder(user, name, share=share)
-    mount = target.mount(route.name)
-    if mount is None:
-        raise copyout.OutputError(_unmounted(client, target, route, on_storage, user, name))
-    folder = Path(mount) / on_storage
-    if not folder.exists():  # a job that never wrote, or a storage not mounted where the profile says
-        _check_mount(client, target, route, mount, on_storage)
-    return folder
-
-
-def _check_mount(client: PaiClient, target: Cluster, route: Any, mount: str, on_storage: str) -> None:
-    """Refuse to say "no such job" when the storage is not mounted where the profile says."""
-    from paijob import copyout
-
-    try:
-        detail = client.storage(route.name)
-    except PaijobError:
-        detail = {}
-    data = detail.get("data") if isinstance(detail, dict) else None
-    nfs = f"{data['server']}:{data.get('path', '/')}" if detail.get("type") == "nfs" and isinstance(data, dict) \
-        and isinstance(data.get("server"), str) else None
-    problem = copyout.mount_problem(mount, nfs)
-    if problem:
-        raise copyout.OutputError(
-            f"this machine does not mount storage {route.name} at {mount}: {problem}; mount it there "
-            f"(GET /api/v2/storages/{route.name} says what it is) or add the profile again with the right "
-            f"--mount {route.name}=PATH; the job's folder is {on_storage} on that storage")
-
-
-def _unmounted(client: PaiClient, target: Cluster, route: Any, on_storage: str, user: str, name: str) -> str:
-    """Where a job's output folder is, on a storage this machine does not mount (for a one-line error)."""
-    from paijob.openpai.storages import where
-
-    try:
-        kind = where(client.storage(route.name))
-    except PaijobError:
-        kind = "a storage"
-    return (f"job {user}~{name}'s output folder is on storage {route.name} ({kind}) at {on_storage} "
-            f"(in its tasks {route.in_task(user, name)}); this machine does not mount it: mount it and add the "
-            f"profile again with --mount {route.name}=/where/it/is/mounted (`paijob cluster add {target.name} "
-            f"--url {target.url} ... --mount ...`), or copy that folder with the storage's own tools")
-
-
-def _job_config(target: Cluster, job_id: str) -> Any:
-    """The job ``job_id`` of a real cluster as the cluster stored it (``GET /jobs/{id}/config``), or None."""
-    return _loaded_job(connect(target, start_local=False).get_config(job_id), job_id)
-
-
-def _loaded_job(text: str | None, job_id: str) -> Any:
-    """A stored job config as the server reads it; None for none, or for text that is not YAML."""
-    from paijob.openpai.jsyaml import YamlError, load_job
-
-    try:
-        return load_job(text, job_id).value if text else None
-    except YamlError:
-        return None
 
 
 # --------------------------------------------------------------------------- logs
@@ -737,12 +648,21 @@ def clusters() -> list[dict[str, Any]]:
 
 def add_cluster(name: str, url: str, *, user: str | None = None, token_env: str | None = None,
                 api_path: str | None = None, make_current: bool = False,
-                mounts: Sequence[str] = ()) -> tuple[Path, str | None]:
+                mounts: Sequence[str] = (), replace: bool = False) -> tuple[Path, str | None]:
     """Save profile ``name``; returns (the profiles file, the user: given, else read from the token).
 
     ``mounts``: ``STORAGE=/local/path`` for each storage this machine mounts (``paijob cp`` reads jobs'
-    output folders there)."""
+    output folders there). A profile of that name already saved is replaced only with ``replace``: else an
+    error that says what it holds and how to replace it."""
     from paijob.remote import profiles
+
+    profiles.check_name(name)
+    existing = profiles.load()["clusters"].get(name)
+    if isinstance(existing, dict) and not replace:
+        held = ", ".join(f"{key} {existing[key]}" for key in ("url", "user", "token_env") if existing.get(key))
+        raise PaijobError(f"cluster {name} is saved already ({held}); add it with --replace to replace that "
+                          f"profile (all of it: token variable, user, mounts), or choose another name "
+                          f"(`paijob cluster list` shows them)")
 
     user = user or profiles.user_from_token(os.environ.get(token_env, "") if token_env else None)
     parsed = dict(profiles.parse_mount(text) for text in mounts)
@@ -878,6 +798,14 @@ def prune_local(older_than: str = "0s", *, outputs: bool = False, dry_run: bool 
     return local.prune(older_than, outputs=outputs, dry_run=dry_run)
 
 
+def remove_local_job(job: str) -> PruneReport:
+    """Remove one finished local job (``NAME`` or ``USER~NAME``): its record, so its name is free again, its
+    work folders, logs and output folder: ``paijob local rm``. A job that has not finished is refused."""
+    from paijob.local import conveniences as local
+
+    return local.remove(job)
+
+
 def terminal_text(stream: TextIO, *, raw: bool = False, names: bool = False) -> Callable[[str], str]:
     """How text a job wrote is shown on ``stream``: control sequences escaped on a terminal unless ``raw``.
 
@@ -887,6 +815,13 @@ def terminal_text(stream: TextIO, *, raw: bool = False, names: bool = False) -> 
     from paijob import termsafe
 
     return (termsafe.shown_name if names else termsafe.shown_line)(stream, raw)
+
+
+def human_duration(seconds: float | None) -> str:
+    """``3 min 14 s``: durations as paijob writes them everywhere (``paijob.common.durations``)."""
+    from paijob.common.durations import human_duration as duration
+
+    return duration(seconds)
 
 
 def human_size(count: float) -> str:

@@ -483,39 +483,75 @@ def copy_out(root: Path, path: str, dest: Path, job: str, *, force: bool = False
     return copy(plan(root, path, dest, job, force=force), job, path)
 
 
+# Filesystems a storage can be (a network or FUSE one); a folder on any other is this machine's own disk.
+NETWORK_FILESYSTEMS = ("nfs", "nfs4", "cifs", "smb3", "smbfs", "ceph", "glusterfs", "lustre", "beegfs", "gpfs",
+                       "9p", "afs", "davfs")
+
+
 def mount_problem(mount: str, expected_source: str | None = None, mounts_file: str = "/proc/self/mounts") -> str | None:
     """Why ``mount`` (where the profile says this machine mounts a storage) cannot hold a job's outputs: it
-    is missing, not a folder, an empty folder that nothing is mounted on, or a mount of another server than
+    is missing, not a folder, an empty folder that nothing is mounted on, a folder on this machine's own
+    disk (the mount table says what holds it: a copy is not the storage), or a mount of another server than
     ``expected_source`` (``SERVER:/path`` of an NFS storage); None when it looks right. So ``paijob cp`` tells
     "this machine does not mount that storage there" from "no such job"."""
     path = Path(mount)
     if not path.is_dir():
         return f"{mount} does not exist or is not a folder"
-    source = _mounted_source(str(path.resolve()), mounts_file)
+    point = str(path.resolve())
+    source = _mounted_source(point, mounts_file)
     if source is None:
         try:
             empty = next(path.iterdir(), None) is None
         except OSError as error:
             return f"{mount} cannot be read ({error.strerror})"
-        return f"nothing is mounted on {mount} (an empty folder)" if empty else None
+        if empty:
+            return f"nothing is mounted on {mount} (an empty folder)"
+        holder = _holding_mount(point, mounts_file)
+        if holder is not None and not _network(holder[2]):
+            return (f"nothing is mounted on {mount}: it is a folder on this machine's own disk ({holder[2]} "
+                    f"{holder[0]}, mounted at {holder[1]}), not the storage")
+        return None  # a folder inside a mount of the storage (or no mount table to tell)
     if expected_source and source.rstrip("/") != expected_source.rstrip("/"):
         return f"{mount} is a mount of {source}, not of the storage ({expected_source})"
     return None
 
 
-def _mounted_source(point: str, mounts_file: str) -> str | None:
-    """What is mounted on ``point`` (the mount table's first field), or None when nothing is."""
+def _network(fstype: str) -> bool:
+    return fstype in NETWORK_FILESYSTEMS or fstype.startswith("fuse")
+
+
+def _mount_table(mounts_file: str) -> list[tuple[str, str, str]]:
+    """(source, mount point, filesystem) of each line of the mount table, in its order; [] when unreadable."""
     try:
         with open(mounts_file, encoding="utf-8", errors="replace") as handle:
             lines = handle.read(1 << 20).splitlines()
     except OSError:
-        return None
-    found = None
+        return []
+    table = []
     for line in lines:
         fields = line.split()
-        if len(fields) >= 2 and fields[1].replace("\\040", " ") == point:
-            found = fields[0]  # the last mount on a point is the one seen
+        if len(fields) >= 3:
+            table.append((fields[0], fields[1].replace("\\040", " "), fields[2]))
+    return table
+
+
+def _mounted_source(point: str, mounts_file: str) -> str | None:
+    """What is mounted on ``point`` (the mount table's first field), or None when nothing is."""
+    found = None
+    for source, where, _ in _mount_table(mounts_file):
+        if where == point:
+            found = source  # the last mount on a point is the one seen
     return found
+
+
+def _holding_mount(point: str, mounts_file: str) -> tuple[str, str, str] | None:
+    """The mount that holds ``point`` (the longest mount point above it; the last of equals), or None."""
+    best = None
+    for source, where, kind in _mount_table(mounts_file):
+        inside = where == "/" or point == where or point.startswith(where.rstrip("/") + "/")
+        if inside and (best is None or len(where) >= len(best[1])):
+            best = (source, where, kind)
+    return best
 
 
 LIST_LIMIT = 1000  # entries `paijob cp --list` shows: a folder of checkpoints, not a dataset
@@ -545,3 +581,38 @@ def listing(root: Path, path: str, job: str, limit: int = LIST_LIMIT) -> tuple[l
             if len(entries) > limit:
                 return sorted(entries[:limit]), True
     return sorted(entries), False
+
+
+RESULTS_SHOWN = 10  # files `paijob status` shows of a job's output folder
+RESULTS_SCANNED = 20_000  # entries it looks at, at most: a folder of checkpoints, not a dataset
+
+Results = NamedTuple("Results", [("files", list[Listed]), ("count", int), ("more", bool)])
+
+
+def newest(root: Path, limit: int = RESULTS_SHOWN, scanned: int = RESULTS_SCANNED) -> Results:
+    """The regular files of ``root`` (a job's output folder), newest first, at most ``limit``; how many files it
+    holds; and whether there were more than ``scanned`` entries to look at (then ``count`` is a lower bound).
+    Links are not followed (the job chose them); a folder that cannot be read is skipped."""
+    import heapq
+
+    kept: list[tuple[float, str, int]] = []
+    count = seen = 0
+    for folder, names, files in os.walk(root, followlinks=False):
+        names.sort()
+        for name in files:
+            seen += 1
+            if seen > scanned:
+                break
+            info = _lstat(Path(folder) / name)
+            if info is None or not stat.S_ISREG(info.st_mode):
+                continue
+            count += 1
+            item = (info.st_mtime, os.path.relpath(os.path.join(folder, name), root), info.st_size)
+            if len(kept) < limit:
+                heapq.heappush(kept, item)
+            elif item > kept[0]:
+                heapq.heapreplace(kept, item)
+        if seen > scanned:
+            break
+    ordered = sorted(kept, key=lambda item: (-item[0], item[1]))
+    return Results([Listed(path, "file", size) for _, path, size in ordered], count, seen > scanned)

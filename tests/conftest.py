@@ -5,6 +5,11 @@ leave in TMPDIR (torchrun's and multiprocessing's folders, the logs of a node a 
 which nothing can clean up) never piles up in the machine's /tmp. Tests that check what paijob leaves in
 TMPDIR give their processes a fresh TMPDIR of their own. XDG_CACHE_HOME points there too: the template
 sandbox's bytecode cache (paijob.render.templating) goes with the run, not into the developer's ~/.cache.
+
+The folder is made where it leaves room for Unix socket paths (at most 107 bytes, ``sun_path``): Python's
+multiprocessing binds ``TMPDIR/pymp-XXXXXXXX/listener-XXXXXXXX`` (a DataLoader worker handing a tensor over),
+Chromium its ``SingletonSocket``. Under a TMPDIR some 35 characters long those no longer fit, and a DataLoader
+hung, Chromium would not start (issue 54): then the folder goes in /tmp instead, whatever TMPDIR says.
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ _SCRATCH_VAR = "PAIJOB_TESTS_SCRATCH"
 def pytest_configure(config: pytest.Config) -> None:
     if os.environ.get(_SCRATCH_VAR):  # a pytest started by a test keeps its parent's folder
         return
-    scratch = tempfile.mkdtemp(prefix="paijob-tests-")
+    scratch = tempfile.mkdtemp(prefix="paijob-tests-", dir=_room_for_sockets(tempfile.gettempdir()))
     os.environ[_SCRATCH_VAR] = scratch
     os.environ["TMPDIR"] = scratch
     os.environ["XDG_CACHE_HOME"] = os.path.join(scratch, "cache")
@@ -39,6 +44,13 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 
 _scratch_key = pytest.StashKey[str]()
+SOCKET_PATH_MAX = 107  # sun_path's 108 bytes, its NUL included
+SOCKET_TAIL = 72  # below the scratch folder: /paijob-tests-XXXXXXXX/pymp-XXXXXXXX/listener-XXXXXXXX, Chromium's more
+
+
+def _room_for_sockets(base: str) -> str:
+    """``base`` when socket paths under the scratch folder made in it fit in ``sun_path``, else /tmp."""
+    return base if len(os.fsencode(base)) + SOCKET_TAIL <= SOCKET_PATH_MAX else "/tmp"
 
 
 @pytest.fixture(scope="module")

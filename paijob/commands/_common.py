@@ -9,7 +9,7 @@ import sys
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO, TypeVar
 
 import yaml
 
@@ -108,15 +108,14 @@ def when(ms: Any) -> str:
 
 
 def duration(start: Any, end: Any) -> str:
+    """From ``start`` to ``end`` (a server's milliseconds; no end: until now), as paijob writes every duration
+    (``paijob.common.durations``: ``0.4 s``, ``42 s``, ``3 min 14 s``, ``2 h 5 min``)."""
+    from paijob import api
+
     begin = _ms(start)
     if begin is None:
         return "-"
-    seconds = ((_ms(end) or int(time.time() * 1000)) - begin) / 1000
-    if seconds < 90:
-        return f"{seconds:.1f} s"
-    minutes, secs = divmod(int(seconds), 60)
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours}h{minutes:02d}m{secs:02d}s" if hours else f"{minutes}m{secs:02d}s"
+    return api.human_duration(((_ms(end) or int(time.time() * 1000)) - begin) / 1000)
 
 
 def table(rows: list[list[str]], out: TextIO | None = None) -> None:
@@ -229,6 +228,15 @@ def outcome_line(job_id: str, detail: dict[str, Any]) -> str:
     return text
 
 
+def slow_rank_headline(detail: dict[str, Any]) -> str | None:
+    """The slow-rank doctor's line about a job (the local cluster's ``paijobSlowRank``), ``(over the run)``
+    once the job ended; None without one. A job that succeeded still had a rank the others waited for."""
+    slow = detail.get("jobStatus", {}).get("paijobSlowRank")
+    if not isinstance(slow, dict) or not isinstance(slow.get("line"), str):
+        return None
+    return slow["line"] + (" (over the run)" if slow.get("final") is True else "")
+
+
 class Progress:
     """Task progress while waiting: one rewritten line on a TTY, a line per change otherwise."""
 
@@ -255,3 +263,16 @@ class Progress:
         else:
             self.out.write(line + "\n")
         self.out.flush()
+
+
+R = TypeVar("R", records.StallRecord, records.SlowRecord)
+
+
+def served_record(kind: type[R], served: object) -> R | None:
+    """A record the local cluster serves (as data, with its version and kind), read strictly; None: none."""
+    if not isinstance(served, dict):
+        return None
+    try:
+        return kind.from_json(served)
+    except records.RecordError:
+        return None

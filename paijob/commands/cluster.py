@@ -19,7 +19,7 @@ def register(subparsers: Any) -> None:
                     "no -c is given; 'local' is the built-in local cluster.",
     )
     actions = parser.add_subparsers(dest="action", metavar="ACTION")
-    add = actions.add_parser("add", help="add (or replace) a cluster profile")
+    add = actions.add_parser("add", help="add a cluster profile (--replace: replace one of that name)")
     add.add_argument("name", metavar="NAME")
     add.add_argument("--url", required=True, help="the cluster's web portal, e.g. https://pai.example.com")
     add.add_argument("--token-env", metavar="VAR",
@@ -32,6 +32,8 @@ def register(subparsers: Any) -> None:
     add.add_argument("--user", help="your OpenPAI user name (read from the token when it is a JWT)")
     add.add_argument("--api-path", default=None, help="REST path under the URL (default /rest-server/api/v2)")
     add.add_argument("--use", action="store_true", help="make it the default cluster")
+    add.add_argument("--replace", action="store_true",
+                     help="replace the profile of that name, if one is saved (without it, that is an error)")
     add.add_argument("--mount", metavar="STORAGE=PATH", action="append", default=[],
                      help="where this machine mounts an OpenPAI storage (NFS, SMB): `paijob cp` reads the output "
                           "folders of jobs with storage: STORAGE from PATH (repeatable)")
@@ -60,7 +62,7 @@ def run_add(args: argparse.Namespace) -> int:
     default_before = next((row["name"] for row in api.clusters() if row["current"]), None)
     path, user = api.add_cluster(args.name, args.url, user=args.user, token_env=args.token_env,
                                  api_path=args.api_path, make_current=args.use,
-                                 mounts=args.mount)  # checks --token-env is a name
+                                 mounts=args.mount, replace=args.replace)  # checks --token-env is a name
     if args.token_env and not os.environ.get(args.token_env):
         print(f"paijob: warning: ${args.token_env} is not set now; export it before using {args.name}",
               file=sys.stderr)

@@ -6,6 +6,7 @@ import argparse
 from typing import Any
 
 from paijob.commands import _common as common
+from paijob.common import records
 from paijob.openpai.jobstate import JOB_STATES
 
 
@@ -37,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
         code = job.get("appExitCode")
         rows.append([
             f"{job['username']}~{job['name']}",
-            str(job["state"]),
+            str(job["state"]) + _marks(job),
             common.when(job.get("submissionTime")),
             common.duration(job.get("launchedTime"), job.get("completedTime")) if job.get("launchedTime") else "-",
             "-" if code is None else str(code),
@@ -47,3 +48,12 @@ def run(args: argparse.Namespace) -> int:
               str(job.get("executionType") or "-")] if wide else []))
     common.table(rows)
     return 0
+
+
+def _marks(job: dict[str, Any]) -> str:
+    """What paijob-runtime's doctors say of a running job on the local cluster (its list entry carries it):
+    ``RUNNING stalled``, ``RUNNING slow-rank``; `paijob status` says the whole line."""
+    marks = ["stalled"] if common.served_record(records.StallRecord, job.get("paijobStall")) is not None else []
+    slow = job.get("paijobSlowRank")
+    marks += ["slow-rank"] if isinstance(slow, dict) and isinstance(slow.get("line"), str) else []
+    return "".join(f" {mark}" for mark in marks)

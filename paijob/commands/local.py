@@ -1,10 +1,11 @@
-"""``paijob local up|down|status``: the built-in OpenPAI-compatible cluster on this machine."""
+"""``paijob local up|down|status|open|prune|rm``: the built-in OpenPAI-compatible cluster on this machine."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 from typing import Any
+from urllib.parse import urlsplit
 
 from paijob.commands import _common as common
 from paijob.common import contract
@@ -46,7 +47,23 @@ def register(subparsers: Any) -> None:
                        help=f"also remove the jobs' output folders ({contract.OUTPUT_DIR}: checkpoints, results)")
     prune.add_argument("--dry-run", action="store_true", help="only say what would be removed")
     prune.set_defaults(func=run_prune)
+    remove = actions.add_parser("rm", help="remove finished jobs: their records, folders, logs and outputs",
+                                description="Remove finished local jobs, each one whole: its record (so its "
+                                            "name can be used again), its work folders, logs and output folder "
+                                            f"({contract.OUTPUT_DIR}). A job that has not finished is refused: "
+                                            "stop it first. Its folder on a storage (--set storage=) stays.")
+    remove.add_argument("jobs", metavar="JOB", nargs="+", help="job id USER~NAME (or just NAME for your own)")
+    remove.set_defaults(func=run_rm)
     parser.set_defaults(func=lambda args: (parser.print_help(sys.stderr), 2)[1])
+
+
+def run_rm(args: argparse.Namespace) -> int:
+    from paijob import api
+
+    for job in args.jobs:
+        report = api.remove_local_job(job)
+        print(f"removed {report.jobs[0]} ({api.human_size(report.bytes)})")
+    return 0
 
 
 def run_prune(args: argparse.Namespace) -> int:
@@ -68,9 +85,23 @@ def run_open(args: argparse.Namespace) -> int:
     if args.no_browser:
         return 0
     if not api.open_in_browser(url):
-        print("paijob: no graphical browser here: open the link above in one within 2 minutes (from another "
-              "machine: ssh -L PORT:127.0.0.1:PORT to this one first)", file=sys.stderr)
+        port = urlsplit(url).port
+        print(f"paijob: no graphical browser here: open the link above in one within 2 minutes (from another "
+              f"machine: `ssh -L {port}:127.0.0.1:{port} {_this_host()}` first, then the link there)",
+              file=sys.stderr)
     return 0
+
+
+def _this_host() -> str:
+    """This machine as ssh is told it (``user@host``)."""
+    import getpass
+    import socket
+
+    try:
+        who = getpass.getuser() + "@"
+    except (KeyError, OSError):
+        who = ""
+    return who + socket.gethostname()
 
 
 def run_up(args: argparse.Namespace) -> int:

@@ -128,7 +128,12 @@ def run(args: argparse.Namespace) -> int:
             print(f"\npaijob: received {ended}; stopping {job_id}", file=sys.stderr)
             api.stop(client, job_id)
             return ENDING_SIGNALS[signal.Signals(ended.signum).name]
-    print(f"paijob: {api.terminal_text(sys.stderr, raw=args.raw)(common.outcome_line(job_id, detail))}", file=sys.stderr)
+    shown = api.terminal_text(sys.stderr, raw=args.raw)
+    print(f"paijob: {shown(common.outcome_line(job_id, detail))}", file=sys.stderr)
+    slow = common.slow_rank_headline(detail)
+    if slow:  # a job that succeeded too: the rank the others waited for is worth the user's attention
+        print(f"paijob: slow rank {shown(slow)} (`paijob status {job_id} -c {client.cluster_name}` has each "
+              "rank's figures)", file=sys.stderr)
     output = api.output_location(client.cluster_name, job_id, job.sent_job())
     if output:
         print(f"paijob: output folder {output} (`paijob cp {job_id.split('~', 1)[1]}:PATH . -c {client.cluster_name}` "

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any, TypeVar
+from typing import Any
 
 from paijob.commands import _common as common
 from paijob.common import contract, records
@@ -36,7 +36,30 @@ def run(args: argparse.Namespace) -> int:
     if output:
         print(f"\noutput     {output} ({contract.OUTPUT_DIR}; `paijob cp {job_id}:PATH . -c {client.cluster_name}` "
               "copies from it)")
+    results = api.job_results(client, job_id)
+    if results is not None:
+        for line in results_lines(results, f"paijob cp {job_id} --list -c {client.cluster_name}",
+                                  api.terminal_text(sys.stdout, raw=args.raw, names=True)):
+            print(line)
     return 0
+
+
+def results_lines(results: Any, lister: str, shown: Callable[[str], str]) -> Iterator[str]:
+    """What the job's output folder holds (``api.JobResults``): its newest files with their sizes, or why
+    there is none; the file names go through ``shown`` (the job chose them)."""
+    from paijob import api
+
+    if results.missing:
+        yield f"results    none: {shown(results.missing)}"
+        return
+    if not results.count:
+        yield "results    none yet (the folder is empty)"
+        return
+    count = f"{results.count}{'+' if results.more else ''} file(s)"
+    more = f"; `{lister}` lists them all" if results.count > len(results.files) else ""
+    yield f"results    {count}, newest first{more}:"
+    for entry in results.files:
+        yield f"           {api.human_size(entry.size):>9}  {shown(entry.path)}"
 
 
 def print_status(detail: dict[str, Any], job_id: str, wide: bool = False, raw: bool = False) -> None:
@@ -63,10 +86,10 @@ def _job_lines(detail: dict[str, Any], job_id: str, shown: Callable[[str], str])
         spec = status.get("appExitSpec")
         phrase = spec.get("phrase") if isinstance(spec, dict) else None
         yield f"exit code  {status['appExitCode']}" + (f" ({phrase}, OpenPAI's code)" if phrase else "")
-    stall = _record(records.StallRecord, status.get("paijobStall"))  # the local cluster: paijob-runtime's hang watch
+    stall = common.served_record(records.StallRecord, status.get("paijobStall"))  # the local cluster: paijob-runtime's hang watch
     if stall is not None:
         yield f"stalled    {shown(stall.describe())}"
-    yield from _slow_rank_lines(_record(records.SlowRecord, status.get("paijobSlowRank")), shown)
+    yield from _slow_rank_lines(common.served_record(records.SlowRecord, status.get("paijobSlowRank")), shown)
     cause = common.root_cause(detail) if status["state"] == "FAILED" else None
     if cause:
         yield f"cause      {shown(str(cause))}"
@@ -76,19 +99,6 @@ def _job_lines(detail: dict[str, Any], job_id: str, shown: Callable[[str], str])
     ended = [f"{where} ({shown(note)})" if note else where for where, note in task_errors(detail, cause)]
     if ended:
         yield f"ended      {', '.join(ended)}"
-
-
-R = TypeVar("R", records.StallRecord, records.SlowRecord)
-
-
-def _record(kind: type[R], served: object) -> R | None:
-    """A record the local cluster serves (as data, with its version and kind), read strictly; None: none."""
-    if not isinstance(served, dict):
-        return None
-    try:
-        return kind.from_json(served)
-    except records.RecordError:
-        return None
 
 
 def _slow_rank_lines(slow: records.SlowRecord | None, shown: Callable[[str], str]) -> Iterator[str]:

@@ -78,6 +78,8 @@ def run(args: argparse.Namespace) -> int:
         from paijob import api
 
         before = api.openpai_before_1_6(args.cluster)
+        if before is None:  # say so: the rule applied was not the cluster's answer
+            print(f"paijob: note: {api.unknown_version_note(args.cluster)}", file=sys.stderr)
     status = 0
     for path in args.files:
         report = check(path, args.master_role, args.port_label, before)

@@ -49,6 +49,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, TypeVar
 
 from paijob.common import untrusted
+from paijob.common.durations import human_duration
 
 VERSION = 1
 MARKER = "paijob-runtime: record "
@@ -218,9 +219,9 @@ class StallRecord:
     time: float = 0.0  # when it was written (time.time()): a stall record older than STALL_FRESH has ended
 
     def describe(self) -> str:
-        """``no progress for 95s on rank 1``, ``... on ranks 0, 2-7``: the line people read."""
+        """``no progress for 1 min 35 s on rank 1``, ``... on ranks 0, 2-7``: the line people read."""
         noun = "ranks" if len(self.ranks) > 1 else "rank"
-        return f"no progress for {self.seconds}s on {noun} {rank_ranges(self.ranks)}"
+        return f"no progress for {human_duration(self.seconds)} on {noun} {rank_ranges(self.ranks)}"
 
     def as_json(self) -> dict[str, Any]:
         """The record as data, with its version and kind (the local cluster's ``paijobStall``)."""

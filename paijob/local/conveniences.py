@@ -5,10 +5,10 @@ cluster as to a real one. What is left is named here, and the client imports not
 ``paijob.local`` (an import-linter contract in ``setup.cfg`` keeps it so):
 
 * the cluster as a service: its profile (:func:`cluster`, started when down; :func:`address`, never
-  started), and ``paijob local up / down / status / open / prune`` (:func:`up`, :func:`down`,
-  :func:`running`, :func:`portal_link`, :func:`open_in_browser`, :func:`prune`);
+  started), and ``paijob local up / down / status / open / prune / rm`` (:func:`up`, :func:`down`,
+  :func:`running`, :func:`portal_link`, :func:`open_in_browser`, :func:`prune`, :func:`remove`);
 * a workdir snapshot, which a real cluster gets in the job text and the local one reads from its state
-  dir (:func:`snapshot_path`: the job names it there; :func:`keep_snapshot`: a real submit writes it);
+  dir (:func:`snapshot_path`: the job names it there; ``paijob.api.ship`` writes it before the submit);
 * what is known without asking the server, which may be down: the user it runs jobs as (:func:`user`),
   the storages that user may use (:func:`storage_names`), a job's config as the server stored it
   (:func:`stored_config`) and where its output folder lies (:func:`output_folder`): ``paijob cp`` reads
@@ -30,14 +30,16 @@ from typing import TYPE_CHECKING, Any
 from paijob.local import daemon, layout, storage, tracking
 from paijob.local.prune import PruneReport, parse_duration
 from paijob.local.prune import prune as prune_state
+from paijob.local.prune import remove_job as remove_state
 
 if TYPE_CHECKING:
+    from paijob.common.storage_route import Route
     from paijob.remote.profiles import Cluster
     from paijob.workdir import Snapshot
 
-__all__ = ["PruneReport", "address", "cluster", "down", "keep_snapshot", "open_in_browser", "output_folder",
-           "portal_link", "prune", "running", "signal_stacks", "snapshot_path", "state_dir", "storage_names",
-           "stored_config", "up", "user"]
+__all__ = ["PruneReport", "address", "cluster", "down", "open_in_browser", "output_folder",
+           "portal_link", "prune", "remove", "running", "signal_stacks", "snapshot_path", "state_dir", "storage_names",
+           "stored_config", "stored_state", "up", "user"]
 
 
 def state_dir() -> Path:
@@ -89,19 +91,17 @@ def prune(older_than: str = "0s", *, outputs: bool = False, dry_run: bool = Fals
     return prune_state(layout.state_dir(), older_than=parse_duration(older_than), outputs=outputs, dry_run=dry_run)
 
 
+def remove(job_id: str) -> PruneReport:
+    """Remove one finished job, its record and its folders: ``paijob local rm`` (a running job is refused)."""
+    return remove_state(layout.state_dir(), job_id if "~" in job_id else f"{user()}~{job_id}")
+
+
 # --------------------------------------------------------------------------- what travels outside the REST API
 
 
 def snapshot_path(snap: Snapshot) -> Path:
     """Where the local cluster keeps the workdir snapshot ``snap`` (by content) for the job that names it."""
     return layout.snapshot(layout.state_dir(), snap.digest)
-
-
-def keep_snapshot(snap: Snapshot, path: Path) -> None:
-    """Write ``snap`` at ``path`` (:func:`snapshot_path`) before the job that names it is submitted."""
-    from paijob import workdir
-
-    workdir.store_local(snap, path)
 
 
 def user() -> str:
@@ -114,29 +114,42 @@ def storage_names() -> list[str]:
     return storage.names()
 
 
-def stored_config(job_id: str) -> str | None:
-    """Job ``user~name``'s config as the local cluster stored it (None: no such job, or no store yet),
-    read from its store, so it answers while the server is down."""
+def _stored_row(job_id: str) -> dict[str, Any] | None:
+    """Job ``user~name``'s row in the local cluster's store (None: no such job, or no store yet), read from
+    its store, so it answers while the server is down."""
     from paijob.local.store import Store
 
     database = layout.database(layout.state_dir())
-    if not database.exists():
+    if not database.exists() or "~" not in job_id:
         return None
     store = Store(database)
     try:
-        row = store.job(*job_id.split("~", 1))
+        return store.job(*job_id.split("~", 1))
     finally:
         store.close()
+
+
+def stored_config(job_id: str) -> str | None:
+    """Job ``user~name``'s config as the local cluster stored it (None: no such job, or no store yet)."""
+    row = _stored_row(job_id)
     return row["config"] if row else None
 
 
-def output_folder(job_id: str, storage_name: str | None = None, on_storage: str = "") -> Path:
-    """Where job ``user~name``'s output folder lies on this machine: folder ``on_storage`` of the local
-    storage ``storage_name`` (the storage route) when the cluster has that storage, else its own output
-    folder (``PAIJOB_OUTPUT_DIR``)."""
+def stored_state(job_id: str) -> str | None:
+    """Job ``user~name``'s state as the local cluster stored it (None: no such job, or no store yet)."""
+    row = _stored_row(job_id)
+    return str(row["state"]) if row else None
+
+
+def output_folder(job_id: str, route: Route | None = None) -> Path:
+    """Where job ``user~name``'s output folder lies on this machine: its folder on the local storage its
+    ``route`` names (the storage route; in the user's own folder of a storage that is not shared, as a task
+    sees it) when the cluster has that storage, else its own output folder (``PAIJOB_OUTPUT_DIR``)."""
     root = layout.state_dir()
-    if storage_name is not None and storage_name in storage.names():
-        return layout.storage(root, storage_name) / on_storage
+    mine = storage.yours()
+    if route is not None and route.name in mine:
+        user, name = job_id.split("~", 1)
+        return layout.storage(root, route.name) / route.folder(user, name, share=mine[route.name].share)
     return layout.output(root, job_id)
 
 

@@ -13,9 +13,10 @@ Which folder: ``$PAIJOB_LOCAL_STATE_DIR``, else ``$XDG_STATE_HOME/paijob/local``
     jobs.sqlite            jobs, attempts, tasks (``local.store``), with SQLite's -wal and -shm
     logs/JOB/ATTEMPT/ROLE/INDEX/TASK_ATTEMPT/   a task's logs; logs/JOB.pruned once prune took them
     work/JOB/ATTEMPT/ROLE-INDEX/               a task's working folder
+    work/JOB/ATTEMPT/ROLE-INDEX/.mnt/          its /mnt (``PAIJOB_STORAGE_MOUNT``): links to the storages it mounts
     outputs/JOB/           the job's output folder (``PAIJOB_OUTPUT_DIR``), kept across attempts
     snapshots/DIGEST.tar.gz                    workdir snapshots, by content
-    storages/NAME/         the local storages (a task's ``/mnt``: ``PAIJOB_STORAGE_MOUNT``)
+    storages/NAME/         the local storages (each task's ``/mnt`` links to those its job mounts)
     running/UID            the main process of each running task
 
 Everything else (the server, its engine, prune, the client's conveniences) asks here; nothing outside
@@ -86,6 +87,13 @@ def task_work(root: Path, job_id: str, attempt: int, role: str, index: int) -> P
     return work(root) / job_id / str(attempt) / f"{role}-{index}"
 
 
+def task_mounts(root: Path, job_id: str, attempt: int, role: str, index: int) -> Path:
+    """A task's stand-in for ``/mnt`` (``PAIJOB_STORAGE_MOUNT``): links to the storages its job mounts."""
+    return task_work(root, job_id, attempt, role, index) / ".mnt"
+
+
+# A Unix socket's path holds at most 107 bytes (sun_path), and multiprocessing binds its listener at
+# TMPDIR/pymp-XXXXXXXX/listener-XXXXXXXX (a DataLoader worker handing a tensor over): a task's TMPDIR leaves room.
 def output(root: Path, job_id: str) -> Path:
     """The output folder of job ``user~name`` (``PAIJOB_OUTPUT_DIR``), shared by its attempts."""
     return root / OUTPUTS / job_id
@@ -107,7 +115,7 @@ def snapshot(root: Path, digest: str) -> Path:
 
 
 def storages(root: Path) -> Path:
-    """The folder a local task finds its storages in (``PAIJOB_STORAGE_MOUNT``)."""
+    """The folder of the local storages' folders."""
     return root / STORAGES
 
 

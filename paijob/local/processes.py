@@ -28,7 +28,7 @@ from typing import Protocol
 from paijob.common import contract
 from paijob.common.ports import Reservation, reserve
 from paijob.common.records import FailureRecord
-from paijob.local import capacity, faults, layout, storage, tasktmp
+from paijob.local import capacity, faults, layout, mounts, tasktmp
 from paijob.local.settings import openpai_before_1_6, passed_env, stop_grace
 from paijob.local.store import Store, now_ms
 from paijob.local.tasklog import LogSink
@@ -243,8 +243,9 @@ class TaskProcesses:
         output = layout.output(self.host.state_dir, self.job_id)  # shared, kept across attempts
         output.mkdir(parents=True, exist_ok=True)
         env[contract.OUTPUT_DIR] = str(output)
-        env[contract.STORAGE_MOUNT] = str(layout.storages(self.host.state_dir))  # the job's /mnt
-        layout.storage(self.host.state_dir, storage.NAME).mkdir(parents=True, exist_ok=True)
+        mount_root = layout.task_mounts(self.host.state_dir, self.job_id, self.attempt, task.role.name, task.index)
+        env[contract.STORAGE_MOUNT] = str(mounts.mount_all(self.host.state_dir, mount_root, self.job.raw,
+                                                           self.username))  # the task's /mnt: what its job mounts
         env[contract.STALL_FILE] = str(workdir / STALL_NAME)  # node 0's hang watch: a stall
         env[contract.SLOW_FILE] = str(workdir / SLOW_NAME)  # node 0's slow-rank doctor: its verdict
         env[contract.RECORD_KEY] = task.record_key
@@ -284,6 +285,8 @@ class TaskProcesses:
         asked = [(r.instances, r.resources.gpu, r.resources.cpu, r.resources.memory_mb) for r in self.job.roles]
         for line in capacity.warnings(asked, capacity.this_machine(len(self.host.gpus))):
             sink.write("stderr", f"[paijob local] warning: {line}\n".encode())
+        for line in mounts.unreachable(self.job.raw, self.username):
+            sink.write("stderr", f"[paijob local] {line}\n".encode())
         if self.job.gang_allocation and any(r.raw.get("taskRetryCount") for r in self.job.roles):
             sink.write("stderr", b"[paijob local] taskRetryCount only takes effect with "
                                  b"extras.gangAllocation: false (as on OpenPAI); ignored\n")

@@ -132,3 +132,27 @@ def pruned_note(state_dir: Path, job_id: str) -> str | None:
     stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(when))
     return (f"the logs of {job_id} were removed by `paijob local prune` on {stamp}; to keep logs, save them "
             "before pruning (`paijob logs JOB > JOB.log`) or prune only older jobs (`--older-than 7d`)")
+
+
+def remove_job(state_dir: Path, job_id: str) -> PruneReport:
+    """``paijob local rm JOB``: one finished job gone: its record (its name is free again), work folders, logs
+    and output folder. Refused for a job that has not finished (stop it first) and for one that does not exist.
+    Its folder on a storage (the storage route) stays, as a storage outlives jobs on OpenPAI."""
+    user, _, name = job_id.partition("~")
+    database = layout.database(state_dir)
+    store = Store(database) if database.exists() else None
+    try:
+        state = store.delete_finished_job(user, name) if store is not None else None
+    finally:
+        if store is not None:
+            store.close()
+    if state is None:
+        raise PaijobError(f"the local cluster has no job {job_id} (`paijob list -c local` lists yours)")
+    if not is_terminal(state):
+        raise PaijobError(f"job {job_id} is {state}: stop it first (`paijob stop {job_id} -c local`), then remove it")
+    report = PruneReport(jobs=[job_id])
+    report.paths = [folder for folder in layout.job_folders(state_dir, job_id, outputs=True) if folder.exists()]
+    report.bytes = sum(_size(path) for path in report.paths)
+    _remove(report.paths)
+    layout.pruned_mark(state_dir, job_id).unlink(missing_ok=True)
+    return report

@@ -200,6 +200,18 @@ class Store:
         rows = [self._ended(row) for row in self._all(sql, tuple(args))]
         return [row for row in rows if row and (not state or row["state"] == state)]
 
+    def delete_finished_job(self, username: str, name: str) -> str | None:
+        """Remove a finished job's record (its attempts, tasks and tags too); its state before (None: no such
+        job). A job that has not finished is left as it is: the caller reads the state it returned."""
+        with self._tx() as db:
+            row = db.execute("SELECT state FROM jobs WHERE username=? AND name=?", (username, name)).fetchone()
+            if row is None or (username, name) in self._unwritten:
+                return None if row is None else str(row["state"])
+            if row["state"] in ("SUCCEEDED", "FAILED", "STOPPED"):
+                for table in ("tasks", "job_attempts", "tags", "jobs"):
+                    db.execute(f"DELETE FROM {table} WHERE username=? AND name=?", (username, name))  # noqa: S608
+            return str(row["state"])
+
     def update_job(self, username: str, name: str, **fields: Any) -> None:
         if not fields:
             return

@@ -206,6 +206,23 @@ def job_detail(cluster: LocalCluster, job: dict[str, Any], attempt_id: int | Non
     }
 
 
+def doctors_marks(cluster: LocalCluster, job: dict[str, Any]) -> dict[str, Any]:
+    """paijob's own fields for a running job's entry in the list (``GET /jobs``): what paijob-runtime's hang
+    watch (``paijobStall``) and slow-rank doctor (``paijobSlowRank``, its line) say of it now, as its detail
+    says them; nothing for a job that does not run (its page has the run's verdict)."""
+    if job["state"] != "RUNNING":
+        return {}
+    job_id, plan = f"{job['username']}~{job['name']}", cluster.models.of(job)
+    marks: dict[str, Any] = {}
+    stall = cluster.stall(job_id, job["attempt_id"], plan)
+    if stall:
+        marks["paijobStall"] = stall
+    slow = cluster.slow_rank(job_id, job["attempt_id"], plan, running=True)
+    if slow:
+        marks["paijobSlowRank"] = {"line": slow.get("line"), "final": slow.get("final")}
+    return marks
+
+
 def _retry_details(attempts: list[dict[str, Any]], retries: int) -> dict[str, int]:
     """k8s.js: user = retries counted against jobRetryCount, platform = the transient ones (not counted)."""
     platform = sum(1 for a in attempts[:retries] if a.get("exit_code") is not None

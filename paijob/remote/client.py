@@ -213,7 +213,7 @@ class PaiClient(Transport):
     def storages(self) -> list[Storage]:
         """``GET /api/v2/storages``: the storages this user may use (swagger ``StorageSummary``)."""
         what = "listing your storages"
-        data = self.errors.json(self._request("GET", "storages", what=what), what)
+        data = self.errors.json(self._storage_request("storages", what), what)
         problem = summary_problem(data)
         if problem:
             raise self.errors.bad_shape(what, problem)
@@ -222,11 +222,27 @@ class PaiClient(Transport):
     def storage(self, name: str) -> dict[str, Any]:
         """``GET /api/v2/storages/{name}``: what the storage is (``StorageDetail``; 403/404 are errors)."""
         what = f"reading storage {name}"
-        data = self.errors.json(self._request("GET", f"storages/{quote(name, safe='')}", what=what), what)
+        data = self.errors.json(self._storage_request(f"storages/{quote(name, safe='')}", what), what)
         if not isinstance(data, dict):
             raise self.errors.bad_shape(what, f"an object was expected, got {type(data).__name__}")
         detail: dict[str, Any] = data
         return detail
+
+    def _storage_request(self, path: str, what: str) -> Reply:
+        """A storage route's answer; a 404 that is not rest-server's ``NoStorageError`` is a cluster without
+        the route: rest-server has served ``/api/v2/storages`` (and mounted ``extras.storages``) since
+        OpenPAI v1.0 (``src/rest-server/src/routes/v2/storage.js``)."""
+        try:
+            return self._request("GET", path, what=what)
+        except NoJobError as error:
+            if error.code == "NoStorageError":
+                raise
+            raise ClusterError(
+                f"{what} on {self.cluster_name}: this cluster is too old for storages (needs OpenPAI v1.0+): its "
+                f"rest-server has no /api/v2/storages (HTTP 404), and it does not mount a job's "
+                f"extras.storages; leave storage unset and copy results out another way (`paijob logs`, or a "
+                f"path the job's image mounts), or use a cluster of OpenPAI v1.0 or newer",
+                status=404, code=error.code) from None
 
     def get_config(self, job_id: str) -> str:
         what = f"reading config of {job_id}"

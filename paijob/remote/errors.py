@@ -242,7 +242,7 @@ class ReplyErrors:
             return "The local cluster's token is read from its state dir; run `paijob local up` again to refresh it."
         return (
             f"Log in with `paijob login {self.cluster_name}` or give an application token: "
-            f"`paijob cluster add {self.cluster_name} --url {self.cluster_url} --token-env VAR` "
+            f"`paijob cluster add {self.cluster_name} --url {self.cluster_url} --token-env VAR --replace` "
             "(or set PAI_TOKEN)."
         )
 

@@ -254,6 +254,14 @@ def find_template(spec: str) -> TemplateRef:
             return _user_template(candidate)
     if spec in builtin_names():
         return TemplateRef(spec, spec + TEMPLATE_SUFFIX, None, True)
+    if spec.endswith(".py"):  # torchrun, TorchX and SkyPilot users type the script first
+        import shlex
+
+        raise TemplateError(
+            f"{spec} is a Python script, not a template: a template runs it, with the script as a value, e.g. "
+            f"`paijob run ddp --local --workdir . --set script={shlex.quote(spec)}` (every task starts in a "
+            f"snapshot of the folder, the ddp template launches the script on each with paijob-runtime; "
+            f"`paijob templates` lists the others, `paijob init` writes a project that does this)")
     if spec.endswith((".yaml", ".yml")):  # a job file that is not there, not a template's name
         raise TemplateError(f"job file {spec} does not exist (a job is an OpenPAI YAML file; a template is a "
                             f"built-in name ({', '.join(builtin_names())}) or a {TEMPLATE_SUFFIX} file)")

@@ -224,7 +224,7 @@ def _environment(folder: Path | None) -> jinja2.Environment:
 def _storage_output_export(*args: Any) -> str:
     """``storage_route.output_export`` for templates, imported when a job has a storage (every other render
     skips the module); its value errors become a template failure, as ``_failing`` does."""
-    from paijob.render.storage_route import StorageValueError, output_export
+    from paijob.common.storage_route import StorageValueError, output_export
 
     try:
         return output_export(*args)
@@ -233,7 +233,7 @@ def _storage_output_export(*args: Any) -> str:
 
 
 def _storage_mount(name: str) -> dict[str, Any]:
-    from paijob.render.storage_route import mount
+    from paijob.common.storage_route import mount
 
     return mount(name)
 
@@ -517,11 +517,60 @@ def render(
             f"values with -f, e.g. 'ddp -f {template}'"
         )
     if is_job_file(template):
-        if values or sets:
-            raise PaijobError(
-                f"{template} is a job YAML, not a template: -f/--set do not apply to it; "
-                "edit the file, or give a template (a built-in name or a .yaml.j2 file)"
-            )
-        return load_job_file(template, check=check, openpai_before_1_6=openpai_before_1_6)
+        route = _route_sets(template, values, sets)
+        result = load_job_file(template, check=check and route is None, openpai_before_1_6=openpai_before_1_6)
+        if route is None:
+            return result
+        return _with_route(result, route, check=check, openpai_before_1_6=openpai_before_1_6)
     return render_template(template, values, ordered_sets=sets, check=check, allow_unknown=allow_unknown,
                            openpai_before_1_6=openpai_before_1_6)
+
+
+ROUTE_VALUES = ("storage", "storagePath")
+
+
+def _route_sets(template: str, values: Sequence[str | Path], sets: Sequence[SetArg]) -> dict[str, Any] | None:
+    """``--set storage=NAME`` (and ``storagePath``) given with a job file: the storage route to add to it
+    (None: no sets). Any other value is refused: a job file is not rendered."""
+    from paijob.render.values import parse_set
+
+    if not values and not sets:
+        return None
+    route: dict[str, Any] = {}
+    for kind, expr in sets:
+        keys, value = parse_set(expr, as_string=kind == "set-string", flag=f"--{kind}")
+        if len(keys) != 1 or keys[0] not in ROUTE_VALUES:
+            route = {}
+            break
+        route[keys[0]] = value
+    if values or "storage" not in route:
+        raise PaijobError(
+            f"{template} is a job YAML, not a template: -f and --set do not apply to it, except --set "
+            "storage=NAME (and storagePath=FOLDER), which puts its output folder on that storage; edit the "
+            "file, or give a template (a built-in name or a .yaml.j2 file)")
+    return route
+
+
+def _with_route(result: RenderResult, route: dict[str, Any], *, check: bool,
+                openpai_before_1_6: bool | None) -> RenderResult:
+    """A job file's ``result`` with the storage route added (``common.storage_route.add_route``), written
+    back as js-yaml reads it, and checked again."""
+    import copy
+
+    from paijob.common.storage_route import DEFAULT_FOLDER, add_route
+    from paijob.openpai.jsdump import dump_job
+
+    if not isinstance(result.report.job, dict):
+        raise JobValidationError(result.report)
+    edited = add_route(copy.deepcopy(result.report.job), route["storage"], route.get("storagePath", DEFAULT_FOLDER))
+    if edited == result.report.job:  # on the route already: the file as it is
+        if check and not result.report.ok:
+            raise JobValidationError(result.report)
+        return result
+    text = dump_job(edited, width=1 << 30, allow_unicode=True)
+    source = f"{result.template.filename} (with storage {route['storage']})"
+    report = validate_text(text, source, openpai_before_1_6=openpai_before_1_6)
+    if check and not report.ok:
+        raise JobValidationError(report)
+    job = report.job
+    return RenderResult(result.template, route, text, job if isinstance(job, dict) else {}, report)

@@ -81,7 +81,10 @@ def holds_secrets(path: str | Path) -> bool:
     return isinstance(secrets, Mapping) and bool(secrets)
 
 
-_SET_FORM = "expected KEY=VALUE with a dotted KEY, e.g. --set instances=4 or --set resources.gpu=8"
+# every example is a value the built-in templates take (tests/local/test_newcomer_items.py renders them)
+SET_EXAMPLES = ("instances=4", "gpu=8", "env.NCCL_DEBUG=INFO")
+_SET_FORM = (f"expected KEY=VALUE, e.g. --set {SET_EXAMPLES[0]} or --set {SET_EXAMPLES[1]} (a dot reaches into a "
+             f"map: --set {SET_EXAMPLES[2]}); `paijob templates show TEMPLATE` lists a template's values")
 _NULLS = {"null", "Null", "NULL", "~"}
 _BOOLS = {"true", "false"}
 _YAML_STRUCTURE = ("[", "{", "&", "*", "!", "|", ">")  # what only YAML syntax starts with

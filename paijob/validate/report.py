@@ -25,6 +25,7 @@ from paijob.errors import PaijobError
 from paijob.openpai.jsyaml import SERVER_BODY_LIMIT, LineMap, Loaded, YamlError, load_job
 from paijob.openpai.model import Job, parse_job
 from paijob.validate.rules import (
+    CLIENT_RULES,
     ERROR,
     PAIJOB_RULES,
     SERVER_RULES,
@@ -232,6 +233,7 @@ def validate_job(
     master_role: str | None = None,
     port_label: str | None = None,
     openpai_before_1_6: bool | None = None,
+    client: bool = True,
 ) -> ValidationReport:
     """Check a loaded job (``jsyaml.load_job``'s value) as the OpenPAI server would.
 
@@ -239,12 +241,14 @@ def validate_job(
     ``paijob-runtime`` flags say (as ``paijob validate --master-role`` does).
     ``openpai_before_1_6``: the cluster runs role names that OpenPAI v1.6+ cannot (None: the
     ``PAIJOB_OPENPAI_BEFORE_1_6`` setting; the commands pass ``--openpai-before-1.6`` or the cluster's answer).
+    ``client``: also what paijob's own routes need (``rules.CLIENT_RULES``); the local cluster's server passes
+    False, to accept what rest-server accepts.
     """
     lines = lines or LineMap()
     report = ValidationReport(source, job)
     if openpai_before_1_6 is None:
         openpai_before_1_6 = bool(before_v1_6_setting())
-    found = list(_findings(job, report, master_role, port_label, openpai_before_1_6))
+    found = list(_findings(job, report, master_role, port_label, openpai_before_1_6, client))
     problems = [Problem(sev, path, msg, lines.line_of(path)) for sev, path, msg in found]
     problems.extend(Problem(WARNING, note.path, note.message(), note.line) for note in lines.notes)
     report.problems = sorted(problems, key=_problem_order)
@@ -268,7 +272,8 @@ def before_v1_6_setting() -> bool | None:
 
 
 def _findings(
-    raw: Any, report: ValidationReport, master_role: str | None, port_label: str | None, before_v1_6: bool
+    raw: Any, report: ValidationReport, master_role: str | None, port_label: str | None, before_v1_6: bool,
+    client: bool = True,
 ) -> Iterator[Finding]:
     if not isinstance(raw, dict):
         got = "an empty file" if raw is None else type_name(raw)
@@ -277,7 +282,7 @@ def _findings(
     schema = list(schema_findings(raw))
     yield from schema
     job = report.model = parse_job(raw)
-    for rule in (*SERVER_RULES, *PAIJOB_RULES):
+    for rule in (*SERVER_RULES, *PAIJOB_RULES, *(CLIENT_RULES if client else ())):
         yield from rule(job)
     if not schema:  # the server renders the commands only once the job passed its schema
         yield from server_rendering(job)

@@ -19,6 +19,7 @@ from collections.abc import Callable, Hashable, Iterator
 from typing import Any
 
 from paijob.common import contract
+from paijob.common.storage_route import route_problem
 from paijob.openpai.markers import TemplateError, render_server, role_entrypoint
 from paijob.openpai.model import Job, TaskRole, is_int
 from paijob.openpai.names import (
@@ -28,7 +29,7 @@ from paijob.openpai.names import (
     role_name_breaks_init,
     role_name_fix,
 )
-from paijob.openpai.storages import ignored_plugin_storages
+from paijob.openpai.storages import ignored_plugin_storages, pod_problems
 
 ERROR = "error"
 WARNING = "warning"
@@ -202,6 +203,22 @@ def ignored_storage_plugin(job: Job) -> Iterator[Finding]:
             f"teamwise_storage names storage '{name}', which is not mounted: rest-server converts the plugin only "
             f"for a job without extras.storages, and this job has its own; add {{name: {name}, mountPath: "
             f"/mnt/{name}}} to extras.storages (and drop the plugin)")
+
+
+def storage_mounts(job: Job) -> Iterator[Finding]:
+    """A storage list that rest-server accepts but Kubernetes refuses after the wait (a storage twice, two on
+    one path: ``openpai.storages.pod_problems``), or whose mountPath breaks the container (``/etc``, ``..``)."""
+    for path, message in pod_problems(job.raw):
+        yield ERROR, path, message
+
+
+def route_storage_mounted(job: Job) -> Iterator[Finding]:
+    """paijob's storage route (``storage: NAME``) needs the storage at ``/mnt/NAME``: a job whose own list
+    moves, drops or replaces it would lose its output folder (``common.storage_route.route_problem``).
+    A client rule: rest-server (and the local cluster, answering as it) runs such a job."""
+    found = route_problem(job.raw)
+    if found is not None:
+        yield ERROR, found[0], found[1]
 
 
 def runtime_plugins_shape(job: Job) -> Iterator[Finding]:
@@ -525,6 +542,7 @@ SERVER_RULES: tuple[Rule, ...] = (
 
 PAIJOB_RULES: tuple[Rule, ...] = (
     ignored_storage_plugin,
+    storage_mounts,
     resource_amounts,
     shm_size,
     completion_counts,
@@ -535,4 +553,11 @@ PAIJOB_RULES: tuple[Rule, ...] = (
     placeholder_images,
     cleartext_registry_password,
     unquoted_secrets,
+)
+
+# What paijob's own routes need, which a server answering as rest-server does not refuse: `paijob validate`,
+# `render` and `submit` check them; the local cluster's server does not (``validate_job(client=False)``),
+# so a job sent to it another way runs as it would on OpenPAI.
+CLIENT_RULES: tuple[Rule, ...] = (
+    route_storage_mounted,
 )

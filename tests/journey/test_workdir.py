@@ -87,9 +87,9 @@ def test_a_pathological_pattern_ends_well_under_a_second(tmp_path: Path, pattern
     deep = tmp_path / "/".join(["a"] * 30)
     make_tree(tmp_path, {"a" * 40: "", "a" * 60 + "c": "", str(deep.relative_to(tmp_path)) + "/" + "a" * 50: ""})
     (tmp_path / ".paijobignore").write_text(pattern + "\n")
-    started = time.monotonic()
+    started = time.process_time()  # this process's CPU: a pattern that backtracks burns it, a busy machine does not
     workdir.snapshot(tmp_path)
-    assert time.monotonic() - started < 1.0
+    assert time.process_time() - started < 1.0
 
 
 @pytest.mark.parametrize(("pattern", "line"), [("[z-a]", 3), ("\\", 3), ("[[:alpha:]]", 3), ("a\\", 3)])

@@ -50,7 +50,7 @@ def test_control_characters_in_storage_path_are_refused(capsys: pytest.CaptureFi
 @pytest.mark.parametrize("route", ["nfs-home/../../etc", "nfs-home/team/../../x", "../nfs-home", "nfs-home/a\tb"])
 def test_a_route_with_dots_read_back_from_a_job_s_config_is_not_followed(route: str) -> None:
     """`paijob cp` reads the route from the job's config on the cluster, which the job's submitter wrote."""
-    from paijob.render.storage_route import _PREFIX, _SUFFIX, read_route
+    from paijob.common.storage_route import _PREFIX, _SUFFIX, read_route
 
     assert read_route([_PREFIX + shlex.quote(route) + _SUFFIX]) is None
     assert read_route([_PREFIX + shlex.quote("nfs-home/team/runs") + _SUFFIX]) is not None

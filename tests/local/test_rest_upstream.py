@@ -99,7 +99,7 @@ def test_portal_calls_users_virtual_clusters_storages_events(server: LocalServer
     assert list(vcs) == ["default"] and vcs["default"]["resourcesTotal"]["cpu"] >= 1
     assert call(server, "GET", "/virtual-clusters/default").json() == vcs["default"]
     assert call(server, "GET", "/virtual-clusters/nope").json()["code"] == "NoVirtualClusterError"
-    assert [s["name"] for s in call(server, "GET", "/storages").json()["storages"]] == ["shared"]
+    assert [s["name"] for s in call(server, "GET", "/storages").json()["storages"]] == ["shared", "home"]
     assert call(server, "GET", f"/jobs/{job_id}/events").json() == {"totalCount": 0, "data": []}
     # what the local cluster cannot do answers as express.js's catch-all does for a missing route
     for method, path in (("GET", "/tokens"), ("GET", "/groups"), ("GET", f"/jobs/{job_id}/ssh"),

@@ -68,7 +68,7 @@ def write_report(path: Path, ranks: list[int], seconds: int = 95, *, signed: boo
 def test_the_runtimes_own_stall_record_is_shown(cluster: LocalCluster) -> None:
     write_report(stall_file(cluster), [7, 0, 2, 3, 4, 5, 6])
     served = cluster.stall(JOB, 0, PLAN)
-    assert served is not None and records.StallRecord.from_json(served).describe() == "no progress for 95s on ranks 0, 2-7"
+    assert served is not None and records.StallRecord.from_json(served).describe() == "no progress for 1 min 35 s on ranks 0, 2-7"
     assert {served["v"], served["kind"]} == {1, "stall"}  # served as data with its version and kind, as the others
     write_report(stall_file(cluster), [])  # the stall ended
     assert cluster.stall(JOB, 0, PLAN) is None

@@ -22,13 +22,13 @@ from cluster_helpers import TOKEN, job_yaml
 from suite_helpers import paijob
 from swagger_check import check, load_swagger
 
+from paijob.common.storage_route import job_route, mount, output_export
 from paijob.local import daemon, layout
 from paijob.local import storage as local_storage
 from paijob.local.server import LocalServer
 from paijob.openpai.storages import Storage, job_storages, parse_summary, summary_problem, where
 from paijob.remote import profiles
 from paijob.remote.client import PaiClient
-from paijob.render.storage_route import job_route, mount, output_export
 from paijob.render.templating import render_template
 
 API = "/rest-server/api/v2"
@@ -97,8 +97,11 @@ def test_rest_server_shaped_storage_answers_are_parsed_and_their_secrets_never_s
 
 
 def test_the_local_cluster_lists_its_storage_as_rest_server_does(client: PaiClient, server: LocalServer) -> None:
+    """models/v2/storage.js: the summary's entries {name, share, volumeName, default}; the detail
+    (convertVolumeDetail) {name, share, volumeName, type, data, readOnly, mountOptions}, no `default`; 403
+    ForbiddenUserError for a storage the user may not use, 404 NoStorageError for none (issue 54)."""
     swagger = load_swagger()
-    assert client.storages() == [Storage(local_storage.NAME, True, False)]
+    assert client.storages() == [Storage(local_storage.NAME, True, False), Storage(local_storage.HOME, False, True)]
     listed = requests.get(f"{server.url}{API}/storages", headers={"Authorization": f"Bearer {TOKEN}"}, timeout=10)
     check(swagger, "/api/v2/storages", "get", 200, listed.json())
     detail = client.storage(local_storage.NAME)
@@ -108,9 +111,16 @@ def test_the_local_cluster_lists_its_storage_as_rest_server_does(client: PaiClie
     assert missing.status_code == 404 and missing.json()["code"] == "NoStorageError"
     assert requests.get(f"{server.url}{API}/storages", timeout=10).status_code == 401  # the API's token check
     assert detail["readOnly"] is False  # rest-server's detail says readOnly (models/v2/storage.js); submit reads it
+    assert set(detail) == {"name", "share", "volumeName", "type", "data", "readOnly", "mountOptions"}
+    assert detail["mountOptions"] == ["rw"] and detail["type"] == "other"
     defaults = requests.get(f"{server.url}{API}/storages", params={"default": "true"},
                             headers={"Authorization": f"Bearer {TOKEN}"}, timeout=10)
-    assert defaults.json() == {"storages": []}  # ?default=true: only default storages, and 'shared' is not one
+    assert defaults.json() == {"storages": [{"name": "home", "share": False, "volumeName": "home", "default": True}]}
+    forbidden = requests.get(f"{server.url}{API}/storages/{local_storage.ADMIN}",
+                             headers={"Authorization": f"Bearer {TOKEN}"}, timeout=10)
+    assert forbidden.status_code == 403 and forbidden.json() == {
+        "code": "ForbiddenUserError", "message": f"User {client.user} is not allowed to access admin."}
+    assert "admin" not in [s.name for s in client.storages()]
 
 
 def test_the_local_cluster_refuses_at_submit_a_job_that_mounts_a_storage_it_does_not_have(
@@ -158,7 +168,7 @@ def test_a_storage_that_is_not_yours_is_refused_before_the_queue(
     job.write_text(storage_job("nost", "team-nfs", ["true"]))
     code, _, err = paijob(capsys, "submit", str(job), "-c", "local")
     assert code == 2
-    assert f"storage 'team-nfs' is not one you may use on cluster local (yours: {local_storage.NAME})" in err
+    assert f"storage 'team-nfs' is not one you may use on cluster local (yours: {local_storage.NAME}, home)" in err
     assert err.count("\n") == 1
     code, _, err = paijob(capsys, "status", "nost", "-c", "local")
     assert code != 0  # never submitted
@@ -173,7 +183,9 @@ class FakePai:
             {"name": "nfs-home", "share": True, "volumeName": "nfs-home-pv", "default": True},
             {"name": "datasets", "share": True, "volumeName": "datasets-pv", "default": False}]
         self.configs: dict[str, str] = {}
+        self.states: dict[str, str] = {}  # job id -> jobStatus.state of GET /jobs/{id}
         self.posted: list[str] = []
+        self.before_v1_0 = False  # a rest-server older than OpenPAI v1.0: no /api/v2/storages
 
 
 def _handler(fake: FakePai) -> type[BaseHTTPRequestHandler]:
@@ -194,6 +206,8 @@ def _handler(fake: FakePai) -> type[BaseHTTPRequestHandler]:
             if path == "/info":
                 return self._answer(200, {"name": "PAI RESTful API", "version": "v1.8.1", "launcherType": "k8s",
                                           "authnMethod": "basic"})
+            if path.startswith("/storages") and fake.before_v1_0:  # express's own 404 for a route it lacks
+                return self._answer(404, "Cannot GET " + self.path, "text/html")
             if path == "/storages":
                 return self._answer(200, {"storages": fake.storages})
             if path == "/storages/nfs-home":
@@ -204,6 +218,9 @@ def _handler(fake: FakePai) -> type[BaseHTTPRequestHandler]:
                 return self._answer(200, {"name": "datasets", "share": True, "volumeName": "datasets-pv",
                                           "default": False, "type": "nfs", "readOnly": True,
                                           "data": {"server": "10.0.0.5", "path": "/export/datasets"}})
+            if path.startswith("/jobs/") and path.count("/") == 2 and path.split("/")[2] in fake.states:
+                return self._answer(200, {"name": path.split("/")[2], "jobStatus": {
+                    "state": fake.states[path.split("/")[2]], "attemptId": 0}, "taskRoles": {}})
             if path.startswith("/jobs/") and path.endswith("/config"):
                 job_id = path.split("/")[2]
                 if job_id in fake.configs:
@@ -406,3 +423,58 @@ def test_the_local_cluster_answers_info_to_any_method_as_rest_server_does(server
     answer = requests.request(method, f"{server.url}{API}/info", headers={"Authorization": f"Bearer {TOKEN}"},
                               timeout=10)
     assert answer.status_code == 200 and answer.json()["launcherType"] == "k8s"
+
+
+def test_a_cluster_without_the_storage_route_is_too_old_for_storages(
+        pai: tuple[FakePai, str], capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """Issue 54 item 4: a rest-server before OpenPAI v1.0 has no /api/v2/storages: the raw 404 was shown."""
+    fake, url = pai
+    fake.before_v1_0 = True
+    profiles.add("pai", url, user="me", token_env="PAI_TEST_TOKEN")
+    job = tmp_path / "job.yaml"
+    job.write_text(storage_job("exp", "nfs-home", ["true"]))
+    code, _, err = paijob(capsys, "submit", str(job), "-c", "pai")
+    assert code != 0 and "too old for storages (needs OpenPAI v1.0+)" in err and err.count("\n") == 1
+    assert fake.posted == []
+
+
+def test_cp_of_a_finished_job_without_its_folder_says_why_not_no_such_job(
+        pai: tuple[FakePai, str], capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """Issue 54 item 4: a SUCCEEDED job whose folder is missing on a good mount said "the job never started on
+    this cluster, or the id is wrong"."""
+    fake, url = pai
+    fake.configs["me~exp"] = storage_job("exp", "nfs-home", ["true"])
+    fake.states["me~exp"] = "SUCCEEDED"
+    mounted = tmp_path / "nfs"
+    (mounted / "runs/me/other").mkdir(parents=True)  # the storage, with another job's folder
+    table = tmp_path / "mounts"
+    table.write_text(f"10.0.0.5:/export/home {mounted} nfs4 rw 0 0\n")
+    profiles.add("pai", url, user="me", token_env="PAI_TEST_TOKEN", mounts={"nfs-home": str(mounted)})
+    from paijob import copyout
+
+    real = copyout.mount_problem
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(copyout, "mount_problem", lambda mount, nfs=None: real(mount, nfs, str(table)))
+        code, _, err = paijob(capsys, "cp", "exp:ckpt", str(tmp_path), "-c", "pai")
+        assert code == 2 and "job me~exp SUCCEEDED, and its folder was removed since" in err, err
+        assert "never started" not in err and err.count("\n") == 1
+        fake.states["me~exp"] = "RUNNING"
+        code, _, err = paijob(capsys, "cp", "exp:ckpt", str(tmp_path), "-c", "pai")
+        assert code == 2 and "is RUNNING and has not made it yet" in err
+        code, _, err = paijob(capsys, "cp", "gone:ckpt", str(tmp_path), "-c", "pai")
+        assert code == 2 and "reading config of me~gone on pai" in err and "`paijob list`" in err
+
+
+def test_a_folder_with_files_on_this_machine_s_own_disk_is_not_the_storage(tmp_path: Path) -> None:
+    """Issue 54 item 4: a non-empty folder that nothing is mounted on passed as the storage (a copy, or the
+    profile naming the wrong folder); inside an NFS mount it still may be the storage's own folder."""
+    from paijob.copyout import mount_problem
+
+    folder = tmp_path / "copy-of-results"
+    (folder / "runs").mkdir(parents=True)
+    table = tmp_path / "mounts"
+    table.write_text("/dev/sda1 / ext4 rw 0 0\ntmpfs /run tmpfs rw 0 0\n")
+    problem = mount_problem(str(folder), None, str(table))
+    assert problem is not None and "it is a folder on this machine's own disk (ext4 /dev/sda1, mounted at /)" in problem
+    table.write_text(f"/dev/sda1 / ext4 rw 0 0\n10.0.0.5:/export {tmp_path} nfs4 rw 0 0\n")
+    assert mount_problem(str(folder), None, str(table)) is None  # a folder inside the NFS mount

@@ -201,6 +201,71 @@ def test_the_job_page_shows_the_slow_rank_doctors_verdict_and_each_ranks_figures
     assert page_errors(driver) == []
 
 
+def _doctors_records_for(server: LocalServer, job_id: str, *, final: bool) -> str:
+    """A slow-rank verdict and a stall record written where the local cluster reads a job's (node 0's task
+    folder), signed as its paijob-runtime signs them; the slow line."""
+    import time
+
+    from paijob.common import records
+    from paijob.common.records import SlowRecord, StallRecord
+    from paijob.local.processes import SLOW_NAME, STALL_NAME
+
+    line = "slow rank: rank 1 (node rank 0, host 127.0.0.1, local rank 1) holds the job back"
+    folder = server.cluster.work_dir(job_id, 0, "trainer", 0)
+    folder.mkdir(parents=True, exist_ok=True)
+    key = server.cluster.record_key(job_id, 0, "trainer", 0)
+    record = SlowRecord("rank", line, (1,), (), final=final, time=time.time())
+    (folder / SLOW_NAME).write_text(records.signed_text(record.as_json(), key))
+    (folder / STALL_NAME).write_text(records.signed_text(StallRecord((1,), 95, time.time()).as_json(), key))
+    return line
+
+
+def test_a_running_job_s_slow_rank_is_its_progress_and_the_list_marks_it(
+        driver: Any, server: LocalServer, jobs: dict[str, str]) -> None:
+    """Issue 54 item 6: a running job's slow-rank verdict sat under "Why it ended"; the list had no marker."""
+    line = _doctors_records_for(server, jobs["running"], final=False)
+    log_in(driver, server)
+    wait_for(driver, lambda d: css(d, f"#job-rows tr[data-job='{jobs['running']}'] [data-marker=slow]"),
+             "the slow-rank marker in the list")
+    marker = css(driver, f"#job-rows tr[data-job='{jobs['running']}'] [data-marker=slow]")[0]
+    assert marker.text == "slow rank" and marker.get_attribute("title") == line
+    stalled = css(driver, f"#job-rows tr[data-job='{jobs['running']}'] [data-marker=stalled]")[0]
+    assert stalled.text == "stalled" and stalled.get_attribute("title") == "no progress for 1 min 35 s on rank 1"
+    from paijob.local.processes import STALL_NAME
+
+    (server.cluster.work_dir(jobs["running"], 0, "trainer", 0) / STALL_NAME).unlink()  # slow, no longer stalled
+    assert css(driver, f"#job-rows tr[data-job='{jobs['progress']}'] [data-marker]") == []  # not running
+    open_job(driver, server, jobs["running"])
+    wait_for(driver, lambda d: "Slow rank" in css(d, "#cause-list")[0].text, "the slow-rank verdict")
+    assert css(driver, "#cause h2")[0].text == "Progress"
+    assert "bad" not in (css(driver, "#cause")[0].get_attribute("class") or "")
+    assert page_errors(driver) == []
+
+
+def test_the_job_header_keeps_each_value_under_its_label_at_any_width(
+        driver: Any, server: LocalServer, jobs: dict[str, str]) -> None:
+    """Issue 54 item 6: at 1400 px the header's grid had 7 columns, and labels and values, separate cells,
+    shifted: a value stood under the next label. Each label and its value now share one cell."""
+    log_in(driver, server)
+    open_job(driver, server, jobs["progress"])
+    wait_for(driver, lambda d: len(css(d, "#job-meta dd")) >= 9, "the job header")
+    before = driver.get_window_size()
+    try:
+        for width in (1400, 1180, 900, 520):
+            driver.set_window_size(width, 900)
+            places = driver.execute_script("""
+                return [...document.querySelectorAll('#job-meta dt')].map(dt => {
+                  const dd = dt.nextElementSibling, a = dt.getBoundingClientRect(), b = dd.getBoundingClientRect();
+                  return [dt.textContent, dd.tagName, Math.round(a.left), Math.round(b.left), a.bottom <= b.top + 1];
+                })""")
+            assert len(places) == 9, places
+            for label, tag, label_x, value_x, below in places:
+                assert tag == "DD" and label_x == value_x and below, (width, label, places)
+    finally:
+        driver.set_window_size(before["width"], before["height"])
+    assert page_errors(driver) == []
+
+
 def test_a_log_line_holding_markup_stays_text(driver: Any, server: LocalServer, jobs: dict[str, str]) -> None:
     log_in(driver, server)
     open_job(driver, server, jobs["progress"])

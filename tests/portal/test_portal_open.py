@@ -8,6 +8,7 @@ import subprocess
 import sys
 import webbrowser
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 import requests
@@ -54,6 +55,8 @@ def test_open_uses_a_graphical_browser_and_says_when_there_is_none(
     code, out, err = open_portal(capsys)  # no DISPLAY (conftest): a text browser would take the terminal
     assert code == 0 and opened == []
     assert "no graphical browser" in err and "ssh -L" in err
+    port = urlsplit(out.strip()).port  # issue 54 item 8: the hint named PORT, though paijob knows it
+    assert port and f"`ssh -L {port}:127.0.0.1:{port} " in err and "PORT" not in err
     monkeypatch.setenv("DISPLAY", ":0")
     code, out, err = open_portal(capsys)
     assert code == 0 and "no graphical browser" not in err

@@ -260,8 +260,9 @@ def test_bad_set_is_one_message(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = run_cli(capsys, "render", "ddp", "--set", "instances")
     assert (code, out) == (2, "")
     assert err.strip() == (
-        "paijob: error: --set 'instances': no '='; expected KEY=VALUE with a dotted KEY, "
-        "e.g. --set instances=4 or --set resources.gpu=8"
+        "paijob: error: --set 'instances': no '='; expected KEY=VALUE, e.g. --set instances=4 or --set gpu=8 "
+        "(a dot reaches into a map: --set env.NCCL_DEBUG=INFO); `paijob templates show TEMPLATE` lists a "
+        "template's values"
     )
     code, _, err = run_cli(capsys, "render", "ddp", "--set-string", "=x")
     assert code == 2 and "--set-string '=x': empty key" in err

@@ -115,9 +115,9 @@ def test_a_line_longer_than_a_record_is_not_read() -> None:
 def test_a_stall_record_round_trips_and_words_itself() -> None:
     stall = StallRecord((0, 2, 3, 4, 5, 6, 7), 95, time.time())
     assert StallRecord.from_json(stall.to_json()) == stall
-    assert stall.describe() == "no progress for 95s on ranks 0, 2-7"
-    assert StallRecord((1,), 12).describe() == "no progress for 12s on rank 1"
-    assert StallRecord((0, 1), 12).describe() == "no progress for 12s on ranks 0-1"
+    assert stall.describe() == "no progress for 1 min 35 s on ranks 0, 2-7"
+    assert StallRecord((1,), 12).describe() == "no progress for 12 s on rank 1"
+    assert StallRecord((0, 1), 12).describe() == "no progress for 12 s on ranks 0-1"
 
 
 def test_a_stall_file_is_read_while_fresh_and_not_once_the_stall_ended(tmp_path: Path) -> None:

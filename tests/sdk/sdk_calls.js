@@ -85,6 +85,8 @@ async function main() {
   await record('getStorage', 'get', '/api/v2/storages/{storage}', 200, () => client.storage.getStorage('shared'));
   await record('getStorage(missing)', 'get', '/api/v2/storages/{storage}', 404,
     () => client.storage.getStorage('nope'));
+  await record('getStorage(forbidden)', 'get', '/api/v2/storages/{storage}', 403,
+    () => client.storage.getStorage('admin'));
 
   // a job that fails with its own error, one with a secret, one to stop
   const secret = job('sdk-secret', ['echo <% $secrets.word %> > /dev/null'], { secrets: { word: 'hunter2' } });

@@ -97,11 +97,13 @@ def test_cluster_user_and_resources(answers: dict[str, dict[str, Any]]) -> None:
     assert list(body(answers, "listVirtualClusters", 200)) == ["default"]
     assert body(answers, "getVirtualCluster", 200)["resourcesTotal"]["cpu"] >= 1
     assert body(answers, "getVirtualCluster(missing)", 404)["code"] == "NoVirtualClusterError"
-    assert body(answers, "getStorages", 200) == {"storages": [{"name": "shared", "share": True, "volumeName": "shared",
-                                                              "default": False}]}
+    assert body(answers, "getStorages", 200) == {"storages": [
+        {"name": "shared", "share": True, "volumeName": "shared", "default": False},
+        {"name": "home", "share": False, "volumeName": "home", "default": True}]}
     shared = body(answers, "getStorage", 200)
     assert shared["name"] == "shared" and shared["type"] == "other" and shared["data"]["path"].endswith("/shared")
     assert body(answers, "getStorage(missing)", 404)["code"] == "NoStorageError"
+    assert body(answers, "getStorage(forbidden)", 403)["code"] == "ForbiddenUserError"
 
 
 def test_submit_list_get_stop(answers: dict[str, dict[str, Any]]) -> None:

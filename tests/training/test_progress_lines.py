@@ -100,7 +100,9 @@ def test_a_laptop_sized_epoch_prints_several_parseable_progress_lines(
     last = out.strip().splitlines()[-1]
     summary = parse_line(last)
     assert summary is not None and summary.kind == "summary" and summary.path == str(tmp_path / "summary.json")
-    assert (tmp_path / "summary.json").is_file() and len(last) < 200
+    # short whatever the output folder's path: the line carries it whole (a TMPDIR 20 characters longer made
+    # 201 of 200, issue 54), so what is bounded is the rest of the line
+    assert (tmp_path / "summary.json").is_file() and len(last) - len(summary.path) < 120
 
 
 def test_under_paijob_runtime_the_lines_reach_one_log_in_order_and_the_summary_last(tmp_path: Path) -> None:

@@ -62,14 +62,15 @@ def stdin_bytes(data: bytes) -> Iterator[None]:
         sys.stdin = saved
 
 
-@settings(max_examples=200, deadline=3000, suppress_health_check=[HealthCheck.too_slow])
+# no wall-clock deadline: a busy machine's wait is not validate's; its own CPU time is bounded instead
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(job_bytes())
 def test_validate_answers_0_or_2_in_one_line_per_problem(data: bytes) -> None:
     out, err = io.StringIO(), io.StringIO()
-    start = time.monotonic()
+    start = time.process_time()
     with stdin_bytes(data), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         code = main(["validate", "-"])
-    assert time.monotonic() - start < 3.0
+    assert time.process_time() - start < 3.0
     assert code in (0, 2)
     text = out.getvalue() + err.getvalue()
     assert "Traceback" not in text

@@ -151,10 +151,10 @@ def test_alias_bombs_are_refused_at_once(size: int) -> None:
     text = billion_laughs(9, 9)
     text = text + "#" * (size - len(text) - 1) + "\n" if len(text) < size else text
     assert len(text) <= 440
-    start = time.monotonic()
+    start = time.process_time()  # this process's CPU: a busy machine's wait is not the parser's
     with pytest.raises(YamlError, match="expands to more than"):
         load_job(text, "bomb.yaml")
-    assert time.monotonic() - start < 1.0
+    assert time.process_time() - start < 1.0
 
 
 def test_recursive_alias_deep_nesting_and_non_utf8_are_errors() -> None:
@@ -167,10 +167,10 @@ def test_recursive_alias_deep_nesting_and_non_utf8_are_errors() -> None:
 
 
 def test_huge_integers_read_as_javascript_doubles_quickly() -> None:
-    start = time.monotonic()
+    start = time.process_time()  # this process's CPU: a busy machine's wait is not the parser's
     assert load_job("a: " + "7" * 5000 + "\n", "j").value == {"a": math.inf}
     assert load_job("a: -" + "7" * 400 + "\n", "j").value == {"a": -math.inf}
-    assert time.monotonic() - start < 1.0
+    assert time.process_time() - start < 1.0
 
 
 def test_yaml_errors_are_paijob_errors_with_file_line_column() -> None:
@@ -193,8 +193,8 @@ def test_validate_cli_refuses_hostile_yaml_with_one_line_and_exit_2(
 ) -> None:
     job = tmp_path / "job.yaml"
     job.write_bytes(content)
-    start = time.monotonic()
+    start = time.process_time()  # this process's CPU: a busy machine's wait is not the parser's
     code, out, err = paijob(capsys, "validate", str(job))
     assert code == 2, (out, err)
     assert "Traceback" not in out + err
-    assert time.monotonic() - start < 2.0
+    assert time.process_time() - start < 2.0

@@ -10,7 +10,7 @@ from paijob.local import listing, storage
 from paijob.local.cluster import CannotHost, LocalCluster
 from paijob.local.routes.shared import error, find_job, json_body
 from paijob.local.store import JobExists
-from paijob.local.views import job_config, job_detail, job_summary
+from paijob.local.views import doctors_marks, job_config, job_detail, job_summary
 from paijob.openpai import rest
 from paijob.openpai.jsyaml import YamlError, load_job
 from paijob.openpai.markers import TemplateError, role_entrypoint
@@ -27,9 +27,10 @@ def validate(text: str) -> tuple[Job | None, list[str]]:
     from paijob.validate.report import validate_loaded
 
     # the server's own checks: a role name OpenPAI v1.6+ cannot run is accepted, as rest-server does, and
-    # fails at start (processes.py), unless the cluster runs as an older one
+    # fails at start (processes.py), unless the cluster runs as an older one; a job whose storage list does
+    # not mount its output route is accepted too, and loses its output folder as on OpenPAI
     report = validate_loaded(load_job(text, "job"), "job", len(text.encode("utf-8", "surrogatepass")),
-                             openpai_before_1_6=True)
+                             openpai_before_1_6=True, client=False)
     return report.model, [p.format("job") for p in report.errors]
 
 
@@ -79,7 +80,7 @@ def blueprint(cluster: LocalCluster) -> Blueprint:
         tags = cluster.store.all_tags()
         rows = [row for row in cluster.store.jobs() if query.keep(row, tags.get((row["username"], row["name"]), []))]
         rows = listing.sort(rows, query.order)
-        data = [job_summary(row, tags.get((row["username"], row["name"])))
+        data = [{**job_summary(row, tags.get((row["username"], row["name"]))), **doctors_marks(cluster, row)}
                 for row in rows[query.offset:query.offset + query.limit]]
         if query.with_total:
             return jsonify({"totalCount": len(rows), "data": data})

@@ -149,12 +149,36 @@ function formatTime(ms) {
   return `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())} ${pad(d.getHours())}:${pad(d.getMinutes())}:${pad(d.getSeconds())}`;
 }
 
+/** A duration as paijob writes every one (paijob/common/durations.py, `paijob status` and `list`):
+ *  0.4 s, 42 s, 3 min 14 s, 2 h 5 min. */
 function formatDuration(ms) {
-  if (ms === null || ms === undefined || ms < 0) return "–";
-  const s = Math.round(ms / 1000);
+  if (ms === null || ms === undefined || !Number.isFinite(ms) || ms < 0) return "–";
+  const seconds = ms / 1000;
+  if (seconds < 9.95) return `${seconds.toFixed(1)} s`;
+  const s = Math.floor(seconds + 0.5);
   if (s < 60) return `${s} s`;
   if (s < 3600) return `${Math.floor(s / 60)} min ${s % 60} s`;
   return `${Math.floor(s / 3600)} h ${Math.floor((s % 3600) / 60)} min`;
+}
+
+// The hang watch's stall record (data with its version and kind): "no progress for 1 min 35 s on rank 1" (as paijob.common.records.StallRecord.describe).
+function stallLine(stall) {
+  if (!stall || stall.kind !== "stall" || !Array.isArray(stall.ranks) || stall.ranks.length === 0) return "";
+  const noun = stall.ranks.length > 1 ? "ranks" : "rank";
+  return `no progress for ${formatDuration(stall.seconds * 1000)} on ${noun} ${rankRanges(stall.ranks)}`;
+}
+
+// "0, 2-7": sorted ranks with runs folded (as paijob.common.records.rank_ranges).
+function rankRanges(ranks) {
+  const values = [...new Set(ranks)].sort((a, b) => a - b);
+  const parts = [];
+  for (let i = 0; i < values.length; i++) {
+    let j = i;
+    while (j + 1 < values.length && values[j + 1] === values[j] + 1) j++;
+    parts.push(i === j ? `${values[i]}` : `${values[i]}-${values[j]}`);
+    i = j;
+  }
+  return parts.join(", ");
 }
 
 /** When a job or task started: launched, else created (queued). */

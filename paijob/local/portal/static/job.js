@@ -75,8 +75,9 @@ function gpusOf(config) {
   return total;
 }
 
+/** One label and its value, kept together in one grid cell (HTML lets a div group a dt with its dd). */
 function metaItem(name, value) {
-  return [el("dt", { text: name }), el("dd", { text: value })];
+  return [el("div", { dataset: { meta: name } }, el("dt", { text: name }), el("dd", { text: value }))];
 }
 
 function renderSummary(detail) {
@@ -134,26 +135,6 @@ function recordedCause(detail) {
     + (record.where ? ` (${record.where})` : "");
 }
 
-// The hang watch's stall record (data with its version and kind): "no progress for 95s on rank 1".
-function stallLine(stall) {
-  if (!stall || stall.kind !== "stall" || !Array.isArray(stall.ranks) || stall.ranks.length === 0) return "";
-  const noun = stall.ranks.length > 1 ? "ranks" : "rank";
-  return `no progress for ${stall.seconds}s on ${noun} ${rankRanges(stall.ranks)}`;
-}
-
-// "0, 2-7": sorted ranks with runs folded (as paijob.common.records.rank_ranges).
-function rankRanges(ranks) {
-  const values = [...new Set(ranks)].sort((a, b) => a - b);
-  const parts = [];
-  for (let i = 0; i < values.length; i++) {
-    let j = i;
-    while (j + 1 < values.length && values[j + 1] === values[j] + 1) j++;
-    parts.push(i === j ? `${values[i]}` : `${values[i]}-${values[j]}`);
-    i = j;
-  }
-  return parts.join(", ");
-}
-
 // The slow-rank doctor's verdict: its line, then each rank's figures (as `paijob status` prints them).
 function slowRank(slow) {
   if (!slow || typeof slow.line !== "string") return "";
@@ -190,9 +171,11 @@ function renderCause(detail) {
   if (status.appExitDiagnostics !== status.appExitTriggerMessage) add("Diagnostics", status.appExitDiagnostics);
   document.getElementById("cause-list").replaceChildren(...items);
   const cause = document.getElementById("cause");
+  const ended = PAI.TERMINAL.has(status.state);
   cause.hidden = items.length === 0;
-  cause.querySelector("h2").textContent = status.paijobStall ? "Progress" : "Why it ended";
-  cause.classList.toggle("bad", status.state !== "SUCCEEDED");
+  // a running job has not ended: what the doctors say of it so far is its progress
+  cause.querySelector("h2").textContent = ended ? "Why it ended" : "Progress";
+  cause.classList.toggle("bad", ended ? status.state !== "SUCCEEDED" : Boolean(status.paijobStall));
 }
 
 // ----------------------------------------------------------------------------- tasks and attempts

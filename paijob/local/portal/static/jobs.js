@@ -31,12 +31,29 @@ function visibleJobs() {
   });
 }
 
+/** What the doctors say of a running job, beside its state: stalled (the hang watch), slow (the slow-rank
+ *  doctor); the whole line in the marker's title. */
+function markers(job) {
+  const found = [];
+  const stalled = stallLine(job.paijobStall);
+  if (stalled) {
+    found.push(el("span", { class: "marker marker-stalled", text: "stalled", title: stalled,
+      dataset: { marker: "stalled" } }));
+  }
+  const slow = job.paijobSlowRank;
+  if (slow && typeof slow.line === "string") {
+    found.push(el("span", { class: "marker marker-slow", text: "slow rank", title: slow.line,
+      dataset: { marker: "slow" } }));
+  }
+  return found;
+}
+
 function jobRow(job) {
   const id = `${job.username}~${job.name}`;
   return el("tr", { dataset: { job: id, state: job.state } },
     el("td", {}, el("a", { href: jobPath(id), text: job.name })),
     el("td", { text: job.username }),
-    el("td", {}, stateBadge(job.state)),
+    el("td", {}, stateBadge(job.state), ...markers(job)),
     el("td", { text: formatTime(startedAt(job)) }),
     el("td", { text: formatTime(job.completedTime) }),
     el("td", { text: formatDuration(durationOf(job)) }),

@@ -291,7 +291,7 @@ def _minority(groups: dict[tuple[str, str], list[RankState]]) -> tuple[list[Rank
 
 
 def stall_line(states: Sequence[RankState], settings: HangSettings) -> str | None:
-    """``no progress for 95s on rank 1``: :func:`stall`, in the words people read."""
+    """``no progress for 1 min 35 s on rank 1``: :func:`stall`, in the words people read."""
     found = stall(states, settings)
     return found.describe() if found else None
 

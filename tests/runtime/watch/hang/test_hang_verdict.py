@@ -467,8 +467,8 @@ def test_a_rank_that_finished_early_is_no_straggler_and_the_stall_line_names_the
     finished.exited = True
     assert judge([state(0, 0.5, wait=None, busy=True), finished], SETTINGS) is None
     assert stall_line([state(0, 0.5, busy=True), finished], SETTINGS) is None
-    assert stall_line([state(0, 95), state(1, 96, wait=None)], SETTINGS) == "no progress for 96s on rank 1"
-    assert stall_line([state(0, 12), state(1, 1, busy=True)], SETTINGS) == "no progress for 12s on rank 0"
+    assert stall_line([state(0, 95), state(1, 96, wait=None)], SETTINGS) == "no progress for 1 min 36 s on rank 1"
+    assert stall_line([state(0, 12), state(1, 1, busy=True)], SETTINGS) == "no progress for 12 s on rank 0"
 
 
 def test_waiting_ranks_are_grouped_by_place_and_ranges_folded():
@@ -614,17 +614,17 @@ def test_the_same_evidence_gives_the_same_verdict_in_any_order():
 # (name, states, settings, the line or None)
 STALL_LINES = [
     ("idle for half the timeout (20 s): shown", [state(0, 10), state(1, 1, busy=True)], SETTINGS,
-     "no progress for 10s on rank 0"),
+     "no progress for 10 s on rank 0"),
     ("idle for less than half the timeout: nothing", [state(0, 8), state(1, 1, busy=True)], SETTINGS,
      None),
     ("a long timeout: shown after 30 s", [state(0, 30), state(1, 1, busy=True)],
-     HangSettings(timeout=600), "no progress for 30s on rank 0"),
+     HangSettings(timeout=600), "no progress for 30 s on rank 0"),
     ("a long timeout: not before 30 s", [state(0, 29), state(1, 1, busy=True)],
      HangSettings(timeout=600), None),
     ("the watch off: still shown after 30 s", [state(0, 30), state(1, 1, busy=True)],
-     HangSettings(timeout=0), "no progress for 30s on rank 0"),
+     HangSettings(timeout=0), "no progress for 30 s on rank 0"),
     ("two idle ranks: both, the shortest idle time", [
-        state(0, 12), state(1, 13), state(2, 1, busy=True)], SETTINGS, "no progress for 12s on ranks 0-1"),
+        state(0, 12), state(1, 13), state(2, 1, busy=True)], SETTINGS, "no progress for 12 s on ranks 0-1"),
 ]
 
 
