@@ -167,12 +167,24 @@ def prepare(request: JobRequest, project: project_config.Project | None = None) 
     if request.ask_cluster:  # what submit would refuse, refused here: before the render's warnings are shown
         refuse_placeholder_images(renamed.job, source, target)
         check_storages(renamed.job, target, source)
+    if job.install_route and _backend(target).node_key_in_secrets:
+        _add_node_key(job)
     workdir = request.workdir or _value_workdir(result.values) or project.workdir
     if workdir:
         _attach_workdir(job, workdir, request, project, values)
     elif job.text is not result.text:
         require_sendable(job.text, source)  # a new name: checked as it was written; the size may have grown
     return job
+
+
+def _add_node_key(job: PreparedJob) -> None:
+    """A new node key among ``job``'s secrets, for a cluster whose jobs carry one (``paijob.render.node_key``)."""
+    from paijob.render.node_key import new_key, with_node_key
+
+    keyed = with_node_key(job.text, job.document, new_key(), job.source)
+    job.text, job.document, job.read_as = keyed.text, keyed.job, keyed.text
+    if keyed.note:
+        job.notes.append(keyed.note)
 
 
 def _attach_workdir(job: PreparedJob, workdir: str, request: JobRequest, project: project_config.Project,

@@ -44,6 +44,12 @@ class Backend(Protocol):
         """Whether the cluster pulls each role's Docker image (so a placeholder image cannot run)."""
         ...
 
+    @property
+    def node_key_in_secrets(self) -> bool:
+        """Whether a job that runs paijob-runtime carries its node key among its ``secrets``
+        (``paijob.render.node_key``); else the cluster hands each job one."""
+        ...
+
     def client(self, *, timeout: float = 30.0, start: bool = True,
                on_note: Callable[[str], None] | None = None) -> PaiClient:
         """A REST client for the cluster; ``start``: start a local cluster that is down (``on_note`` hears it)."""

@@ -34,6 +34,7 @@ class LocalBackend:
 
     sends_token = True  # it reads its own token when it is started for the submit
     pulls_images = False  # commands run in this Python environment
+    node_key_in_secrets = False  # it hands each job its own (PAIJOB_NODE_KEY)
 
     def __init__(self, target: Cluster) -> None:
         self._target = target

@@ -40,6 +40,7 @@ class RestBackend:
     """A real OpenPAI: asked over REST, its images pulled, its tasks out of reach but by ssh."""
 
     pulls_images = True
+    node_key_in_secrets = True  # only the job's containers read its secrets (rest-server's k8s.js ~750)
 
     def __init__(self, target: Cluster) -> None:
         self._target = target
