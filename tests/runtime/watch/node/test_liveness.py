@@ -195,7 +195,7 @@ def test_bounded_gives_the_result_the_error_or_a_timeout():
     started = time.monotonic()
     with pytest.raises(StoreTimeout):
         bounded(lambda: threading.Event().wait(), 0.2)
-    assert time.monotonic() - started < 2
+    assert time.monotonic() - started < 10  # the call itself never returns: bounded, on however busy a machine
 
 
 def test_first_line_drops_the_cpp_frames():
