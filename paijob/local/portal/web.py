@@ -20,11 +20,9 @@ from __future__ import annotations
 
 import hmac
 from pathlib import Path
-from typing import Any
 
 from flask import Blueprint, Flask, Response, current_app, g, jsonify, request, send_from_directory
 
-from paijob.common import untrusted
 from paijob.local.portal.sessions import (
     CODE_PATH,
     CODE_TTL,
@@ -33,6 +31,7 @@ from paijob.local.portal.sessions import (
     SESSION_TTL,
     Sessions,
 )
+from paijob.local.routes.shared import json_body
 
 STATIC = Path(__file__).with_name("static")
 EXTENSION = "paijob.portal"
@@ -48,17 +47,6 @@ _PAGE_HEADERS = {
     "Referrer-Policy": "no-referrer",
     "Cache-Control": "no-store",
 }
-
-
-def _json_body() -> Any:
-    """The request's JSON body, or None: not JSON, or deeper or bigger than ``paijob.common.untrusted`` reads
-    (Flask's ``get_json(silent=True)`` let a 50,000-deep body's ``RecursionError`` through: a 500)."""
-    if not request.is_json:
-        return None
-    try:
-        return untrusted.loads(request.get_data(cache=True))
-    except ValueError:
-        return None
 
 
 def _error(status: int, code: str, message: str) -> Response:
@@ -148,7 +136,7 @@ def blueprint() -> Blueprint:
         problem = _csrf_problem()
         if problem is not None:
             return problem
-        body = _json_body()
+        body = json_body()
         code = body.get("code") if isinstance(body, dict) else None
         session = _sessions().redeem(code) if isinstance(code, str) else None
         if session is None:

@@ -9,6 +9,7 @@ from dataclasses import asdict
 from typing import Any
 
 import pytest
+from watch_helpers import DictStore
 
 from paijob.runtime.failure import Failure
 from paijob.runtime.watch.channel import (
@@ -19,25 +20,6 @@ from paijob.runtime.watch.channel import (
     StoreChannel,
 )
 from paijob.runtime.watch.ranks import RankState, from_published
-
-
-class DictStore:
-    def __init__(self) -> None:
-        self.data: dict[str, bytes] = {}
-
-    def set(self, key: str, value: str | bytes) -> None:
-        self.data[key] = value.encode() if isinstance(value, str) else value
-
-    def get(self, key: str) -> bytes:
-        return self.data[key]
-
-    def check(self, keys: list[str]) -> bool:
-        return all(k in self.data for k in keys)
-
-    def add(self, key: str, amount: int) -> int:
-        value = int(self.data.get(key, b"0")) + amount
-        self.data[key] = str(value).encode()
-        return value
 
 
 def state(rank: int, **extra: Any) -> RankState:

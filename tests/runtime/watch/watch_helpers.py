@@ -57,3 +57,24 @@ def watched_node(folder: str | os.PathLike[str] | Path, *, settings: HangSetting
                              say=said.append, publish=channel.publish_slow, gather=channel.gather_slow,
                              get=channel.get_text, put=channel.set_text) if slow else None
     return WatchedNode(eyes, hang_doctor, slow_doctor, said, declared)
+
+
+class DictStore:
+    """A TCP store in a dict: the four calls the watch makes of one."""
+
+    def __init__(self) -> None:
+        self.data: dict[str, bytes] = {}
+
+    def set(self, key: str, value: str | bytes) -> None:
+        self.data[key] = value.encode() if isinstance(value, str) else value
+
+    def get(self, key: str) -> bytes:
+        return self.data[key]
+
+    def check(self, keys: list[str]) -> bool:
+        return all(k in self.data for k in keys)
+
+    def add(self, key: str, amount: int) -> int:
+        value = int(self.data.get(key, b"0")) + amount
+        self.data[key] = str(value).encode()
+        return value

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 from runtime_helpers import free_port
-from watch_helpers import watched_node
+from watch_helpers import DictStore, watched_node
 
 from paijob.runtime.config import HangSettings
 from paijob.runtime.failure import Failure
@@ -128,25 +128,6 @@ class Node:
 
     def write(self, rank: int, **fields: Any) -> None:
         (self.folder / f"rank{rank}.json").write_text(json.dumps(report(rank, **fields)))
-
-
-class DictStore:
-    def __init__(self) -> None:
-        self.data: dict[str, bytes] = {}
-
-    def set(self, key: str, value: str | bytes) -> None:
-        self.data[key] = value.encode() if isinstance(value, str) else value
-
-    def get(self, key: str) -> bytes:
-        return self.data[key]
-
-    def check(self, keys: list[str]) -> bool:
-        return all(k in self.data for k in keys)
-
-    def add(self, key: str, amount: int) -> int:
-        value = int(self.data.get(key, b"0")) + amount
-        self.data[key] = str(value).encode()
-        return value
 
 
 @pytest.fixture
