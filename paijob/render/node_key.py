@@ -56,13 +56,8 @@ def with_node_key(text: str, job: Any, key: str, source: str = "job") -> Keyed:
     present = job.get("secrets")
     if present is not None and not isinstance(present, dict):
         return unchanged
-    if present and NODE_KEY_SECRET in present:
-        own = present[NODE_KEY_SECRET]
-        if isinstance(own, str) and KEY_SHAPE.fullmatch(own):
-            return unchanged
-        raise PaijobError(f"{source}: secrets.{NODE_KEY_SECRET} is paijob's own: the key paijob-runtime's nodes "
-                          "sign with, 32 to 128 lowercase hex digits; this one is not. Remove it: paijob adds a "
-                          "new one at each submit")
+    if present and _has_own_key(present, source):
+        return unchanged
     edited = copy.deepcopy(job)
     edited["secrets"] = {**(present or {}), NODE_KEY_SECRET: key}
     changed = [role for role in job["taskRoles"] if task_command(edited, role) != task_command(job, role)]
@@ -70,11 +65,22 @@ def with_node_key(text: str, job: Any, key: str, source: str = "job") -> Keyed:
         return Keyed(text, job, f"no node key for this job: with a `secrets:` map, openpai-runtime would blank the "
                                 f"`<% ... %>` left in role {changed[0]}'s commands, so paijob-runtime's nodes talk "
                                 "unauthenticated (docs/security.md); resolve those tags or add any `secrets:` yourself")
-    if present is None:
-        appended = text + ("" if text.endswith("\n") else "\n") + f"secrets:\n  {NODE_KEY_SECRET}: '{key}'\n"
-        if _reads_as(appended, edited):
-            return Keyed(appended, edited)
+    appended = text + ("" if text.endswith("\n") else "\n") + f"secrets:\n  {NODE_KEY_SECRET}: '{key}'\n"
+    if present is None and _reads_as(appended, edited):
+        return Keyed(appended, edited)
     return Keyed(dump_job(edited, width=1 << 30, allow_unicode=True), edited)
+
+
+def _has_own_key(present: dict[Any, Any], source: str) -> bool:
+    """Whether the job's ``secrets`` hold a node key of the user's own (kept); one of another shape is refused."""
+    if NODE_KEY_SECRET not in present:
+        return False
+    own = present[NODE_KEY_SECRET]
+    if isinstance(own, str) and KEY_SHAPE.fullmatch(own):
+        return True
+    raise PaijobError(f"{source}: secrets.{NODE_KEY_SECRET} is paijob's own: the key paijob-runtime's nodes "
+                      "sign with, 32 to 128 lowercase hex digits; this one is not. Remove it: paijob adds a "
+                      "new one at each submit")
 
 
 def _reads_as(text: str, job: dict[str, Any]) -> bool:

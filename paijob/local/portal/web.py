@@ -31,7 +31,7 @@ from paijob.local.portal.sessions import (
     SESSION_TTL,
     Sessions,
 )
-from paijob.local.routes.shared import json_body
+from paijob.local.routes.body import json_body
 
 STATIC = Path(__file__).with_name("static")
 EXTENSION = "paijob.portal"

@@ -8,7 +8,8 @@ from flask import Blueprint, Response, g, jsonify, request
 
 from paijob.local import listing, storage
 from paijob.local.cluster import CannotHost, LocalCluster
-from paijob.local.routes.shared import error, find_job, json_body
+from paijob.local.routes.body import json_body
+from paijob.local.routes.shared import error, find_job
 from paijob.local.store import JobExists
 from paijob.local.views import doctors_marks, job_config, job_detail, job_summary
 from paijob.openpai import rest

@@ -10,7 +10,6 @@ from typing import Any
 from flask import Response, current_app, g, jsonify, request
 from werkzeug.routing import BaseConverter
 
-from paijob.common import untrusted
 from paijob.local.portal import web as portal
 
 API = "/rest-server/api/v2"
@@ -36,19 +35,6 @@ class BoundedIntConverter(BaseConverter):
 def log_token(secret: str, path: str) -> str:
     """The ``token=`` of one log URL: good for that log only, derived from the cluster's token."""
     return hmac.new(secret.encode(), path.encode(), hashlib.sha256).hexdigest()[:40]
-
-
-def json_body() -> Any:
-    """The request's JSON body, or None when it has none or one no reader takes: not JSON, not
-    ``application/json``, nested deeper than 64 levels or holding too many values (``paijob.common.untrusted``).
-    Flask's own ``get_json(silent=True)`` lets the ``RecursionError`` of a 50,000-deep body through: a 500 where
-    rest-server's body parser answers 400 (issue 55)."""
-    if not request.is_json:
-        return None
-    try:
-        return untrusted.loads(request.get_data(cache=True))
-    except ValueError:
-        return None
 
 
 def error(status: int, code: str, message: str) -> Response:

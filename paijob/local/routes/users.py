@@ -8,7 +8,8 @@ from collections.abc import Mapping
 from flask import Blueprint, Response, current_app, g, jsonify, request
 
 from paijob.local import listing
-from paijob.local.routes.shared import error, json_body
+from paijob.local.routes.body import json_body
+from paijob.local.routes.shared import error
 
 
 def blueprint() -> Blueprint:

@@ -321,24 +321,30 @@ def judge_slow(windows: Sequence[RankWindow], offsets: Mapping[int, float] | Non
     if split is None:
         return None
     late, waiting, wait_share = split
-    longest = max(waits.per_call, default=0.0)
-    pauses = heavy_pauses(waits.per_call)
-    phase = len(late) == 1 and is_phase(waits.per_call) and statistics.median(pauses) >= PHASE_PAUSE
-    if phase and longest < PHASE_MIN_SECONDS and (wait_share < PHASE_COST or len(pauses) < PHASE_REPEATS):
-        return None  # a hiccup (a busy machine, a garbage collection), not worth a line
-    if not phase and not caused_most(waits, late):
+    pauses = phase_pauses(late, waits, wait_share)
+    if pauses is None or (not pauses and not caused_most(waits, late)):
         return None
-    kind = "phase" if phase else _kind(late, windows)
+    kind = "phase" if pauses else _kind(late, windows)
     activity, mine, others = _what_it_does(late, waiting)
-    cpu = None if phase else cpu_waiting(late, waiting)
+    cpu = None if pauses else cpu_waiting(late, waiting)
     if cpu is not None:  # a share of its time in the line: threads waiting together count once at most
         activity, mine, others = "cpu", min(1.0, cpu[0]), min(1.0, cpu[1])
     return SlowVerdict(kind=kind, late=tuple(late), waiting=tuple(waiting), wait_share=wait_share,
                        op=waits.op, activity=activity, activity_share=mine, others_share=others,
-                       longest_pause=longest, source=waits.source,
-                       figures=tuple(figures(windows, waits)),
-                       pauses=sum(w >= statistics.median(pauses) / 2 for w in waits.per_call) if phase else 0,
-                       period=waits.period)
+                       longest_pause=max(waits.per_call, default=0.0), source=waits.source,
+                       figures=tuple(figures(windows, waits)), pauses=pauses, period=waits.period)
+
+
+def phase_pauses(late: Sequence[RankWindow], waits: Waits, wait_share: float) -> int | None:
+    """How many pauses of one late rank make a phase (a checkpoint, an evaluation): the count; 0: not a
+    phase; None: a hiccup not worth a line (a busy machine, a garbage collection): short, cheap or rare."""
+    pauses = heavy_pauses(waits.per_call)
+    if len(late) != 1 or not is_phase(waits.per_call) or statistics.median(pauses) < PHASE_PAUSE:
+        return 0
+    longest = max(waits.per_call, default=0.0)
+    if longest < PHASE_MIN_SECONDS and (wait_share < PHASE_COST or len(pauses) < PHASE_REPEATS):
+        return None
+    return sum(w >= statistics.median(pauses) / 2 for w in waits.per_call)
 
 
 def _waits(windows: Sequence[RankWindow], offsets: Mapping[int, float], since: float) -> Waits | None:
