@@ -603,6 +603,8 @@ def test_three_pauses_of_a_second_that_cost_a_quarter_of_the_time_are_a_phase_at
     verdict = judge_slow(windows(paced_calls(lambda r, s: pauses.get(s, 0.0) if r == 0 else 0.0)))
     assert verdict is not None and verdict.kind == "phase" and verdict.culprits == (0,), verdict
     assert verdict.pauses == 4 and verdict.longest_pause == 1.0  # 1, 1, 1 and 0.5 (= 1 / 2); not 0.375
+    three = judge_slow(windows(paced_calls(lambda r, s: 1.0 if r == 0 and s in (20, 40, 60) else 0.0)))
+    assert three is not None and three.kind == "phase" and three.pauses == 3, three  # exactly PHASE_REPEATS
     shorter = {s: w / 2 for s, w in pauses.items()}  # the same pauses at half a second: no phase
     straggler = judge_slow(windows(paced_calls(lambda r, s: shorter.get(s, 0.0) if r == 0 else 0.0)))
     assert straggler is not None and straggler.kind == "rank" and straggler.pauses == 0
