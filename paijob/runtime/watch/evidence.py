@@ -33,7 +33,8 @@ from paijob.runtime.watch.folder import MAX_EVIDENCE, evidence_path
 from paijob.runtime.watch.frames import ACTIVITIES, activity_of, line_of
 
 WRITE_EVERY = 5.0  # seconds between two writes of rank<N>.slow.json (and two reads of the recorder)
-KEEP_SECONDS = 30.0  # a rank keeps the collectives enqueued in this many seconds before its newest
+KEEP_SECONDS = 30.0  # a rank keeps the collectives enqueued in this many seconds before its newest,
+MIN_KEPT_CALLS = 256  # and, whatever their age, its newest this many (the recorder's ring: a long pause's call)
 MAX_KEPT_CALLS = 4096  # and at most this many of them (the newest), per file
 MAX_LINES = 16  # distinct lines counted per activity (the rest are not named)
 _C10D_C = "torch._C._distributed_c10d"
@@ -72,13 +73,16 @@ class Evidence:
 
     def note_calls(self, entries: Sequence[Mapping[str, Any]] | None) -> None:
         """Keep the collectives of the recorder's ``entries`` enqueued within :data:`KEEP_SECONDS` of the
-        newest (at most :data:`MAX_KEPT_CALLS`).
+        newest, and the newest :data:`MIN_KEPT_CALLS` whatever their age (at most :data:`MAX_KEPT_CALLS`).
 
         Why by time, not by count: node 0 compares its own ranks' files, read at its look, with another
         node's, published at that node's look up to a look (10 s) earlier. A job of hundreds of collectives a
         second fills the recorder's ring (``TORCH_FR_BUFFER_SIZE``, 256) in a second or two; what each read
         keeps is added to what earlier reads kept, so a rank's file holds the bursts of the last slots, and
-        every rank (reading at the same wall-clock slots: :meth:`due`) holds the same bursts."""
+        every rank (reading at the same wall-clock slots: :meth:`due`) holds the same bursts. Why the newest
+        :data:`MIN_KEPT_CALLS` too: the collective a rank's long pause held (an evaluation of 30 s or more)
+        was enqueued by the waiting ranks as long before their next ones; kept by time alone it left their
+        files with the first collective after the pause, and the pause was never seen."""
         for entry in entries or ():
             if entry.get("is_p2p") or not isinstance(entry.get("time_created_ns"), int):
                 continue
@@ -87,9 +91,9 @@ class Evidence:
             self.calls[key] = [key[0], key[1], op, entry["time_created_ns"] / 1e9]
         if not self.calls:
             return
-        newest = max(call[3] for call in self.calls.values())
-        kept = sorted((k for k, call in self.calls.items() if call[3] >= newest - KEEP_SECONDS),
-                      key=lambda k: self.calls[k][3])[-MAX_KEPT_CALLS:]
+        by_age = sorted(self.calls, key=lambda k: self.calls[k][3])
+        oldest_kept = min(self.calls[by_age[-MIN_KEPT_CALLS:][0]][3], self.calls[by_age[-1]][3] - KEEP_SECONDS)
+        kept = [k for k in by_age if self.calls[k][3] >= oldest_kept][-MAX_KEPT_CALLS:]
         self.calls = {k: self.calls[k] for k in kept}
 
     def due(self, now: float) -> bool:

@@ -62,10 +62,22 @@ def test_the_collectives_of_the_last_seconds_are_kept_without_sends_and_receives
     assert len(found.calls) == 299 and ("0", 0) not in found.calls
     found.note_calls([entry(299, 10**8 * 299), entry(1, 10**9 * 40, pg=1, name="gloo:broadcast")])
     kept = sorted(seq for group, seq in found.calls if group == "0")
-    assert kept[0] == 100 and kept[-1] == 299  # enqueued within KEEP_SECONDS (30 s) of the newest (40 s)
+    assert kept[0] == 45 and kept[-1] == 299  # the newest 256 (MIN_KEPT_CALLS), 10 s older than KEEP_SECONDS allows
+    found.note_calls([entry(s, 10**8 * s) for s in range(300, 700)])  # 40 more seconds, 10 a second
+    kept = sorted(seq for group, seq in found.calls if group == "0")
+    assert kept[0] == 400 and len(kept) == 300  # within KEEP_SECONDS (30 s) of the newest: more than 256
     assert found.calls[("1", 1)] == ["1", 1, "broadcast", 40.0]
-    found.note_calls([entry(s, 10**9 * 41 + s) for s in range(1000, 1000 + evidence.MAX_KEPT_CALLS)])
-    assert len(found.calls) == evidence.MAX_KEPT_CALLS and ("0", 299) not in found.calls  # the cap: the newest
+    found.note_calls([entry(s, 10**9 * 71 + s) for s in range(1000, 1000 + evidence.MAX_KEPT_CALLS)])
+    assert len(found.calls) == evidence.MAX_KEPT_CALLS and ("0", 699) not in found.calls  # the cap: the newest
+
+
+def test_a_long_pause_s_collective_stays_among_the_waiting_ranks_calls(tmp_path):
+    """The others enqueued the collective rank 0's 45 s evaluation held 45 s before their next ones: kept by
+    time alone, their file lost it within a second of the pause's end, and the doctor never saw the pause."""
+    found = made(tmp_path)
+    found.note_calls([entry(s, 40 * 10**6 * s) for s in range(1, 51)])  # 25 a second, then the pause
+    found.note_calls([entry(s, 45 * 10**9 + 40 * 10**6 * s) for s in range(51, 151)])  # 4 s after it
+    assert ("0", 50) in found.calls and ("0", 1) in found.calls
 
 
 def test_the_recorder_is_read_without_stack_traces(tmp_path, monkeypatch):
