@@ -147,7 +147,11 @@ def cmd_train(args: argparse.Namespace) -> int:
         from paijob.runtime.precision import parse_precision  # no torch at import
 
         parse_precision(args.precision, source="--precision")
+    restarts, min_nodes = recovery_options(args)
     if args.mode == "horovod":
+        if restarts or min_nodes is not None:
+            raise LaunchError("--max-restarts and --min-nodes need --mode per-gpu: in --mode horovod mpirun "
+                              "starts the processes, and restarts none of them; drop them")
         return _train_horovod(args, command)
     dist, _ = _layout(args)
     config = LaunchConfig(
@@ -161,8 +165,19 @@ def cmd_train(args: argparse.Namespace) -> int:
         verbose=args.verbose,
         precision=args.precision or None,
         hang=hang_settings(args, os.environ),
+        max_restarts=restarts,
+        min_nodes=min_nodes,
     )
     return launch(config)
+
+
+def recovery_options(args: argparse.Namespace) -> tuple[int, int | None]:
+    """``--max-restarts`` and ``--min-nodes`` as numbers; a bad value is one line (exit 2), before anything
+    starts (the layout's node count is checked with it by :class:`LaunchConfig`)."""
+    problem = options.max_restarts_error(args.max_restarts) or options.min_nodes_error(args.min_nodes, None)
+    if problem:
+        raise LaunchError(problem)
+    return int(args.max_restarts), None if args.min_nodes is None else int(args.min_nodes)
 
 
 def hang_settings(args: argparse.Namespace, environ: Mapping[str, str]) -> HangSettings:

@@ -91,6 +91,8 @@ class RuntimeCall(NamedTuple):
     nproc: str | None = None
     roles: str | None = None
     error: str | None = None  # what paijob-runtime would say about these options
+    max_restarts: str = "0"
+    min_nodes: str | None = None
 
 
 def is_literal(value: str) -> bool:
@@ -165,6 +167,7 @@ def _parse_call(role: str, index: int, argv: tuple[str, ...]) -> RuntimeCall:
             _raise("no training script, -m MODULE or --recipe NAME")
         if args.recipe:
             _check_recipe_args(args.recipe, command)
+        _check_recovery(args)
     except _RuntimeRefuses as refused:
         return RuntimeCall(role, index, error=str(refused))
     return RuntimeCall(
@@ -175,7 +178,27 @@ def _parse_call(role: str, index: int, argv: tuple[str, ...]) -> RuntimeCall:
         master_role=args.master_role,
         nproc=args.nproc_per_node,
         roles=args.roles,
+        max_restarts=args.max_restarts,
+        min_nodes=args.min_nodes,
     )
+
+
+def _check_recovery(args: argparse.Namespace) -> None:
+    """``--max-restarts`` and ``--min-nodes`` as paijob-runtime reads them (their values, the mode they need);
+    the node count ``--min-nodes`` is checked against is the job's (:func:`recovery_layout`)."""
+    from paijob.common.options import max_restarts_error, min_nodes_error
+
+    problem = None
+    if is_literal(args.max_restarts):
+        problem = max_restarts_error(args.max_restarts)
+    if problem is None and args.min_nodes is not None and is_literal(args.min_nodes):
+        problem = min_nodes_error(args.min_nodes, None)
+    restarts = args.max_restarts.strip() not in ("0", "")
+    if problem is None and (restarts or args.min_nodes is not None) and args.mode != "per-gpu":
+        problem = (f"--max-restarts and --min-nodes need --mode per-gpu (this call runs --mode {args.mode}, whose "
+                   f"script's own processes hold the job's store and its world size); drop them")
+    if problem:
+        _raise(problem)
 
 
 def _check_recipe_args(recipe: str, args: list[str]) -> None:
