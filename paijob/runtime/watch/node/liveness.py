@@ -36,6 +36,7 @@ from typing import Any, TypeVar
 
 from paijob.common import exitcodes
 from paijob.runtime.failure import Failure, choose_root_cause
+from paijob.runtime.watch.channel import round_key
 from paijob.runtime.watch.lifecycle import StoreTimeout, Ticker, bounded
 from paijob.runtime.watch.settings import WatchSettings
 
@@ -51,6 +52,7 @@ RELEASED_KEY = "paijob/released"  # passed torch's exit barrier; node 0 may clos
 STORE_OP_TIMEOUT = 10.0
 WATCHDOG_EVERY = 0.2  # seconds between the watchdog's looks
 WAIT_MESSAGE_EVERY = 30.0
+RECOVERING = "recovering"  # the main thread's phase between a failed round and the next (its own deadline)
 T = TypeVar("T")
 __all__ = ["NodeWatch", "StoreTimeout", "bounded", "first_line"]
 
@@ -120,6 +122,8 @@ class NodeWatch:
         self._seen_failures = 0
         self._records_since: float | None = None
         self._heartbeats: dict[int, tuple[int, float]] = {}
+        # the round of the workers (a restart starts the next): failure records are the round's own
+        self.round = 0
         # what the main thread is doing, and until when it may block
         self.phase = "starting"
         self._phase_started = time.monotonic()
@@ -189,14 +193,27 @@ class NodeWatch:
             silent = self._silent_peers()
             if silent:
                 self._declare_lost(silent)
-        count = int(self._guarded(lambda: client.add(FAILURE_COUNT_KEY, 0)))
+        current = self.round  # a record read for a round that has ended since is not this round's
+        count = int(self._guarded(lambda: client.add(round_key(current, FAILURE_COUNT_KEY), 0)))
         if count > self._seen_failures:
-            self._seen_failures = count
-            records = self._guarded(self._read_failures)
+            records = self._guarded(lambda: self._read_failures(current))
             with self._lock:
+                if current != self.round:
+                    return
+                self._seen_failures = count
                 self.remote_failures = records
                 if self._records_since is None:
                     self._records_since = time.monotonic()
+
+    def new_round(self, round_number: int) -> None:
+        """A restart: the workers of round ``round_number`` start; what the last round's failures said is its
+        own (its records stay under its keys), this node has no verdict, and the lost nodes stay lost."""
+        with self._lock:
+            self.round = round_number
+            self.fatal = None
+            self.remote_failures = []
+            self._seen_failures = 0
+            self._records_since = None
 
     def _silent_peers(self) -> list[int]:
         client = self._client
@@ -243,18 +260,19 @@ class NodeWatch:
             time=time.time(), reason=reason,
         )
         self.lost_nodes.update(nodes)
-        record = FAILURE_KEY.format(node=nodes[0])
+        current = self.round
+        record = round_key(current, FAILURE_KEY.format(node=nodes[0]))
         if not self._guarded(lambda: client.check([record])):
             self._guarded(lambda: client.set(record, failure.to_json()))
-            self._guarded(lambda: client.add(FAILURE_COUNT_KEY, 1))
+            self._guarded(lambda: client.add(round_key(current, FAILURE_COUNT_KEY), 1))
         self.declare(failure)
 
-    def _read_failures(self) -> list[Failure]:
-        """Every node's failure record in the store; one not in its exact form is dropped and counted
-        (:attr:`refused`), never believed and never taken for the store's loss."""
+    def _read_failures(self, current: int = 0) -> list[Failure]:
+        """Every node's failure record of round ``current`` in the store; one not in its exact form is dropped
+        and counted (:attr:`refused`), never believed and never taken for the store's loss."""
         found = []
         for node in range(self.nnodes):
-            key = FAILURE_KEY.format(node=node)
+            key = round_key(current, FAILURE_KEY.format(node=node))
             if self._client.check([key]):
                 data = self._client.get(key)  # None: not signed with the job's node key
                 try:
@@ -340,7 +358,8 @@ class NodeWatch:
         stuck in a call that cannot be interrupted (exit barrier, rendezvous, a store call), or
         takes too long, end it from here."""
         blocking = self.phase in ("handshake", "rendezvous", "exit barrier")
-        late = now - self._fatal_at > self.grace_period + 20
+        # a restart's own phase has a deadline of its own (it may wait for every node's account)
+        late = now - self._fatal_at > self.grace_period + 20 and self.phase != RECOVERING
         if blocking or late:
             self._end(fatal)
 
@@ -398,9 +417,11 @@ class NodeWatch:
         if self._heartbeat is not None:
             self.wait_connected(STORE_OP_TIMEOUT)
 
+        current = self.round
+
         def publish(store: Any) -> None:
-            store.set(FAILURE_KEY.format(node=self.node_rank), failure.to_json())
-            store.add(FAILURE_COUNT_KEY, 1)
+            store.set(round_key(current, FAILURE_KEY.format(node=self.node_rank)), failure.to_json())
+            store.add(round_key(current, FAILURE_COUNT_KEY), 1)
 
         self.call(publish)
 
@@ -457,9 +478,10 @@ class NodeWatch:
             self.call(lambda s: s.add(RELEASED_KEY, 1))
             return
         deadline = time.monotonic() + linger
+        others = self.nnodes - 1 - len(self.lost_nodes - {0})  # a lost node never releases
         while time.monotonic() < deadline:
             released = self.call(lambda s: int(s.add(RELEASED_KEY, 0)))
-            if released is None or released >= self.nnodes - 1:
+            if released is None or released >= others:
                 return
             time.sleep(0.1)
 
