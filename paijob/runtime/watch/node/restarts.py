@@ -5,7 +5,8 @@ every node's workers again together, instead of ending the attempt (which on Ope
 queue). Only what can recover is restarted (:func:`decide`):
 
 * a failure paijob knows to be permanent is never restarted: exit 127 (a command the image lacks), 2 (a bad
-  argument, the script's own usage error), and whatever OpenPAI's exit spec never retries, read as OpenPAI
+  argument, the script's own usage error), a module the image lacks (``ImportError`` and
+  ``ModuleNotFoundError``, which OpenPAI's pattern misses), and whatever OpenPAI's exit spec never retries, read as OpenPAI
   reads it (a worker's error line and its traceback's tail: ``ImportError``, ``SyntaxError``, CUDA out of
   memory, a diverged recipe's 136...);
 * the same failure twice in a row (the same exception and message at the same line of the script, from the
@@ -56,6 +57,8 @@ def permanent(failure: Failure) -> str | None:
         return f"exit code {code}: a command this image cannot run"
     if code == exitcodes.CONFIG_ERROR:
         return f"exit code {code}: a configuration error (a bad argument, a missing file)"
+    if failure.error.startswith(("ModuleNotFoundError:", "ImportError:")):
+        return f"{failure.error.split(':', 1)[0]}: a module this image lacks"
     text = "\n".join(part for part in (failure.error, failure.tail) if part)
     found = exitspec.container_exit(code, text)
     spec = found.spec
