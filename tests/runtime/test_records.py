@@ -300,3 +300,22 @@ def test_a_slow_rank_records_limits_are_exact(tmp_path: Path):
     assert read_slow(path, running=False) is None  # one byte more: refused unread
     path.write_text("not json")
     assert read_slow(path, running=False) is None
+
+
+def test_a_restart_record_is_a_log_line_of_its_own_kind_read_only_in_its_exact_form(tmp_path: Path):
+    told = records.RestartRecord(number=1, limit=2, cause="worker rank 1 failed\x1b[2J with exit code 1", exit_code=1,
+                                 nodes=2, world_size=4, lost_s=3.5, time=1000.0, signature="ValueError: x at t.py:3")
+    assert told.cause == "worker rank 1 failed\\x1b[2J with exit code 1"  # one printable line
+    line = records.restart_line(told, key="k")
+    log = f"[rank0]: {line}\nwhatever\n{line}\n{records.restart_line(told)}\n"
+    assert records.restarts_in(log, key="k") == [told]  # under a prefix: not the runtime's; unsigned: not either
+    assert records.restarts_in(log) == [told, told]
+    assert records.last_failure(log) is None  # a restart is not why a task failed
+    for wrong in ({"number": -1}, {"lost_s": float("nan")}, {"cause": "x" * 500}, {"extra": 1}, {"nodes": True}):
+        fields = {**told.as_json(), **wrong}
+        assert records.restarts_in(records.MARKER + json.dumps(fields)) == [], wrong
+    path = tmp_path / "restarts.json"
+    path.write_text(records.restarts_text([told, told], key="k"))
+    assert records.read_restarts(path, key="k") == [told, told]
+    assert records.read_restarts(path, key="other") == []
+    assert records.read_restarts(tmp_path / "none.json") == []
