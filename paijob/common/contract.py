@@ -38,7 +38,8 @@ DDP_FIND_UNUSED = "PAIJOB_DDP_FIND_UNUSED"
 """Set by the user, not ``0``: the apex stand-in's DDP wrapper passes ``find_unused_parameters``."""
 
 FAULT_AT = "PAIJOB_FAULT_AT"
-"""``EPOCH:STEP[:term|kill]``: the recipes inject a fault there (resume tests)."""
+"""``EPOCH:STEP[:term|kill|save][:RANK]``: the recipes inject a fault there (resume tests), on that rank only
+where given, in the first start only (not after a restart by ``--max-restarts``)."""
 
 HANG_DIR = "PAIJOB_HANG_DIR"
 """The folder where each worker's progress sampler writes ``rank<N>.json`` (the hang watch); unset: none."""

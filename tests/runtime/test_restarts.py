@@ -189,3 +189,39 @@ def test_killing_node_0_ends_every_node_with_openpais_retried_code(tmp_path: Pat
     assert "node rank 0 (the master, rendezvous store at 127.0.0.1:" in out, out
     assert not RESTART_LINE.findall(out)
     assert tasks[0].wait(timeout=10) == -signal.SIGKILL
+
+
+def _recipe_on_two_nodes(tmp_path: Path, start_task, fault: str) -> dict:
+    import json
+
+    from paijob.common import contract
+
+    out = tmp_path / "out"
+    port = free_port()
+    args = ["train", "--nproc-per-node", "1", "--grace-period", "3", "--max-restarts", "2", "--recipe", "cifar10",
+            "--epochs", "3", "--steps-per-epoch", "4", "--synthetic-size", "256", "--batch-size", "32",
+            "--output-dir", str(out)]
+    tasks = [start_task(args, {**task_env(port, i), contract.FAULT_AT: fault}, name=f"node{i}") for i in (0, 1)]
+    codes = wait_all(tasks, timeout=300)
+    assert codes == [0, 0], "\n".join(t.output for t in tasks)
+    assert len(RESTART_LINE.findall(tasks[0].output)) == 1, tasks[0].output
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["epochs"] == 3 and summary["status"] == "completed", summary
+    assert [(r["number"], r["limit"]) for r in summary["restarts"]] == [(1, 2)], summary["restarts"]
+    assert "resumed from" in tasks[0].output
+    return summary
+
+
+@pytest.mark.slow
+def test_a_recipe_killed_mid_epoch_resumes_from_its_last_checkpoint_after_the_restart(tmp_path: Path, start_task):
+    summary = _recipe_on_two_nodes(tmp_path, start_task, "1:2:kill:1")  # rank 1 dies at epoch 1, step 2
+    assert summary["resumed_from"].endswith("ckpt-e0001-s000000.pt"), summary
+    assert summary["restarts"][0]["exit_code"] == 137 and "SIGKILL" in summary["restarts"][0]["cause"]
+
+
+@pytest.mark.slow
+def test_a_crash_while_a_checkpoint_is_written_resumes_from_the_one_before(tmp_path: Path, start_task):
+    summary = _recipe_on_two_nodes(tmp_path, start_task, "2:0:save:0")  # rank 0 dies writing epoch 2's
+    assert summary["resumed_from"].endswith("ckpt-e0001-s000000.pt"), summary
+    names = sorted(p.name for p in (tmp_path / "out" / "checkpoints").iterdir())
+    assert not [name for name in names if name.endswith(".tmp")], names  # the half-written one went

@@ -172,7 +172,7 @@ def test_torchs_close_asks_the_live_workers_first():
     accounting = SimpleNamespace(folder="/a/watch/folder", exited_workers=lambda: [ABORT],
                                  ask_calls_after_size_abort=lambda failures: order.append(("ask", failures)))
     health = SimpleNamespace(before_workers_stop=lambda: Accounting.before_workers_stop(accounting))  # type: ignore[arg-type]
-    agent = SimpleNamespace(_pcontext=pcontext, _health=lambda: health)
+    agent = SimpleNamespace(_pcontext=pcontext, _health=lambda: health, _we_stop=lambda: None)
     PaijobAgent._ask_before_closing(agent)  # type: ignore[arg-type]
     pcontext.close(15)
     assert order == [("ask", [ABORT]), ("close", (15,))]
