@@ -75,7 +75,14 @@ from paijob.runtime.console import say  # noqa: E402
 from paijob.runtime.failure import Failure, report_root_cause  # noqa: E402
 from paijob.runtime.groups import group_alive, signal_group  # noqa: E402
 from paijob.runtime.netif import task_address  # noqa: E402
-from paijob.runtime.watch.health import AgentHealth, RoundPlan, agent_health, first_line, read_tail  # noqa: E402
+from paijob.runtime.watch.health import (  # noqa: E402
+    AgentHealth,
+    NotJoined,
+    RoundPlan,
+    agent_health,
+    first_line,
+    read_tail,
+)
 
 if _user_cpp_log_level is None:
     os.environ.pop(_CPP_LOG_LEVEL, None)
@@ -99,6 +106,14 @@ _SHUTDOWN_TAKES_TIMEOUT = _accepts(LocalElasticAgent._shutdown, "timeout")  # no
 
 class RestartsEnded(Exception):  # noqa: N818 - a way out of torch's loop, not an error
     """The watch refused a restart (or it could not start): the round's failure ends the node."""
+
+
+class NeverJoined(Exception):  # noqa: N818 - a way out of torch's loop, not an error
+    """A node that started late waited to join at a restart, and the job ended first (:class:`NotJoined`)."""
+
+    def __init__(self, outcome: NotJoined) -> None:
+        super().__init__(outcome.why)
+        self.outcome = outcome
 
 
 class PaijobAgent(LocalElasticAgent):
@@ -251,6 +266,8 @@ class PaijobAgent(LocalElasticAgent):
                 ),
             )
             health.join_the_others(timeout=limit + 5)
+            if self._joined_late(worker_group):
+                return
         health.phase(
             "rendezvous",
             deadline=limit + 15,  # torch's own timeout (the same limit) normally fires first
@@ -275,6 +292,21 @@ class PaijobAgent(LocalElasticAgent):
             )
         health.phase("running")
         health.join_the_others()
+
+    def _joined_late(self, worker_group: Any) -> bool:
+        """The job is past its first round (this task was retried, ``--min-nodes``): join it at its next
+        restart, with the round's count of restarts; False: the job is at its first round, start as usual."""
+        late = self._health().late_start()
+        if late is None:
+            return False
+        if isinstance(late, NotJoined):
+            raise NeverJoined(late)
+        info = worker_group.spec.rdzv_handler.next_rendezvous()  # the static store's client (no barrier)
+        self._first_store = info.store if hasattr(info, "store") else info[0]
+        self._remaining_restarts = max(0, worker_group.spec.max_restarts - late.round)
+        self.plan = late
+        self._next_round(worker_group, late)
+        return True
 
     def _squatter(self, master: str, limit: float) -> Failure:
         return Failure(
@@ -499,6 +531,10 @@ def _run_agent(agent: PaijobAgent, health: AgentHealth, config: LaunchConfig
         return health.stopped_by(error.sigval), None
     except RestartsEnded:
         result = None
+    except NeverJoined as late:
+        health.ended()
+        say(late.outcome.why)
+        return late.outcome.code, late.outcome.root
     except Exception as error:
         health.ended()
         if agent.assigned_ranks:  # workers had started: a bug, keep the traceback

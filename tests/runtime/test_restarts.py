@@ -225,3 +225,118 @@ def test_a_crash_while_a_checkpoint_is_written_resumes_from_the_one_before(tmp_p
     assert summary["resumed_from"].endswith("ckpt-e0001-s000000.pt"), summary
     names = sorted(p.name for p in (tmp_path / "out" / "checkpoints").iterdir())
     assert not [name for name in names if name.endswith(".tmp")], names  # the half-written one went
+
+
+def _two_nodes_training_on(tmp_path: Path, start_task, extra: list[str], nproc: int = 1):
+    script = tmp_path / "trains.py"
+    script.write_text(TRAINS_LONGER)
+    port = free_port()
+    args = ["train", "--nproc-per-node", str(nproc), "--grace-period", "3", "--heartbeat-timeout", "5", *extra,
+            str(script), str(tmp_path)]
+    tasks = [start_task(args, task_env(port, i), name=f"node{i}") for i in (0, 1)]
+    deadline = time.time() + 120
+    while not (tmp_path / "ckpt.json").exists():  # training, with a first checkpoint
+        assert time.time() < deadline and all(t.poll() is None for t in tasks), "\n".join(t.output for t in tasks)
+        time.sleep(0.1)
+    return tasks
+
+
+# TRAINS, for 60 steps of about 0.1 s: long enough to lose a node mid-way.
+TRAINS_LONGER = TRAINS.replace("range(start, 12)", "range(start, 60)").replace(
+    "folder, crash_at, how = sys.argv[1], int(sys.argv[2]), sys.argv[3]", "folder, crash_at, how = sys.argv[1], -1, 'no'")
+
+
+def test_with_min_nodes_a_lost_node_leaves_node_0_to_finish_alone(tmp_path: Path, start_task):
+    tasks = _two_nodes_training_on(tmp_path, start_task, ["--max-restarts", "1", "--min-nodes", "1"])
+    tasks[1].kill()  # node 1's whole task: its agent and its workers
+    code = tasks[0].wait(timeout=180)
+    assert code == 0, tasks[0].output
+    done = (tmp_path / "done.json").read_text()
+    assert '"world": 1' in done and '"restart": 1' in done and '"last": 59.0' in done, done
+    lines = RESTART_LINE.findall(tasks[0].output)
+    assert len(lines) == 1 and "node rank 1 was lost; going on with 1 of 2 nodes (--min-nodes 1)" in lines[0][2]
+    assert "world size 1" in lines[0][2]
+
+
+# Trains 80 steps, resuming from its checkpoint; after a restart it holds at step 50 until the test writes
+# "go-on" (so a node can come back meanwhile), and in restart 1 rank 0 then raises once where "crash" exists.
+GATED = textwrap.dedent(
+    """
+    import json, os, sys, time
+    import torch
+    import torch.distributed as dist
+
+    folder = sys.argv[1]
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    restart = int(os.environ["TORCHELASTIC_RESTART_COUNT"])
+    ckpt = os.path.join(folder, "ckpt.json")
+    start = json.load(open(ckpt))["step"] if os.path.exists(ckpt) else 0
+    for step in range(start, 80):
+        if step == 50 and restart >= 1:
+            while not os.path.exists(os.path.join(folder, "go-on")):
+                time.sleep(0.1)
+            if restart == 1 and rank == 0 and os.path.exists(os.path.join(folder, "crash")):
+                raise ValueError("once more")
+        value = torch.tensor([float(step)])
+        dist.all_reduce(value)
+        if rank == 0 and step % 3 == 2:
+            with open(ckpt + ".tmp", "w") as fh:
+                json.dump({"step": step + 1}, fh)
+            os.replace(ckpt + ".tmp", ckpt)
+        dist.barrier()
+        time.sleep(0.05)
+    if rank == 0:
+        with open(os.path.join(folder, "done.json"), "w") as fh:
+            json.dump({"last": float(value), "world": world, "restart": restart}, fh)
+    """
+)
+
+
+def _lose_node_1_and_bring_it_back(tmp_path: Path, start_task):
+    """Two nodes with --min-nodes 1; node 1's task is killed (node 0 goes on alone, restart 1), then started
+    again (its task retried) and waits to join."""
+    script = tmp_path / "gated.py"
+    script.write_text(GATED)
+    port = free_port()
+    args = ["train", "--nproc-per-node", "1", "--grace-period", "3", "--heartbeat-timeout", "5",
+            "--max-restarts", "2", "--min-nodes", "1", str(script), str(tmp_path)]
+    tasks = [start_task(args, task_env(port, i), name=f"node{i}") for i in (0, 1)]
+    deadline = time.time() + 120
+    while not (tmp_path / "ckpt.json").exists():
+        assert time.time() < deadline and all(t.poll() is None for t in tasks), "\n".join(t.output for t in tasks)
+        time.sleep(0.1)
+    tasks[1].kill()
+    while not RESTART_LINE.findall(tasks[0].output):
+        assert time.time() < deadline and tasks[0].poll() is None, tasks[0].output
+        time.sleep(0.1)
+    back = start_task(args, task_env(port, 1), name="node1-retried")
+    while "joins them at the next restart" not in back.output:
+        assert time.time() < deadline and back.poll() is None, back.output
+        time.sleep(0.1)
+    return tasks[0], back
+
+
+def test_a_node_that_comes_back_waits_for_a_restart_and_ends_0_when_the_job_finishes_without_it(
+        tmp_path: Path, start_task):
+    node0, back = _lose_node_1_and_bring_it_back(tmp_path, start_task)
+    (tmp_path / "go-on").write_text("")
+    assert wait_all([node0, back], timeout=120) == [0, 0], node0.output + back.output
+    assert '"world": 1' in (tmp_path / "done.json").read_text()
+    assert ("the job's workers are at restart 1 (this task was retried, or started late): node rank 1 joins them "
+            "at the next restart") in back.output
+    assert "the job's workers finished without this node" in back.output
+
+
+@pytest.mark.slow
+def test_a_node_that_comes_back_joins_at_the_next_restart(tmp_path: Path, start_task):
+    node0, back = _lose_node_1_and_bring_it_back(tmp_path, start_task)
+    (tmp_path / "crash").write_text("")
+    (tmp_path / "go-on").write_text("")
+    assert wait_all([node0, back], timeout=180) == [0, 0], node0.output + back.output
+    done = (tmp_path / "done.json").read_text()
+    assert '"world": 2' in done and '"restart": 2' in done and '"last": 158.0' in done, done
+    lines = RESTART_LINE.findall(node0.output)
+    assert [line[:2] for line in lines] == [("1", "2"), ("2", "2")], node0.output
+    assert "world size 2" in lines[1][2]
+    assert "node rank 1 came back (its task was retried) and joins restart 2" in node0.output

@@ -20,6 +20,7 @@ key                                written by                          read by
 ``paijob/round/<r>/end``           node 0, once round r failed         every node (restart or end, and why)
 ``paijob/round/<r>/arrived/<n>``   node n, its workers stopped         node 0 (the restart barrier)
 ``paijob/round/<r>/go``            node 0, every node arrived          every node (round r's nodes, its port)
+``paijob/round/current``           node 0, as each round starts        a node that starts late (joins the next)
 =================================  ==================================  ====================================
 
 **Rounds.** A restart (``--max-restarts``) starts round r of the workers inside the same attempt. Everything
@@ -65,6 +66,7 @@ STACKS_KEY = "paijob/stacks/{node}/{request}"
 ROUND_END_KEY = "paijob/round/{round}/end"  # node 0's word on how round <round> ended: a restart, or the end
 ROUND_ARRIVED_KEY = "paijob/round/{round}/arrived/{node}"  # node <node> stopped its workers, waits for round <round>
 ROUND_GO_KEY = "paijob/round/{round}/go"  # node 0: round <round> starts, with these nodes, its workers' store there
+ROUND_CURRENT_KEY = "paijob/round/current"  # node 0: the round the workers are at (absent: the first)
 MAX_VALUE = 4 << 20  # bytes of one value read back (a node's stacks of many ranks are the largest)
 MAX_CALLS = 1024  # collectives of one rank in a published calls value
 

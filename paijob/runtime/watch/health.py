@@ -50,6 +50,7 @@ from paijob.runtime.watch.node.believed import Launched
 from paijob.runtime.watch.node.eyes import Eyes, NodeTick
 from paijob.runtime.watch.node.liveness import (
     DONE_KEY,
+    RELEASED_KEY,
     RECOVERING,
     STORE_OP_TIMEOUT,
     NodeWatch,
@@ -58,7 +59,7 @@ from paijob.runtime.watch.node.liveness import (
 from paijob.runtime.watch.node.notice import ABORT, ACCOUNT, read_notice, serve_notice
 from paijob.runtime.watch.node.portwatch import MasterPortWatch
 from paijob.runtime.watch.node.restarts import Decision, decide, signature
-from paijob.runtime.watch.node.rounds import RoundPlan, Rounds
+from paijob.runtime.watch.node.rounds import NotJoined, RoundPlan, Rounds
 from paijob.runtime.watch.node.storelink import StoreLink, store_client
 from paijob.runtime.watch.node.workers import WorkerGroup
 from paijob.runtime.watch.seal import KeyBox
@@ -67,7 +68,7 @@ from paijob.runtime.watch.slow.doctor import SlowDoctor
 
 # What a launcher may take from the watch besides its health: the failure record's helpers a launcher's
 # own messages use, and what node 0's notice says before the watchers start.
-__all__ = ["AgentHealth", "NodeHealth", "ProcessHealth", "RoundPlan", "agent_health", "first_line", "host_name",
+__all__ = ["AgentHealth", "NodeHealth", "NotJoined", "ProcessHealth", "RoundPlan", "agent_health", "first_line", "host_name",
            "node_0_notice", "process_health", "read_tail"]
 
 NOTICE_LINGER = 30.0  # per-node: how long node 0 answers the waiting nodes after a diagnosis
@@ -149,6 +150,12 @@ class AgentHealth(NodeHealth, Protocol):
 
     def restarted(self) -> None:
         """The new round's workers started: the restart is told (node 0: its line and its record)."""
+        ...
+
+    def late_start(self) -> RoundPlan | NotJoined | None:
+        """A node other than 0, connected to the job's store before its first rendezvous: None when the job is
+        at its first round (start as usual); else it waits to join at the next restart: that round's plan, or
+        how it ends without joining (the job finished, failed, or lost node 0)."""
         ...
 
 
@@ -516,7 +523,10 @@ class PerGpuHealth:
         self.node.enter("exit barrier")
 
     def barrier_passed(self) -> None:
-        self.node.release()
+        waiting = []
+        if self.settings.node_rank == 0 and self.plan is not None:  # nodes that came back wait to join: tell them
+            waiting = self.rounds.waiting(self.round + 1, self.plan.nodes)
+        self.node.release(waiting=len(waiting))
 
     def ended(self) -> None:
         self.node.close()
@@ -633,6 +643,9 @@ class PerGpuHealth:
         least = settings.min_nodes or settings.nnodes
         nodes = self.rounds.gather(round_number, decision.nodes, timeout=float(settings.rendezvous_timeout),
                                    enough=lambda arrived: len(arrived) >= least)
+        for node in set(nodes) - set(decision.nodes):
+            self.node.rejoined(node)
+            self._say(f"node rank {node} came back (its task was retried) and joins restart {round_number}")
         if len(nodes) < least:
             missing = ", ".join(str(node) for node in decision.nodes if node not in nodes)
             reason = (f"node rank {missing} did not come back for restart {round_number} within --master-timeout "
@@ -694,3 +707,45 @@ class PerGpuHealth:
                     write_new(path, text)
                 except OSError:
                     pass
+
+    def late_start(self) -> RoundPlan | NotJoined | None:
+        settings, node = self.settings, self.node
+        if settings.node_rank == 0 or settings.nnodes == 1 or not settings.max_restarts:
+            return None
+        node.wait_connected(STORE_OP_TIMEOUT)
+        current = self.rounds.current()
+        if current == 0:
+            return None
+        node.new_round(current)  # what the rounds before said is theirs
+        node.enter("joining")
+        self._say(f"the job's workers are at restart {current} (this task was retried, or started late): node rank "
+                  f"{settings.node_rank} joins them at the next restart")
+        wanted = current + 1
+        self.rounds.arrive(wanted)
+        while True:
+            plan = self.rounds.wait_go(wanted, timeout=1.0)
+            if isinstance(plan, RoundPlan):
+                self._begin_round(plan)
+                return plan
+            ended = self._ended_without_us(wanted - 1)
+            if ended is not None:
+                return ended
+            if plan.startswith(f"node rank {settings.node_rank} was left out") or self.rounds.current() >= wanted:
+                wanted = max(wanted, self.rounds.current()) + 1  # a restart went without it: the next one
+                self.rounds.arrive(wanted)
+
+    def _ended_without_us(self, round_number: int) -> NotJoined | None:
+        """Whether the job ended while this late node waited to join: node 0's workers finished, node 0 refused
+        a restart, or node 0 is gone."""
+        node = self.node
+        if node.store_lost or (node.fatal is not None and node.fatal.node_rank == 0):
+            root = node.fatal
+            return NotJoined(exitcodes.INFRA_FAILURE, "node rank 0 was lost while this node waited to join", root)
+        if node.call(lambda store: store.check([DONE_KEY.format(node=0)])):
+            node.call(lambda store: store.add(RELEASED_KEY, 1))  # node 0 may go: this node read the end
+            return NotJoined(exitcodes.OK, "the job's workers finished without this node (it waited to join at a "
+                                           "restart that did not come)")
+        ended = self.rounds.ended(round_number)
+        if ended is not None and not ended[0].restart:
+            return NotJoined(ended[1].exit_code, ended[0].why, ended[1])
+        return None

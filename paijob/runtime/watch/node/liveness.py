@@ -47,7 +47,7 @@ WHO_KEY = "paijob/who/{node}"
 DONE_KEY = "paijob/done/{node}"  # this node's workers succeeded: no heartbeats needed
 EXITED_KEY = "paijob/exited/{node}"  # this node is ending after a failure
 FINISHED_KEY = "paijob/finished"
-RELEASED_KEY = "paijob/released"  # passed torch's exit barrier; node 0 may close the store
+RELEASED_KEY = "paijob/released"  # passed torch's exit barrier (or saw the job end without it); node 0 may go
 
 STORE_OP_TIMEOUT = 10.0
 WATCHDOG_EVERY = 0.2  # seconds between the watchdog's looks
@@ -205,6 +205,13 @@ class NodeWatch:
                 if self._records_since is None:
                     self._records_since = time.monotonic()
 
+    def rejoined(self, node: int) -> None:
+        """Node 0: node ``node``, once lost, came back (its task retried) and joins the next round: its
+        heartbeats count again."""
+        with self._lock:
+            self.lost_nodes.discard(node)
+            self._heartbeats.pop(node, None)
+
     def new_round(self, round_number: int) -> None:
         """A restart: the workers of round ``round_number`` start; what the last round's failures said is its
         own (its records stay under its keys), this node has no verdict, and the lost nodes stay lost."""
@@ -255,9 +262,11 @@ class NodeWatch:
                 f"{self.heartbeat_timeout:.0f}s: their tasks were lost, or node rank 0 "
                 f"(this node) lost its network"
             )
+        silent_since = min((self._heartbeats[node][1] for node in nodes if node in self._heartbeats),
+                           default=time.monotonic())  # when its count last moved: the failure's time
         failure = Failure(
             node_rank=nodes[0], rank=None, local_rank=None, returncode=None, secondary=False,
-            time=time.time(), reason=reason,
+            time=time.time() - (time.monotonic() - silent_since), reason=reason,
         )
         self.lost_nodes.update(nodes)
         current = self.round
@@ -467,9 +476,10 @@ class NodeWatch:
                 return
             time.sleep(0.2)
 
-    def release(self, linger: float = 10.0) -> None:
+    def release(self, linger: float = 10.0, waiting: int = 0) -> None:
         """After torch's exit barrier: stop beating; node 0 keeps the store up until every
-        node has stopped using it, so nobody sees it vanish (no C++ trace, no false alarm)."""
+        node has stopped using it, so nobody sees it vanish (no C++ trace, no false alarm), the
+        ``waiting`` nodes that came back to join a restart that never came included."""
         self.enter("released")
         self.stop_heartbeats()
         if self.nnodes == 1:
@@ -478,7 +488,7 @@ class NodeWatch:
             self.call(lambda s: s.add(RELEASED_KEY, 1))
             return
         deadline = time.monotonic() + linger
-        others = self.nnodes - 1 - len(self.lost_nodes - {0})  # a lost node never releases
+        others = self.nnodes - 1 - len(self.lost_nodes - {0}) + waiting  # a lost node never releases
         while time.monotonic() < deadline:
             released = self.call(lambda s: int(s.add(RELEASED_KEY, 0)))
             if released is None or released >= others:

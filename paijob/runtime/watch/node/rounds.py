@@ -13,6 +13,9 @@ SignedStore`; the keys are :mod:`paijob.runtime.watch.channel`'s ``paijob/round/
    the workers and writes ``go``: the round's nodes and that store's port; every node reads it and starts its
    workers, its group rank its place among those nodes.
 
+A node that starts while the job is past its first round (its task was retried as a new pod, ``--min-nodes``)
+reads ``current`` and arrives for the round after it: node 0 takes it in at the next restart.
+
 Every wait is bounded, and ends early when node 0 is gone (the store is its). No torch import.
 """
 
@@ -26,7 +29,12 @@ from typing import Any, Protocol
 
 from paijob.common import untrusted
 from paijob.runtime.failure import Failure
-from paijob.runtime.watch.channel import ROUND_ARRIVED_KEY, ROUND_END_KEY, ROUND_GO_KEY
+from paijob.runtime.watch.channel import (
+    ROUND_ARRIVED_KEY,
+    ROUND_CURRENT_KEY,
+    ROUND_END_KEY,
+    ROUND_GO_KEY,
+)
 from paijob.runtime.watch.node.restarts import Decision
 
 POLL = 0.1  # seconds between two reads of a key waited for
@@ -47,6 +55,16 @@ class RoundPlan:
     def group_rank(self) -> int:
         """This node's rank in the round (its place among the round's nodes)."""
         return self.nodes.index(self.node_rank)
+
+
+@dataclass(frozen=True)
+class NotJoined:
+    """A node that started late never joined the job's workers: it ends with ``code`` (0: they finished
+    without it), ``why`` said, ``root`` the job's root cause where it failed."""
+
+    code: int
+    why: str
+    root: Failure | None = None
 
 
 class Link(Protocol):
@@ -97,26 +115,51 @@ class Rounds:
     def gather(self, round_number: int, nodes: Sequence[int], timeout: float,
                enough: Callable[[list[int]], bool]) -> tuple[int, ...]:
         """Node 0: the nodes of ``nodes`` that arrived for round ``round_number``, once all did, or once the
-        ones not there yet are lost and ``enough(arrived)``, or after ``timeout`` seconds (what arrived)."""
+        ones not there yet are lost and ``enough(arrived)``, or after ``timeout`` seconds (what arrived); with
+        every other node of the job that arrived for it too (one that came back: it joins), in rank order."""
         deadline = time.monotonic() + timeout
         arrived: list[int] = []
         while True:
             arrived = [node for node in nodes if node == self.link.node_rank or self._arrived(round_number, node)]
             missing = [node for node in nodes if node not in arrived]
-            if not missing or time.monotonic() >= deadline:
-                return tuple(arrived)
-            if all(node in self.link.lost_nodes for node in missing) and enough(arrived):
-                return tuple(arrived)
+            if not missing or time.monotonic() >= deadline or (
+                    all(node in self.link.lost_nodes for node in missing) and enough(arrived)):
+                back = [node for node in range(self.link.nnodes)
+                        if node not in nodes and self._arrived(round_number, node)]
+                return tuple(sorted([*arrived, *back]))
             time.sleep(POLL)
 
     def _arrived(self, round_number: int, node: int) -> bool:
         key = ROUND_ARRIVED_KEY.format(round=round_number, node=node)
         return self.link.call(lambda store: store.get(key) if store.check([key]) else None) == b"1"
 
+    def waiting(self, round_number: int, nodes: Sequence[int]) -> list[int]:
+        """Node 0: the nodes other than ``nodes`` that arrived for round ``round_number`` (they came back and
+        wait to join it)."""
+        return [node for node in range(self.link.nnodes) if node not in nodes and self._arrived(round_number, node)]
+
     def go(self, round_number: int, nodes: Sequence[int], port: int) -> None:
         """Node 0: round ``round_number`` starts on ``nodes``; its workers meet in the store at ``port``."""
         text = json.dumps({"nodes": list(nodes), "port": port, "abort": ""})
         self.link.call(lambda store: store.set(ROUND_GO_KEY.format(round=round_number), text))
+        self.link.call(lambda store: store.set(ROUND_CURRENT_KEY, json.dumps(round_number)))
+
+    def current(self) -> int:
+        """The round the job's workers are at, as node 0 said (0: the first, or nothing said)."""
+        found = self.link.call(
+            lambda store: store.get(ROUND_CURRENT_KEY) if store.check([ROUND_CURRENT_KEY]) else None)
+        try:
+            value = untrusted.loads(found) if isinstance(found, bytes) else 0
+        except ValueError:
+            return 0
+        return value if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 1 << 20 else 0
+
+    def ended(self, round_number: int) -> tuple[Decision, Failure] | None:
+        """Node 0's word on round ``round_number``, if it said one (no wait)."""
+        key = ROUND_END_KEY.format(round=round_number)
+        if self.link.call(lambda store: store.check([key])) is not True:
+            return None
+        return self.hear_end(round_number, timeout=1.0)
 
     def abort(self, round_number: int, reason: str) -> None:
         """Node 0: round ``round_number`` does not start (``reason``): every node ends."""
