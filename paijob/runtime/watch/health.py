@@ -50,8 +50,8 @@ from paijob.runtime.watch.node.believed import Launched
 from paijob.runtime.watch.node.eyes import Eyes, NodeTick
 from paijob.runtime.watch.node.liveness import (
     DONE_KEY,
-    RELEASED_KEY,
     RECOVERING,
+    RELEASED_KEY,
     STORE_OP_TIMEOUT,
     NodeWatch,
     first_line,

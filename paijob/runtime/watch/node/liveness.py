@@ -68,6 +68,35 @@ def _shown(said: bytes) -> str:
     return "".join(ch for ch in said.decode("utf-8", "replace") if ch.isprintable())[:120]
 
 
+def lost_reason(named: dict[int, str], heartbeat_timeout: float) -> str:
+    """Node 0's words for the nodes ``named`` (node rank -> `` (who it said it is)``) that fell silent."""
+    if len(named) == 1:
+        node, who = next(iter(named.items()))
+        return (f"node rank {node}{who} stopped sending heartbeats for {heartbeat_timeout:.0f}s: its task was lost "
+                f"(node failure, container killed, or network partition)")
+    # every peer at once: more likely this node's own network
+    names = ", ".join(f"{node}{who}" for node, who in named.items())
+    return (f"node ranks {names} stopped sending heartbeats for {heartbeat_timeout:.0f}s: their tasks were lost, "
+            f"or node rank 0 (this node) lost its network")
+
+
+def read_failures(client: Any, nnodes: int, current: int) -> tuple[list[Failure], int]:
+    """Every node's failure record of round ``current`` in the store, and how many were refused: one not in its
+    exact form (or unsigned) is dropped and counted, never believed and never taken for the store's loss."""
+    found, refused = [], 0
+    for node in range(nnodes):
+        key = round_key(current, FAILURE_KEY.format(node=node))
+        if client.check([key]):
+            data = client.get(key)  # None: not signed with the job's node key
+            try:
+                if data is None:
+                    raise ValueError("not signed with the job's node key")
+                found.append(Failure.from_json(data))
+            except ValueError:
+                refused += 1
+    return found, refused
+
+
 def master_lost(node_rank: int, master: str, how: str) -> Failure:
     """Node ``node_rank``'s verdict that the rendezvous store (node 0's agent, at ``master``) is gone."""
     if node_rank == 0:
@@ -206,21 +235,16 @@ class NodeWatch:
                     self._records_since = time.monotonic()
 
     def rejoined(self, node: int) -> None:
-        """Node 0: node ``node``, once lost, came back (its task retried) and joins the next round: its
-        heartbeats count again."""
+        """Node 0: node ``node``, once lost, came back and joins the next round: its heartbeats count again."""
         with self._lock:
             self.lost_nodes.discard(node)
             self._heartbeats.pop(node, None)
 
     def new_round(self, round_number: int) -> None:
-        """A restart: the workers of round ``round_number`` start; what the last round's failures said is its
-        own (its records stay under its keys), this node has no verdict, and the lost nodes stay lost."""
+        """A restart: round ``round_number`` starts; the last round's records stay its own, the lost nodes lost."""
         with self._lock:
-            self.round = round_number
-            self.fatal = None
-            self.remote_failures = []
-            self._seen_failures = 0
-            self._records_since = None
+            self.round, self.fatal, self.remote_failures = round_number, None, []
+            self._seen_failures, self._records_since = 0, None
 
     def _silent_peers(self) -> list[int]:
         client = self._client
@@ -249,19 +273,7 @@ class NodeWatch:
             said = self._guarded(lambda: client.get(key)) if self._guarded(lambda: client.check([key])) else None
             return f" ({_shown(said)})" if said else ""  # None: not signed by the node itself
 
-        if len(nodes) == 1:
-            reason = (
-                f"node rank {nodes[0]}{who(nodes[0])} stopped sending heartbeats for "
-                f"{self.heartbeat_timeout:.0f}s: its task was lost (node failure, container "
-                f"killed, or network partition)"
-            )
-        else:  # every peer at once: more likely this node's own network
-            names = ", ".join(f"{node}{who(node)}" for node in nodes)
-            reason = (
-                f"node ranks {names} stopped sending heartbeats for "
-                f"{self.heartbeat_timeout:.0f}s: their tasks were lost, or node rank 0 "
-                f"(this node) lost its network"
-            )
+        reason = lost_reason({node: who(node) for node in nodes}, self.heartbeat_timeout)
         silent_since = min((self._heartbeats[node][1] for node in nodes if node in self._heartbeats),
                            default=time.monotonic())  # when its count last moved: the failure's time
         failure = Failure(
@@ -277,19 +289,8 @@ class NodeWatch:
         self.declare(failure)
 
     def _read_failures(self, current: int = 0) -> list[Failure]:
-        """Every node's failure record of round ``current`` in the store; one not in its exact form is dropped
-        and counted (:attr:`refused`), never believed and never taken for the store's loss."""
-        found = []
-        for node in range(self.nnodes):
-            key = round_key(current, FAILURE_KEY.format(node=node))
-            if self._client.check([key]):
-                data = self._client.get(key)  # None: not signed with the job's node key
-                try:
-                    if data is None:
-                        raise ValueError("not signed with the job's node key")
-                    found.append(Failure.from_json(data))
-                except ValueError:
-                    self.refused += 1
+        found, refused = read_failures(self._client, self.nnodes, current)
+        self.refused += refused
         return found
 
     def _guarded(self, fn: Callable[[], T], limit: float | None = None) -> T:
