@@ -96,6 +96,7 @@ def test_the_same_exception_twice_in_a_row_ends_after_two_starts(tmp_path: Path,
     assert not (tmp_path / "done.json").exists()
 
 
+@pytest.mark.slow
 def test_without_max_restarts_a_failure_ends_the_job_as_before(tmp_path: Path, start_task):
     tasks = _two_nodes(tmp_path, start_task, [], crash_at=1, how="once")
     codes = wait_all(tasks, timeout=120)
@@ -171,6 +172,7 @@ KEEPS_TRAINING = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_killing_node_0_ends_every_node_with_openpais_retried_code(tmp_path: Path, start_task):
     script = tmp_path / "trains_on.py"
     script.write_text(KEEPS_TRAINING)
@@ -246,6 +248,7 @@ TRAINS_LONGER = TRAINS.replace("range(start, 12)", "range(start, 60)").replace(
     "folder, crash_at, how = sys.argv[1], int(sys.argv[2]), sys.argv[3]", "folder, crash_at, how = sys.argv[1], -1, 'no'")
 
 
+@pytest.mark.slow
 def test_with_min_nodes_a_lost_node_leaves_node_0_to_finish_alone(tmp_path: Path, start_task):
     tasks = _two_nodes_training_on(tmp_path, start_task, ["--max-restarts", "1", "--min-nodes", "1"])
     tasks[1].kill()  # node 1's whole task: its agent and its workers
@@ -317,6 +320,7 @@ def _lose_node_1_and_bring_it_back(tmp_path: Path, start_task):
     return tasks[0], back
 
 
+@pytest.mark.slow
 def test_a_node_that_comes_back_waits_for_a_restart_and_ends_0_when_the_job_finishes_without_it(
         tmp_path: Path, start_task):
     node0, back = _lose_node_1_and_bring_it_back(tmp_path, start_task)
