@@ -35,6 +35,7 @@ from paijob.runtime.console import tell
 from paijob.runtime.env import (
     DistEnv,
     LaunchOptions,
+    MasterNotPlacedError,
     check_nproc_fits,
     compute_dist_env,
     compute_mpi_slot,
@@ -153,7 +154,7 @@ def cmd_train(args: argparse.Namespace) -> int:
             raise LaunchError("--max-restarts and --min-nodes need --mode per-gpu: in --mode horovod mpirun "
                               "starts the processes, and restarts none of them; drop them")
         return _train_horovod(args, command)
-    dist, _ = _layout(args)
+    dist = _layout_for_recovery(args, min_nodes)
     config = LaunchConfig(
         dist=dist,
         command=command,
@@ -169,6 +170,20 @@ def cmd_train(args: argparse.Namespace) -> int:
         min_nodes=min_nodes,
     )
     return launch(config)
+
+
+def _layout_for_recovery(args: argparse.Namespace, min_nodes: int | None) -> DistEnv:
+    """The layout; with ``--min-nodes`` (gang allocation off, so OpenPAI starts this task before the master task
+    may have an address), a master not placed yet is exit 143, which OpenPAI retries as a new pod of this task."""
+    try:
+        return _layout(args)[0]
+    except MasterNotPlacedError as error:
+        if min_nodes is None:
+            raise
+        raise exitcodes.InfrastructureError(
+            f"{error.args[0].split('. ')[0]} yet: with extras.gangAllocation false (--min-nodes) OpenPAI starts "
+            f"this task before the master task is placed; exit 143, which OpenPAI retries (a new pod of this task, "
+            f"which reads the master's address again)") from None
 
 
 def recovery_options(args: argparse.Namespace) -> tuple[int, int | None]:

@@ -344,3 +344,44 @@ def test_a_node_that_comes_back_joins_at_the_next_restart(tmp_path: Path, start_
     assert [line[:2] for line in lines] == [("1", "2"), ("2", "2")], node0.output
     assert "world size 2" in lines[1][2]
     assert "node rank 1 came back (its task was retried) and joins restart 2" in node0.output
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    (["--max-restarts", "-1"], "--max-restarts must be a whole number of restarts from 0 to 100, got '-1'"),
+    (["--max-restarts", "abc"], "--max-restarts must be a whole number of restarts from 0 to 100, got 'abc'"),
+    (["--max-restarts", "1000000"], "--max-restarts 1000000 is more than 100 restarts in one attempt"),
+    (["--max-restarts", "1", "--min-nodes", "0"], "--min-nodes must be a whole number of nodes, at least 1"),
+    (["--max-restarts", "1", "--min-nodes", "3"], "--min-nodes 3 must be from 1 to the job's 2 node(s)"),
+    (["--min-nodes", "1"], "--min-nodes 1 needs --max-restarts 1 or more"),
+    (["--mode", "per-node", "--max-restarts", "1"], "--max-restarts needs --mode per-gpu"),
+    (["--mode", "per-node", "--min-nodes", "2"], "--min-nodes needs --mode per-gpu"),
+])
+def test_bad_recovery_options_are_one_line_and_exit_2_before_anything_starts(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, options, message):
+    from paijob.runtime import cli
+
+    script = tmp_path / "never.py"
+    script.write_text("raise SystemExit('must not run')\n")
+    for key, value in task_env(free_port(), 0).items():
+        monkeypatch.setenv(key, value)
+    assert cli.main(["train", *options, str(script)]) == exitcodes.CONFIG_ERROR
+    err = capsys.readouterr().err
+    said = [line for line in err.splitlines() if not line.startswith(records.MARKER)]
+    assert said == [f"paijob-runtime: error: {said[0].split('error: ', 1)[1]}"] and message in said[0], err
+    assert "must not run" not in err
+
+
+def test_with_min_nodes_a_task_started_before_the_master_has_an_address_exits_143(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch):
+    from paijob.runtime import cli
+
+    env = task_env(free_port(), 1)
+    del env["PAI_HOST_IP_worker_0"]  # gang allocation off: task 0 not placed yet
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.delenv("PAI_HOST_IP_worker_0", raising=False)
+    script = tmp_path / "never.py"
+    script.write_text("raise SystemExit('must not run')\n")
+    assert cli.main(["train", "--max-restarts", "1", "--min-nodes", "1", str(script)]) == exitcodes.INFRA_FAILURE
+    assert "OpenPAI starts this task before the master task is placed; exit 143" in capsys.readouterr().err
+    assert cli.main(["train", str(script)]) == exitcodes.CONFIG_ERROR  # without --min-nodes: the job's fault
