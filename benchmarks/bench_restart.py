@@ -33,7 +33,16 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from harness import BIN, ROOT, base_env, free_port, machine_info, progress, simulated_pai_env, write_json
+from harness import (
+    BIN,
+    ROOT,
+    base_env,
+    free_port,
+    machine_info,
+    progress,
+    simulated_pai_env,
+    write_json,
+)
 
 SCRIPT = Path(__file__).with_name("restart_ddp.py")
 TIMEOUT = 240.0
