@@ -23,8 +23,10 @@ to docs/runtime/faults.md ("Recovery").
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -65,14 +67,19 @@ taskRoles:
 
 
 def _wait(procs: list[subprocess.Popen[bytes]], timeout: float) -> list[int | None]:
+    """Each process's exit code; past ``timeout`` (or, once one ended, 30 s more) each is killed with its whole
+    process group (torchrun's workers, which outlive a killed torchrun), and its code is None."""
     deadline = time.monotonic() + timeout
     while any(p.poll() is None for p in procs) and time.monotonic() < deadline:
+        if any(p.poll() is not None for p in procs):
+            deadline = min(deadline, time.monotonic() + 30.0)
         time.sleep(0.1)
+    codes = [p.poll() for p in procs]
     for proc in procs:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    return [p.returncode for p in procs]
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)  # started in a session of its own
+        proc.wait()
+    return codes
 
 
 def _two(argv: Callable[[int], list[str]], env: Callable[[int], dict[str, str]], folder: Path) -> list[int | None]:
@@ -111,7 +118,7 @@ def job_retry(folder: Path, state: Path) -> list[int | None]:
     env = base_env({"PAIJOB_LOCAL_STATE_DIR": str(state)})
     with open(folder / "run.log", "wb") as log:
         proc = subprocess.Popen([str(BIN / "paijob"), "run", str(job), "--local"], env=env, cwd=folder,
-                                stdout=log, stderr=subprocess.STDOUT)
+                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         return _wait([proc], TIMEOUT)
 
 
