@@ -272,6 +272,7 @@ class Doctors:
         """A restart: the old workers' files go, both doctors start afresh on the new workers (their first
         step is judged as a first step again), and the slow-rank doctor keeps the run's worst straggler."""
         clear_round(self.folder)
+        self.eyes.node_rank = node_rank  # the node's rank in the round (fewer nodes after a lost one: --min-nodes)
         worst = self.slow.worst
         self.hang, self.slow = self._doctors(channel, node_rank, nnodes, world_size)
         self.slow.worst = worst
