@@ -50,15 +50,13 @@ def signature(failure: Failure) -> str | None:
 
 def permanent(failure: Failure) -> str | None:
     """Why ``failure`` cannot recover by starting the same workers again (one phrase); None: it may."""
-    code = failure.exit_code
-    if failure.exit_status == exitcodes.HANG:
-        return None
+    code = failure.exit_code  # a hang's, 124: a code OpenPAI retries (its reason is in no log it reads)
     if code == exitcodes.NOT_RUNNABLE:
         return f"exit code {code}: a command this image cannot run"
     if code == exitcodes.CONFIG_ERROR:
         return f"exit code {code}: a configuration error (a bad argument, a missing file)"
     if failure.error.startswith(("ModuleNotFoundError:", "ImportError:")):
-        return f"{failure.error.split(':', 1)[0]}: a module this image lacks"
+        return f"{failure.error.partition(':')[0]}: a module this image lacks"
     text = "\n".join(part for part in (failure.error, failure.tail) if part)
     found = exitspec.container_exit(code, text)
     spec = found.spec

@@ -182,3 +182,35 @@ def test_node_0s_word_and_the_barrier_bring_every_node_to_the_same_round(ends): 
     finally:
         for watch in watches:
             watch.close()
+
+
+def test_a_signature_is_the_error_and_its_line_both_and_at_most_400_characters():
+    assert signature(worker(where="")) is None and signature(worker(error="")) is None
+    long = signature(worker(error="ValueError: " + "x" * 500))
+    assert long is not None and len(long) == 400 and long.startswith("ValueError: xxx")
+    left = Failure.leaving(node_rank=0, rank=1, local_rank=1, time=1.0, reason="rank 1 ended at train.py:9")
+    assert signature(left) == "left: rank 1 ended at train.py:9"
+    history = [RestartRecord(number=1, limit=3, cause="x", exit_code=0, nodes=2, world_size=4, lost_s=1.0,
+                             time=2.0, signature=signature(left))]
+    assert not decide(left, done=1, max_restarts=3, history=history, nnodes=2).restart
+
+
+def test_only_the_last_restarts_failure_is_compared():
+    history = [restarted_after(worker()), restarted_after(hang())]
+    assert not decide(hang(), done=2, max_restarts=5, history=history, nnodes=2).restart
+    found = decide(worker(), done=2, max_restarts=5, history=history, nnodes=2)
+    assert found.restart  # the same as two restarts ago, not as the last: a flaky fault, not a bug
+
+
+def test_a_permanent_failure_names_what_openpais_exit_spec_matched():
+    found = permanent(worker(error="", tail="ImportError: cannot import name 'x'"))
+    assert found == ("exit code 1, which OpenPAI reports as 232 (ContainerImportError, \"ImportError: cannot "
+                     "import name 'x'\") and never retries")
+    assert permanent(worker(code=136, error="")) == ("exit code 136, which OpenPAI reports as 136 "
+                                                     "(ContainerSigFpeReceived) and never retries")
+
+
+def test_every_node_needed_says_so_when_one_is_lost():
+    found = decide(worker(), done=0, max_restarts=2, history=[], nnodes=3, lost=[2], min_nodes=3)
+    assert found == Decision(False, "not restarting: node rank 2 was lost and the job needs all 3 nodes "
+                                    "(--min-nodes lets the others go on without it)")
