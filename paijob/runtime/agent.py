@@ -143,7 +143,7 @@ class PaijobAgent(LocalElasticAgent):
         self.log_root: str | None = None  # a folder of our own, removed when the node ends
         # What the workers get beyond this process's environment (paijob.common.contract.worker_env)
         self.worker_env = {k: v for k, v in (worker_env or {}).items() if os.environ.get(k) != v}
-        self.first_ranks: list[int] = []  # the ranks of the first round (a restart on fewer nodes changes them)
+        self.first_ranks: list[int] = []  # torch's ranks of the first round (a restart on fewer nodes changes them)
         self.plan: RoundPlan | None = None  # the round after a restart: its nodes, its workers' store
         self._first_store: Any = None  # round 0's store (the rendezvous's, under the run id)
         self._round_store: Any = None  # node 0: the store the round's workers meet in (from round 1 on)
@@ -155,7 +155,6 @@ class PaijobAgent(LocalElasticAgent):
         self._ask_before_closing()
         self._pgids.update(int(pid) for pid in pids.values())
         self.assigned_ranks = [w.global_rank for w in worker_group.workers]
-        self.first_ranks = self.first_ranks or list(self.assigned_ranks)
         self.rank_pids = {w.global_rank: int(pids[w.local_rank]) for w in worker_group.workers
                           if w.local_rank in pids}  # what the hang watch believes (watch.launched)
         return pids
@@ -285,6 +284,7 @@ class PaijobAgent(LocalElasticAgent):
         )
         super()._rendezvous(worker_group)
         self._first_store = self._store
+        self.first_ranks = [w.global_rank for w in worker_group.workers]
         if others:
             say(
                 f"all {self.nnodes} nodes joined the rendezvous at {master}; starting "
