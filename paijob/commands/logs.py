@@ -7,7 +7,7 @@ import sys
 from typing import Any
 
 from paijob.commands import _common as common
-from paijob.errors import EXIT_JOB_FAILED, EXIT_OK
+from paijob.errors import EXIT_JOB_FAILED, EXIT_OK, PaijobError
 
 
 def register(subparsers: Any) -> None:
@@ -21,6 +21,9 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--stream", choices=("all", "stdout", "stderr"), default="all",
                         help="which output (default all: stdout and stderr interleaved)")
     parser.add_argument("-f", "--follow", action="store_true", help="keep printing until the job ends")
+    parser.add_argument("--attempt", type=int, metavar="N",
+                        help="the logs of job attempt N (0 is the first; default: the latest, after the logs of "
+                             "the earlier attempts this command reads as they end), as `paijob status --attempt N`")
     parser.add_argument("--no-prefix", action="store_true", help="print lines without the role/index prefix")
     parser.add_argument("--tail", type=int, metavar="N",
                         help="only the last N lines of each task (with -f: then follow the new ones)")
@@ -37,12 +40,15 @@ def register(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from paijob import api
 
+    if args.attempt is not None and (args.attempt < 0 or args.follow):
+        raise PaijobError(f"--attempt {args.attempt}: give a job attempt, 0 or more (paijob status lists them), "
+                          f"without -f (an earlier attempt has ended; -f follows the latest)")
     client = common.client_for(args, start_local=False)
     job_id = client.job_id(args.job_id)
     follower = api.follow_logs(client, job_id, role=args.role, index=args.index, stream=args.stream,
                                prefix=not args.no_prefix, rank=args.rank, timestamps=args.timestamps,
                                tail=args.tail, raw=args.raw, on_note=common.note)
-    detail = client.get_job(job_id)
+    detail = client.get_job(job_id, attempt=args.attempt)
     follower.check(detail)  # a role or index the job lacks is an error, not silence
     if args.follow:
         detail = follower.follow()

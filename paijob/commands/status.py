@@ -90,6 +90,7 @@ def _job_lines(detail: dict[str, Any], job_id: str, shown: Callable[[str], str])
     if stall is not None:
         yield f"stalled    {shown(stall.describe())}"
     yield from _slow_rank_lines(common.served_record(records.SlowRecord, status.get("paijobSlowRank")), shown)
+    yield from _restart_lines(status.get("paijobRestarts"), shown)
     cause = common.root_cause(detail) if status["state"] == "FAILED" else None
     if cause:
         yield f"cause      {shown(str(cause))}"
@@ -114,6 +115,19 @@ def _slow_rank_lines(slow: records.SlowRecord | None, shown: Callable[[str], str
         yield "           " + shown(_figure_line(figure))
     if len(figures) > MAX_FIGURES:
         yield f"           ... and {len(figures) - MAX_FIGURES} more ranks (paijob status -o json has them all)"
+
+
+def _restart_lines(served: object, shown: Callable[[str], str]) -> Iterator[str]:
+    """The local cluster's restarts of the attempt's workers (paijob-runtime's ``--max-restarts``), one line
+    each: which of how many, after what, how long from the failure to the new workers."""
+    found = []
+    for item in served if isinstance(served, list) else []:
+        try:
+            found.append(records.RestartRecord.from_json(item))
+        except records.RecordError:
+            continue
+    for index, record in enumerate(found):
+        yield ("restarts   " if index == 0 else "           ") + shown(record.describe())
 
 
 MAX_FIGURES = 16  # ranks' figures printed under the slow-rank line

@@ -38,7 +38,8 @@ DDP_FIND_UNUSED = "PAIJOB_DDP_FIND_UNUSED"
 """Set by the user, not ``0``: the apex stand-in's DDP wrapper passes ``find_unused_parameters``."""
 
 FAULT_AT = "PAIJOB_FAULT_AT"
-"""``EPOCH:STEP[:term|kill]``: the recipes inject a fault there (resume tests)."""
+"""``EPOCH:STEP[:term|kill|save][:RANK]``: the recipes inject a fault there (resume tests), on that rank only
+where given, in the first start only (not after a restart by ``--max-restarts``)."""
 
 HANG_DIR = "PAIJOB_HANG_DIR"
 """The folder where each worker's progress sampler writes ``rank<N>.json`` (the hang watch); unset: none."""
@@ -71,6 +72,15 @@ SLOW_FILE = "PAIJOB_SLOW_FILE"
 wait for, every rank's figures: :class:`paijob.common.records.SlowRecord`), which ``paijob status`` and the
 portal show, while the job runs and after."""
 
+RESTARTS_FILE = "PAIJOB_RESTARTS_FILE"
+"""Set by the local cluster: node 0 keeps the list of the attempt's restarts there (``--max-restarts``: which
+restart, after what, how long it took: :class:`paijob.common.records.RestartRecord`), which ``paijob status``
+and the portal show, while the job runs and after."""
+
+RESTARTS_NAME = "restarts.json"
+"""In the hang watch's folder (``PAIJOB_HANG_DIR``) of node 0: the attempt's restarts, as in
+``PAIJOB_RESTARTS_FILE``, for rank 0's own summary (a recipe's ``summary.json``) on any cluster."""
+
 SLOW_VERDICT_NAME = "slow-verdict.json"
 """In the hang watch's folder (``PAIJOB_HANG_DIR``) of node 0: the slow-rank doctor's latest verdict, as in
 ``PAIJOB_SLOW_FILE``, for rank 0's own summary (a recipe's ``summary.json``) on any cluster."""
@@ -91,7 +101,7 @@ NODE_KEY_SECRET = "paijobNodeKey"
 paijob-runtime); rest-server masks it in the stored config and mounts it only into the job's own containers
 (``/usr/local/pai/secrets/secrets.yaml``), where paijob-runtime reads it."""
 
-RUNTIME_ONLY = (RECORD_KEY, NODE_KEY, STALL_FILE, SLOW_FILE)
+RUNTIME_ONLY = (RECORD_KEY, NODE_KEY, STALL_FILE, SLOW_FILE, RESTARTS_FILE)
 """What the cluster hands paijob-runtime alone: taken out of its environment before any worker starts (torch's
 agent starts a worker with the launcher's whole environment), so no worker's ``/proc/<pid>/environ`` holds it."""
 
@@ -186,6 +196,7 @@ def worker_env(
     env = dict(base)
     env.pop(STALL_FILE, None)  # the runtime's own report of a stall: a worker (the user's code) gets no pen for it
     env.pop(SLOW_FILE, None)  # nor for its slow-rank verdict
+    env.pop(RESTARTS_FILE, None)  # nor for the attempt's restarts
     env.pop(RECORD_KEY, None)  # nor the key of the runtime's own failure record
     env.update(layout)
     env.setdefault("PYTHONUNBUFFERED", "1")

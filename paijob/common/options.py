@@ -30,6 +30,12 @@ HANG_CALIBRATION_FLOOR = 120.0
 # More workers than this per usable CPU core is a typo (--nproc-per-node 100000), not a plan:
 # each worker is a whole python process with torch loaded.
 MAX_WORKERS_PER_CORE = 4
+# --max-restarts: torchrun's name and meaning (restarts of every node's workers inside the attempt). Default 0,
+# as torchrun's: a restart runs the script again from its start, which only a script that resumes from its
+# checkpoint turns into recovery (docs/runtime/faults.md, "Recovery"). More than MAX_RESTARTS in one attempt is
+# a loop, not recovery: a typo (--max-restarts 1000000), refused before anything starts.
+DEFAULT_MAX_RESTARTS = 0
+MAX_RESTARTS = 100
 
 DESCRIPTION = """\
 Map OpenPAI's PAI_* variables to a torch.distributed layout and launch the workers.
@@ -182,9 +188,50 @@ def _add_train_options(train: argparse.ArgumentParser) -> None:
         help=f"a straggler (busy while the others wait) is reported at the timeout and ended at "
         f"N times it (default: ${contract.HANG_HARD_LIMIT} or {DEFAULT_HANG_HARD_LIMIT:g})",
     )
+    recovery = train.add_argument_group(
+        "recovery", "a failed worker or a hang the hang watch names restarts every node's workers together, "
+        "inside the same OpenPAI attempt (per-gpu mode); the same failure twice in a row, or one that cannot "
+        "recover (exit 127, a bad argument, a missing module), is not restarted")
+    recovery.add_argument(
+        "--max-restarts", "--max_restarts", metavar="N", default=str(DEFAULT_MAX_RESTARTS),
+        help=f"restarts of the workers before the job fails, as torchrun's (default: {DEFAULT_MAX_RESTARTS}: a "
+        f"restart runs the script again, which recovers only a script that resumes from its checkpoint; at "
+        f"most {MAX_RESTARTS})",
+    )
+    recovery.add_argument(
+        "--min-nodes", "--min_nodes", metavar="M",
+        help="go on with at least M nodes when a node other than 0 is lost (default: every node); needs "
+        "--max-restarts and a job rendered for it (extras.gangAllocation: false, completion.minFailedInstances)",
+    )
     train.add_argument("--log-dir", "--log_dir",
                        help="keep each worker's stdout/stderr under this folder (default: "
                        "not kept; the runtime's own copies are removed when it exits)")
+
+
+def max_restarts_error(text: str) -> str | None:
+    """What is wrong with ``--max-restarts TEXT`` (one line: what, and how to fix it); None: nothing."""
+    value = text.strip()
+    if not value.isdigit():
+        return (f"--max-restarts must be a whole number of restarts from 0 to {MAX_RESTARTS}, got {text!r} "
+                f"(e.g. --max-restarts 2; 0 turns restarts off)")
+    if int(value) > MAX_RESTARTS:
+        return (f"--max-restarts {int(value)} is more than {MAX_RESTARTS} restarts in one attempt: a job that "
+                f"fails that often has a bug; give at most {MAX_RESTARTS} (2 or 3 covers a flaky worker)")
+    return None
+
+
+def min_nodes_error(text: str | None, nodes: int | None) -> str | None:
+    """What is wrong with ``--min-nodes TEXT`` for a world of ``nodes`` tasks (None: not known here); None:
+    nothing (or not given)."""
+    if text is None:
+        return None
+    value = text.strip()
+    if not value.isdigit() or int(value) < 1:
+        return f"--min-nodes must be a whole number of nodes, at least 1, got {text!r} (e.g. --min-nodes 1)"
+    if nodes is not None and int(value) > nodes:
+        return (f"--min-nodes {int(value)} is more than the {nodes} node(s) of this job: give at most {nodes} "
+                f"(the nodes that may go on after a node other than 0 is lost)")
+    return None
 
 
 def build_parser() -> argparse.ArgumentParser:

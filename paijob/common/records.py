@@ -5,7 +5,7 @@ people and may be reworded any day; the local cluster, ``paijob status`` and the
 instead, so no reader parses wording. This module is the one home of their format (marker, fields,
 version), of the writer and of the reader; the runtime writes, the local cluster reads, both import it.
 
-Three records: why a task failed, a stall, and a slow rank. A failure record is one line in the task's
+Four records: why a task failed, a stall, a slow rank, and the restarts of the workers inside the attempt. A failure record is one line in the task's
 log, the last thing the runtime says::
 
     paijob-runtime: record {"v": 1, "kind": "failure", "node_rank": 0, "exit_code": 1, ...}
@@ -14,7 +14,9 @@ The log is what travels everywhere: on a real OpenPAI cluster a task's log and i
 there is. A stall record is a small JSON file that node 0's hang watch keeps where the local cluster asks
 (:data:`paijob.common.contract.STALL_FILE`), while the job runs; a slow-rank record likewise, from node 0's
 slow-rank doctor (:data:`paijob.common.contract.SLOW_FILE`): its latest verdict while the job runs, the
-run's worst straggler once it ended.
+run's worst straggler once it ended. A restart (``--max-restarts``) is a line in node 0's log as it happens
+(``paijob-runtime: record {"v": 1, "kind": "restart", ...}``), and the list of the attempt's restarts a file
+(:data:`paijob.common.contract.RESTARTS_FILE`) that node 0 rewrites at each.
 
 Distrust (issue 35). The job writes into the same log and can reach the same folder, so the reader is
 strict and bounded: a line of at most :data:`MAX_LINE` characters, the exact fields and types, or nothing.
@@ -409,3 +411,120 @@ def read_slow(path: str | os.PathLike[str], *, running: bool, now: float | None 
     if running and now - record.time >= SLOW_FRESH:
         return None
     return record
+
+
+# -- restarts --------------------------------------------------------------------------------------------
+
+MAX_RESTARTS_KEPT = 128  # restarts in one record file (paijob-runtime allows at most 100 in an attempt)
+MAX_RESTARTS_BYTES = 256 * 1024
+
+
+@dataclass(frozen=True)
+class RestartRecord:
+    """One restart of every node's workers inside the attempt, as node 0 told it: restart ``number`` of
+    ``limit`` (``--max-restarts``), after ``cause`` (the failure's headline, exception and line; ``exit_code``
+    what it would have ended the node with), ``signature`` what a repeat is compared by, the new round's
+    ``nodes`` and ``world_size``, ``lost_s`` seconds from the failure to the new workers' start, at ``time``."""
+
+    number: int
+    limit: int
+    cause: str
+    exit_code: int
+    nodes: int
+    world_size: int
+    lost_s: float
+    time: float
+    signature: str | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "cause", _text(self.cause) or "")
+        object.__setattr__(self, "signature", _text(self.signature))
+
+    def describe(self) -> str:
+        """``restart 1 of 2 after worker rank 1 (...) failed with exit code 1: ValueError: x (t.py:3 in f); 4.1s lost``"""
+        return (f"restart {self.number} of {self.limit} after {self.cause}; {self.nodes} node(s), world size "
+                f"{self.world_size}; {self.lost_s:.1f}s from the failure to the new workers")
+
+    def as_json(self) -> dict[str, Any]:
+        return {"v": VERSION, "kind": "restart", **asdict(self)}
+
+    @classmethod
+    def from_json(cls, data: object) -> RestartRecord:
+        """The record in ``data`` (:meth:`as_json`'s form), or :class:`RecordError`."""
+        if not isinstance(data, Mapping) or data.get("v") != VERSION or data.get("kind") != "restart":
+            raise RecordError("not a version-1 restart record")
+        fields = {key: value for key, value in data.items() if key not in ("v", "kind")}
+        if set(fields) != set(_RESTART_TYPES):
+            raise RecordError(f"fields {sorted(fields)}, expected {sorted(_RESTART_TYPES)}")
+        for key, ok in _RESTART_TYPES.items():
+            if not ok(fields[key]):
+                raise RecordError(f"{key}: not a restart's")
+        return cls(**{**fields, "lost_s": float(fields["lost_s"]), "time": float(fields["time"])})
+
+
+def _seconds(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value >= 0
+
+
+def _line(value: object) -> bool:
+    return isinstance(value, str) and len(value) <= MAX_TEXT and not _CONTROL.search(value)
+
+
+_RESTART_TYPES: dict[str, Callable[[object], bool]] = {
+    "number": _count, "limit": _count, "cause": _line,
+    "exit_code": lambda v: isinstance(v, int) and not isinstance(v, bool) and -(1 << 16) < v < 1 << 16,
+    "nodes": _count, "world_size": _count, "lost_s": _seconds, "time": _seconds,
+    "signature": lambda v: v is None or _line(v),
+}
+
+
+def restart_line(record: RestartRecord, key: str | None = None) -> str:
+    """The one log line that carries ``record`` (signed where the cluster gave a ``key``)."""
+    fields = record.as_json()
+    if key:
+        fields["mac"] = _mac(key, fields)
+    return MARKER + json.dumps(fields, separators=(",", ":"))
+
+
+def restarts_in(log_text: str, key: str | None = None) -> list[RestartRecord]:
+    """Every restart record in ``log_text``, in order (those not signed with ``key``, where given, are not the
+    runtime's and are left out)."""
+    found: list[RestartRecord] = []
+    for line in log_text.splitlines():
+        if not line.startswith(MARKER) or len(line) > MAX_LINE:
+            continue
+        try:
+            fields = json.loads(line[len(MARKER):].rstrip("\r"))
+        except ValueError:
+            continue
+        if not isinstance(fields, dict) or fields.get("kind") != "restart":
+            continue
+        mac = fields.pop("mac", None)
+        if key and not (isinstance(mac, str) and hmac.compare_digest(mac, _mac(key, fields))):
+            continue
+        try:
+            found.append(RestartRecord.from_json(fields))
+        except RecordError:
+            continue
+    return found
+
+
+def restarts_text(restarts: Iterable[RestartRecord], key: str | None = None) -> str:
+    """The restarts file's text (:func:`read_restarts`): every restart of the attempt so far, signed."""
+    kept = list(restarts)[-MAX_RESTARTS_KEPT:]
+    return signed_text({"v": VERSION, "kind": "restarts", "restarts": [r.as_json() for r in kept]}, key)
+
+
+def _restarts(fields: Mapping[str, Any]) -> list[RestartRecord]:
+    if set(fields) != {"v", "kind", "restarts"} or fields["v"] != VERSION or fields["kind"] != "restarts":
+        raise RecordError("not a version-1 restarts record")
+    listed = fields["restarts"]
+    if not isinstance(listed, list) or len(listed) > MAX_RESTARTS_KEPT:
+        raise RecordError("restarts: not a list of restarts")
+    return [RestartRecord.from_json(item) for item in listed]
+
+
+def read_restarts(path: str | os.PathLike[str], key: str | None = None) -> list[RestartRecord]:
+    """The restarts node 0 kept in ``path`` (a regular file, bounded, in the exact form, signed with ``key``
+    where given); [] when there is none."""
+    return _read_record(path, MAX_RESTARTS_BYTES, _restarts, key) or []

@@ -21,7 +21,7 @@ from typing import Any
 from paijob.common import records
 from paijob.local import capacity, layout, tasktmp
 from paijob.local.jobmodels import JobModels
-from paijob.local.processes import SLOW_NAME, STALL_NAME
+from paijob.local.processes import RESTARTS_NAME, SLOW_NAME, STALL_NAME
 from paijob.local.runner import JobRunner
 from paijob.local.store import Store
 from paijob.local.tracking import Tracker, record_secret
@@ -112,6 +112,18 @@ class LocalCluster:
                 if found:
                     return found.as_json()
         return None
+
+    def restarts(self, job_id: str, attempt: int, plan: Job) -> list[dict[str, Any]]:
+        """paijob-runtime's restarts of the attempt's workers (``--max-restarts``: which, after what, how long),
+        as node 0 kept them; [] when none. Only the job's own task folders are looked in, each file read bounded
+        and believed only signed with its task's key."""
+        for role in plan.roles:
+            for index in range(role.instances):
+                path = self.work_dir(job_id, attempt, role.name, index) / RESTARTS_NAME
+                found = records.read_restarts(path, key=self.record_key(job_id, attempt, role.name, index))
+                if found:
+                    return [record.as_json() for record in found]
+        return []
 
     def allocate_gpus(self, plan: Job) -> dict[tuple[str, int], str | None]:
         """role/index -> CUDA_VISIBLE_DEVICES (None: leave the variable alone; no GPUs here)."""

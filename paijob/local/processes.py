@@ -41,6 +41,7 @@ MARKER = TASK_MARKER
 JOB_MARKER = contract.LOCAL_JOB
 STALL_NAME = ".paijob-stall.json"  # in a task's work folder (contract.STALL_FILE)
 SLOW_NAME = ".paijob-slow.json"  # in a task's work folder (contract.SLOW_FILE)
+RESTARTS_NAME = ".paijob-restarts.json"  # in a task's work folder (contract.RESTARTS_FILE)
 
 Gpus = dict[tuple[str, int], str | None]  # role/index -> CUDA_VISIBLE_DEVICES (None: leave it alone)
 
@@ -248,6 +249,7 @@ class TaskProcesses:
                                                            self.username))  # the task's /mnt: what its job mounts
         env[contract.STALL_FILE] = str(workdir / STALL_NAME)  # node 0's hang watch: a stall
         env[contract.SLOW_FILE] = str(workdir / SLOW_NAME)  # node 0's slow-rank doctor: its verdict
+        env[contract.RESTARTS_FILE] = str(workdir / RESTARTS_NAME)  # node 0: the attempt's restarts
         env[contract.RECORD_KEY] = task.record_key
         env[contract.NODE_KEY] = self.node_key
         return env, workdir

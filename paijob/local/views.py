@@ -195,6 +195,9 @@ def job_detail(cluster: LocalCluster, job: dict[str, Any], attempt_id: int | Non
     slow = cluster.slow_rank(job_id, attempt_id, plan, running=status.get("state") == "RUNNING") if latest else None
     if slow:  # paijob's own field: paijob-runtime's slow-rank doctor names the rank the others wait for
         status["paijobSlowRank"] = slow
+    restarts = cluster.restarts(job_id, attempt_id, plan)
+    if restarts:  # paijob's own field: paijob-runtime restarted the workers inside this attempt (--max-restarts)
+        status["paijobRestarts"] = restarts
     status["retryDetails"] = _retry_details(cluster.store.attempts(job["username"], job["name"]), job["retries"])
     return {
         "name": job["name"],

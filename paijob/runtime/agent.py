@@ -3,7 +3,7 @@
 Imports torch (only ``paijob.runtime.launch`` imports this module, lazily).
 
 torch's :class:`LocalElasticAgent` starts one worker per local rank with the
-``static`` rendezvous (node rank fixed, ``max_restarts=0``), sets ``RANK``,
+``static`` rendezvous (node rank fixed; ``max_restarts`` is ``--max-restarts``), sets ``RANK``,
 ``LOCAL_RANK``, ``WORLD_SIZE``... and stops every local worker when one fails.
 The rendezvous store (a ``TCPStore`` served by node rank 0's agent at
 ``MASTER_ADDR:MASTER_PORT``) is shared with the workers
@@ -26,6 +26,16 @@ network. :class:`PaijobAgent` adds, over that same store (see
   rendezvous outlives its deadline: nothing waits on the network unbounded;
 * ``paijob/finished``: node 0 hosts the store, so after a failure it lingers
   (a few seconds at most) until the others have read the record.
+
+**Restarts** (``--max-restarts N``, torch's ``max_restarts``): when the round of workers fails (a worker here,
+another node's record, a hang the hang watch names), torch's loop calls :meth:`PaijobAgent._restart_workers`:
+the workers stop, the watch decides with every node whether to start them again (node 0's word; the same
+failure twice, a permanent one or a lost node ends the job: :mod:`paijob.runtime.watch.health`), and all nodes
+start round r together: torch's ``TORCHELASTIC_RESTART_COUNT`` is r. The static rendezvous reuses one store,
+whose keys the last round's workers left (a process group's addresses, its barriers' counters): each round's
+workers meet in a store of their own that node 0 starts for that round (a port the kernel picks, as torch's
+c10d rendezvous does for each of its rounds), and the agents' own keys of the round (rank assignment, the exit
+barrier) go under the round's prefix.
 """
 
 from __future__ import annotations
@@ -49,7 +59,7 @@ _CPP_LOG_LEVEL = "TORCH_CPP_LOG_LEVEL"
 _user_cpp_log_level = os.environ.get(_CPP_LOG_LEVEL)
 os.environ.setdefault(_CPP_LOG_LEVEL, "ERROR")
 
-from torch.distributed.elastic.agent.server.api import RunResult, WorkerSpec, WorkerState  # noqa: E402
+from torch.distributed.elastic.agent.server.api import RunResult, Worker, WorkerSpec, WorkerState  # noqa: E402
 from torch.distributed.elastic.agent.server.local_elastic_agent import LocalElasticAgent  # noqa: E402
 from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, SignalException, Std  # noqa: E402
 from torch.distributed.elastic.rendezvous import RendezvousParameters  # noqa: E402
@@ -65,7 +75,14 @@ from paijob.runtime.console import say  # noqa: E402
 from paijob.runtime.failure import Failure, report_root_cause  # noqa: E402
 from paijob.runtime.groups import group_alive, signal_group  # noqa: E402
 from paijob.runtime.netif import task_address  # noqa: E402
-from paijob.runtime.watch.health import AgentHealth, agent_health, first_line, read_tail  # noqa: E402
+from paijob.runtime.watch.health import (  # noqa: E402
+    AgentHealth,
+    NotJoined,
+    RoundPlan,
+    agent_health,
+    first_line,
+    read_tail,
+)
 
 if _user_cpp_log_level is None:
     os.environ.pop(_CPP_LOG_LEVEL, None)
@@ -85,6 +102,18 @@ def _accepts(function: Any, name: str) -> bool:
 # ``(death_sig, timeout)`` from 2.12. Feature-detect once, here.
 _INIT_TAKES_SHUTDOWN_TIMEOUT = _accepts(LocalElasticAgent.__init__, "shutdown_timeout")
 _SHUTDOWN_TAKES_TIMEOUT = _accepts(LocalElasticAgent._shutdown, "timeout")  # noqa: SLF001
+
+
+class RestartsEnded(Exception):  # noqa: N818 - a way out of torch's loop, not an error
+    """The watch refused a restart (or it could not start): the round's failure ends the node."""
+
+
+class NeverJoined(Exception):  # noqa: N818 - a way out of torch's loop, not an error
+    """A node that started late waited to join at a restart, and the job ended first (:class:`NotJoined`)."""
+
+    def __init__(self, outcome: NotJoined) -> None:
+        super().__init__(outcome.why)
+        self.outcome = outcome
 
 
 class PaijobAgent(LocalElasticAgent):
@@ -114,6 +143,10 @@ class PaijobAgent(LocalElasticAgent):
         self.log_root: str | None = None  # a folder of our own, removed when the node ends
         # What the workers get beyond this process's environment (paijob.common.contract.worker_env)
         self.worker_env = {k: v for k, v in (worker_env or {}).items() if os.environ.get(k) != v}
+        self.first_ranks: list[int] = []  # torch's ranks of the first round (a restart on fewer nodes changes them)
+        self.plan: RoundPlan | None = None  # the round after a restart: its nodes, its workers' store
+        self._first_store: Any = None  # round 0's store (the rendezvous's, under the run id)
+        self._round_store: Any = None  # node 0: the store the round's workers meet in (from round 1 on)
 
     # -- worker lifecycle -------------------------------------------------
     def _start_workers(self, worker_group: Any) -> dict[int, Any]:
@@ -132,8 +165,11 @@ class PaijobAgent(LocalElasticAgent):
         torch's own per-worker variables (``RANK``, ``LOCAL_RANK``...) win; so the launcher's
         own environment never has to carry what only its workers need.
         """
+        plan = self.plan
         for local_rank, env in envs.items():
             envs[local_rank] = {**self.worker_env, **env}
+            if plan is not None:  # a round after a restart: this node's place in it
+                envs[local_rank].update({"NODE_RANK": str(plan.group_rank), "NNODES": str(len(plan.nodes))})
         super()._setup_local_watchdog(envs=envs)
 
     def _shutdown(self, *args: Any, **kwargs: Any) -> None:
@@ -160,8 +196,59 @@ class PaijobAgent(LocalElasticAgent):
         super()._exit_barrier()
         health.barrier_passed()
 
+    # -- restarts -------------------------------------------------------------
+    def _restart_workers(self, worker_group: Any) -> None:
+        """torch's loop, the round failed and a restart is left: stop the workers, ask the watch (every node
+        agrees), then start the next round's; :class:`RestartsEnded` when the job ends instead."""
+        self._stop_workers(worker_group)
+        worker_group.state = WorkerState.STOPPED
+        health = self._health()
+        plan = health.restart(self.plan.round if self.plan else 0, self._host_round_store)
+        if plan is None:
+            raise RestartsEnded
+        self.plan = plan
+        self._initialize_workers(worker_group)
+        health.restarted()
+
+    def _host_round_store(self) -> int:
+        """Node 0: a store for the next round's workers alone, on a port the kernel picks; its port."""
+        from datetime import timedelta
+
+        from torch.distributed import TCPStore
+
+        previous = self._round_store
+        self._round_store = TCPStore(self.config.dist.master_addr, 0, is_master=True, wait_for_workers=False,
+                                     timeout=timedelta(seconds=self.config.rendezvous_timeout))
+        del previous  # the last round's workers are gone
+        return int(self._round_store.port)
+
+    def _next_round(self, worker_group: Any, plan: RoundPlan) -> None:
+        """torch's ``_rendezvous`` for a round after a restart, every node already agreed (the watch's
+        barrier): the round's nodes and ranks, its store under the round's prefix, its workers' own store."""
+        from torch.distributed import PrefixStore
+
+        spec = worker_group.spec
+        size = spec.local_world_size
+        group_rank, nodes = plan.group_rank, len(plan.nodes)
+        store = PrefixStore(f"round{plan.round}", self._first_store)
+        self._store = store  # type: ignore[assignment]  # torch types it None until its rendezvous
+        worker_group.workers = [
+            Worker(local_rank=i, global_rank=group_rank * size + i, role_rank=group_rank * size + i,
+                   world_size=nodes * size, role_world_size=nodes * size)
+            for i in range(size)
+        ]
+        worker_group.store = store
+        worker_group.group_rank = group_rank
+        worker_group.group_world_size = nodes
+        worker_group.master_addr = self.config.dist.master_addr
+        worker_group.master_port = plan.port
+        self._health().phase("running")
+
     # -- rendezvous -----------------------------------------------------------
     def _rendezvous(self, worker_group: Any) -> None:
+        if self.plan is not None:
+            self._next_round(worker_group, self.plan)
+            return
         health = self._health()  # told what the main thread does: its phases hold the deadlines
         spec = worker_group.spec
         master = self.config.master
@@ -178,6 +265,8 @@ class PaijobAgent(LocalElasticAgent):
                 ),
             )
             health.join_the_others(timeout=limit + 5)
+            if self._joined_late(worker_group):
+                return
         health.phase(
             "rendezvous",
             deadline=limit + 15,  # torch's own timeout (the same limit) normally fires first
@@ -194,6 +283,8 @@ class PaijobAgent(LocalElasticAgent):
             first_message_after=10.0,
         )
         super()._rendezvous(worker_group)
+        self._first_store = self._store
+        self.first_ranks = [w.global_rank for w in worker_group.workers]
         if others:
             say(
                 f"all {self.nnodes} nodes joined the rendezvous at {master}; starting "
@@ -201,6 +292,21 @@ class PaijobAgent(LocalElasticAgent):
             )
         health.phase("running")
         health.join_the_others()
+
+    def _joined_late(self, worker_group: Any) -> bool:
+        """The job is past its first round (this task was retried, ``--min-nodes``): join it at its next
+        restart, with the round's count of restarts; False: the job is at its first round, start as usual."""
+        late = self._health().late_start()
+        if late is None:
+            return False
+        if isinstance(late, NotJoined):
+            raise NeverJoined(late)
+        info = worker_group.spec.rdzv_handler.next_rendezvous()  # the static store's client (no barrier)
+        self._first_store = info.store if hasattr(info, "store") else info[0]
+        self._remaining_restarts = max(0, worker_group.spec.max_restarts - late.round)
+        self.plan = late
+        self._next_round(worker_group, late)
+        return True
 
     def _squatter(self, master: str, limit: float) -> Failure:
         return Failure(
@@ -377,7 +483,7 @@ def _worker_spec(config: LaunchConfig) -> WorkerSpec:
         entrypoint=sys.executable,
         args=config.command.python_args(),
         rdzv_handler=rdzv_registry.get_rendezvous_handler(params),
-        max_restarts=0,
+        max_restarts=config.max_restarts,
         monitor_interval=0.1,
         master_addr=dist.master_addr,
         master_port=dist.master_port,
@@ -423,14 +529,20 @@ def _run_agent(agent: PaijobAgent, health: AgentHealth, config: LaunchConfig
         result = agent.run()
     except SignalException as error:
         return health.stopped_by(error.sigval), None
+    except RestartsEnded:
+        result = None
+    except NeverJoined as late:
+        health.ended()
+        say(late.outcome.why)
+        return late.outcome.code, late.outcome.root
     except Exception as error:
         health.ended()
         if agent.assigned_ranks:  # workers had started: a bug, keep the traceback
             raise
         raise _rendezvous_error(config, error) from error
-    if agent.assigned_ranks and agent.assigned_ranks != config.expected_ranks():
+    if agent.first_ranks and agent.first_ranks != config.expected_ranks():
         log.warning(
-            "paijob-runtime: torch assigned ranks %s, expected %s", agent.assigned_ranks,
+            "paijob-runtime: torch assigned ranks %s, expected %s", agent.first_ranks,
             config.expected_ranks(),
         )
     if result is not None and result.state == WorkerState.SUCCEEDED:

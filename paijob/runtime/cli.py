@@ -35,6 +35,7 @@ from paijob.runtime.console import tell
 from paijob.runtime.env import (
     DistEnv,
     LaunchOptions,
+    MasterNotPlacedError,
     check_nproc_fits,
     compute_dist_env,
     compute_mpi_slot,
@@ -147,9 +148,13 @@ def cmd_train(args: argparse.Namespace) -> int:
         from paijob.runtime.precision import parse_precision  # no torch at import
 
         parse_precision(args.precision, source="--precision")
+    restarts, min_nodes = recovery_options(args)
     if args.mode == "horovod":
+        if restarts or min_nodes is not None:
+            raise LaunchError("--max-restarts and --min-nodes need --mode per-gpu: in --mode horovod mpirun "
+                              "starts the processes, and restarts none of them; drop them")
         return _train_horovod(args, command)
-    dist, _ = _layout(args)
+    dist = _layout_for_recovery(args, min_nodes)
     config = LaunchConfig(
         dist=dist,
         command=command,
@@ -161,8 +166,33 @@ def cmd_train(args: argparse.Namespace) -> int:
         verbose=args.verbose,
         precision=args.precision or None,
         hang=hang_settings(args, os.environ),
+        max_restarts=restarts,
+        min_nodes=min_nodes,
     )
     return launch(config)
+
+
+def _layout_for_recovery(args: argparse.Namespace, min_nodes: int | None) -> DistEnv:
+    """The layout; with ``--min-nodes`` (gang allocation off, so OpenPAI starts this task before the master task
+    may have an address), a master not placed yet is exit 143, which OpenPAI retries as a new pod of this task."""
+    try:
+        return _layout(args)[0]
+    except MasterNotPlacedError as error:
+        if min_nodes is None:
+            raise
+        raise exitcodes.InfrastructureError(
+            f"{error.args[0].split('. ')[0]} yet: with extras.gangAllocation false (--min-nodes) OpenPAI starts "
+            f"this task before the master task is placed; exit 143, which OpenPAI retries (a new pod of this task, "
+            f"which reads the master's address again)") from None
+
+
+def recovery_options(args: argparse.Namespace) -> tuple[int, int | None]:
+    """``--max-restarts`` and ``--min-nodes`` as numbers; a bad value is one line (exit 2), before anything
+    starts (the layout's node count is checked with it by :class:`LaunchConfig`)."""
+    problem = options.max_restarts_error(args.max_restarts) or options.min_nodes_error(args.min_nodes, None)
+    if problem:
+        raise LaunchError(problem)
+    return int(args.max_restarts), None if args.min_nodes is None else int(args.min_nodes)
 
 
 def hang_settings(args: argparse.Namespace, environ: Mapping[str, str]) -> HangSettings:

@@ -31,6 +31,7 @@ from paijob.common.options import (
     HANG_CALIBRATION_FLOOR,
     HANG_CALIBRATION_MULTIPLE,
     LOCAL_RANK_STYLES,
+    MAX_RESTARTS,
     MODES,
 )
 from paijob.errors import PaijobError
@@ -233,7 +234,9 @@ class LaunchConfig:
     rendezvous); ``grace_period`` is what workers get between SIGTERM and SIGKILL;
     ``heartbeat_timeout`` is how long a silent peer counts as alive; ``log_dir`` keeps
     each worker's output (None: the runtime's own copies are removed at exit);
-    ``verbose`` lets torch's elastic agent log as it likes; ``hang`` are the hang watch's limits.
+    ``verbose`` lets torch's elastic agent log as it likes; ``hang`` are the hang watch's limits;
+    ``max_restarts``: restarts of every node's workers inside the attempt (``per-gpu``); ``min_nodes``: the
+    nodes that go on without a lost node other than 0 (None: every node, none may be lost).
     """
 
     dist: DistEnv
@@ -246,9 +249,12 @@ class LaunchConfig:
     verbose: bool = False
     precision: str | None = None  # --precision, passed to every worker (paijob.common.contract)
     hang: HangSettings = HangSettings()
+    max_restarts: int = 0
+    min_nodes: int | None = None
 
     def __post_init__(self) -> None:
         self.hang.check()
+        self._check_recovery()
         launchable = [mode for mode in MODES if mode != "horovod"]
         if self.mode not in launchable:
             raise LaunchError(f"--mode must be one of {', '.join(launchable)}, got {self.mode!r}")
@@ -262,6 +268,29 @@ class LaunchConfig:
                 f"{self.dist.nnodes} nodes; use --mode per-gpu (DistributedDataParallel) or run "
                 f"the role with instances: 1"
             )
+
+    def _check_recovery(self) -> None:
+        """``--max-restarts`` and ``--min-nodes`` where they can be honoured, else one line (exit 2)."""
+        if not 0 <= self.max_restarts <= MAX_RESTARTS:
+            raise LaunchError(f"--max-restarts must be from 0 to {MAX_RESTARTS}, got {self.max_restarts}")
+        if self.max_restarts and self.mode != "per-gpu":
+            raise LaunchError(
+                f"--max-restarts needs --mode per-gpu: in --mode {self.mode} the script's own processes hold the "
+                f"job's store (its rank 0), so no node can start them again with the others; drop --max-restarts, "
+                f"or let paijob-runtime start one worker per GPU (--mode per-gpu)")
+        nodes = self.min_nodes
+        if nodes is None:
+            return
+        if self.mode != "per-gpu":
+            raise LaunchError(
+                f"--min-nodes needs --mode per-gpu: in --mode {self.mode} the script's own "
+                f"init_process_group fixes the world size, which cannot shrink when a node is lost; drop --min-nodes")
+        if not 1 <= nodes <= self.dist.nnodes:
+            raise LaunchError(f"--min-nodes {nodes} must be from 1 to the job's {self.dist.nnodes} node(s)")
+        if nodes < self.dist.nnodes and not self.max_restarts:
+            raise LaunchError(
+                f"--min-nodes {nodes} needs --max-restarts 1 or more: the nodes that go on without a lost one "
+                f"start their workers again at the smaller world size, which is a restart")
 
     @property
     def run_id(self) -> str:

@@ -56,6 +56,11 @@ class DistEnvError(PaijobError):
     """A ``PAI_*`` variable is missing or inconsistent, or an option contradicts the job."""
 
 
+class MasterNotPlacedError(DistEnvError):
+    """The master task has no address (yet): with gang allocation off, OpenPAI starts a task before the others
+    are placed."""
+
+
 @dataclass(frozen=True)
 class LaunchOptions:
     """The launch options that shape the layout (CLI flags of ``paijob-runtime``)."""
@@ -537,7 +542,7 @@ def _master_addr(environ: Mapping[str, str], master_role: str) -> str:
                 f"give the address (e.g. $(getent hosts {addr} | cut -d' ' -f1))"
             ) from None
     if not addr:
-        raise DistEnvError(
+        raise MasterNotPlacedError(
             f"{name} is not set, so the master task (role {master_role!r}, index 0) has no "
             f"address. OpenPAI's runtime sets it (role name lowercased, non-alphanumerics "
             f"removed) once the task is placed: keep extras.gangAllocation true (the default) "

@@ -113,7 +113,7 @@ class Failure:
             node_rank=node_rank, exit_code=self.exit_code, summary=self.headline(), rank=self.rank,
             worker_node=self.node_rank if worker and not job_wide else None, local_rank=self.local_rank,
             how=exitcodes.describe_status(self.returncode or 0) if worker else None,
-            error=self.error or None, where=self.where or None,
+            error=self.error or None, where=(self.where or None) if worker else None,  # a hang's is in its summary
         )
 
     def to_json(self) -> str:

@@ -218,9 +218,14 @@ def _hold_knock_on(error: BaseException) -> int:
     previous = signal.signal(signal.SIGTERM, stop)
     try:
         deadline = time.monotonic() + hold
-        watched.prepare_answer()  # what the agent may ask for next (a mismatch's account), read ahead
+        # What the agent may ask for next (a mismatch's account), read ahead on a thread of its own: torch's
+        # first dump of its recorder takes seconds under load, in C++, during which this thread would not
+        # run the SIGTERM handler above (a stop, a restart, waited for that long)
+        preparing = threading.Thread(target=watched.prepare_answer, name="paijob-calls-ahead", daemon=True)
+        preparing.start()
         while not stopped and time.monotonic() < deadline:
-            watched.answer_request()  # the agent may ask for our calls (a mismatch's account): answer at once
+            if not preparing.is_alive():
+                watched.answer_request()  # the agent may ask for our calls (a mismatch's account): answer at once
             time.sleep(0.05)
     finally:
         signal.signal(signal.SIGTERM, previous)

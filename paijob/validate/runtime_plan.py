@@ -91,6 +91,8 @@ class RuntimeCall(NamedTuple):
     nproc: str | None = None
     roles: str | None = None
     error: str | None = None  # what paijob-runtime would say about these options
+    max_restarts: str = "0"
+    min_nodes: str | None = None
 
 
 def is_literal(value: str) -> bool:
@@ -165,6 +167,7 @@ def _parse_call(role: str, index: int, argv: tuple[str, ...]) -> RuntimeCall:
             _raise("no training script, -m MODULE or --recipe NAME")
         if args.recipe:
             _check_recipe_args(args.recipe, command)
+        _check_recovery(args)
     except _RuntimeRefuses as refused:
         return RuntimeCall(role, index, error=str(refused))
     return RuntimeCall(
@@ -175,7 +178,27 @@ def _parse_call(role: str, index: int, argv: tuple[str, ...]) -> RuntimeCall:
         master_role=args.master_role,
         nproc=args.nproc_per_node,
         roles=args.roles,
+        max_restarts=args.max_restarts,
+        min_nodes=args.min_nodes,
     )
+
+
+def _check_recovery(args: argparse.Namespace) -> None:
+    """``--max-restarts`` and ``--min-nodes`` as paijob-runtime reads them (their values, the mode they need);
+    the node count ``--min-nodes`` is checked against is the job's (:func:`recovery_layout`)."""
+    from paijob.common.options import max_restarts_error, min_nodes_error
+
+    problem = None
+    if is_literal(args.max_restarts):
+        problem = max_restarts_error(args.max_restarts)
+    if problem is None and args.min_nodes is not None and is_literal(args.min_nodes):
+        problem = min_nodes_error(args.min_nodes, None)
+    restarts = args.max_restarts.strip() not in ("0", "")
+    if problem is None and (restarts or args.min_nodes is not None) and args.mode != "per-gpu":
+        problem = (f"--max-restarts and --min-nodes need --mode per-gpu (this call runs --mode {args.mode}, whose "
+                   f"script's own processes hold the job's store and its world size); drop them")
+    if problem:
+        _raise(problem)
 
 
 def _check_recipe_args(recipe: str, args: list[str]) -> None:
@@ -442,6 +465,48 @@ def _per_node_layout(job: Job, s: RuntimeSettings, call: RuntimeCall, role: Task
         )
 
 
+def recovery(job: Job, s: RuntimeSettings) -> Iterator[Finding]:
+    """``--min-nodes M`` below the training world's task count: what OpenPAI must be told so that one failed task
+    does not end the attempt (each fact from rest-server's ``models/v2/job/k8s.js`` and FrameworkController's
+    ``pkg/apis/frameworkcontroller/v1/types.go``), else the runtime's wait for it never comes."""
+    nodes = sum(r.instances for r in job.roles if r.name in s.participating)
+    for call in s.calls:
+        if call.min_nodes is None or not is_literal(call.min_nodes) or call.error:
+            continue
+        path, wanted = _command_path(call), int(call.min_nodes)
+        if wanted > nodes:
+            yield ERROR, path, (f"--min-nodes {wanted} is more than the {nodes} task(s) of the training world: "
+                                f"paijob-runtime refuses to start; give at most {nodes}")
+            continue
+        if is_literal(call.max_restarts) and call.max_restarts.strip() == "0" and wanted < nodes:
+            yield ERROR, path, (f"--min-nodes {wanted} needs --max-restarts 1 or more: the nodes that go on without "
+                                f"a lost one start their workers again at the smaller world size, a restart")
+        if wanted < nodes:
+            yield from _elastic_on_openpai(job, s, nodes, wanted, path)
+
+
+def _elastic_on_openpai(job: Job, s: RuntimeSettings, nodes: int, wanted: int,
+                        path: tuple[Any, ...]) -> Iterator[Finding]:
+    roles = [role for role in job.roles if role.name in s.participating]
+    if len(roles) > 1:
+        yield ERROR, path, (f"--min-nodes with a training world of {len(roles)} task roles: OpenPAI counts failed "
+                            f"tasks per role (completion.minFailedInstances), so no setting lets a task of any role "
+                            f"fail alone; train in one role")
+        return
+    if job.gang_allocation:
+        yield ERROR, ("extras", "gangAllocation"), (
+            f"--min-nodes {wanted} needs extras.gangAllocation: false: with gang allocation (the default) OpenPAI "
+            f"never retries a task alone (rest-server k8s.js: retryPolicy fancyRetryPolicy false, maxRetryCount 0) "
+            f"and the attempt ends when one fails")
+    role, need = roles[0], nodes - wanted + 1
+    if 0 < role.completion.min_failed < need:
+        yield ERROR, ("taskRoles", role.name, "completion", "minFailedInstances"), (
+            f"--min-nodes {wanted} of {nodes} tasks needs completion.minFailedInstances: {need} (is "
+            f"{role.completion.min_failed}): OpenPAI completes the attempt, whatever still runs, once that many tasks "
+            f"of the role failed (k8s.js: minFailedTaskCount = minFailedInstances || 1; FrameworkController's "
+            f"CompletionPolicySpec), so the nodes that could go on would be stopped")
+
+
 def gang_allocation(job: Job, nodes: int, what: str, path: tuple[Any, ...]) -> Iterator[Finding]:
     """gangAllocation: false starts tasks one by one: no barrier, partial host lists, no job ssh."""
     if job.gang_allocation or nodes < 2:
@@ -453,7 +518,7 @@ def gang_allocation(job: Job, nodes: int, what: str, path: tuple[Any, ...]) -> I
     )
 
 
-RUNTIME_RULES = (roles_flag, agreement, training_roles_run_the_runtime, master_and_port, layout_warnings)
+RUNTIME_RULES = (roles_flag, agreement, training_roles_run_the_runtime, master_and_port, layout_warnings, recovery)
 
 
 def runtime_findings(
@@ -469,7 +534,8 @@ def runtime_findings(
     for rule in RUNTIME_RULES:
         yield from rule(job, settings)
     nodes = sum(r.instances for r in job.roles if r.name in settings.participating)
-    yield from gang_allocation(job, nodes, "paijob-runtime's training world", ("extras", "gangAllocation"))
+    if not any(call.min_nodes for call in settings.calls):  # --min-nodes: gang allocation off is the point
+        yield from gang_allocation(job, nodes, "paijob-runtime's training world", ("extras", "gangAllocation"))
 
 
 def mpi_findings(job: Job) -> Iterator[Finding]:

@@ -135,3 +135,22 @@ def test_a_role_name_openpai_v1_6_cannot_find_fails_at_start_as_its_init_contain
     assert "looked up as 'workera'" in task["containerExitDiagnostics"]
     log = client.read_log(client.log_locations(job_id, 0, "Worker_A", 0, 0)["all"]).data.decode()
     assert "the command ran" not in log and "--openpai-before-1.6" in log
+
+
+def test_paijob_logs_attempt_reads_an_earlier_attempts_logs_as_status_attempt_does(
+        server: LocalServer, client: PaiClient, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    flag = tmp_path / "once"
+    job_id = client.submit(job_yaml("attempts", [
+        f"if [ ! -e {flag} ]; then touch {flag}; echo first attempt; exit 143; fi", "echo second attempt"]))
+    assert wait(client, job_id)["jobStatus"]["state"] == "SUCCEEDED"
+    monkeypatch.setenv("SRV_TOKEN", TOKEN)
+    profiles.add("srv", server.url, user=local_user(), token_env="SRV_TOKEN")
+    assert cli.main(["logs", "attempts", "-c", "srv", "--attempt", "0", "--no-prefix"]) == 0
+    out = capsys.readouterr().out
+    assert "first attempt" in out and "second attempt" not in out
+    assert cli.main(["logs", "attempts", "-c", "srv", "--attempt", "1", "--no-prefix"]) == 0
+    out = capsys.readouterr().out
+    assert "second attempt" in out and "first attempt" not in out
+    assert cli.main(["logs", "attempts", "-c", "srv", "--attempt", "1", "-f"]) == 2
+    assert "--attempt 1: give a job attempt" in capsys.readouterr().err

@@ -216,3 +216,32 @@ def test_the_slow_rank_doctors_record_is_served_and_printed_by_status(
     assert cluster.slow_rank(JOB, 0, PLAN, running=False) is None
     path.write_text(record.to_json())  # unsigned: a record the job wrote where it knows the runtime writes
     assert cluster.slow_rank(JOB, 0, PLAN, running=False) is None
+
+
+def test_the_restarts_node_0_kept_are_served_and_printed_by_status(
+        cluster: LocalCluster, capsys: pytest.CaptureFixture[str]) -> None:
+    from paijob.commands.status import print_status
+    from paijob.common.records import RestartRecord
+    from paijob.local.processes import RESTARTS_NAME
+
+    told = [RestartRecord(number=1, limit=2, cause="worker rank 1 (node rank 1, local rank 0) failed with exit code "
+                          "1: ValueError: bad batch (train.py:42 in step)", exit_code=1, nodes=2, world_size=4,
+                          lost_s=6.25, time=time.time(), signature="ValueError: bad batch at train.py:42 in step"),
+            RestartRecord(number=2, limit=2, cause="hang: no rank made progress for 601s", exit_code=124, nodes=2,
+                          world_size=4, lost_s=12.0, time=time.time(), signature="hang at train.py:57")]
+    path = stall_file(cluster, "worker-0").parent / RESTARTS_NAME
+    key = task_key(path)
+    path.write_text(records.restarts_text(told, key))
+    served = cluster.restarts(JOB, 0, PLAN)
+    assert served == [r.as_json() for r in told]
+    detail = {"jobStatus": {"state": "SUCCEEDED", "paijobRestarts": served}, "taskRoles": {}}
+    print_status(detail, JOB)
+    out = capsys.readouterr().out
+    assert ("restarts   restart 1 of 2 after worker rank 1 (node rank 1, local rank 0) failed with exit code 1: "
+            "ValueError: bad batch (train.py:42 in step); 2 node(s), world size 4; 6.2s from the failure to the new "
+            "workers\n") in out
+    assert "           restart 2 of 2 after hang: no rank made progress for 601s; 2 node(s), world size 4; " in out
+    path.write_text(records.restarts_text(told))  # unsigned: the job's own
+    assert cluster.restarts(JOB, 0, PLAN) == []
+    path.write_text(records.restarts_text(told, key).replace('"number": 1', '"number": true'))
+    assert cluster.restarts(JOB, 0, PLAN) == []

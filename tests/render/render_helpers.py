@@ -40,6 +40,9 @@ GOLDEN_CASES: dict[str, dict[str, list[str]]] = {
             "infiniband=true",
             "description=A job with every option",
         ],
+        # restarts inside the attempt, and 3 of 4 nodes may go on without the 4th: gang allocation off,
+        # minFailedInstances 2, the task retried alone
+        "recovery": [*BIG, "maxRestarts=2", "minNodes=3", "taskRetryCount=2"],
     },
     "apex": {"1x1": ["instances=1", "gpu=1"], "4x8": [*BIG, "optLevel=O1"]},
     "horovod": {

@@ -300,3 +300,96 @@ def test_a_slow_rank_records_limits_are_exact(tmp_path: Path):
     assert read_slow(path, running=False) is None  # one byte more: refused unread
     path.write_text("not json")
     assert read_slow(path, running=False) is None
+
+
+def _restart(number: int = 1, **fields: object) -> records.RestartRecord:
+    values: dict[str, object] = {"number": number, "limit": 2, "cause": "worker rank 1 failed", "exit_code": 1,
+                                 "nodes": 2, "world_size": 4, "lost_s": 3.5, "time": 1000.0,
+                                 "signature": "ValueError: x at t.py:3", **fields}
+    return records.RestartRecord(**values)  # type: ignore[arg-type]
+
+
+def test_a_restart_record_is_a_log_line_of_its_own_kind_read_only_in_its_exact_form(tmp_path: Path):
+    told = _restart(cause="worker rank 1 failed\x1b[2J with exit code 1", signature="x\x1b[2J")
+    assert told.cause == "worker rank 1 failed\\x1b[2J with exit code 1" and told.signature == "x\\x1b[2J"
+    line, other = records.restart_line(told, key="k"), records.restart_line(_restart(7))
+    noise = [records.MARKER + "{not json", records.MARKER + "[1, 2]", failure_line(FailureRecord(0, 1, "x")),
+             "#" * len(records.MARKER) + line[len(records.MARKER):], f"[rank0]: {line}"]
+    log = "\n".join([*noise, line, other]) + "\n"
+    assert records.restarts_in(log, key="k") == [told]  # unsigned (7): not the runtime's where a key is held
+    assert records.restarts_in(log) == [told, _restart(7)]
+    assert records.last_failure(line) is None  # a restart is not why a task failed
+
+
+@pytest.mark.parametrize(("change", "taken"), [
+    ({}, True), ({"signature": None}, True), ({"lost_s": 0}, True), ({"lost_s": -0.1}, False),
+    ({"lost_s": float("nan")}, False), ({"number": -1}, False), ({"nodes": True}, False),
+    ({"cause": "x" * 400}, True), ({"cause": "x" * 401}, False), ({"cause": "a\tb"}, False),
+    ({"exit_code": 65535}, True), ({"exit_code": 65536}, False), ({"exit_code": -65535}, True),
+    ({"exit_code": -65536}, False), ({"exit_code": True}, False), ({"exit_code": 1.0}, False),
+    ({"extra": 1}, False), ({"v": 2}, False), ({"kind": "failure"}, False),
+])
+def test_a_restart_record_takes_exactly_its_fields(change: dict[str, object], taken: bool) -> None:
+    data = {**_restart().as_json(), **change}
+    if taken:
+        assert records.RestartRecord.from_json(data).as_json() == {**data, "lost_s": float(data["lost_s"])}  # type: ignore[arg-type]
+    else:
+        with pytest.raises(RecordError):
+            records.RestartRecord.from_json(data)
+    with pytest.raises(RecordError, match="not a version-1 restart record"):
+        records.RestartRecord.from_json([data])
+
+
+def test_a_restart_line_of_4096_characters_is_read_and_a_longer_one_is_not() -> None:
+    line = records.restart_line(_restart())
+    fitting = line[:-1] + " " * (records.MAX_LINE - len(line)) + "}"
+    assert len(fitting) == records.MAX_LINE and records.restarts_in(fitting) == [_restart()]
+    assert records.restarts_in(fitting[:-1] + " }") == []
+
+
+def test_the_restarts_file_keeps_the_last_128_and_is_read_in_its_exact_form_only(tmp_path: Path) -> None:
+    path = tmp_path / "restarts.json"
+    path.write_text(records.restarts_text([_restart(n) for n in range(1, 131)], key="k"))
+    kept = records.read_restarts(path, key="k")
+    assert [r.number for r in kept] == list(range(3, 131))
+    assert records.read_restarts(path, key="other") == [] and records.read_restarts(tmp_path / "none") == []
+    good = {"v": 1, "kind": "restarts", "restarts": [_restart().as_json()]}
+    for wrong in ({"v": 2}, {"kind": "restart"}, {"extra": 1}, {"restarts": {}}, {"restarts": [{}]},
+                  {"restarts": [_restart().as_json()] * 129}):
+        path.write_text(json.dumps({**good, **wrong}))
+        assert records.read_restarts(path) == [], wrong
+    path.write_text(json.dumps({**good, "restarts": [_restart().as_json()] * 128}))
+    assert len(records.read_restarts(path)) == 128
+    text = json.dumps(good)
+    path.write_text(text + " " * (256 * 1024 - len(text)))  # the file's limit: 256 KiB
+    assert records.read_restarts(path) == [_restart()]
+    path.write_text(text + " " * (256 * 1024 - len(text) + 1))
+    assert records.read_restarts(path) == []
+
+
+def test_a_failure_records_where_is_one_printable_line() -> None:
+    assert FailureRecord(0, 1, "x", where="t.py:3\x1b[2J in f").where == "t.py:3\\x1b[2J in f"
+
+
+def test_a_record_served_as_data_is_refused_past_its_depth_and_as_text_unless_json(tmp_path: Path) -> None:
+    from paijob.common import untrusted
+
+    deep: dict[str, object] = {}
+    for _ in range(untrusted.MAX_DEPTH + 1):
+        deep = {"x": deep}
+    with pytest.raises(RecordError, match="nested too deep"):
+        StallRecord.from_json(deep)
+    shallow: dict[str, object] = {}
+    for _ in range(untrusted.MAX_DEPTH - 1):
+        shallow = {"x": shallow}
+    with pytest.raises(RecordError, match="not a version-1 stall record"):
+        StallRecord.from_json(shallow)
+    with pytest.raises(RecordError, match="not JSON"):
+        StallRecord.from_json("{not json")
+    path = tmp_path / "stall.json"
+    path.write_text("[1, 2]")
+    assert records.read_stall(path) is None
+    path.write_text(StallRecord((1,), 30, 1060.0).to_json())
+    assert records.read_stall(path, now=1000.0) == StallRecord((1,), 30, 1060.0)  # a minute of clock skew
+    path.write_text(StallRecord((1,), 30, 1060.5).to_json())
+    assert records.read_stall(path, now=1000.0) is None

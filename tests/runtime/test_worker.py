@@ -289,6 +289,28 @@ def test_a_knock_on_error_is_held_back_until_the_launcher_stops_the_worker(tmp_p
     assert "Traceback" not in err and "Connection closed by peer" not in err
 
 
+def test_a_held_knock_on_stops_at_once_while_its_calls_are_still_being_read(tmp_path: Path):
+    """Reading the recorder's calls ahead (torch's first dump takes seconds under load, in C++) runs beside the
+    hold: a SIGTERM (a stop, a restart) ends the worker at once, not once the read is done."""
+    (tmp_path / "peer_gone.py").write_text(
+        "import time\nimport paijob.runtime.watch.worker as watched\n"
+        "watched.prepare_answer = lambda: time.sleep(60)  # a read that takes its time\n"
+        "print('started', flush=True)\n"
+        "raise RuntimeError('Connection closed by peer [10.0.0.2]:5000')\n"
+    )
+    env = base_env()
+    env["PAIJOB_KNOCK_ON_HOLD"] = "60"
+    proc = subprocess.Popen([*WORKER, "peer_gone.py"], env=env, cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout is not None and proc.stdout.readline() == "started\n"
+    deadline = time.monotonic() + 30
+    while proc.poll() is None and not _sleeping(proc.pid):
+        assert time.monotonic() < deadline
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=20)  # the read alone would take 60 s
+    assert proc.returncode == -signal.SIGTERM and "Traceback" not in err
+
+
 def test_a_primary_error_is_printed_at_once_even_with_a_hold(tmp_path: Path):
     env = base_env()
     env["PAIJOB_KNOCK_ON_HOLD"] = "60"

@@ -521,3 +521,57 @@ def test_commands_are_rendered_only_for_a_job_that_passed_the_schema() -> None:
     unclosed = edit("train.py --epochs 1", "train.py <% $parameters.x")
     assert "Unclosed tag" in only(check(unclosed)).message
     assert [p.message for p in check(edit("type: job", "type: nojob", unclosed)).errors if "Unclosed" in p.message] == []
+
+
+RUN = "      - paijob-runtime train --port-label SynPort train.py --epochs 1\n"
+
+
+def _recovery(options: str, extra: str = "", role: str = "") -> ValidationReport:
+    text = edit(RUN, f"      - paijob-runtime train --port-label SynPort {options} train.py --epochs 1\n")
+    if role:
+        text = edit("    instances: 4\n", "    instances: 4\n" + role, text)
+    return check(text + extra)
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    ("--max-restarts -1", "--max-restarts must be a whole number of restarts from 0 to 100, got '-1'"),
+    ("--max-restarts abc", "got 'abc'"),
+    ("--max-restarts 100000", "--max-restarts 100000 is more than 100 restarts in one attempt"),
+    ("--min-nodes 0 --max-restarts 1", "--min-nodes must be a whole number of nodes, at least 1, got '0'"),
+    ("--mode per-node --max-restarts 2", "need --mode per-gpu"),
+])
+def test_a_recovery_option_paijob_runtime_refuses_is_an_error_of_its_command(options: str, message: str) -> None:
+    problem = only(_recovery(options))
+    assert problem.dotted_path == "taskRoles.worker.commands[0]" and message in problem.message, problem.message
+
+
+def test_max_restarts_alone_is_valid() -> None:
+    report = _recovery("--max-restarts 2")
+    assert report.ok and not report.problems, report.formatted_problems()
+
+
+GANG_OFF = "extras:\n  gangAllocation: false\n"
+
+
+def test_min_nodes_needs_what_openpai_needs_to_let_one_task_fail_alone() -> None:
+    report = _recovery("--max-restarts 2 --min-nodes 3")
+    errors = {p.dotted_path: p.message for p in report.problems if p.severity == ERROR}
+    where = "taskRoles.worker.completion.minFailedInstances"
+    assert set(errors) == {"extras.gangAllocation", where}, report.formatted_problems()
+    assert "needs extras.gangAllocation: false" in errors["extras.gangAllocation"]
+    assert "completion.minFailedInstances: 2 (is 1)" in errors[where]
+    report = _recovery("--max-restarts 2 --min-nodes 3", GANG_OFF, "    completion:\n      minFailedInstances: 2\n")
+    assert report.ok and not report.problems, report.formatted_problems()  # no gang warning either: it is the point
+    report = _recovery("--max-restarts 2 --min-nodes 2", GANG_OFF, "    completion:\n      minFailedInstances: 2\n")
+    assert "completion.minFailedInstances: 3 (is 2)" in only(report).message
+    report = _recovery("--max-restarts 2 --min-nodes 1", GANG_OFF, "    completion:\n      minFailedInstances: -1\n")
+    assert report.ok, report.formatted_problems()  # -1: the attempt never fails by its count
+    report = _recovery("--max-restarts 2 --min-nodes 4")  # every node: nothing may be lost, nothing to render
+    assert report.ok and not report.problems, report.formatted_problems()
+
+
+def test_min_nodes_above_the_task_count_or_without_restarts_is_an_error() -> None:
+    problem = only(_recovery("--max-restarts 2 --min-nodes 5"))
+    assert "--min-nodes 5 is more than the 4 task(s) of the training world" in problem.message
+    report = _recovery("--min-nodes 3", GANG_OFF, "    completion:\n      minFailedInstances: 2\n")
+    assert "--min-nodes 3 needs --max-restarts 1 or more" in only(report).message

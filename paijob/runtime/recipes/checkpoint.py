@@ -46,31 +46,37 @@ def checkpoint_name(epoch: int, step: int) -> str:
 
 
 class _HashingWriter:
-    def __init__(self, handle: Any) -> None:
+    def __init__(self, handle: Any, die_after: int | None = None) -> None:
         self.handle = handle
         self.digest = hashlib.sha256()
         self.size = 0
+        self.die_after = die_after  # fault injection: the process dies (as by SIGKILL) past this many bytes
 
     def write(self, data: Any) -> int:
         view = memoryview(data)
         self.digest.update(view)
         self.size += view.nbytes
-        return self.handle.write(view)
+        written = self.handle.write(view)
+        if self.die_after is not None and self.size >= self.die_after:
+            self.handle.flush()
+            os._exit(137)  # a crash halfway through the write: the temporary file stays, unfinished
+        return written
 
     def flush(self) -> None:
         self.handle.flush()
 
 
 def save_checkpoint(folder: str | os.PathLike[str], epoch: int, step: int, state: dict[str, Any],
-                    keep: int = 3) -> Path:
-    """Write ``state`` atomically as the checkpoint for resume position (epoch, step); rotate."""
+                    keep: int = 3, die_after: int | None = None) -> Path:
+    """Write ``state`` atomically as the checkpoint for resume position (epoch, step); rotate. ``die_after``:
+    fault injection (``PAIJOB_FAULT_AT``'s ``save``), the process dies past that many bytes of it."""
     base = Path(folder)
     base.mkdir(parents=True, exist_ok=True)
     path = base / checkpoint_name(epoch, step)
     holder: dict[str, _HashingWriter] = {}
 
     def write(handle: Any) -> None:
-        writer = _HashingWriter(handle)
+        writer = _HashingWriter(handle, die_after)
         holder["w"] = writer
         torch.save(state, writer)  # type: ignore[arg-type]
 

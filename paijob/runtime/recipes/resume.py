@@ -22,14 +22,17 @@ from paijob.runtime.recipes.distributed import DistInfo, all_min_flag
 from paijob.runtime.recipes.state import Model, RunState
 
 log = logging.getLogger("paijob.recipes")
+DIE_AFTER_BYTES = 4096  # PAIJOB_FAULT_AT's "save": bytes of the checkpoint written before the process dies
 
 
 class Checkpoints:
     """A checkpoint of the run at (epoch, step): every rank's RNG, rank 0 writes, all wait."""
 
-    def __init__(self, folder: Path, recipe: Recipe, cfg: TrainConfig, info: DistInfo, model: Model) -> None:
+    def __init__(self, folder: Path, recipe: Recipe, cfg: TrainConfig, info: DistInfo, model: Model,
+                 fault: tuple[int, int, str] | None = None) -> None:
         self.folder = folder
         self.recipe, self.cfg, self.info, self.model = recipe, cfg, info, model
+        self.fault = fault  # PAIJOB_FAULT_AT's "save": this process dies halfway through that checkpoint
 
     def save(self, epoch: int, step: int, history: list[dict[str, Any]]) -> Path | None:
         info = self.info
@@ -50,7 +53,9 @@ class Checkpoints:
                 "history": history, "world_size": info.world_size,
                 "precision": model.policy.spec.text,
             }
-            path = ckpt.save_checkpoint(self.folder, epoch, step, state, keep=self.cfg.keep_checkpoints)
+            dies = self.fault is not None and self.fault == (epoch, step, "save")
+            path = ckpt.save_checkpoint(self.folder, epoch, step, state, keep=self.cfg.keep_checkpoints,
+                                        die_after=DIE_AFTER_BYTES if dies else None)
         if info.distributed:
             dist.barrier()
         return path

@@ -65,11 +65,16 @@ class StopRequest:
 
 
 def _fault_hook() -> tuple[int, int, str] | None:
-    """``PAIJOB_FAULT_AT=EPOCH:STEP[:term|kill]``: fault injection for resume tests."""
+    """``PAIJOB_FAULT_AT=EPOCH:STEP[:term|kill|save][:RANK]``: fault injection for resume tests: SIGTERM, or
+    death as by SIGKILL, at that step, or death halfway through writing the checkpoint that resumes there
+    (``save``); on rank ``RANK`` only, where given; in the first start only (``TORCHELASTIC_RESTART_COUNT``
+    0: a restart by paijob-runtime's ``--max-restarts`` runs clean)."""
     text = os.environ.get(contract.FAULT_AT)
-    if not text:
+    if not text or os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") != "0":
         return None
     parts = text.split(":")
+    if len(parts) > 3 and parts[3] != os.environ.get("RANK", "0"):
+        return None
     return int(parts[0]), int(parts[1]), (parts[2] if len(parts) > 2 else "kill")
 
 
@@ -205,7 +210,7 @@ def set_up(recipe: Recipe, cfg: TrainConfig) -> tuple[Run, RunState]:
         sampler=sampler,
         eval_plan=padded_eval_plan(len(test_set), info.rank, info.world_size, cfg.batch_size, cfg.eval_steps),
         prepare=prepare, in_memory=in_memory, out_dir=out_dir,
-        checkpoints=Checkpoints(out_dir / "checkpoints", recipe, cfg, info, model),
+        checkpoints=Checkpoints(out_dir / "checkpoints", recipe, cfg, info, model, fault=_fault_hook()),
         progress=Progress(info.is_main), writer=_tensorboard(out_dir) if info.is_main else None,
         guard=DivergenceGuard(cfg.max_nonfinite_steps, info.device),
     )

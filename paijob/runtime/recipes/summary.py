@@ -57,6 +57,8 @@ def summarise(run: Run, state: RunState, wall_seconds: float) -> dict[str, Any]:
         "step_time_s": [{"rank": rank, **times} for rank, (_digest, times) in enumerate(gathered)],
         # the slow-rank doctor's last verdict while the run trained (None: it named no straggler)
         "slow_rank": slow_rank(),
+        # paijob-runtime's restarts of the workers inside the attempt (--max-restarts): which, after what
+        "restarts": restarts(),
         "wall_time_s": wall_seconds,
         "resumed_from": state.resumed_from,
         "checkpoint": str(state.last_checkpoint) if state.last_checkpoint else None,
@@ -80,6 +82,15 @@ def slow_rank(environ: Mapping[str, str] = os.environ) -> dict[str, Any] | None:
         return None
     record = records.read_slow(os.path.join(folder, contract.SLOW_VERDICT_NAME), running=False)
     return record.as_json() if record is not None else None
+
+
+def restarts(environ: Mapping[str, str] = os.environ) -> list[dict[str, Any]]:
+    """Rank 0 (on node 0, which keeps them): paijob-runtime's restarts of this attempt's workers, each with its
+    cause and the seconds it cost, as ``paijob status`` lists them; [] when none (or no hang watch)."""
+    folder = environ.get(contract.HANG_DIR)
+    if not folder:
+        return []
+    return [record.as_json() for record in records.read_restarts(os.path.join(folder, contract.RESTARTS_NAME))]
 
 
 def publish_summary(run: Run, summary: dict[str, Any]) -> None:

@@ -17,7 +17,17 @@ key                                written by                          read by
 ``paijob/stacks/wanted``           node 0, or SIGUSR1 on any node      every node's hang doctor
 ``paijob/stacks/<node>/<request>`` every node's hang doctor            node 0 (the stacks file)
 ``paijob/clock/<node>/...``        node k asks, node 0 answers         :mod:`paijob.runtime.watch.slow.clock`
+``paijob/round/<r>/end``           node 0, once round r failed         every node (restart or end, and why)
+``paijob/round/<r>/arrived/<n>``   node n, its workers stopped         node 0 (the restart barrier)
+``paijob/round/<r>/go``            node 0, every node arrived          every node (round r's nodes, its port)
+``paijob/round/current``           node 0, as each round starts        a node that starts late (joins the next)
 =================================  ==================================  ====================================
+
+**Rounds.** A restart (``--max-restarts``) starts round r of the workers inside the same attempt. Everything
+a round's workers and doctors say goes under keys of that round (:func:`round_key`: round 0 as above, round r
+under ``paijob/r<r>/...``), the failure records of the node watch too
+(:mod:`paijob.runtime.watch.node.liveness`): what round r said never reaches round r+1, whose doctors start
+afresh. The round's own keys (its end, the barrier) are the only ones written across rounds.
 
 A single-node job shares nothing: :class:`Channel` is the quiet one. No torch import: the store is anything
 with TCPStore's ``set``/``get``/``check``/``add``.
@@ -53,6 +63,10 @@ CALLS_KEY = "paijob/calls/{node}"  # a node's ranks' recent collectives, for nod
 STACKS_WANTED_KEY = "paijob/stacks/wanted"  # a counter: SIGUSR1 or a verdict asks every node
 STACKS_REQUEST_KEY = "paijob/stacks/request/{request}"  # the signed marker that makes a request real
 STACKS_KEY = "paijob/stacks/{node}/{request}"
+ROUND_END_KEY = "paijob/round/{round}/end"  # node 0's word on how round <round> ended: a restart, or the end
+ROUND_ARRIVED_KEY = "paijob/round/{round}/arrived/{node}"  # node <node> stopped its workers, waits for round <round>
+ROUND_GO_KEY = "paijob/round/{round}/go"  # node 0: round <round> starts, with these nodes, its workers' store there
+ROUND_CURRENT_KEY = "paijob/round/current"  # node 0: the round the workers are at (absent: the first)
 MAX_VALUE = 4 << 20  # bytes of one value read back (a node's stacks of many ranks are the largest)
 MAX_CALLS = 1024  # collectives of one rank in a published calls value
 
@@ -120,6 +134,36 @@ class SignedStore:
 
     def add(self, name: str, amount: int) -> int:
         return int(self.store.add(name, amount))
+
+
+def round_key(round_number: int, key: str) -> str:
+    """``key`` (``paijob/...``) as round ``round_number`` of the workers writes it: round 0's keys as they are,
+    a later round's under ``paijob/r<round>/``, so no record or report of one round is read in the next."""
+    if round_number == 0 or not key.startswith("paijob/"):
+        return key
+    return f"paijob/r{round_number}/{key[len('paijob/'):]}"
+
+
+class RoundStore:
+    """The job's store as round ``round_number`` uses it: every key under :func:`round_key` (a
+    :class:`SignedStore` below binds each value's MAC to the round's key, so a value moved across rounds
+    is not believed either)."""
+
+    def __init__(self, store: Any, round_number: int) -> None:
+        self.store = store
+        self.round = round_number
+
+    def set(self, name: str, value: str | bytes) -> None:
+        self.store.set(round_key(self.round, name), value)
+
+    def get(self, name: str) -> Any:
+        return self.store.get(round_key(self.round, name))
+
+    def check(self, names: list[str]) -> bool:
+        return bool(self.store.check([round_key(self.round, name) for name in names]))
+
+    def add(self, name: str, amount: int) -> int:
+        return int(self.store.add(round_key(self.round, name), amount))
 
 
 class Channel:

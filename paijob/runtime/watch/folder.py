@@ -17,7 +17,11 @@ file                   written by                    read by
 ``calls.request``      the failure account           every sampler (answers once, with its nonce)
 ``fork<pid>.json``     a DataLoader worker's thread  the hang doctor (the worker a rank waits for)
 ``slow-verdict.json``  node 0's slow-rank doctor     rank 0's recipe summary
+``restarts.json``      node 0's launcher, each restart rank 0's recipe summary
 =====================  ============================  ==================================================
+
+A restart (``--max-restarts``) clears the workers' files (:func:`clear_round`): the new workers write their own,
+and nothing a stopped worker wrote is read as theirs; node 0's two records stay.
 
 No torch import.
 """
@@ -104,6 +108,20 @@ def read_stack_dump(folder: str, rank: int) -> str:
     """What faulthandler's watchdog wrote for ``rank`` (its sampler missed a few samples); "" when none."""
     data = read_file(stack_path(folder, rank))
     return data.decode("utf-8", "replace").strip() if data else ""
+
+
+def clear_round(folder: str) -> None:
+    """Remove every file the workers of the round that ended wrote or were asked for (their reports, stacks,
+    evidence, error records, answers, the request, their forks'); node 0's records (the slow-rank verdict, the
+    restarts) stay."""
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return
+    for name in names:
+        if name.startswith(("rank", "fork")) or name == REQUEST_FILE or name.endswith(".tmp"):
+            with contextlib.suppress(OSError):
+                os.unlink(os.path.join(folder, name))
 
 
 def write_request(folder: str) -> None:

@@ -34,11 +34,13 @@ from collections.abc import Callable, Mapping
 from typing import Any, Protocol, runtime_checkable
 
 from paijob.common import contract, exitcodes
+from paijob.common.records import RestartRecord, restart_line, restarts_text
 from paijob.runtime import held
 from paijob.runtime.config import HangSettings, LaunchConfig
 from paijob.runtime.failure import Failure, choose_root_cause, stopped_by_signal
 from paijob.runtime.netif import task_address
-from paijob.runtime.watch.channel import Channel, NodeSeal, SignedStore, StoreChannel
+from paijob.runtime.watch.channel import Channel, NodeSeal, RoundStore, SignedStore, StoreChannel
+from paijob.runtime.watch.folder import clear_round, write_new
 from paijob.runtime.watch.hang.doctor import HangWatch
 from paijob.runtime.watch.hang.stacks import stacks_folder
 from paijob.runtime.watch.hang.verdict import waiting_phrase
@@ -46,9 +48,18 @@ from paijob.runtime.watch.lifecycle import Watchers
 from paijob.runtime.watch.node.accounting import ACCOUNT_WAIT, Accounting, read_tail
 from paijob.runtime.watch.node.believed import Launched
 from paijob.runtime.watch.node.eyes import Eyes, NodeTick
-from paijob.runtime.watch.node.liveness import NodeWatch, first_line
+from paijob.runtime.watch.node.liveness import (
+    DONE_KEY,
+    RECOVERING,
+    RELEASED_KEY,
+    STORE_OP_TIMEOUT,
+    NodeWatch,
+    first_line,
+)
 from paijob.runtime.watch.node.notice import ABORT, ACCOUNT, read_notice, serve_notice
 from paijob.runtime.watch.node.portwatch import MasterPortWatch
+from paijob.runtime.watch.node.restarts import Decision, decide, signature
+from paijob.runtime.watch.node.rounds import NotJoined, RoundPlan, Rounds
 from paijob.runtime.watch.node.storelink import StoreLink, store_client
 from paijob.runtime.watch.node.workers import WorkerGroup
 from paijob.runtime.watch.seal import KeyBox
@@ -57,7 +68,7 @@ from paijob.runtime.watch.slow.doctor import SlowDoctor
 
 # What a launcher may take from the watch besides its health: the failure record's helpers a launcher's
 # own messages use, and what node 0's notice says before the watchers start.
-__all__ = ["AgentHealth", "NodeHealth", "ProcessHealth", "agent_health", "first_line", "host_name",
+__all__ = ["AgentHealth", "NodeHealth", "NotJoined", "ProcessHealth", "RoundPlan", "agent_health", "first_line", "host_name",
            "node_0_notice", "process_health", "read_tail"]
 
 NOTICE_LINGER = 30.0  # per-node: how long node 0 answers the waiting nodes after a diagnosis
@@ -129,6 +140,22 @@ class AgentHealth(NodeHealth, Protocol):
 
     def stopped_by(self, signum: int) -> int:
         """torch stopped the workers for ``signum``: the other nodes are told; the node's exit code."""
+        ...
+
+    def restart(self, round_number: int, host_store: Callable[[], int]) -> RoundPlan | None:
+        """This node's workers of round ``round_number`` failed (or were stopped for a verdict) and are stopped:
+        the next round's plan once every node of it is there (``host_store()``: node 0 starts the new workers'
+        store, its port); None: no restart, the job ends (:meth:`explain_failure` gives the root cause)."""
+        ...
+
+    def restarted(self) -> None:
+        """The new round's workers started: the restart is told (node 0: its line and its record)."""
+        ...
+
+    def late_start(self) -> RoundPlan | NotJoined | None:
+        """A node other than 0, connected to the job's store before its first rendezvous: None when the job is
+        at its first round (start as usual); else it waits to join at the next restart: that round's plan, or
+        how it ends without joining (the job finished, failed, or lost node 0)."""
         ...
 
 
@@ -212,30 +239,65 @@ def host_name(environ: Mapping[str, str]) -> str:
 
 
 class Doctors:
-    """The node's eyes on its workers and both doctors they feed, built alike in every mode."""
+    """The node's eyes on its workers and both doctors they feed, built alike in every mode; a restart
+    (:meth:`new_round`) gives the new workers new doctors, fed by the same eyes."""
 
     def __init__(self, settings: WatchSettings, folder: str, launched: Launched, *, channel: Channel,
                  declare: Callable[[Failure], None], say: Callable[[str], None], node_rank: int, nnodes: int,
                  world_size: int, accounts: bool = False) -> None:
         host = host_name(os.environ)
+        self.settings, self.folder, self.host = settings, folder, host
+        self._declare, self._say, self._accounts = declare, say, accounts
         self.eyes = Eyes(folder, node_rank=node_rank, host=host, interval=settings.hang.interval,
                          launched=launched, say=say)
-        self.hang = HangWatch(
-            settings.hang, folder=folder, node_rank=node_rank, nnodes=nnodes, world_size=world_size, host=host,
-            stacks_dir=stacks_folder(settings.log_dir, os.environ), channel=channel, declare=declare, say=say,
-            eyes=self.eyes.look, accounts=accounts, stall_file=settings.stall_file,
-            record_key=settings.record_key, sealed_by=self.eyes.sealed_by) if settings.hang.enabled else None
-        self.slow = SlowDoctor(node_rank=node_rank, nnodes=nnodes, world_size=world_size, folder=folder,
-                               say=say, publish=channel.publish_slow, gather=channel.gather_slow,
-                               get=channel.get_text, put=channel.set_text,
-                               record_file=settings.slow_file, record_key=settings.record_key,
-                               sealed_by=self.eyes.sealed_by)
+        self.hang, self.slow = self._doctors(channel, node_rank, nnodes, world_size)
         self.tick = NodeTick(self.eyes, [d for d in (self.hang, self.slow) if d is not None], say)
+
+    def _doctors(self, channel: Channel, node_rank: int, nnodes: int, world_size: int
+                 ) -> tuple[HangWatch | None, SlowDoctor]:
+        settings, folder, host, say = self.settings, self.folder, self.host, self._say
+        hang = HangWatch(
+            settings.hang, folder=folder, node_rank=node_rank, nnodes=nnodes, world_size=world_size, host=host,
+            stacks_dir=stacks_folder(settings.log_dir, os.environ), channel=channel, declare=self._declare, say=say,
+            eyes=self.eyes.look, accounts=self._accounts, stall_file=settings.stall_file,
+            record_key=settings.record_key, sealed_by=self.eyes.sealed_by) if settings.hang.enabled else None
+        slow = SlowDoctor(node_rank=node_rank, nnodes=nnodes, world_size=world_size, folder=folder,
+                          say=say, publish=channel.publish_slow, gather=channel.gather_slow,
+                          get=channel.get_text, put=channel.set_text,
+                          record_file=settings.slow_file, record_key=settings.record_key,
+                          sealed_by=self.eyes.sealed_by)
+        return hang, slow
+
+    def new_round(self, channel: Channel, *, node_rank: int, nnodes: int, world_size: int) -> None:
+        """A restart: the old workers' files go, both doctors start afresh on the new workers (their first
+        step is judged as a first step again), and the slow-rank doctor keeps the run's worst straggler."""
+        clear_round(self.folder)
+        self.eyes.node_rank = node_rank  # the node's rank in the round (fewer nodes after a lost one: --min-nodes)
+        worst = self.slow.worst
+        self.hang, self.slow = self._doctors(channel, node_rank, nnodes, world_size)
+        self.slow.worst = worst
+        self.tick.doctors = [d for d in (self.hang, self.slow) if d is not None]
 
     def watchers(self) -> tuple[Any, ...]:
         """In start order: the tick first; stopped and finished in reverse (the slow-rank doctor's final
         summary before the folder goes with the eyes)."""
-        return (self.tick, self.hang, self.slow)
+        return (self.tick, self)
+
+    # both doctors as one watcher of the node (a restart swaps them; the node's group keeps this one)
+    def start(self) -> None:
+        if self.hang is not None:
+            self.hang.start()
+        self.slow.start()
+
+    def stop(self) -> None:
+        self.slow.stop()
+        if self.hang is not None:
+            self.hang.stop()
+
+    def finish(self) -> None:
+        self.slow.finish()
+        if self.hang is not None:
+            self.hang.finish()
 
 
 class OneProcessHealth:
@@ -409,13 +471,21 @@ class PerGpuHealth:
         seal = self.seal
         self.node = NodeWatch(settings, connect=lambda: SignedStore(connect(), seal), end_node=end_node, say=say,
                               who=who)
+        self.workers, self.folder = workers, folder
         self.doctors = self._doctors(workers, folder) if folder else None
         self.hang = self.doctors.hang if self.doctors is not None else None
-        self.accounting = Accounting(workers, self.node, nnodes=settings.nnodes, world_size=settings.world_size,
-                                     hang=self.hang, folder=folder,
-                                     sealed_by=self.doctors.eyes.sealed_by if self.doctors else None,
-                                     primary_wait=settings.heartbeat_timeout + 5.0)
+        self.accounting = self._accounting(settings.nnodes, settings.world_size)
         self._watchers = Watchers(self.node, *(self.doctors.watchers() if self.doctors else ()))
+        self.rounds = Rounds(self.node)
+        self.round = 0  # the round of the workers: each restart starts the next
+        self.plan: RoundPlan | None = None  # the round's nodes and store, from the first restart on
+        self.history: list[RestartRecord] = []  # the restarts so far (node 0 compares a failure with the last)
+        self._decided: tuple[Failure, Decision] | None = None  # the round that failed: its root cause, node 0's word
+
+    def _accounting(self, nnodes: int, world_size: int) -> Accounting:
+        return Accounting(self.workers, self.node, nnodes=nnodes, world_size=world_size, hang=self.hang,
+                          folder=self.folder, sealed_by=self.doctors.eyes.sealed_by if self.doctors else None,
+                          primary_wait=self.settings.heartbeat_timeout + 5.0)
 
     def _doctors(self, workers: WorkerGroup, folder: str) -> Doctors:
         """The workers' samplers report into ``folder`` (named in their environment:
@@ -454,7 +524,10 @@ class PerGpuHealth:
         self.node.enter("exit barrier")
 
     def barrier_passed(self) -> None:
-        self.node.release()
+        waiting = []
+        if self.settings.node_rank == 0 and self.plan is not None:  # nodes that came back wait to join: tell them
+            waiting = self.rounds.waiting(self.round + 1, self.plan.nodes)
+        self.node.release(waiting=len(waiting))
 
     def ended(self) -> None:
         self.node.close()
@@ -476,9 +549,15 @@ class PerGpuHealth:
         self.accounting.before_workers_stop()
 
     def explain_failure(self) -> Failure | None:
-        """The root cause, once this node's workers failed or were stopped for a peer; then this
-        node is counted out (node 0, the store's host, lingers until the others read why)."""
-        root = self.accounting.root_cause()
+        """The root cause, once this node's workers failed or were stopped for a peer (after a restart was
+        refused: node 0's); then this node is counted out (node 0, the store's host, lingers until the others
+        read why)."""
+        if self._decided is not None:
+            root: Failure | None = self._decided[0]
+        else:
+            root = self.accounting.root_cause()
+            if self.settings.max_restarts and root is not None:
+                self._say(f"not restarting: no restart left (--max-restarts {self.settings.max_restarts} used)")
         self.node.finish_after_failure(linger=5.0)
         self.node.close()
         return root
@@ -502,3 +581,172 @@ class PerGpuHealth:
         self.node.close()
         self._say(stopped_by_signal(signum, f"node rank {settings.node_rank}'s {settings.nproc_per_node} worker(s)"))
         return exitcodes.from_signal(signum)
+
+    # -- restarts (--max-restarts) -------------------------------------------------------------
+    def restart(self, round_number: int, host_store: Callable[[], int]) -> RoundPlan | None:
+        settings = self.settings
+        wait = settings.heartbeat_timeout + ACCOUNT_WAIT + settings.grace_period + 30.0
+        limit = wait + settings.rendezvous_timeout + 60.0
+        self.node.enter(RECOVERING, deadline=limit, expired=lambda: self._infrastructure(
+            f"the restart after round {round_number} did not complete within {limit:.0f}s"))
+        root = self.accounting.root_cause() or self._infrastructure("the workers failed for an unknown reason")
+        decision, root = self._decide(round_number, root, wait)
+        self._decided = (root, decision)
+        if not decision.restart:
+            self._say(decision.why)
+            return None
+        plan = self._next_round(round_number + 1, decision, host_store)
+        if isinstance(plan, str):
+            self._say(f"not restarting: {plan}")
+            self._decided = (self._infrastructure(plan), decision)
+            return None
+        self._begin_round(plan)
+        return plan
+
+    def _infrastructure(self, reason: str) -> Failure:
+        return Failure(node_rank=self.settings.node_rank, rank=None, local_rank=None, returncode=None,
+                       secondary=False, time=time.time(), reason=reason)
+
+    def _decide(self, round_number: int, root: Failure, wait: float) -> tuple[Decision, Failure]:
+        """Node 0's decision on the failed round and its root cause (node 0 makes and tells it, every other
+        node reads it: every node tells the same story); no word from node 0: no restart."""
+        settings = self.settings
+        if settings.node_rank == 0 or settings.nnodes == 1:
+            decision = decide(root, done=round_number, max_restarts=settings.max_restarts, history=self.history,
+                              nnodes=settings.nnodes, lost=set(self.node.lost_nodes), finished=self._finished(),
+                              min_nodes=settings.min_nodes)
+            if settings.nnodes > 1:
+                self.rounds.tell_end(round_number, decision, root)
+            return decision, root
+        heard = self.rounds.hear_end(round_number, wait)
+        if heard is None:
+            found = choose_root_cause([root, *self.node.records()]) or root
+            return Decision(False, "not restarting: node rank 0 gave no word on the restart (see its log)"), found
+        return heard
+
+    def _finished(self) -> list[int]:
+        """Node 0: the nodes whose workers had succeeded (they wait in torch's exit barrier, and cannot start
+        again with the others)."""
+        def done(store: Any) -> list[int]:
+            return [node for node in range(self.settings.nnodes) if store.check([DONE_KEY.format(node=node)])]
+
+        return (self.node.call(done) or []) if self.settings.nnodes > 1 else []
+
+    def _next_round(self, round_number: int, decision: Decision, host_store: Callable[[], int]) -> RoundPlan | str:
+        """Every node of the next round arrived (node 0 waits, then starts its store and says go); its plan,
+        or why it does not start."""
+        settings = self.settings
+        if settings.nnodes == 1:
+            return RoundPlan(round_number, (0,), host_store(), 0)
+        self.rounds.arrive(round_number)
+        if settings.node_rank != 0:
+            return self.rounds.wait_go(round_number, timeout=settings.rendezvous_timeout + 30.0)
+        least = settings.min_nodes or settings.nnodes
+        nodes = self.rounds.gather(round_number, decision.nodes, timeout=float(settings.rendezvous_timeout),
+                                   enough=lambda arrived: len(arrived) >= least)
+        for node in set(nodes) - set(decision.nodes):
+            self.node.rejoined(node)
+            self._say(f"node rank {node} came back (its task was retried) and joins restart {round_number}")
+        if len(nodes) < least:
+            missing = ", ".join(str(node) for node in decision.nodes if node not in nodes)
+            reason = (f"node rank {missing} did not come back for restart {round_number} within --master-timeout "
+                      f"({settings.rendezvous_timeout}s)")
+            self.rounds.abort(round_number, reason)
+            return reason
+        port = host_store()
+        self.rounds.go(round_number, nodes, port)
+        return RoundPlan(round_number, nodes, port, 0)
+
+    def _begin_round(self, plan: RoundPlan) -> None:
+        """The watch on the new round: its failure records, its doctors, its account (in the round's keys)."""
+        settings, node = self.settings, self.node
+        self.round, self.plan = plan.round, plan
+        node.new_round(plan.round)
+        nnodes = len(plan.nodes)
+        world_size = nnodes * settings.nproc_per_node
+        if self.doctors is not None:
+            current = plan.round
+
+            def call(fn: Callable[[Any], Any], timeout: float = STORE_OP_TIMEOUT) -> Any:
+                return node.call(lambda store: fn(RoundStore(store, current)), timeout)
+
+            channel = StoreChannel(call) if nnodes > 1 else Channel()
+            self.doctors.new_round(channel, node_rank=plan.group_rank, nnodes=nnodes, world_size=world_size)
+            self.hang = self.doctors.hang
+            answer_stacks_requests(self.hang, self._say)
+        self.accounting = self._accounting(nnodes, world_size)
+
+    def restarted(self) -> None:
+        """Node 0 (every node says the line too): which restart of how many, after what, on which world, and
+        the seconds from the failure to the new workers' start; node 0 keeps its record."""
+        assert self._decided is not None and self.plan is not None, "restart() said restart"
+        root, decision = self._decided
+        self._decided = None
+        settings, plan = self.settings, self.plan
+        now = time.time()
+        record = RestartRecord(number=plan.round, limit=settings.max_restarts, cause=decision.why,
+                               exit_code=root.exit_code, nodes=len(plan.nodes),
+                               world_size=len(plan.nodes) * settings.nproc_per_node,
+                               lost_s=round(max(0.0, now - root.time), 1), time=now, signature=signature(root))
+        self.history.append(record)
+        self._say(f"restart {record.number} of {record.limit} after {record.cause}: every node's workers started "
+                  f"again ({record.nodes} node(s), world size {record.world_size}), {record.lost_s:.1f}s after "
+                  f"the failure; they resume from their last checkpoint, where the script keeps one")
+        if settings.node_rank == 0:
+            self._keep_restarts(record)
+
+    def _keep_restarts(self, record: RestartRecord) -> None:
+        """Node 0: the restart as a record in its log (what travels everywhere), and the list of the attempt's
+        restarts where the cluster asks and beside the workers' files (rank 0's summary)."""
+        key = self.settings.record_key
+        self._say(restart_line(record, key).removeprefix("paijob-runtime: "))  # the line says who it is
+        text = restarts_text(self.history, key)
+        for path in (self.settings.restarts_file, os.path.join(self.folder, contract.RESTARTS_NAME)
+                     if self.folder else None):
+            if path:
+                try:
+                    write_new(path, text)
+                except OSError:
+                    pass
+
+    def late_start(self) -> RoundPlan | NotJoined | None:
+        settings, node = self.settings, self.node
+        if settings.node_rank == 0 or settings.nnodes == 1 or not settings.max_restarts:
+            return None
+        node.wait_connected(STORE_OP_TIMEOUT)
+        current = self.rounds.current()
+        if current == 0:
+            return None
+        node.new_round(current)  # what the rounds before said is theirs
+        node.enter("joining")
+        self._say(f"the job's workers are at restart {current} (this task was retried, or started late): node rank "
+                  f"{settings.node_rank} joins them at the next restart")
+        wanted = current + 1
+        self.rounds.arrive(wanted)
+        while True:
+            plan = self.rounds.wait_go(wanted, timeout=1.0)
+            if isinstance(plan, RoundPlan):
+                self._begin_round(plan)
+                return plan
+            ended = self._ended_without_us(wanted - 1)
+            if ended is not None:
+                return ended
+            if plan.startswith(f"node rank {settings.node_rank} was left out") or self.rounds.current() >= wanted:
+                wanted = max(wanted, self.rounds.current()) + 1  # a restart went without it: the next one
+                self.rounds.arrive(wanted)
+
+    def _ended_without_us(self, round_number: int) -> NotJoined | None:
+        """Whether the job ended while this late node waited to join: node 0's workers finished, node 0 refused
+        a restart, or node 0 is gone."""
+        node = self.node
+        if node.store_lost or (node.fatal is not None and node.fatal.node_rank == 0):
+            root = node.fatal
+            return NotJoined(exitcodes.INFRA_FAILURE, "node rank 0 was lost while this node waited to join", root)
+        if node.call(lambda store: store.check([DONE_KEY.format(node=0)])):
+            node.call(lambda store: store.add(RELEASED_KEY, 1))  # node 0 may go: this node read the end
+            return NotJoined(exitcodes.OK, "the job's workers finished without this node (it waited to join at a "
+                                           "restart that did not come)")
+        ended = self.rounds.ended(round_number)
+        if ended is not None and not ended[0].restart:
+            return NotJoined(ended[1].exit_code, ended[0].why, ended[1])
+        return None

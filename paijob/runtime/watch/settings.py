@@ -44,6 +44,9 @@ class WatchSettings:
     record_key: str | None = field(default=None, repr=False)  # signs the stall and slow-rank record files
     stall_file: str | None = None
     slow_file: str | None = None
+    restarts_file: str | None = None  # where the local cluster wants the attempt's restarts
+    max_restarts: int = 0  # --max-restarts
+    min_nodes: int | None = None  # --min-nodes (None: every node)
 
     @classmethod
     def of(cls, config: LaunchConfig) -> WatchSettings:
@@ -56,7 +59,8 @@ class WatchSettings:
                    grace_period=config.grace_period, master_timeout=config.master_timeout,
                    log_dir=config.log_dir, node_key=held.node_key(),
                    record_key=held.value(contract.RECORD_KEY), stall_file=held.value(contract.STALL_FILE),
-                   slow_file=held.value(contract.SLOW_FILE))
+                   slow_file=held.value(contract.SLOW_FILE), restarts_file=held.value(contract.RESTARTS_FILE),
+                   max_restarts=config.max_restarts, min_nodes=config.min_nodes)
 
     @property
     def master(self) -> str:

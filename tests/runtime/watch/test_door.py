@@ -219,3 +219,42 @@ def test_a_rank_that_left_is_the_cause_of_its_peers_lost_connections_and_nothing
     cause = worker(2, "ValueError: bad label", at=99.0)
     accounting.workers_failed([cause])
     assert accounting.root_cause() is cause and all(not f.left for f in records.published)
+
+
+def test_a_restart_through_the_door_decides_tells_and_refuses_the_same_failure_twice(tmp_path: Path):
+    """One node, no torch: a worker's failure starts round 1 (its store from the launcher, the restart said and
+    kept); the same failure once more ends the node with it, in one line."""
+    import dataclasses
+
+    from paijob.common import records
+
+    said: list[str] = []
+    settings = dataclasses.replace(WatchSettings.of(dataclasses.replace(config(), max_restarts=2)),
+                                   restarts_file=str(tmp_path / "restarts.json"))
+    launcher = FakeLauncher({0: 1, 1: 1}, ["", ""])
+    launcher.node_rank = 0
+    health = PerGpuHealth(settings, launcher, folder=None, connect=lambda: None, end_node=lambda f: None,
+                          say=said.append)
+    boom = dataclasses.replace(worker(1, "", at=100.0), node_rank=0, local_rank=1, error="ValueError: boom",
+                               where="train.py:9 in step")
+    health.start()
+    try:
+        health.workers_failed([boom])
+        plan = health.restart(0, host_store=lambda: 4321)
+        assert plan is not None and (plan.round, plan.nodes, plan.port, plan.group_rank) == (1, (0,), 4321, 0)
+        health.restarted()
+        line = next(s for s in said if s.startswith("restart 1 of 2 after "))
+        assert line.startswith("restart 1 of 2 after worker rank 1 (node rank 0, local rank 1) failed with exit "
+                               "code 1: ValueError: boom (train.py:9 in step): every node's workers started again "
+                               "(1 node(s), world size 2), ")
+        told = records.read_restarts(tmp_path / "restarts.json")
+        assert [(r.number, r.limit, r.signature) for r in told] == [(1, 2, "ValueError: boom at train.py:9 in step")]
+        assert records.restarts_in("paijob-runtime: " + said[-1]) == told  # the record after the line
+        health.workers_failed([dataclasses.replace(boom, time=200.0)])
+        assert health.restart(1, host_store=lambda: 1 / 0) is None  # no store is started for a refused round
+        assert said[-1] == ("the same failure twice in a row: ValueError: boom at train.py:9 in step (before "
+                            "restart 1 and after it): a bug, not a fault; not restarting")
+        root = health.explain_failure()
+        assert root is not None and root.error == "ValueError: boom" and root.time == 200.0
+    finally:
+        health.stop()

@@ -152,6 +152,14 @@ function slowRank(slow) {
   return lines.join("\n");
 }
 
+// paijob-runtime's restarts of the workers inside the attempt (--max-restarts), as `paijob status` prints them.
+function restartLines(restarts) {
+  if (!Array.isArray(restarts)) return "";
+  return restarts.filter((r) => r && r.kind === "restart" && typeof r.cause === "string")
+    .map((r) => `restart ${r.number} of ${r.limit} after ${r.cause}; ${r.nodes} node(s), world size ${r.world_size}; `
+      + `${Number(r.lost_s).toFixed(1)}s from the failure to the new workers`).join("\n");
+}
+
 function renderCause(detail) {
   const status = detail.jobStatus;
   const items = [];
@@ -166,6 +174,7 @@ function renderCause(detail) {
   }
   add("Stalled", stallLine(status.paijobStall));  // paijob-runtime's hang watch, while the job runs
   add("Slow rank", slowRank(status.paijobSlowRank));  // paijob-runtime's slow-rank doctor
+  add("Restarts", restartLines(status.paijobRestarts));  // paijob-runtime's --max-restarts
   add("Failed rank", recordedCause(detail));
   add("Root cause", diagnosticsLines(detail.exitDiagnostics || status.exitDiagnostics).join("\n"));
   if (status.appExitDiagnostics !== status.appExitTriggerMessage) add("Diagnostics", status.appExitDiagnostics);

@@ -51,6 +51,14 @@ def unseen_since(state: RankState, seconds: float) -> RankState:
     return replace(state, unseen=True, stale_for=seconds)
 
 
+def hang_where(verdict: Verdict) -> str:
+    """Where a hang is, as one short text that a restart compares with the last one (the same hang at the same
+    line is a bug): the culprits' lines, else the line where every rank waits (``train.py:57``, sorted)."""
+    states = verdict.culprits or verdict.others
+    found = sorted({f"{s.location}{' in ' + s.wait if s.wait else ''}" for s in states})
+    return ", ".join(found)[:300]
+
+
 class HangWatch:
     """One node's hang doctor (node 0 also judges): a watcher of the node, fed a look every tick."""
 
@@ -274,7 +282,7 @@ class HangWatch:
         nodes publish their ranks' recent collectives as they send their stacks: the verdict says
         what the ranks' flight recorders show, read after that."""
         self._say(f"hang watch: hang: no rank made progress for {verdict.waited:.0f}s "
-                  f"({verdict.limit.short()}); collecting every rank's stack, then stopping the job")
+                  f"({verdict.limit.short()}); collecting every rank's stack, then stopping the workers")
         path = self.write_all_stacks(look)
         calls = {**self.channel.gather_calls(self.nnodes, self.node_rank), **self._local_calls(look)}
         verdict = self.verdict = replace(verdict, calls=calls)
@@ -285,7 +293,7 @@ class HangWatch:
         self._declared = Failure(
             node_rank=self.node_rank,
             rank=None, local_rank=None, returncode=None, secondary=False, time=time.time(),
-            reason=headline, detail="\n".join(detail), exit_status=HANG_EXIT,
+            reason=headline, detail="\n".join(detail), exit_status=HANG_EXIT, where=hang_where(verdict),
         )
         self._declare(self._declared)
 

@@ -36,6 +36,7 @@ from typing import Any, TypeVar
 
 from paijob.common import exitcodes
 from paijob.runtime.failure import Failure, choose_root_cause
+from paijob.runtime.watch.channel import round_key
 from paijob.runtime.watch.lifecycle import StoreTimeout, Ticker, bounded
 from paijob.runtime.watch.settings import WatchSettings
 
@@ -46,11 +47,12 @@ WHO_KEY = "paijob/who/{node}"
 DONE_KEY = "paijob/done/{node}"  # this node's workers succeeded: no heartbeats needed
 EXITED_KEY = "paijob/exited/{node}"  # this node is ending after a failure
 FINISHED_KEY = "paijob/finished"
-RELEASED_KEY = "paijob/released"  # passed torch's exit barrier; node 0 may close the store
+RELEASED_KEY = "paijob/released"  # passed torch's exit barrier (or saw the job end without it); node 0 may go
 
 STORE_OP_TIMEOUT = 10.0
 WATCHDOG_EVERY = 0.2  # seconds between the watchdog's looks
 WAIT_MESSAGE_EVERY = 30.0
+RECOVERING = "recovering"  # the main thread's phase between a failed round and the next (its own deadline)
 T = TypeVar("T")
 __all__ = ["NodeWatch", "StoreTimeout", "bounded", "first_line"]
 
@@ -64,6 +66,35 @@ def first_line(error: BaseException) -> str:
 def _shown(said: bytes) -> str:
     """A node's ``role:index at address`` as it wrote it: one short printable line."""
     return "".join(ch for ch in said.decode("utf-8", "replace") if ch.isprintable())[:120]
+
+
+def lost_reason(named: dict[int, str], heartbeat_timeout: float) -> str:
+    """Node 0's words for the nodes ``named`` (node rank -> `` (who it said it is)``) that fell silent."""
+    if len(named) == 1:
+        node, who = next(iter(named.items()))
+        return (f"node rank {node}{who} stopped sending heartbeats for {heartbeat_timeout:.0f}s: its task was lost "
+                f"(node failure, container killed, or network partition)")
+    # every peer at once: more likely this node's own network
+    names = ", ".join(f"{node}{who}" for node, who in named.items())
+    return (f"node ranks {names} stopped sending heartbeats for {heartbeat_timeout:.0f}s: their tasks were lost, "
+            f"or node rank 0 (this node) lost its network")
+
+
+def read_failures(client: Any, nnodes: int, current: int) -> tuple[list[Failure], int]:
+    """Every node's failure record of round ``current`` in the store, and how many were refused: one not in its
+    exact form (or unsigned) is dropped and counted, never believed and never taken for the store's loss."""
+    found, refused = [], 0
+    for node in range(nnodes):
+        key = round_key(current, FAILURE_KEY.format(node=node))
+        if client.check([key]):
+            data = client.get(key)  # None: not signed with the job's node key
+            try:
+                if data is None:
+                    raise ValueError("not signed with the job's node key")
+                found.append(Failure.from_json(data))
+            except ValueError:
+                refused += 1
+    return found, refused
 
 
 def master_lost(node_rank: int, master: str, how: str) -> Failure:
@@ -120,6 +151,8 @@ class NodeWatch:
         self._seen_failures = 0
         self._records_since: float | None = None
         self._heartbeats: dict[int, tuple[int, float]] = {}
+        # the round of the workers (a restart starts the next): failure records are the round's own
+        self.round = 0
         # what the main thread is doing, and until when it may block
         self.phase = "starting"
         self._phase_started = time.monotonic()
@@ -189,14 +222,29 @@ class NodeWatch:
             silent = self._silent_peers()
             if silent:
                 self._declare_lost(silent)
-        count = int(self._guarded(lambda: client.add(FAILURE_COUNT_KEY, 0)))
+        current = self.round  # a record read for a round that has ended since is not this round's
+        count = int(self._guarded(lambda: client.add(round_key(current, FAILURE_COUNT_KEY), 0)))
         if count > self._seen_failures:
-            self._seen_failures = count
-            records = self._guarded(self._read_failures)
+            records = self._guarded(lambda: self._read_failures(current))
             with self._lock:
+                if current != self.round:
+                    return
+                self._seen_failures = count
                 self.remote_failures = records
                 if self._records_since is None:
                     self._records_since = time.monotonic()
+
+    def rejoined(self, node: int) -> None:
+        """Node 0: node ``node``, once lost, came back and joins the next round: its heartbeats count again."""
+        with self._lock:
+            self.lost_nodes.discard(node)
+            self._heartbeats.pop(node, None)
+
+    def new_round(self, round_number: int) -> None:
+        """A restart: round ``round_number`` starts; the last round's records stay its own, the lost nodes lost."""
+        with self._lock:
+            self.round, self.fatal, self.remote_failures = round_number, None, []
+            self._seen_failures, self._records_since = 0, None
 
     def _silent_peers(self) -> list[int]:
         client = self._client
@@ -225,44 +273,24 @@ class NodeWatch:
             said = self._guarded(lambda: client.get(key)) if self._guarded(lambda: client.check([key])) else None
             return f" ({_shown(said)})" if said else ""  # None: not signed by the node itself
 
-        if len(nodes) == 1:
-            reason = (
-                f"node rank {nodes[0]}{who(nodes[0])} stopped sending heartbeats for "
-                f"{self.heartbeat_timeout:.0f}s: its task was lost (node failure, container "
-                f"killed, or network partition)"
-            )
-        else:  # every peer at once: more likely this node's own network
-            names = ", ".join(f"{node}{who(node)}" for node in nodes)
-            reason = (
-                f"node ranks {names} stopped sending heartbeats for "
-                f"{self.heartbeat_timeout:.0f}s: their tasks were lost, or node rank 0 "
-                f"(this node) lost its network"
-            )
+        reason = lost_reason({node: who(node) for node in nodes}, self.heartbeat_timeout)
+        silent_since = min((self._heartbeats[node][1] for node in nodes if node in self._heartbeats),
+                           default=time.monotonic())  # when its count last moved: the failure's time
         failure = Failure(
             node_rank=nodes[0], rank=None, local_rank=None, returncode=None, secondary=False,
-            time=time.time(), reason=reason,
+            time=time.time() - (time.monotonic() - silent_since), reason=reason,
         )
         self.lost_nodes.update(nodes)
-        record = FAILURE_KEY.format(node=nodes[0])
+        current = self.round
+        record = round_key(current, FAILURE_KEY.format(node=nodes[0]))
         if not self._guarded(lambda: client.check([record])):
             self._guarded(lambda: client.set(record, failure.to_json()))
-            self._guarded(lambda: client.add(FAILURE_COUNT_KEY, 1))
+            self._guarded(lambda: client.add(round_key(current, FAILURE_COUNT_KEY), 1))
         self.declare(failure)
 
-    def _read_failures(self) -> list[Failure]:
-        """Every node's failure record in the store; one not in its exact form is dropped and counted
-        (:attr:`refused`), never believed and never taken for the store's loss."""
-        found = []
-        for node in range(self.nnodes):
-            key = FAILURE_KEY.format(node=node)
-            if self._client.check([key]):
-                data = self._client.get(key)  # None: not signed with the job's node key
-                try:
-                    if data is None:
-                        raise ValueError("not signed with the job's node key")
-                    found.append(Failure.from_json(data))
-                except ValueError:
-                    self.refused += 1
+    def _read_failures(self, current: int = 0) -> list[Failure]:
+        found, refused = read_failures(self._client, self.nnodes, current)
+        self.refused += refused
         return found
 
     def _guarded(self, fn: Callable[[], T], limit: float | None = None) -> T:
@@ -340,7 +368,8 @@ class NodeWatch:
         stuck in a call that cannot be interrupted (exit barrier, rendezvous, a store call), or
         takes too long, end it from here."""
         blocking = self.phase in ("handshake", "rendezvous", "exit barrier")
-        late = now - self._fatal_at > self.grace_period + 20
+        # a restart's own phase has a deadline of its own (it may wait for every node's account)
+        late = now - self._fatal_at > self.grace_period + 20 and self.phase != RECOVERING
         if blocking or late:
             self._end(fatal)
 
@@ -398,9 +427,11 @@ class NodeWatch:
         if self._heartbeat is not None:
             self.wait_connected(STORE_OP_TIMEOUT)
 
+        current = self.round
+
         def publish(store: Any) -> None:
-            store.set(FAILURE_KEY.format(node=self.node_rank), failure.to_json())
-            store.add(FAILURE_COUNT_KEY, 1)
+            store.set(round_key(current, FAILURE_KEY.format(node=self.node_rank)), failure.to_json())
+            store.add(round_key(current, FAILURE_COUNT_KEY), 1)
 
         self.call(publish)
 
@@ -446,9 +477,10 @@ class NodeWatch:
                 return
             time.sleep(0.2)
 
-    def release(self, linger: float = 10.0) -> None:
+    def release(self, linger: float = 10.0, waiting: int = 0) -> None:
         """After torch's exit barrier: stop beating; node 0 keeps the store up until every
-        node has stopped using it, so nobody sees it vanish (no C++ trace, no false alarm)."""
+        node has stopped using it, so nobody sees it vanish (no C++ trace, no false alarm), the
+        ``waiting`` nodes that came back to join a restart that never came included."""
         self.enter("released")
         self.stop_heartbeats()
         if self.nnodes == 1:
@@ -457,9 +489,10 @@ class NodeWatch:
             self.call(lambda s: s.add(RELEASED_KEY, 1))
             return
         deadline = time.monotonic() + linger
+        others = self.nnodes - 1 - len(self.lost_nodes - {0}) + waiting  # a lost node never releases
         while time.monotonic() < deadline:
             released = self.call(lambda s: int(s.add(RELEASED_KEY, 0)))
-            if released is None or released >= self.nnodes - 1:
+            if released is None or released >= others:
                 return
             time.sleep(0.1)
 
