@@ -89,6 +89,17 @@ DUMP = ('Timeout (0:00:03)!\nThread 0x0000000000000010 (most recent call first):
         'not a frame\n')
 
 
+def test_the_call_a_ranks_own_code_runs_inside_is_kept_at_its_bound():
+    """Issue 53: the sampler's word for the collective a rank's own code runs under (``__reduce__`` inside
+    ``all_gather_object``) reaches the verdict, cut to MAX_TEXT; anything but a non-empty string is none."""
+    inside = summarise(report(inside="all_gather_object"), node_rank=0, host="h", now=NOW, interval=1.0)
+    assert inside.inside == "all_gather_object"
+    long = summarise(report(inside="x" * (MAX_TEXT + 3)), node_rank=0, host="h", now=NOW, interval=1.0)
+    assert long.inside == "x" * MAX_TEXT
+    for nothing in ("", 7, ["all_gather_object"], None):
+        assert summarise(report(inside=nothing), node_rank=0, host="h", now=NOW, interval=1.0).inside is None
+
+
 def test_faulthandlers_dump_is_read_outermost_first_by_thread():
     assert parse_dump(DUMP) == {16: [["/job/train.py", 30, "holder"]],
                                 11: [["/job/train.py", 90, "<module>"], ["/job/train.py", 88, "run"],

@@ -298,7 +298,12 @@ def test_a_pause_of_five_seconds_is_a_phase_and_a_shorter_one_a_hiccup():
 
     verdict = judge_slow(windows(pause(5.0)))
     assert verdict is not None and verdict.kind == "phase" and verdict.longest_pause == 5.0
+    assert verdict.pauses == 1 and ", up to 5s at a time (" in verdict.line()  # one pause: no rhythm to tell
     assert judge_slow(windows(pause(4.5))) is None
+    two = exact_calls(lambda rank, seq: 5.0 if rank == 0 and seq in (20, 40) else 0.0, steps=60)
+    twice = judge_slow(windows(two))
+    assert twice is not None and twice.kind == "phase" and twice.pauses == 2
+    assert f", up to 5s at a time, 2 pauses in {twice.period:.0f}s (" in twice.line()
 
 
 def test_the_thresholds_edges_from_the_samples():
