@@ -7,6 +7,7 @@ host name resolves to ``127.0.1.1`` there, as on stock Ubuntu.
 
 from __future__ import annotations
 
+import json
 import signal
 import sys
 import textwrap
@@ -17,6 +18,7 @@ from pathlib import Path
 import pytest
 from hang_programs import HANGS
 from netns import Host, Network, netns_unavailable
+from restart_programs import RESTART_LINE, TRAINS, TRAINS_LONGER
 from runtime_helpers import MASTER_TIMEOUT, RUNTIME, base_env, root_cause
 
 from paijob.common import exitcodes
@@ -290,6 +292,52 @@ def test_a_killed_master_ends_the_other_node_with_143_in_one_line(network, tmp_p
     assert "error: node rank 0 (the master, rendezvous store at 10.213.0.1:29517) was lost" in out
     assert "frame #" not in out and "Traceback" not in out.split("error:", 1)[1]
     assert_nothing_left(net)
+
+def _restartable_job(net: Network, tmp_path: Path, script: str, extra: list[str], args: list[str]) -> list[Node]:
+    path = tmp_path / "trains.py"
+    path.write_text(script)
+    return start_job(net, tmp_path, [("worker", 2)],
+                     ["--nproc-per-node", "1", "--grace-period", "3", "--master-timeout", str(MASTER_TIMEOUT),
+                      *extra, str(path), str(tmp_path), *args])
+
+
+@pytest.mark.slow
+def test_a_worker_crash_on_one_host_restarts_both_hosts_workers_and_the_job_ends_0(network, tmp_path: Path):
+    """Issue 52 on two hosts: rank 1 (host1) raises once at step 7; both hosts' workers start again together
+    from the checkpoint of step 5, inside the same task processes, and finish."""
+    net = network(2)
+    nodes = _restartable_job(net, tmp_path, TRAINS, ["--max-restarts", "2"], ["7", "once"])
+    assert wait_nodes(nodes, timeout=180) == [0, 0], outputs(nodes)
+    done = json.loads((tmp_path / "done.json").read_text())
+    assert done == {"last": 22.0, "world": 2, "restart": 1, "start": 6}, done
+    lines = RESTART_LINE.findall(nodes[0].output)
+    assert len(lines) == 1 and lines[0][:2] == ("1", "2"), outputs(nodes)
+    assert "worker rank 1 (node rank 1, local rank 0) failed with exit code 1" in lines[0][2]
+    assert "ValueError: bad batch on purpose" in lines[0][2]
+    assert_nothing_left(net)
+
+
+@pytest.mark.slow
+def test_with_min_nodes_a_lost_host_leaves_node_0_to_finish_alone(network, tmp_path: Path):
+    """Issue 52 on two hosts: host1 dies whole (kill -9 of its process tree) mid-training; with --min-nodes 1
+    node 0 restarts its worker at world size 1 from the last checkpoint and ends 0."""
+    net = network(2)
+    nodes = _restartable_job(net, tmp_path, TRAINS_LONGER,
+                             ["--heartbeat-timeout", "5", "--max-restarts", "1", "--min-nodes", "1"], [])
+    deadline = time.monotonic() + 120
+    while not (tmp_path / "ckpt.json").exists():  # training, with a first checkpoint
+        assert time.monotonic() < deadline and all(n.poll() is None for n in nodes), outputs(nodes)
+        time.sleep(0.1)
+    net.hosts[1].kill_all()
+    killed_at = time.monotonic()
+    assert wait_nodes([nodes[0]], timeout=180) == [0], outputs(nodes)
+    print(f"host1 lost: node rank 0 finished alone {nodes[0].ended_at - killed_at:.1f} s later")
+    done = json.loads((tmp_path / "done.json").read_text())
+    assert (done["world"], done["restart"], done["last"]) == (1, 1, 59.0), done
+    lines = RESTART_LINE.findall(nodes[0].output)
+    assert len(lines) == 1 and "node rank 1 was lost; going on with 1 of 2 nodes (--min-nodes 1)" in lines[0][2]
+    assert_nothing_left(net)
+
 
 SQUATTER = textwrap.dedent(
     """
