@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
-from restart_programs import RESTART_LINE, TRAINS, TRAINS_LONGER
+from restart_programs import RESTART_LINE, TRAINS, TRAINS_LONGER, TRAINS_RAISES_AT, trains
 from runtime_helpers import free_port, root_cause, task_env, wait_all
 
 from paijob.common import exitcodes, records
@@ -37,11 +37,11 @@ def test_a_worker_that_fails_once_is_restarted_on_every_node_and_the_job_ends_0(
     number, limit, cause = lines[0]
     assert (number, limit) == ("1", "2")
     assert "worker rank 1 (node rank 1, local rank 0) failed with exit code 1" in cause
-    assert "ValueError: bad batch on purpose (trains.py:15 in <module>)" in cause
+    assert f"ValueError: bad batch on purpose (trains.py:{TRAINS_RAISES_AT} in <module>)" in cause
     assert "world size 2" in cause and "after the failure" in cause
     told = records.restarts_in(node0)
     assert [(r.number, r.limit, r.exit_code, r.nodes) for r in told] == [(1, 2, 1, 2)], node0
-    assert told[0].signature == "ValueError: bad batch on purpose at trains.py:15 in <module>"
+    assert told[0].signature == f"ValueError: bad batch on purpose at trains.py:{TRAINS_RAISES_AT} in <module>"
     assert records.restarts_in(tasks[1].output) == []  # node 0 keeps the record
     assert root_cause(node0) is None  # it ended well: no failure record
 
@@ -53,7 +53,7 @@ def test_the_same_exception_twice_in_a_row_ends_after_two_starts(tmp_path: Path,
     for task in tasks:
         out = task.output
         assert len(RESTART_LINE.findall(out)) == 1, out  # two starts: the first and one restart
-        assert ("the same failure twice in a row: ValueError: bad batch on purpose at trains.py:15 in <module> "
+        assert (f"the same failure twice in a row: ValueError: bad batch on purpose at trains.py:{TRAINS_RAISES_AT} in <module> "
                 "(before restart 1 and after it): a bug, not a fault; not restarting") in out, out
         assert "ValueError: bad batch on purpose" in (root_cause(out) or ""), out
     assert not (tmp_path / "done.json").exists()
@@ -219,39 +219,15 @@ def test_with_min_nodes_a_lost_node_leaves_node_0_to_finish_alone(tmp_path: Path
     assert "world size 1" in lines[0][2]
 
 
-# Trains 80 steps, resuming from its checkpoint; after a restart it holds at step 50 until the test writes
-# "go-on" (so a node can come back meanwhile), and in restart 1 rank 0 then raises once where "crash" exists.
-GATED = textwrap.dedent(
-    """
-    import json, os, sys, time
-    import torch
-    import torch.distributed as dist
-
-    folder = sys.argv[1]
-    dist.init_process_group("gloo")
-    rank, world = dist.get_rank(), dist.get_world_size()
-    restart = int(os.environ["TORCHELASTIC_RESTART_COUNT"])
-    ckpt = os.path.join(folder, "ckpt.json")
-    start = json.load(open(ckpt))["step"] if os.path.exists(ckpt) else 0
-    for step in range(start, 80):
-        if step == 50 and restart >= 1:
-            while not os.path.exists(os.path.join(folder, "go-on")):
-                time.sleep(0.1)
-            if restart == 1 and rank == 0 and os.path.exists(os.path.join(folder, "crash")):
-                raise ValueError("once more")
-        value = torch.tensor([float(step)])
-        dist.all_reduce(value)
-        if rank == 0 and step % 3 == 2:
-            with open(ckpt + ".tmp", "w") as fh:
-                json.dump({"step": step + 1}, fh)
-            os.replace(ckpt + ".tmp", ckpt)
-        dist.barrier()
-        time.sleep(0.05)
-    if rank == 0:
-        with open(os.path.join(folder, "done.json"), "w") as fh:
-            json.dump({"last": float(value), "world": world, "restart": restart}, fh)
-    """
-)
+# 80 steps; after a restart it holds at step 50 until the test writes "go-on" (so a node can come back
+# meanwhile), and in restart 1 rank 0 then raises once where "crash" exists.
+GATED = trains(80, """\
+    if step == 50 and restart >= 1:
+        while not os.path.exists(os.path.join(folder, "go-on")):
+            time.sleep(0.1)
+        if restart == 1 and rank == 0 and os.path.exists(os.path.join(folder, "crash")):
+            raise ValueError("once more")
+""")
 
 
 def _lose_node_1_and_bring_it_back(tmp_path: Path, start_task):
