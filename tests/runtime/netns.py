@@ -14,7 +14,8 @@ appears on the machine running the tests. Each host also gets:
 Root only. Names carry the test process's pid and a counter, so parallel runs
 do not collide. :meth:`Network.close` removes every namespace (which takes the
 veth pairs with it), the ``/etc/netns`` files, and kills every process still
-inside a host namespace.
+inside a host namespace. :func:`openpai_env` gives a task on such a host the ``PAI_*`` variables OpenPAI
+would (its master port :data:`PORT` on every host), for the tests and ``benchmarks/bench_restart.py``.
 """
 
 from __future__ import annotations
@@ -29,7 +30,35 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import IO
 
+from runtime_helpers import base_env
+
+from paijob.openpai import taskenv
+from paijob.openpai.model import parse_job
+
 SUBNET = "10.213.0"
+PORT = 29517  # inside the namespaces nothing else listens: a fixed port is safe there
+
+
+def openpai_env(
+    roles: list[tuple[str, int]], role: str, index: int, addresses: dict[tuple[str, int], str]
+) -> dict[str, str]:
+    """The PAI_* variables of task ``role``/``index``, from paijob.openpai.taskenv's producers."""
+    job = parse_job({"taskRoles": {
+        name: {"instances": count, "resourcePerInstance": {"gpu": 0, "cpu": 2, "memoryMB": 4096},
+               "extraContainerOptions": {"shmMB": 512}}
+        for name, count in roles
+    }})
+    ports = {
+        name: {i: {"SynPort": [PORT], "ssh": [PORT + 1], "http": [PORT + 2]} for i in range(count)}
+        for name, count in roles
+    }
+    env = base_env()
+    env.update(taskenv.server_env("tester~multihost", job))
+    env.update(taskenv.current_task_env(role, index))
+    env.update(taskenv.runtime_env(roles, role, index, ports, addresses))
+    return env
+
+
 _counter = itertools.count()
 
 

@@ -17,39 +17,14 @@ from pathlib import Path
 
 import pytest
 from hang_programs import HANGS
-from netns import Host, Network, netns_unavailable
+from netns import PORT, Host, Network, netns_unavailable, openpai_env
 from restart_programs import RESTART_LINE, TRAINS, TRAINS_LONGER
 from runtime_helpers import MASTER_TIMEOUT, RUNTIME, base_env, root_cause
 
 from paijob.common import exitcodes
-from paijob.openpai import taskenv
-from paijob.openpai.model import parse_job
 
 _UNAVAILABLE = netns_unavailable()
 pytestmark = pytest.mark.skipif(_UNAVAILABLE is not None, reason=str(_UNAVAILABLE))
-
-PORT = 29517  # inside the namespaces nothing else listens: a fixed port is safe there
-
-
-def openpai_env(
-    roles: list[tuple[str, int]], role: str, index: int, addresses: dict[tuple[str, int], str]
-) -> dict[str, str]:
-    """The PAI_* variables of task ``role``/``index``, from paijob.openpai.taskenv's producers."""
-    job = parse_job({"taskRoles": {
-        name: {"instances": count, "resourcePerInstance": {"gpu": 0, "cpu": 2, "memoryMB": 4096},
-               "extraContainerOptions": {"shmMB": 512}}
-        for name, count in roles
-    }})
-    ports = {
-        name: {i: {"SynPort": [PORT], "ssh": [PORT + 1], "http": [PORT + 2]} for i in range(count)}
-        for name, count in roles
-    }
-    env = base_env()
-    env.update(taskenv.server_env("tester~multihost", job))
-    env.update(taskenv.current_task_env(role, index))
-    env.update(taskenv.runtime_env(roles, role, index, ports, addresses))
-    return env
-
 
 class Node:
     """``paijob-runtime train`` on one test host, output in a file."""
