@@ -12,6 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 _spec = importlib.util.spec_from_file_location("paijob_mutate", ROOT / ".ci" / "mutation" / "mutate.py")
 assert _spec is not None and _spec.loader is not None
@@ -93,6 +95,7 @@ def test_the_verdict_fails_on_an_unlisted_survivor_or_a_low_score(capsys):
     assert "SURVIVED m.py:f:delete:b" in out
 
 
+@pytest.mark.slow  # runs every listed mutant against its tests (about 40 s): the slow stage, beside mutate.py
 def test_the_equivalence_list_names_live_mutants_with_a_reason():
     listed = mutate.load_equivalent()
     assert listed and all(reason for reason in listed.values())

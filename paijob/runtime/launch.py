@@ -36,12 +36,14 @@ for the master's port to accept connections. Exit codes: see
 which get ``--grace-period`` seconds before SIGKILL; workers run in their own
 process groups, which are killed whole.
 
-This module imports torch only inside :func:`launch` for ``per-gpu`` mode.
+This module imports torch only inside :func:`launch` for ``per-gpu`` mode (a node other than 0 starts that
+import while it waits for the master: :func:`_importing_meanwhile`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import importlib
 import logging
 import os
 import shutil
@@ -49,6 +51,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 
@@ -78,13 +81,36 @@ def launch(config: LaunchConfig) -> int:
     dist = config.dist
     _announce(config)
     if dist.node_rank != 0 and config.multi_node:
-        _wait_for_master(config)
+        with _importing_meanwhile("paijob.runtime.agent" if config.mode == "per-gpu" else None):
+            _wait_for_master(config)
     with _watch_folder() as watch_dir:
         env = _worker_env(config, watch_dir)
         with _private_compile_cache(env):
             if config.mode == "per-gpu":
                 return _launch_per_gpu(config, env)
             return _launch_one_process(config, env)
+
+
+@contextlib.contextmanager
+def _importing_meanwhile(module: str | None) -> Iterator[None]:
+    """Import ``module`` on a thread while the block runs: the agent's torch import (2-3 s on a busy
+    machine) then overlaps the wait for the master instead of following it, and every node but 0 starts
+    its workers that much sooner. Joined before leaving, so the process never exits inside an import; an
+    import that fails here is left for the real one to report."""
+    if module is None:
+        yield
+        return
+
+    def load() -> None:
+        with contextlib.suppress(BaseException):
+            importlib.import_module(module)
+
+    thread = threading.Thread(target=load, name="paijob-import", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        thread.join()
 
 
 @contextlib.contextmanager

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -22,6 +24,7 @@ def run_quick(tmp_path: Path, only: str) -> dict:
     return json.loads(result_file.read_text())
 
 
+@pytest.mark.slow  # runs two whole benchmarks (about 20 s)
 def test_client_and_launch_benchmarks_record_machine_and_raw_samples(tmp_path: Path) -> None:
     results = run_quick(tmp_path, "client,launch")
     assert results["machine"]["cpu_cores"] >= 1

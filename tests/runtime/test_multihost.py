@@ -161,6 +161,7 @@ def test_two_hosts_with_loopback_hostnames_train_ddp_together(network, tmp_path:
         assert f"collectives bind to interface eth0 ({node.host.address}" in node.output
 
 
+@pytest.mark.slow
 def test_two_roles_one_master_and_two_workers_train_together(network, tmp_path: Path):
     net = network(3)
     nodes, results = run_ddp_job(net, tmp_path, [("ps_master", 1), ("worker", 2)], nproc=1)
@@ -212,6 +213,7 @@ def assert_nothing_left(net: Network) -> None:
         assert host.pids() == [], f"processes left on {host.name}: {host.pids()}"
 
 
+@pytest.mark.slow
 def test_a_partition_ends_every_node_with_143_naming_the_lost_node(network, tmp_path: Path):
     net = network(2)
     nodes, _ = start_training(net, tmp_path, [("worker", 2)])
@@ -234,6 +236,7 @@ def test_a_partition_ends_every_node_with_143_naming_the_lost_node(network, tmp_
     assert_nothing_left(net)
 
 
+@pytest.mark.slow
 def test_a_killed_node_ends_the_survivors_with_143_naming_it(network, tmp_path: Path):
     net = network(3)
     nodes, _ = start_training(net, tmp_path, [("worker", 3)])
@@ -326,6 +329,7 @@ SQUATTER = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_a_squatter_on_the_master_port_is_reported_within_the_master_timeout(
     network, tmp_path: Path
 ):
@@ -360,6 +364,7 @@ def test_a_squatter_on_the_master_port_is_reported_within_the_master_timeout(
         assert "must not run" not in node.output
 
 
+@pytest.mark.slow
 def test_sigterm_to_node_0_stops_every_node_with_143_and_leaves_nothing(network, tmp_path: Path):
     net = network(2)
     nodes, _ = start_training(net, tmp_path, [("worker", 2)])

@@ -180,7 +180,7 @@ FORGES_RANK_1 = textwrap.dedent(
 )
 
 
-@pytest.mark.parametrize("mode", ["per-gpu", "per-node"])
+@pytest.mark.parametrize("mode", ["per-gpu", pytest.param("per-node", marks=pytest.mark.slow)])
 def test_a_rank_that_rewrites_another_ranks_report_cannot_hide_it_from_the_watch(
         mode: str, tmp_path: Path, start_task) -> None:  # type: ignore[no-untyped-def]
     script = tmp_path / "forges.py"

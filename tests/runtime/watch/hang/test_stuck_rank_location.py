@@ -84,6 +84,7 @@ FOUR_WAYS_TO_BE_STUCK = textwrap.dedent(
 )
 
 
+@pytest.mark.slow  # a 2 x 2 job whose four ranks hang in four places, judged at --hang-timeout (about 25 s)
 def test_each_stuck_rank_is_named_where_it_really_is_with_every_thread(tmp_path: Path, start_task):
     """One job, four ranks: rank 0 waits in all_reduce; rank 1 sits in a C call holding the GIL,
     rank 2 is deadlocked with its own thread, rank 3 is stopped. The headline names each at its
