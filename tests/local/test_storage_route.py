@@ -239,7 +239,7 @@ def _handler(fake: FakePai) -> type[BaseHTTPRequestHandler]:
 def pai(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[FakePai, str]]:
     fake = FakePai()
     server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(fake))
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
     monkeypatch.setenv("PAI_TEST_TOKEN", TOKEN)
     try:
         yield fake, f"http://127.0.0.1:{server.server_port}"

@@ -232,7 +232,7 @@ def serve(token: str) -> Iterator[FakePai]:
     fake = FakePai(token)
     server = _Server(("127.0.0.1", 0), _handler(fake))
     fake.url = f"http://127.0.0.1:{server.server_port}"
-    thread = threading.Thread(target=server.serve_forever, name="fake-pai", daemon=True)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, name="fake-pai", daemon=True)
     thread.start()
     try:
         yield fake

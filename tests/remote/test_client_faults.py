@@ -117,7 +117,7 @@ class QuietServer(ThreadingHTTPServer):
 def fake() -> Iterator[tuple[Fake, str]]:
     state = Fake()
     server = QuietServer(("127.0.0.1", 0), make_handler(state))
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
     try:
         yield state, f"http://127.0.0.1:{server.server_port}"

@@ -68,7 +68,7 @@ def cluster(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeInfo]:
     """Profile 'pai' for a fake OpenPAI on 127.0.0.1."""
     fake = FakeInfo()
     server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(fake))
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
     monkeypatch.setenv("PAI_TEST_TOKEN", TOKEN)
     monkeypatch.delenv("PAIJOB_OPENPAI_BEFORE_1_6", raising=False)

@@ -21,6 +21,7 @@ from cluster_helpers import job_yaml
 from fault_server import PASSWORD, USER, FakePai, serve
 
 from paijob import cli
+from paijob.remote.transport import Transport
 
 TOKEN = "fault-token-8c1d5e2a7b3f"  # must never show up in any output
 TIMEOUT = 2.0
@@ -59,6 +60,14 @@ def argv(verb: str, fake: FakePai, tmp_path: Path) -> list[str]:
     if verb == "list":
         return ["list"]
     return [verb, f"{USER}~existing"]
+
+
+@pytest.fixture(autouse=True)
+def quick_backoff(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Retries back off 10 ms here instead of 0.5 s doubling: what these tests check is that a retry happens and
+    how it ends (test_client_faults.py pins the backoff's own schedule)."""
+    defaults = {**(Transport.__init__.__kwdefaults__ or {}), "backoff": 0.01}
+    monkeypatch.setattr(Transport.__init__, "__kwdefaults__", defaults)
 
 
 def run(verb: str, fake: FakePai, tmp_path: Path, capsys: pytest.CaptureFixture[str],

@@ -238,6 +238,7 @@ FAILS_AFTER_THE_OTHER_FINISHED = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_a_node_whose_workers_finished_reports_a_later_failure_elsewhere(
     tmp_path: Path, start_task
 ):
@@ -385,7 +386,7 @@ def test_a_strangers_writes_into_the_jobs_store_change_nothing(tmp_path: Path, s
     seen = tmp_path / "environ"
     seen.mkdir()
     port = free_port()
-    args = ["train", "--nproc-per-node", "2", "--grace-period", "3", str(script), str(seen), "12"]
+    args = ["train", "--nproc-per-node", "2", "--grace-period", "3", str(script), str(seen), "8"]
     secret = {contract.NODE_KEY: "ab" * 32, contract.SLOW_FILE: str(tmp_path / "slow.json"),
               contract.STALL_FILE: str(tmp_path / "stall.json"), contract.RECORD_KEY: "cd" * 16}
     tasks = [start_task(args, {**task_env(port, i), **secret}, name=f"node{i}") for i in (0, 1)]

@@ -191,6 +191,7 @@ FAST_STEPS_THEN_STUCK = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_a_fast_jobs_first_progress_is_seen_and_its_later_hang_judged_on_the_hang_timeout(
     tmp_path: Path, start_task
 ):
@@ -283,6 +284,7 @@ def run_spawning_script(tmp_path: Path, start_task, pause: float, timeout: float
     return task, code, (task.ended_at or time.time()) - started, children
 
 
+@pytest.mark.slow
 def test_per_node_mode_watches_the_mp_spawn_children_and_names_the_stuck_one(
     tmp_path: Path, start_task
 ):
@@ -316,6 +318,7 @@ def test_an_mp_spawn_child_reports_as_node_rank_times_processes_per_node_plus_it
     assert child_rank(1, {}) == 1  # no layout: the index alone
 
 
+@pytest.mark.slow
 def test_a_per_node_pause_shorter_than_the_timeout_is_not_touched(tmp_path: Path, start_task):
     task, code, _took, _children = run_spawning_script(tmp_path, start_task, 3, 15)
     assert code == 0, task.output

@@ -153,6 +153,7 @@ def test_a_rank_that_leaves_early_is_named_on_every_node(tmp_path: Path, start_t
         assert "ranks 0-2 still needed it" in cause, output
 
 
+@pytest.mark.slow
 def test_a_rank_that_leaves_early_on_one_node_is_named_at_its_line(tmp_path: Path, start_task):
     script = tmp_path / "job.py"
     script.write_text(LEAVES_EARLY)
