@@ -269,19 +269,26 @@ def test_workers_die_when_the_launcher_is_killed(tmp_path: Path, mode, workers):
                 pass
 
 
-def test_a_knock_on_error_is_held_back_until_the_launcher_stops_the_worker(tmp_path: Path):
-    (tmp_path / "peer_gone.py").write_text(
-        "import sys\nprint('started', flush=True)\n"
-        "raise RuntimeError('Connection closed by peer [10.0.0.2]:5000')\n"
-    )
+def _held_knock_on(tmp_path: Path) -> subprocess.Popen[str]:
+    """``peer_gone.py`` (written by the test) as a worker whose knock-on error is held (60 s): started, and
+    sleeping in the hold (the script itself has nothing to sleep on)."""
     env = base_env()
     env["PAIJOB_KNOCK_ON_HOLD"] = "60"
     proc = subprocess.Popen([*WORKER, "peer_gone.py"], env=env, cwd=tmp_path,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert proc.stdout is not None and proc.stdout.readline() == "started\n"
     deadline = time.monotonic() + 30
-    while proc.poll() is None and not _sleeping(proc.pid):  # the script has nothing to sleep on
+    while proc.poll() is None and not _sleeping(proc.pid):
         assert time.monotonic() < deadline
+    return proc
+
+
+def test_a_knock_on_error_is_held_back_until_the_launcher_stops_the_worker(tmp_path: Path):
+    (tmp_path / "peer_gone.py").write_text(
+        "import sys\nprint('started', flush=True)\n"
+        "raise RuntimeError('Connection closed by peer [10.0.0.2]:5000')\n"
+    )
+    proc = _held_knock_on(tmp_path)
     assert proc.poll() is None, proc.communicate()  # held back, not printed and exited
     proc.send_signal(signal.SIGTERM)  # the launcher, which knows the root cause, stops it
     _, err = proc.communicate(timeout=30)
@@ -298,14 +305,7 @@ def test_a_held_knock_on_stops_at_once_while_its_calls_are_still_being_read(tmp_
         "print('started', flush=True)\n"
         "raise RuntimeError('Connection closed by peer [10.0.0.2]:5000')\n"
     )
-    env = base_env()
-    env["PAIJOB_KNOCK_ON_HOLD"] = "60"
-    proc = subprocess.Popen([*WORKER, "peer_gone.py"], env=env, cwd=tmp_path,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    assert proc.stdout is not None and proc.stdout.readline() == "started\n"
-    deadline = time.monotonic() + 30
-    while proc.poll() is None and not _sleeping(proc.pid):
-        assert time.monotonic() < deadline
+    proc = _held_knock_on(tmp_path)
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=20)  # the read alone would take 60 s
     assert proc.returncode == -signal.SIGTERM and "Traceback" not in err
