@@ -23,6 +23,7 @@ sys.path.insert(0, str(BENCH))
 import table  # noqa: E402
 
 
+@pytest.mark.slow
 def test_ceiling_step_runs_and_reports_images_per_second(tmp_path: Path) -> None:
     report = tmp_path / "ceiling.json"
     proc = subprocess.run([sys.executable, str(BENCH / "gpu_ceiling.py"), "--arch", "tinynet", "--batch-size", "4",

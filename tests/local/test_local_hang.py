@@ -28,6 +28,7 @@ SLEEPS = textwrap.dedent('''
 ''')
 
 
+@pytest.mark.slow
 def test_a_stalled_job_shows_its_stalled_rank_then_ends_with_the_hang_line(
         server: LocalServer, client: PaiClient, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     script = tmp_path / "sleeps.py"

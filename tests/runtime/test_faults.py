@@ -370,6 +370,7 @@ TRAINS_AND_READS_ITS_ENVIRONMENT = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_a_strangers_writes_into_the_jobs_store_change_nothing(tmp_path: Path, start_task):
     """Issue 55: the rendezvous store answers anyone who reaches node 0's port. A stranger's forged failure, a
     deep value under the hang watch's key and a bumped request for stacks change no verdict, no cause and no

@@ -382,6 +382,7 @@ TRAINS = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_a_training_run_leaves_nothing_in_tmpdir(tmp_path: Path, start_task):
     script = tmp_path / "trains.py"
     script.write_text(TRAINS)

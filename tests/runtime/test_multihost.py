@@ -148,6 +148,7 @@ def run_ddp_job(
     }
 
 
+@pytest.mark.slow
 def test_two_hosts_with_loopback_hostnames_train_ddp_together(network, tmp_path: Path):
     net = network(2)
     nodes, results = run_ddp_job(net, tmp_path, [("worker", 2)], nproc=2)

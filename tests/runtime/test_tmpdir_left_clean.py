@@ -46,6 +46,7 @@ def test_a_run_leaves_its_tmpdir_empty(tmp_path: Path, mode: str) -> None:
     assert sorted(p.name for p in tmp.iterdir()) == []
 
 
+@pytest.mark.slow
 def test_a_cache_dir_the_user_set_is_kept(tmp_path: Path) -> None:
     script, results, tmp, cache = tmp_path / "step.py", tmp_path / "results", tmp_path / "tmp", tmp_path / "cache"
     script.write_text(STEP)
