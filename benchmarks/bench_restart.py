@@ -277,6 +277,10 @@ def main() -> int:
                         help="paijob-runtime's --heartbeat-timeout for the lost node (default: 10)")
     args = parser.parse_args()
     top = Path(tempfile.mkdtemp(prefix="bench-restart-"))
+    # every process started here (a host killed whole included, which cannot clean up) keeps its temporary
+    # folders under ``top``, removed at the end: nothing is left in the machine's /tmp
+    (top / "tmp").mkdir()
+    os.environ["TMPDIR"] = str(top / "tmp")
     state = top / "state"
     ways = _ways(args, state)
     if any("netns" in name for name in ways):
