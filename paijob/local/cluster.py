@@ -200,6 +200,8 @@ class LocalCluster:
             runner.request_stop(reason)
         for runner in runners:
             runner.join(timeout=timeout)
+        if not any(runner.is_alive() for runner in runners):  # no task runs: none of their short TMPDIR links
+            tasktmp.sweep(layout.work(self.state_dir))  # is needed (a task stopped as the server went kept its)
         self.tracker.close()
 
     def _recover(self) -> None:
