@@ -148,7 +148,12 @@ def _path_forms(project: Path, secret: Path) -> dict[str, str]:
     (project / "folder.j2").mkdir()
     os.mkfifo(project / "fifo.j2")
     with socket.socket(socket.AF_UNIX) as sock:
-        sock.bind(str(project / "sock.j2"))
+        here = os.getcwd()
+        os.chdir(project)  # bound by a relative name: a socket's path holds 107 bytes, tmp_path may be longer
+        try:
+            sock.bind("sock.j2")
+        finally:
+            os.chdir(here)
     (project / "loop.j2").symlink_to("loop.j2")
     (project / "a.j2").symlink_to("b.j2")
     (project / "b.j2").symlink_to("a.j2")
