@@ -56,6 +56,7 @@ class RankState:
     left: bool = False  # its code ended (exit code 0) with its process group still up; ``where``: where it ended
     unseen: bool = False  # node 0 cannot read it now (the store it reports through is stopped): as last read
     inside: str | None = None  # its own code runs under this call's frames (all_gather_object, backward): not a wait
+    peer: int | None = None  # the global rank its blocking send or recv waits for (``wait``: send or recv)
 
     @property
     def silent(self) -> bool:
@@ -179,12 +180,18 @@ def summarise(report: Mapping[str, Any], *, node_rank: int, host: str, now: floa
         unread=unread,
         left=isinstance(left, dict) and _frame(left.get("where")),
         inside=_inside(report.get("inside")),
+        peer=_peer(report.get("peer")),
     )
 
 
 def _inside(value: object) -> str | None:
     """The call a rank's own code runs inside, as its sampler said it (a short name), or None."""
     return value[:MAX_TEXT] if isinstance(value, str) and value else None
+
+
+def _peer(value: object) -> int | None:
+    """The other rank of a blocking send or recv, as its sampler said it (a global rank), or None."""
+    return value if isinstance(value, int) and _rank_ok(value) else None
 
 
 def _frame(value: Any) -> bool:
@@ -272,7 +279,7 @@ def _threads_ok(value: object) -> bool:
 _PUBLISHED: dict[str, Any] = {
     "rank": _rank_ok, "node_rank": _rank_ok, "local_rank": lambda v: v is None or _rank_ok(v),
     "host": _text_ok, "wait": lambda v: v is None or _text_ok(v), "inside": lambda v: v is None or _text_ok(v),
-    "where": _frames_ok,
+    "where": _frames_ok, "peer": lambda v: v is None or _rank_ok(v),
     "error": lambda v: _text_ok(v, MAX_ERROR), "unread": _text_ok, "threads": _threads_ok,
     "loader_worker": _loader_ok,
     **{flag: lambda v: isinstance(v, bool) for flag in _FLAGS},

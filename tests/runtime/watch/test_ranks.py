@@ -100,6 +100,17 @@ def test_the_call_a_ranks_own_code_runs_inside_is_kept_at_its_bound():
         assert summarise(report(inside=nothing), node_rank=0, host="h", now=NOW, interval=1.0).inside is None
 
 
+def test_the_other_rank_of_a_blocking_send_or_recv_is_kept_when_it_is_a_rank():
+    """Issue 53: the sampler's ``peer`` (the global rank a blocking send or recv waits for) reaches the
+    verdict; anything but a rank in bounds is none."""
+    peer = summarise(report(wait="recv", peer=0), node_rank=0, host="h", now=NOW, interval=1.0)
+    assert peer.peer == 0
+    assert summarise(report(peer=(1 << 20) - 1), node_rank=0, host="h", now=NOW, interval=1.0).peer == (1 << 20) - 1
+    for nothing in (-1, 1 << 20, True, 1.0, "1", None):
+        assert summarise(report(peer=nothing), node_rank=0, host="h", now=NOW, interval=1.0).peer is None
+    assert summarise(report(), node_rank=0, host="h", now=NOW, interval=1.0).peer is None
+
+
 def test_faulthandlers_dump_is_read_outermost_first_by_thread():
     assert parse_dump(DUMP) == {16: [["/job/train.py", 30, "holder"]],
                                 11: [["/job/train.py", 90, "<module>"], ["/job/train.py", 88, "run"],
@@ -158,7 +169,7 @@ def state(**extra: Any) -> dict[str, Any]:
     {"rank": 0}, {"rank": (1 << 20) - 1}, {"local_rank": None}, {"wait": None}, {"host": "h" * MAX_TEXT},
     {"error": "e" * MAX_ERROR}, {"idle_for": 0}, {"idle_for": 1e9 - 1}, {"loader_worker": None},
     {"loader_worker": [0, None]}, {"threads": [["t", []]] * MAX_THREADS}, {"where": [["/f.py", 1, "g"]] * MAX_FRAMES},
-    {"where": [["f" * MAX_TEXT, 1, "g" * MAX_TEXT]]},
+    {"where": [["f" * MAX_TEXT, 1, "g" * MAX_TEXT]]}, {"peer": 0}, {"peer": None},
 ])
 def test_a_published_state_at_its_bounds_is_read_back(change: dict[str, Any]):
     assert asdict(from_published(state(**change))) == state(**change)
@@ -174,6 +185,7 @@ def test_a_published_state_at_its_bounds_is_read_back(change: dict[str, Any]):
     {"threads": [[1, []]]}, {"threads": [["t", [["f", 1]]]]}, {"threads": "t"},
     {"where": [["/f.py", 1, "g"]] * (MAX_FRAMES + 1)}, {"where": [["f" * (MAX_TEXT + 1), 1, "g"]]},
     {"where": [["f", 1, "g" * (MAX_TEXT + 1)]]}, {"where": [["f", "1", "g"]]}, {"where": "f"},
+    {"peer": -1}, {"peer": "1"}, {"peer": True},
 ])
 def test_a_published_state_past_a_bound_or_of_another_type_is_refused(change: dict[str, Any]):
     with pytest.raises(ValueError):

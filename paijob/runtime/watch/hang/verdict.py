@@ -266,6 +266,9 @@ def pick_culprits(states: Sequence[RankState]) -> tuple[list[RankState], str]:
     odd = [s for s in states if s.odd]
     if odd:
         return odd, "outside any collective"
+    unanswered = unanswered_p2p(states)
+    if unanswered is not None:
+        return unanswered
     groups: dict[tuple[str, str], list[RankState]] = {}
     for state in states:
         groups.setdefault((state.wait or "", state.location), []).append(state)
@@ -403,12 +406,57 @@ POINT_TO_POINT = frozenset({"send", "recv", "isend", "irecv", "batch_isend_irecv
 
 def cannot_match(states: Sequence[RankState]) -> bool:
     """Whether every rank waits inside a ``torch.distributed`` call and their calls differ
-    (``all_reduce`` on some ranks, ``broadcast`` on another): calls that can never complete
+    (``all_reduce`` on some ranks, ``broadcast`` on another), or a blocking send or recv waits for a
+    rank that is not in the other half of it (:func:`unanswered_p2p`): calls that can never complete
     each other, in whatever phase. Nothing a healthy job does before its first step looks like
     it (a rank loading data or building a model is outside any call), so the first-step
-    allowance does not apply. Point-to-point calls differ by design and are left out."""
+    allowance does not apply. Otherwise point-to-point calls differ by design and are left out."""
+    if not all(s.c10d and s.wait and not s.odd for s in states):
+        return False
     calls = {s.wait for s in states}
-    return all(s.c10d and s.wait and not s.odd for s in states) and len(calls) > 1 and not calls & POINT_TO_POINT
+    return (len(calls) > 1 and not calls & POINT_TO_POINT) or unanswered_p2p(states) is not None
+
+
+BLOCKING_P2P = frozenset({"send", "recv"})  # the calls whose other rank the sampler reads (RankState.peer)
+P2P_CYCLE = ("in a cycle of blocking sends and recvs, each waiting for the next: a deadlock (each pair's "
+             "send must come before its recv on one side)")
+
+
+def unanswered_p2p(states: Sequence[RankState]) -> tuple[list[RankState], str] | None:
+    """The rank a blocking send or recv waits for when that rank is not in the other half of it, and
+    how it was told: a pipeline whose rank 1 skipped one ``send`` leaves rank 2 in ``recv`` from it
+    (and rank 3 in ``recv`` from rank 2) while rank 1 waits in the next collective. A chain of such
+    waits is followed to the rank at its end; a chain that comes back to itself is a deadlock, and its
+    ranks are the culprits. None: every send and recv whose other rank is known is answered, or none."""
+    by_rank = {s.rank: s for s in states}
+    for start in states:
+        chain = [start]
+        while True:
+            waiting = chain[-1]
+            if waiting.wait not in BLOCKING_P2P or waiting.peer is None:
+                break
+            peer = by_rank.get(waiting.peer)
+            if peer is None or _answers(peer, waiting):
+                break
+            ranks = [s.rank for s in chain]
+            if peer.rank in ranks:
+                return chain[ranks.index(peer.rank):], P2P_CYCLE
+            if peer.wait not in BLOCKING_P2P or peer.peer is None:
+                return [peer], _missing_half(waiting)
+            chain.append(peer)
+    return None
+
+
+def _answers(peer: RankState, waiting: RankState) -> bool:
+    """Whether ``peer`` is in the other half of ``waiting``'s send or recv: the pair is made."""
+    return peer.peer == waiting.rank and {peer.wait, waiting.wait} == BLOCKING_P2P
+
+
+def _missing_half(waiting: RankState) -> str:
+    """Why the rank ``waiting`` waits for is named: it never made the other half of the call."""
+    if waiting.wait == "send":
+        return f"never received what rank {waiting.rank} sends it in send at {waiting.location}: a missing recv"
+    return f"never sent what rank {waiting.rank} waits for in recv at {waiting.location}: a missing send"
 
 
 def calibrated_limit(states: Sequence[RankState], settings: HangSettings) -> Limit | None:

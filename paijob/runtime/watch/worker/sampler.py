@@ -90,6 +90,7 @@ from paijob.runtime.watch.worker.stack import (
     other_threads,
     outermost_library_frame,
     own_code_inside,
+    p2p_peer,
     walk,
 )
 
@@ -225,6 +226,7 @@ class Sampler:
             wait, collective, c10d = None, False, False
         self.follow_collectives(wait if collective else None, c10d, frame, issued, now)
         waiting_for = loader_worker(frame) if wait == "DataLoader" else None
+        peer = p2p_peer(frame) if c10d and wait in ("send", "recv") else None
         self.evidence.count(frames, busy=busy, started=self.first_progress)
         self.seq += 1
         still = now - self.moved_at >= 2 * self.interval
@@ -246,6 +248,7 @@ class Sampler:
             "c10d": c10d,
             "loader_worker": list(waiting_for) if waiting_for else None,
             "inside": inside,
+            "peer": peer,
             "collectives_done": self.collectives_done,
             "first_progress": self.first_progress,
             "longest_wait": round(self.longest_wait, 1),

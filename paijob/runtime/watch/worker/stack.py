@@ -85,6 +85,42 @@ def own_code_inside(frames: list[Frame]) -> str | None:
     return wait if any(not is_library(str(frame[0])) for frame in frames[at + 1:]) else None
 
 
+# A blocking point-to-point call, and its arguments naming the other rank: global, then within ``group``.
+_P2P_PEER = {"send": ("dst", "group_dst"), "recv": ("src", "group_src")}
+
+
+def p2p_peer(frame: FrameType | None) -> int | None:
+    """The global rank a blocking ``send`` or ``recv`` waits for (its ``dst`` or ``src``), read from that
+    call's own frame: the other half of the pair. Why from the stack: gloo's flight recorder keeps no
+    point-to-point entries (torch 2.4 to 2.13), and a pipeline whose rank skips one ``send`` leaves the ranks
+    it feeds waiting in ``recv`` while it waits in a collective. None: not in one, or a ``recv`` from any
+    source."""
+    call = None
+    while frame is not None:  # the outermost send/recv of torch.distributed: the call the script made
+        if frame.f_code.co_filename.endswith(_C10D) and frame.f_code.co_name in _P2P_PEER:
+            call = frame
+        frame = frame.f_back
+    if call is None:
+        return None
+    global_name, group_name = _P2P_PEER[call.f_code.co_name]
+    try:
+        values = call.f_locals
+        peer = values.get(global_name)
+        if isinstance(peer, int) and not isinstance(peer, bool):
+            return peer
+        in_group = values.get(group_name)
+        if not isinstance(in_group, int) or isinstance(in_group, bool):
+            return None
+        c10d = sys.modules.get("torch.distributed.distributed_c10d")
+        group = values.get("group")
+        if group is None:
+            return in_group  # the default group: its ranks are the global ranks
+        found = c10d.get_global_rank(group, in_group)  # type: ignore[union-attr]
+        return found if isinstance(found, int) else None
+    except Exception:  # noqa: BLE001 - another torch release: say less, never fail
+        return None
+
+
 _THREADING = f"{os.sep}threading.py"
 
 

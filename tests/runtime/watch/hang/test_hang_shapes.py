@@ -440,3 +440,43 @@ def test_a_rank_hung_in_its_own_code_inside_a_collective_is_named_as_such_on_the
         assert (f"rank 2 (node rank 1, host 127.0.0.1, local rank 0) is in its own code, __reduce__ at "
                 f"job.py:{REDUCE_LINE}, inside all_gather_object") in cause, output
         assert "mismatched" not in cause, output
+
+
+# a pipeline over the four ranks (each receives from the one before and sends to the one after, then all
+# ranks all_reduce); rank 1 skips its send at step 5: rank 2 waits in recv from it, rank 3 in recv from
+# rank 2, and ranks 0-1 wait in all_reduce for ranks 2-3. No rank is past its first step yet.
+SKIPS_ONE_SEND = textwrap.dedent(
+    """
+    import time
+    import torch
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    t = torch.ones(4)
+    for step in range(1000):
+        if rank > 0:
+            dist.recv(t, src=rank - 1)
+        if rank < world - 1 and not (rank == 1 and step == 5):
+            dist.send(t, dst=rank + 1)
+        dist.all_reduce(t)
+        time.sleep(0.05)
+    """
+)
+RECV_LINE, ALL_REDUCE_LINE = 11, 14
+
+
+@pytest.mark.slow
+def test_a_pipeline_rank_that_skipped_a_send_is_named_by_the_ranks_waiting_for_it(tmp_path: Path, start_task):
+    """Issue 53: two ranks wait in all_reduce and two in recv, two against two. The sampler reads each recv's
+    ``src``, so the rank that never sent is named, at --hang-timeout even before the first step (the calls
+    can never complete each other), the same on both nodes."""
+    timeout = 15
+    tasks = start_two_nodes(start_task, tmp_path, SKIPS_ONE_SEND,
+                            ["--hang-timeout", str(timeout), "--hang-first-timeout", "1800"])
+    ends, took = both_nodes_end(tasks, exitcodes.HANG)
+    assert took < 25 + timeout + 30, f"took {took:.0f}s"  # start-up, the timeout, the verdict: not 1800 s
+    for cause, output in ends:
+        assert (f"rank 1 (node rank 0, host 127.0.0.1, local rank 1) waits in all_reduce at job.py:{ALL_REDUCE_LINE}"
+                f" (never sent what rank 2 waits for in recv at job.py:{RECV_LINE}: a missing send)") in cause, output
+        assert "mismatched" not in cause, output

@@ -929,3 +929,55 @@ def test_a_rank_in_its_own_code_under_a_collective_is_judged_on_the_hang_timeout
     assert ("rank 0 (node rank 0, host 10.0.0.0, local rank 0) is in its own code, __reduce__ at train.py:21, "
             "inside all_gather_object") in verdict.headline(SETTINGS)
     assert "mismatched" not in verdict.headline(SETTINGS)
+
+
+def p2p(n: int, wait: str, peer: int | None, *, idle: float = 25, started: bool = True) -> RankState:
+    """A rank in a blocking send or recv at train.py:24 whose other rank (its sampler read ``dst``/``src``)
+    is ``peer``."""
+    return replace(rank(n, idle, wait=wait, line=24, started=started), peer=peer)
+
+
+def test_a_pipeline_rank_that_skipped_a_send_is_named_by_the_ranks_waiting_for_it():
+    """Issue 53: rank 1 skipped one send; rank 2 waits in recv from it, rank 3 in recv from rank 2, and ranks
+    0-1 wait in the next all_reduce: two against two, yet rank 1 is the one, named with what it never did."""
+    states = [rank(0, line=30), rank(1, line=30), p2p(2, "recv", 1), p2p(3, "recv", 2)]
+    verdict = judge(states, SETTINGS)
+    assert verdict is not None and verdict.kind == "hang" and [s.rank for s in verdict.culprits] == [1]
+    headline = verdict.headline(SETTINGS)
+    assert ("rank 1 (node rank 0, host 10.0.0.0, local rank 1) waits in all_reduce at train.py:30 (never sent "
+            "what rank 2 waits for in recv at train.py:24: a missing send)") in headline, headline
+    assert "ranks 2-3 wait in recv at train.py:24 for 25s, rank 0 waits in all_reduce at train.py:30 for 25s" in headline
+    assert "mismatched" not in headline
+    early = judge([replace(s, first_progress=False) for s in states], SETTINGS)  # at step 1: no allowance
+    assert early is not None and early.limit.source == "--hang-timeout" and [s.rank for s in early.culprits] == [1]
+
+
+@pytest.mark.parametrize(("name", "states", "culprits", "why"), [
+    ("a send whose rank is in another call: a missing recv", [p2p(0, "send", 1), rank(1, line=30)], [1],
+     "never received what rank 0 sends it in send at train.py:24: a missing recv"),
+    ("a recv from a rank in a recv from any source", [p2p(0, "recv", 1), p2p(1, "recv", None)], [1],
+     "never sent what rank 0 waits for in recv at train.py:24: a missing send"),
+    ("two recvs from each other: a deadlock", [p2p(0, "recv", 1), p2p(1, "recv", 0)], [0, 1], "a deadlock"),
+    ("two sends to each other: a deadlock", [p2p(0, "send", 1), p2p(1, "send", 0)], [0, 1], "a deadlock"),
+    ("a cycle of three and a rank waiting on it: the cycle", [
+        p2p(3, "recv", 0), p2p(0, "recv", 1), p2p(1, "recv", 2), p2p(2, "recv", 0)], [0, 1, 2], "a deadlock"),
+    ("a made pair: its message is in flight, no one to name", [p2p(0, "send", 1), p2p(1, "recv", 0)], None, ""),
+    ("a recv from a rank not judged (another node not seen)", [p2p(0, "recv", 5), rank(1)], None, ""),
+    ("a recv from any source", [p2p(0, "recv", None), rank(1)], None, ""),
+    ("no send or recv", [rank(0), rank(1, wait="broadcast")], None, ""),
+])
+def test_the_unanswered_point_to_point_table(name, states, culprits, why):  # type: ignore[no-untyped-def]
+    from paijob.runtime.watch.hang.verdict import unanswered_p2p
+    found = unanswered_p2p(states)
+    if culprits is None:
+        assert found is None, name
+        return
+    assert found is not None and [s.rank for s in found[0]] == culprits and why in found[1], (name, found)
+
+
+def test_an_unanswered_send_or_recv_cannot_match_but_a_made_pair_can():
+    from paijob.runtime.watch.hang.verdict import cannot_match
+    assert cannot_match([p2p(0, "recv", 1), rank(1)])
+    assert cannot_match([p2p(0, "recv", 1), p2p(1, "recv", 0)])
+    assert not cannot_match([p2p(0, "send", 1), p2p(1, "recv", 0)])
+    assert not cannot_match([p2p(0, "recv", 1), rank(1, wait=None)])  # a rank outside any call

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from paijob.runtime.watch.worker.stack import classify_wait, main_stack, own_code_inside
+from paijob.runtime.watch.worker.stack import classify_wait, main_stack, own_code_inside, p2p_peer
 
 TORCH = os.path.join(os.sep, "venv", "lib", "site-packages", "torch")
 C10D = os.path.join(TORCH, "distributed", "distributed_c10d.py")
@@ -54,3 +54,55 @@ def test_pickling_inside_a_real_all_gather_object_is_the_ranks_own_code(tmp_path
     finally:
         dist.destroy_process_group()
     assert seen and own_code_inside(seen[0]) == "all_gather_object", seen
+
+
+# torch's send and recv as far as the sampler reads them: their own frames in distributed_c10d.py, the other
+# rank given globally (dst/src) or within a group (group_dst/group_src); ``look`` stands for the sampler
+FAKE_C10D = """
+def recv(tensor, src=None, group=None, tag=0, group_src=None):
+    return look()
+
+def send(tensor, dst=None, group=None, tag=0, group_dst=None):
+    return look()
+
+def all_reduce(tensor, group=None):
+    return look()
+
+def wrapper(call, **kwargs):
+    return call(None, **kwargs)
+"""
+
+
+def fake_c10d() -> dict[str, Any]:
+    names: dict[str, Any] = {"look": lambda: p2p_peer(sys._getframe(1))}  # noqa: SLF001
+    exec(compile(FAKE_C10D, C10D, "exec"), names)  # noqa: S102 - test code, compiled under torch's file name
+    return names
+
+
+@pytest.mark.parametrize(("call", "kwargs", "peer"), [
+    ("recv", {"src": 2}, 2),
+    ("send", {"dst": 3}, 3),
+    ("recv", {"group_src": 1}, 1),  # the default group: its ranks are global
+    ("send", {"group_dst": 1, "group": (4, 5)}, 5),  # rank 1 of a group of global ranks 4 and 5
+    ("recv", {}, None),  # from any source
+    ("recv", {"src": True}, None),
+    ("send", {"group_dst": "1"}, None),
+    ("all_reduce", {}, None),
+])
+def test_the_other_rank_of_a_blocking_send_or_recv_is_read_from_its_frame(monkeypatch, call, kwargs, peer):
+    """Issue 53: gloo's flight recorder keeps no send or recv, so the sampler reads the other rank of the
+    call the script made from that call's own frame; a group rank goes through torch's own mapping."""
+    fake = type(sys)("fake_c10d")
+    fake.get_global_rank = lambda group, rank: group[rank]  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "torch.distributed.distributed_c10d", fake)
+    names = fake_c10d()
+    assert names["wrapper"](names[call], **kwargs) == peer  # the outermost send/recv: the script's call
+    assert p2p_peer(None) is None
+
+
+def test_a_group_rank_torch_cannot_map_says_nothing(monkeypatch):
+    fake = type(sys)("fake_c10d")
+    fake.get_global_rank = lambda group, rank: 1 / 0  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "torch.distributed.distributed_c10d", fake)
+    names = fake_c10d()
+    assert names["send"](None, group_dst=1, group=(4, 5)) is None
