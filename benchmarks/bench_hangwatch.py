@@ -14,16 +14,21 @@ Three measures, printed with the machine they ran on:
   gloo) with the watch on and off, runs alternated, medians.
 * **evidence**: one write of the slow-rank doctor's evidence (paijob.runtime.watch.evidence: the
   flight recorder read without stack traces, full at the watch's buffer size, and the file
-  written), which every worker's sampler does once per 5 s; CPU time, median of 50.
+  written), which every worker's sampler does once per 5 s; CPU time, median of 50: after one
+  collective between writes, and after 700 (140 a second, a DDP job's rate: the file then keeps
+  its most, :data:`~paijob.runtime.watch.evidence.MAX_KEPT_CALLS`).
+* **many**: the same as **ddp** for a job of many small collectives (41 all_reduces of 1000 floats a
+  step, and a little compute): what the recorder and the evidence cost where they cost most.
 * **recorder**: what torch's flight recorder, which the watch keeps on for gloo workers
   (``TORCH_FR_BUFFER_SIZE``, paijob.runtime.watch.node.recorder), adds to one collective: a one-rank
   gloo group all-reduces one float 20000 times with it on and off, in fresh processes
   alternated, the median of each side; the difference is the recorder's cost per collective
   (the ddp and recipe runs include it, on the "on" side).
 
-    python benchmarks/bench_hangwatch.py [--runs 3] [--steps 2000] [--sample-only]
+    python benchmarks/bench_hangwatch.py [--runs 3] [--steps 2000] [--sample-only] [--many-only]
 
-``--sample-only``: the sample and the recorder (a minute), no training runs.
+``--sample-only``: the sample and the recorder (a minute), no training runs; ``--many-only``: those and
+the many-collectives job (issue 53's per-collective budget), not the ddp and recipe runs.
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -63,6 +69,31 @@ for step in range(steps + 20):
     opt.zero_grad()
     model(batch).square().mean().backward()
     opt.step()
+    times.append(time.perf_counter() - start)
+if dist.get_rank() == 0:
+    with open(sys.argv[1], "w") as fh:
+        fh.write(repr(sum(times[20:]) / steps))
+"""
+
+# 41 small all_reduces a step and a little compute: hundreds of collectives a second, where the flight
+# recorder (one entry per collective) and the evidence (thousands of calls kept) cost the most
+MANY_SCRIPT = """
+import os, sys, time
+import torch
+import torch.distributed as dist
+
+dist.init_process_group("gloo")
+torch.manual_seed(0)
+grads = [torch.randn(1000) for _ in range(41)]
+weight, batch = torch.randn(256, 256), torch.randn(64, 256)
+steps = int(sys.argv[2])
+times = []
+for step in range(steps + 20):
+    start = time.perf_counter()
+    for _ in range(4):
+        batch = torch.tanh(batch @ weight)
+    for grad in grads:
+        dist.all_reduce(grad)
     times.append(time.perf_counter() - start)
 if dist.get_rank() == 0:
     with open(sys.argv[1], "w") as fh:
@@ -155,11 +186,13 @@ dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
 t = torch.ones(1)
 for _ in range(1000):
     dist.all_reduce(t)  # the recorder's ring buffer full
+between = int(sys.argv[1])  # collectives between two writes
 with tempfile.TemporaryDirectory() as folder:
     evidence = Evidence(folder, 0, is_library=is_library, write=write_new)
     cpu = []
     for i in range(50):
-        dist.all_reduce(t)
+        for _ in range(between):
+            dist.all_reduce(t)
         start = time.thread_time()
         evidence.write(float(i), {"pid": os.getpid(), "start_time": 0, "first_progress": True})
         cpu.append(time.thread_time() - start)
@@ -168,25 +201,26 @@ os._exit(0)
 """
 
 
-def measure_evidence() -> tuple[float, int]:
+def measure_evidence(between: int = 1) -> tuple[float, int]:
     """CPU seconds of one write of the slow-rank doctor's evidence (the flight recorder read without
-    stack traces, its entries kept, the file written), with the recorder full as the watch sets it;
-    and how many collectives it kept. A worker's sampler does it once per 5 s."""
+    stack traces, its entries kept, the file written), with the recorder full as the watch sets it and
+    ``between`` collectives since the last write; and how many collectives it kept. A worker's sampler
+    does it once per 5 s."""
     from paijob.common import contract
 
     env = {**os.environ, contract.FLIGHT_RECORDER: str(contract.FLIGHT_RECORDER_ENTRIES),
            "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
-    done = subprocess.run([sys.executable, "-c", EVIDENCE_SCRIPT], env=env, check=True,
+    done = subprocess.run([sys.executable, "-c", EVIDENCE_SCRIPT, str(between)], env=env, check=True,
                           capture_output=True, text=True, timeout=300)
     seconds, kept = done.stdout.strip().splitlines()[-1].split()
     return float(seconds), int(kept)
 
 
-def run_ddp(steps: int, watch: bool) -> float:
-    """Mean seconds per step (rank 0, after 20 warm-up steps) under paijob-runtime train."""
+def run_ddp(steps: int, watch: bool, source: str = STEPS_SCRIPT) -> float:
+    """Mean seconds per step (rank 0, after 20 warm-up steps) of ``source`` under paijob-runtime train."""
     with tempfile.TemporaryDirectory() as folder:
         script = Path(folder) / "steps.py"
-        script.write_text(STEPS_SCRIPT)
+        script.write_text(source)
         out = Path(folder) / "step_time"
         env = {k: v for k, v in os.environ.items() if not k.startswith(("PAI_", "PAIJOB_"))}
         env.update({"CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1",
@@ -218,6 +252,17 @@ def run_recipe(watch: bool) -> float:
         return float(json.loads(summary.read_text())["steady_images_per_sec"])
 
 
+def alternated(runs: int, run: Callable[[bool], float]) -> tuple[list[float], list[float]]:
+    """``run(watch)`` ``runs`` times on each side, off then on, alternated: (on, off)."""
+    on: list[float] = []
+    off: list[float] = []
+    for _ in range(runs):
+        off.append(run(False))
+        on.append(run(True))
+        print(f"  off {off[-1] * 1e3:.2f} ms, on {on[-1] * 1e3:.2f} ms", flush=True)
+    return on, off
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=3)
@@ -225,6 +270,8 @@ def main() -> None:
     parser.add_argument("--json", help="also write the results here")
     parser.add_argument("--sample-only", action="store_true",
                         help="measure one sample only (no training runs: seconds, not minutes)")
+    parser.add_argument("--many-only", action="store_true",
+                        help="the sample, the recorder and the many-collectives job only (not ddp, recipe)")
     args = parser.parse_args()
     machine = f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, " \
               f"Python {platform.python_version()}"
@@ -236,6 +283,9 @@ def main() -> None:
     evidence, kept = measure_evidence()
     print(f"slow-rank doctor's evidence: {evidence * 1e3:.2f} ms of CPU a write ({kept} collectives kept), "
           f"once per {WRITE_EVERY:g}s: {evidence / WRITE_EVERY:.4%} of a Python-bound step")
+    evidence_full, kept_full = measure_evidence(between=700)
+    print(f"  at 140 collectives a second: {evidence_full * 1e3:.2f} ms of CPU a write ({kept_full} kept), "
+          f"{evidence_full / WRITE_EVERY:.4%} of a Python-bound step")
     fr_on, fr_off = measure_recorder()
     fr_cost = statistics.median(fr_on) - statistics.median(fr_off)
     print(f"flight recorder: {fr_cost * 1e6:+.1f} us per collective (tiny all_reduce, one rank: "
@@ -244,8 +294,19 @@ def main() -> None:
           f"{min(fr_off) * 1e6:.1f}-{max(fr_off) * 1e6:.1f})")
     recorder = {"recorder_on_seconds": fr_on, "recorder_off_seconds": fr_off,
                 "recorder_cost_seconds": fr_cost, "evidence_write_cpu_seconds": evidence,
+                "evidence_write_full_cpu_seconds": evidence_full, "evidence_full_kept": kept_full,
                 "evidence_every_seconds": WRITE_EVERY}
-    if args.sample_only:
+    if args.many_only or not args.sample_only:
+        many_on, many_off = alternated(args.runs, lambda watch: run_ddp(args.steps, watch, MANY_SCRIPT))
+        many_ratio = statistics.median(many_on) / statistics.median(many_off)
+        rate = 41 / statistics.median(many_on)
+        print(f"many collectives (41 a step, {rate:.0f} a second on each rank), watch on / off: {many_ratio:.4f} "
+              f"(median {statistics.median(many_on) * 1e3:.2f} / {statistics.median(many_off) * 1e3:.2f} ms; on "
+              f"{min(many_on) * 1e3:.2f}-{max(many_on) * 1e3:.2f}, off {min(many_off) * 1e3:.2f}-"
+              f"{max(many_off) * 1e3:.2f})")
+        recorder.update(many_step_on=many_on, many_step_off=many_off, many_ratio=many_ratio,
+                        many_collectives_per_second=rate)
+    if args.sample_only or args.many_only:
         if args.json:
             Path(args.json).write_text(json.dumps({
                 "machine": machine, "load_average": os.getloadavg(), "sample_cpu_seconds": sample,

@@ -411,10 +411,9 @@ def cannot_match(states: Sequence[RankState]) -> bool:
     each other, in whatever phase. Nothing a healthy job does before its first step looks like
     it (a rank loading data or building a model is outside any call), so the first-step
     allowance does not apply. Otherwise point-to-point calls differ by design and are left out."""
-    if not all(s.c10d and s.wait and not s.odd for s in states):
-        return False
     calls = {s.wait for s in states}
-    return (len(calls) > 1 and not calls & POINT_TO_POINT) or unanswered_p2p(states) is not None
+    return all(s.c10d and s.wait and not s.odd for s in states) and (
+        (len(calls) > 1 and not calls & POINT_TO_POINT) or unanswered_p2p(states) is not None)
 
 
 BLOCKING_P2P = frozenset({"send", "recv"})  # the calls whose other rank the sampler reads (RankState.peer)

@@ -965,6 +965,8 @@ def test_a_pipeline_rank_that_skipped_a_send_is_named_by_the_ranks_waiting_for_i
     ("a recv from a rank not judged (another node not seen)", [p2p(0, "recv", 5), rank(1)], None, ""),
     ("a recv from any source", [p2p(0, "recv", None), rank(1)], None, ""),
     ("no send or recv", [rank(0), rank(1, wait="broadcast")], None, ""),
+    ("a rank in a collective whose state names a peer (a report that says so): not a send or recv", [
+        replace(rank(0), peer=1), rank(1, wait="broadcast")], None, ""),
 ])
 def test_the_unanswered_point_to_point_table(name, states, culprits, why):  # type: ignore[no-untyped-def]
     from paijob.runtime.watch.hang.verdict import unanswered_p2p
