@@ -7,7 +7,9 @@ main thread from the outside:
 
 * its Python stack (``sys._current_frames()``): which line it is on, whether
   that is inside a ``torch.distributed`` collective, a DataLoader wait (and for
-  which loader worker), or the user's own code;
+  which loader worker), or the user's own code; in a blocking ``send`` or ``recv``, the
+  other rank (read from the call's own frame: gloo's flight recorder keeps no
+  point-to-point calls);
 * its CPU time (``/proc/self/task/<tid>/stat``) and I/O
   (``/proc/self/task/<tid>/io``): a rank that computes or writes a checkpoint is
   busy even when its stack stands still;
