@@ -228,7 +228,7 @@ class Sampler:
             wait, collective, c10d = None, False, False
         self.follow_collectives(wait if collective else None, c10d, frame, issued, now)
         waiting_for = loader_worker(frame) if wait == "DataLoader" else None
-        peer = p2p_peer(frame) if c10d and wait in ("send", "recv") else None
+        peer = p2p_peer(frame)  # None unless it waits in a blocking send or recv
         self.evidence.count(frames, busy=busy, started=self.first_progress)
         self.seq += 1
         still = now - self.moved_at >= 2 * self.interval
