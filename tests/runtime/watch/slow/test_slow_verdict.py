@@ -199,6 +199,14 @@ def frames(*names):
             (f"{TORCH}/autograd/graph.py", 800, "_engine_run_backward")), False, "collective",
      ["backward", "train.py:80"]),
     (frames((TRAIN, 60, "<module>"), (TRAIN, 30, "step_once")), True, "compute", ["step_once", "train.py:30"]),
+    # the script's own code under a collective's frames (rank 0's __getstate__ waits for its checkpoint writer
+    # inside all_gather_object): its own work, not a wait for the others (issue 53)
+    (frames((TRAIN, 25, "<module>"), (f"{TORCH}/distributed/distributed_c10d.py", 3100, "all_gather_object"),
+            (f"{TORCH}/distributed/distributed_c10d.py", 2900, "_object_to_tensor"), (TRAIN, 16, "__getstate__"),
+            (f"{os.path.dirname(os.__file__)}/threading.py", 600, "wait")), False,
+     "other", ["wait", "train.py:16"]),
+    (frames((TRAIN, 25, "<module>"), (f"{TORCH}/distributed/distributed_c10d.py", 3100, "all_gather_object"),
+            (TRAIN, 16, "save_checkpoint")), True, "host", ["save_checkpoint", "train.py:16"]),
     (frames((TRAIN, 61, "<module>"), (f"{os.path.dirname(os.__file__)}/time.py", 1, "sleep")), False,
      "other", ["sleep", "train.py:61"]),
 ])
