@@ -62,11 +62,10 @@ Frame = Sequence[Any]  # (file, line, function)
 
 def activity_of(frames: Sequence[Frame], *, busy: bool, is_library: Callable[[str], bool]) -> str:
     """The activity (one of :data:`ACTIVITIES`) of a main-thread stack, outermost frame first."""
-    kinds = {_file_kind(str(frame[0])) for frame in frames}
-    if "collective" in kinds and not _own_code_inside_a_collective(frames, is_library):
-        return "collective"
-    if "data" in kinds:
-        return "data"
+    kinds = _kinds(frames, is_library)
+    for kind in ("collective", "data"):
+        if kind in kinds:
+            return kind
     if "host" in kinds or any(_host_name(str(f[2])) and not is_library(str(f[0])) for f in frames):
         return "host"
     if not busy and any(str(f[0]).endswith(_TENSOR) and f[2] == "backward" for f in frames):
@@ -74,12 +73,15 @@ def activity_of(frames: Sequence[Frame], *, busy: bool, is_library: Callable[[st
     return "compute" if "compute" in kinds or (busy and frames) else "other"
 
 
-def _own_code_inside_a_collective(frames: Sequence[Frame], is_library: Callable[[str], bool]) -> bool:
-    """Whether the script's own code runs under a collective's frames (``__getstate__`` pickling rank 0's
-    checkpoint inside ``all_gather_object``): the rank works there, it does not wait for the others, and
-    counted as a collective its phase read "works in the DataLoader" (issue 53)."""
-    first = next((i for i, frame in enumerate(frames) if _file_kind(str(frame[0])) == "collective"), len(frames))
-    return any(not is_library(str(frame[0])) for frame in frames[first + 1:])
+def _kinds(frames: Sequence[Frame], is_library: Callable[[str], bool]) -> set[str]:
+    """The activities a stack's files stand for; not a collective where the script's own code runs under the
+    collective's frames (``__getstate__`` pickling rank 0's checkpoint inside ``all_gather_object``): the rank
+    works there, it does not wait for the others, and counted as a collective its phase read "works in the
+    DataLoader" (issue 53)."""
+    kinds = [_file_kind(str(frame[0])) for frame in frames]
+    if "collective" in kinds and any(not is_library(str(frame[0])) for frame in frames[kinds.index("collective"):]):
+        return set(kinds) - {"collective"}
+    return set(kinds)
 
 
 @functools.lru_cache(maxsize=4096)
