@@ -95,11 +95,11 @@ def p2p_peer(frame: FrameType | None) -> int | None:
     point-to-point entries (torch 2.4 to 2.13), and a pipeline whose rank skips one ``send`` leaves the ranks
     it feeds waiting in ``recv`` while it waits in a collective. None: not in one, or a ``recv`` from any
     source."""
-    call = None
-    while frame is not None:  # the outermost send/recv of torch.distributed: the call the script made
-        if frame.f_code.co_filename.endswith(_C10D) and frame.f_code.co_name in _P2P_PEER:
-            call = frame
-        frame = frame.f_back
+    call, depth = frame, 0
+    while call is not None and not (call.f_code.co_filename.endswith(_C10D) and call.f_code.co_name in _P2P_PEER):
+        call, depth = call.f_back, depth + 1  # torch's send and recv call isend and irecv: no send/recv nests
+        if depth >= MAX_FRAMES:  # as deep as a stack is read: deep recursion costs a look no more
+            return None
     if call is None:
         return None
     global_name, group_name = _P2P_PEER[call.f_code.co_name]
