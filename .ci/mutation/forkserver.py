@@ -18,6 +18,7 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import shutil
 import signal
 import sys
 import tempfile
@@ -89,10 +90,18 @@ def warm(args: list[str]) -> int | None:
 
 def main() -> None:
     args = sys.argv[1:]
-    print(json.dumps({"rc": warm(args)}), flush=True)
-    for line in sys.stdin:
-        request = json.loads(line)
-        print(json.dumps({"rc": run(args, request["module"], request["file"], request["timeout"])}), flush=True)
+    # every child's temporary files under one folder of this server's, removed when it ends: a child stopped
+    # at its timeout never runs the tests' own clean-up (tests/conftest.py's scratch folder stayed in /tmp)
+    own = tempfile.mkdtemp(prefix="paijob-mutation-")
+    os.environ["TMPDIR"] = own
+    tempfile.tempdir = None  # tempfile reads TMPDIR again
+    try:
+        print(json.dumps({"rc": warm(args)}), flush=True)
+        for line in sys.stdin:
+            request = json.loads(line)
+            print(json.dumps({"rc": run(args, request["module"], request["file"], request["timeout"])}), flush=True)
+    finally:
+        shutil.rmtree(own, ignore_errors=True)
 
 
 if __name__ == "__main__":
