@@ -5,15 +5,17 @@ samples counted by activity and when it enqueued its recent collectives. The sam
 (:mod:`paijob.runtime.watch.worker.sampler`) already looks at the main thread once a second; here it only
 counts that look (a dictionary increment), and every :data:`WRITE_EVERY` seconds reads torch's
 flight recorder **without stack traces** (about 1 ms for 256 entries, on the sampler's thread, never
-on the training step) and writes ``rank<N>.slow.json`` beside its ``rank<N>.json``, with its
-threads' CPU time and **run delay** so far (the kernel's ``schedstat``: time spent runnable but
-waiting for a CPU, which a cgroup's CPU quota or other processes on its cores make grow; one small
-read of ``/proc`` per thread). Nothing is
+on the training step) and writes ``rank<N>.slow.json`` beside its ``rank<N>.json``. Nothing is
 added to a training step: the recorder records every collective anyway (it is on for the hang
 watch's mismatch account), and its ring buffer keeps the last :data:`~paijob.common.contract.FLIGHT_RECORDER_ENTRIES`.
 
 The node's agent reads a rank's file only for a rank whose ``rank<N>.json`` it believes (the same
-pid and start time): a job's own files are never trusted further than that.
+pid and start time): a job's own files are never trusted further than that. It reads the rank's threads'
+CPU time and **run delay** itself (:func:`cpu_times`, the kernel's ``schedstat``: time spent runnable
+but waiting for a CPU, which a cgroup's CPU quota or other processes on its cores make grow). Why the
+agent, not the worker: a rank under a 1 % CPU quota is the one whose sampler writes late (seen in CI: its
+file went unwritten for long enough that the doctor had no two readings 5 s apart, and named the
+throttled rank for "its own code"); the agent's reading is as fresh as its look, and no rank can write it.
 """
 
 from __future__ import annotations
@@ -112,7 +114,6 @@ class Evidence:
             "time": now, "first_progress": report.get("first_progress"),
             "activity": self.activity, "lines": lines,
             "calls": sorted(self.calls.values(), key=lambda c: (c[0], c[1])),
-            "cpu": cpu_times(),
         }, separators=(",", ":")))
 
 
@@ -123,11 +124,15 @@ def _most_seen(seen: Mapping[str, Mapping[str, int]]) -> list[Any]:
     return [key.split("\t")[0], at, sum(seen[key].values())]
 
 
+MAX_TASKS_READ = 4096  # a process with more threads is not read (unknown): a look stays bounded whatever a job does
+
+
 def cpu_times(tasks: str = "/proc/self/task") -> list[float] | None:
     """``[on CPU, run delay, when]`` in seconds: the CPU time and the time spent runnable but waiting
     for a CPU of every thread of the process (``tasks``: its ``/proc/<pid>/task`` folder), summed
     since each started (``schedstat``'s first two fields, ns), and ``time.monotonic()`` as read;
-    None: no such files (a kernel without schedstat, not Linux) or not their form.
+    None: no such files (a kernel without schedstat, not Linux, a process that ended), not their form,
+    or more than :data:`MAX_TASKS_READ` threads.
 
     Why every thread, not the main one: the training is held up by whichever of its threads waits
     for a CPU. Under a CPU quota, gloo's I/O thread waits most (seen: 86 % of the wall time under a
@@ -137,6 +142,8 @@ def cpu_times(tasks: str = "/proc/self/task") -> list[float] | None:
     try:
         names = os.listdir(tasks)
     except OSError:
+        return None
+    if len(names) > MAX_TASKS_READ:
         return None
     run = delay = 0
     read = 0
@@ -168,11 +175,18 @@ def recorded_entries() -> list[dict[str, Any]] | None:
 SealedBy = Callable[[int, int, bytes], bool]  # (rank, pid, data): signed by that rank's own process?
 
 
-def read_evidence(folder: str, reports: Mapping[int, Mapping[str, Any]],
-                  read: Callable[[str], bytes | None], sealed_by: SealedBy | None = None) -> dict[int, dict[str, Any]]:
+def process_cpu(pid: int) -> list[float] | None:
+    """A process's :func:`cpu_times`, read from outside it (by the node's agent)."""
+    return cpu_times(f"/proc/{pid}/task")
+
+
+def read_evidence(folder: str, reports: Mapping[int, Mapping[str, Any]], read: Callable[[str], bytes | None],
+                  sealed_by: SealedBy | None = None, cpu_of: Callable[[int], list[float] | None] = process_cpu
+                  ) -> dict[int, dict[str, Any]]:
     """Each believed rank's evidence file (``reports``: the believed ``rank<N>.json`` by rank; a file is kept
     only with the same pid and start time, and where the watch holds the samplers' keys, signed by that very
-    process: another rank swapping two ranks' files is not believed), well-formed parts only."""
+    process: another rank swapping two ranks' files is not believed), well-formed parts only, with its
+    process's CPU readings as read now (``cpu_of``: a ``cpu`` the file carries is never believed)."""
     found: dict[int, dict[str, Any]] = {}
     for rank, report in reports.items():
         data = read(evidence_path(folder, rank))
@@ -186,7 +200,7 @@ def read_evidence(folder: str, reports: Mapping[int, Mapping[str, Any]],
         if (not isinstance(value, dict) or value.get("rank") != rank or value.get("pid") != report.get("pid")
                 or value.get("start_time") != report.get("start_time")):
             continue
-        found[rank] = checked(value)
+        found[rank] = {**checked(value), "cpu": cpu_of(pid) if isinstance(pid, int) else None}
     return found
 
 
@@ -208,8 +222,8 @@ def checked(value: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _cpu(value: Any) -> list[float] | None:
-    """``[on CPU, run delay, when]`` as :func:`cpu_times` wrote it: three finite numbers, none
-    negative; None otherwise (a file of an older version, which has none: unknown)."""
+    """``[on CPU, run delay, when]`` as another node's agent published it (:func:`cpu_times`): three
+    finite numbers, none negative; None otherwise (unknown)."""
     if not isinstance(value, list) or len(value) != 3:
         return None
     if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0

@@ -19,7 +19,7 @@ from runtime_helpers import free_port, skip_without_gloo_flight_recorder
 
 from paijob.common import contract
 from paijob.runtime.watch import evidence
-from paijob.runtime.watch.evidence import Evidence, read_evidence
+from paijob.runtime.watch.evidence import Evidence, checked, read_evidence
 from paijob.runtime.watch.folder import read_file, write_new
 from paijob.runtime.watch.frames import is_library
 
@@ -120,12 +120,13 @@ def test_only_well_formed_parts_of_a_file_are_kept(tmp_path):
     hostile = {"rank": 0, "pid": 1, "start_time": 2, "first_progress": "yes",
                "activity": {"data": 3, "rm -rf": 9, "compute": -1, "host": "x"},
                "lines": {"data": ["next\x1b[2J", "train.py:72", 3], "nonsense": ["a", "b"], "host": "x"},
-               "calls": [["0", 1, "all_reduce", 1.5], ["0", "2", "x", 1.0], "junk", ["0", 3, "x"]]}
+               "calls": [["0", 1, "all_reduce", 1.5], ["0", "2", "x", 1.0], "junk", ["0", 3, "x"]],
+               "cpu": [100.0, 0.0, 5.0]}  # a rank saying it never waits for a CPU: not believed
     (tmp_path / "rank0.slow.json").write_text(json.dumps(hostile))
-    found = read_evidence(str(tmp_path), {0: {"pid": 1, "start_time": 2}}, read_file)[0]
+    found = read_evidence(str(tmp_path), {0: {"pid": 1, "start_time": 2}}, read_file, cpu_of=lambda pid: None)[0]
     assert found == {"first_progress": False, "activity": {"data": 3},
                      "lines": {"data": ["next[2J", "train.py:72"]}, "calls": [["0", 1, "all_reduce", 1.5]],
-                     "cpu": None}  # none written (an older worker): unknown
+                     "cpu": None}  # the agent could not read the process: unknown, whatever the file says
     (tmp_path / "rank0.slow.json").write_text("{not json")
     assert read_evidence(str(tmp_path), {0: {"pid": 1, "start_time": 2}}, read_file) == {}
 
@@ -142,13 +143,25 @@ def test_only_well_formed_parts_of_a_file_are_kept(tmp_path):
     ({"run": 1.0}, None),
     ("1 2 3", None),
 ])
-def test_a_cpu_reading_is_kept_only_in_its_form(tmp_path, cpu, kept):
-    written = {"rank": 0, "pid": 1, "start_time": 2, "cpu": cpu}
-    (tmp_path / "rank0.slow.json").write_text(json.dumps(written))
-    assert read_evidence(str(tmp_path), {0: {"pid": 1, "start_time": 2}}, read_file)[0]["cpu"] == kept
+def test_a_cpu_reading_another_node_published_is_kept_only_in_its_form(cpu, kept):
+    assert checked({"rank": 0, "cpu": cpu})["cpu"] == kept
 
 
-def test_every_threads_cpu_time_and_run_delay_are_summed_from_schedstat(tmp_path):
+def test_the_cpu_readings_are_the_agents_own_of_the_believed_process(tmp_path):
+    """Read by the node's agent from the rank's process (its pid as believed), at the look: a rank under a
+    CPU quota writes its file late, and a rank's file could say anything."""
+    (tmp_path / "rank0.slow.json").write_text(json.dumps({"rank": 0, "pid": 41, "start_time": 2, "cpu": [1, 2, 3]}))
+    asked: list[int] = []
+    found = read_evidence(str(tmp_path), {0: {"pid": 41, "start_time": 2}}, read_file,
+                          cpu_of=lambda pid: asked.append(pid) or [7.0, 8.0, 9.0])
+    assert found[0]["cpu"] == [7.0, 8.0, 9.0] and asked == [41]
+    if Path(f"/proc/{os.getpid()}/task").is_dir():
+        reading = evidence.process_cpu(os.getpid())
+        assert reading is not None and reading[0] > 0
+    assert evidence.process_cpu(2**22 + 1) is None  # above the kernel's largest pid: no such process
+
+
+def test_every_threads_cpu_time_and_run_delay_are_summed_from_schedstat(tmp_path, monkeypatch):
     own = Path("/proc/self/schedstat")
     if not own.exists():
         pytest.skip("this kernel has no /proc/<pid>/schedstat: the CPU readings are unknown there")
@@ -157,16 +170,18 @@ def test_every_threads_cpu_time_and_run_delay_are_summed_from_schedstat(tmp_path
     assert run > 0 and delay >= 0 and before <= at <= time.monotonic()
     main_thread = [int(field) / 1e9 for field in Path(f"/proc/self/task/{os.getpid()}/schedstat").read_text().split()[:2]]
     assert run >= main_thread[0] * 0.99  # the main thread's time is part of the sum
-    found = Evidence(str(tmp_path), 0, is_library=is_library, write=write_new)
-    found.write(1.0, {})
-    written = json.loads((tmp_path / "rank0.slow.json").read_text())["cpu"]
-    assert len(written) == 3 and written[0] >= run and written[1] >= delay
+    again = evidence.cpu_times()
+    assert again is not None and again[0] >= run and again[1] >= delay
     tasks = tmp_path / "task"
     for tid, text in (("11", "2500000000 750000000 1234\n"), ("12", "500000000 250000000 9\n"),
                       ("13", "x y z"), ("14", "")):  # the last two: not schedstat's form, left out
         (tasks / tid).mkdir(parents=True)
         (tasks / tid / "schedstat").write_text(text)
     (tasks / "15").mkdir()  # a thread that ended between the listing and the read
+    assert evidence.cpu_times(str(tasks))[:2] == [3.0, 1.0]
+    monkeypatch.setattr(evidence, "MAX_TASKS_READ", 4)
+    assert evidence.cpu_times(str(tasks)) is None  # 5 threads listed: a job's thread count never sets a look's cost
+    monkeypatch.setattr(evidence, "MAX_TASKS_READ", 5)
     assert evidence.cpu_times(str(tasks))[:2] == [3.0, 1.0]
     for tid in ("11", "12"):
         (tasks / tid / "schedstat").write_text("12")
@@ -240,5 +255,4 @@ def test_a_real_worker_writes_when_it_enqueued_its_collectives(tmp_path: Path):
     assert all(began <= call[3] <= time.time() for call in calls)
     assert [call[1] for call in calls] == sorted(call[1] for call in calls)
     assert sum(written["activity"].values()) >= 1
-    if Path("/proc/self/schedstat").exists():
-        assert len(written["cpu"]) == 3 and written["cpu"][0] > 0  # its main thread's CPU time and run delay
+    assert "cpu" not in written  # the node's agent reads the process's CPU time itself

@@ -58,6 +58,21 @@ def thread_cpu(tid: int) -> tuple[float | None, int]:
         return None, 0
 
 
+def thread_run_delay(tid: int) -> tuple[float | None, int]:
+    """(Seconds thread ``tid`` of this process has spent runnable but waiting for a CPU (the second field
+    of its ``schedstat``), bytes read); None without it (a kernel without ``CONFIG_SCHED_INFO``).
+
+    Why: a thread that computes on a crowded machine (more runnable threads than cores, or a CPU quota)
+    gets a few percent of a CPU a second and would read as idle by its CPU time alone; it wants a CPU the
+    whole time, and that is what busy means to the watch."""
+    try:
+        with open(f"/proc/self/task/{tid}/schedstat", "rb") as handle:
+            text = handle.read()
+        return int(text.split()[1]) / 1e9, len(text)
+    except (OSError, IndexError, ValueError):
+        return None, 0
+
+
 def thread_io(tid: int) -> tuple[int, int]:
     """(bytes thread ``tid`` of this process read and wrote through system calls (rchar + wchar of
     ``/proc/self/task/<tid>/io``), bytes of that file itself); (0, 0) without it.

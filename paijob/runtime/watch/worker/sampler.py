@@ -10,9 +10,10 @@ main thread from the outside:
   which loader worker), or the user's own code; in a blocking ``send`` or ``recv``, the
   other rank (read from the call's own frame: gloo's flight recorder keeps no
   point-to-point calls);
-* its CPU time (``/proc/self/task/<tid>/stat``) and I/O
-  (``/proc/self/task/<tid>/io``): a rank that computes or writes a checkpoint is
-  busy even when its stack stands still;
+* its CPU time (``/proc/self/task/<tid>/stat``), its run delay (``schedstat``: runnable, waiting for a
+  CPU) and I/O (``/proc/self/task/<tid>/io``): a rank that computes, or wants a CPU to compute on (a
+  crowded machine gives it a few percent), or writes a checkpoint is busy even when its stack stands
+  still;
 * how many collectives it has issued: torch's own per-group sequence number
   (``ProcessGroup._get_sequence_number_for_group()``, in torch 2.4 to 2.13 for
   gloo and NCCL), which counts every collective, DDP's gradient all-reduces
@@ -23,7 +24,7 @@ main thread from the outside:
 It writes what it saw, atomically, to one small JSON file per worker
 (``rank<N>.json`` in the folder the launcher names) that the node's agent reads
 (:mod:`paijob.runtime.watch.hang.doctor`). A rank is *active* in a sample when its
-stack moved, its main thread used CPU or it did storage I/O; the file carries
+stack moved, its main thread used or wanted CPU or it did storage I/O; the file carries
 when it was last active, so the agent needs no history.
 
 A worker whose sampler cannot run (a C call that holds the GIL) stops updating
@@ -80,6 +81,7 @@ from paijob.runtime.watch.worker.process import (
     process_io,
     thread_cpu,
     thread_io,
+    thread_run_delay,
 )
 from paijob.runtime.watch.worker.stack import (
     classify_wait,
@@ -99,6 +101,10 @@ from paijob.runtime.watch.worker.stack import (
 DEFAULT_INTERVAL = 1.0
 DUMP_AFTER = 3.0  # seconds without a sample before faulthandler's watchdog writes rank<N>.stack
 BUSY_CPU_SHARE = 0.05  # main-thread CPU over a sample interval that counts as busy (a wait uses ~0)
+# ... or its time on and waiting for a CPU (runnable): a computing thread starved on a crowded machine is runnable
+# most of the time; a waiting one woken often (DDP's reducer in backward) only a little more than it runs (at 5 %,
+# the ranks waiting in a DDP job's backward on a crowded 2-core machine read as computing 92 % of their time)
+BUSY_RUNNABLE_SHARE = 0.5
 MOVING_DATA = 1 << 20  # bytes of the process's I/O in one sample interval: data on the move
 FIRST_PROGRESS_SAMPLES = 3  # samples that saw collectives complete: past the first training step
 
@@ -118,6 +124,7 @@ class Sampler:
         self.tid = os.getpid()  # the main thread's id in /proc is the process id
         self._signature: tuple[tuple[Any, int], ...] | None = None
         self._cpu: float | None = None
+        self._delay: float | None = None  # the main thread's run delay at the last sample (thread_run_delay)
         self._io = 0
         self._own_io = 0  # bytes of /proc read and the report written since the last sample
         self._wall = time.monotonic()
@@ -198,6 +205,19 @@ class Sampler:
             time.sleep(until_the_next_slot(time.time(), self.interval))
         faulthandler.cancel_dump_traceback_later()
 
+    def _cpu_since(self, tid: int, wall: float) -> tuple[bool, float, int]:
+        """(Whether the main thread was busy since the last sample, its CPU share, bytes of ``/proc`` read):
+        busy when it used :data:`BUSY_CPU_SHARE` of a CPU, or was runnable :data:`BUSY_RUNNABLE_SHARE` of the
+        time (on a CPU or waiting for one). ``wall``: now, on the monotonic clock."""
+        cpu, stat_bytes = thread_cpu(tid)
+        delay, schedstat_bytes = thread_run_delay(tid)
+        elapsed = max(1e-3, wall - self._wall)
+        cpu_share = 0.0 if cpu is None or self._cpu is None else (cpu - self._cpu) / elapsed
+        delay_share = 0.0 if delay is None or self._delay is None else (delay - self._delay) / elapsed
+        self._cpu, self._delay = cpu, delay
+        busy = cpu_share >= BUSY_CPU_SHARE or cpu_share + delay_share >= BUSY_RUNNABLE_SHARE
+        return busy, cpu_share, stat_bytes + schedstat_bytes
+
     def sample(self) -> dict[str, Any]:
         """One look at the main thread: where it is, whether it moved or worked since the last look."""
         now, wall = time.time(), time.monotonic()
@@ -207,15 +227,12 @@ class Sampler:
         signature = tuple((id(f.f_code), line) for f, line in walk(frame))
         moved = signature != self._signature or issued != self._issued
         self._signature, self._issued = signature, issued
-        cpu, stat_bytes = thread_cpu(tid)
+        busy, cpu_share, proc_bytes = self._cpu_since(tid, wall)
         io_bytes, io_file_bytes = thread_io(tid)
-        elapsed = max(1e-3, wall - self._wall)
-        cpu_share = 0.0 if cpu is None or self._cpu is None else (cpu - self._cpu) / elapsed
-        busy = cpu_share >= BUSY_CPU_SHARE
         # the sampler's own reads and its last report's write are not the rank's I/O
-        own = stat_bytes + io_file_bytes + self._own_io
+        own = proc_bytes + io_file_bytes + self._own_io
         did_io = self._io > 0 and io_bytes - self._io > own
-        self._cpu, self._io, self._wall = cpu, io_bytes, wall
+        self._io, self._wall = io_bytes, wall
         if moved:
             self.moved_at = now
         if moved or busy or did_io:

@@ -21,6 +21,7 @@ from paijob.runtime.watch.slow.verdict import (
     RankWindow,
     Waits,
     caused_most,
+    covered,
     cpu_shares,
     heavy_pauses,
     is_phase,
@@ -160,6 +161,9 @@ def test_the_record_carries_every_ranks_figures():
     ([0.05] * 100, False),
     ([0.05] * 90 + [1.0] * 10, False),  # a slow batch every tenth step: a straggler, not a phase
     ([0.0] * 10, False),
+    ([0.0] * 75 + [3.0] * 4, True),  # a pause every 20 collectives, the window cut between two: 79, top 4
+    ([0.0] * 77 + [3.0] * 4, True),  # 81: the top 5
+    ([0.0] * 56 + [3.0] * 4, False),  # a pause every 15: the top 3 hold 75 %
 ])
 def test_a_phase_is_a_few_long_pauses(waits, phase):
     assert is_phase(waits) is phase
@@ -564,6 +568,45 @@ def test_a_rank_late_before_one_of_many_collectives_a_step_is_a_straggler_not_a_
     assert judge_slow(windows(simulate_steps(jitter, per_step=per_step))) is None  # balanced: quiet
 
 
+def async_buckets(late, *, per_step=30, steps=40, base=0.125, spacing=0.0009765625):
+    """Each step every rank computes ``base`` + ``late(rank)`` seconds, then enqueues ``per_step`` collectives
+    ``spacing`` apart without waiting for any (DDP's gradient buckets; every NCCL call); the step ends once the
+    last rank enqueued its last."""
+    done = 1000.0
+    calls = {rank: [] for rank in range(4)}
+    seq = 0
+    for _step in range(steps):
+        start = {rank: done + base + late(rank) for rank in calls}
+        for bucket in range(per_step):
+            seq += 1
+            for rank, when in start.items():
+                calls[rank].append(Call("0", seq, "all_reduce", when + bucket * spacing))
+        done = max(start.values()) + per_step * spacing
+    return calls
+
+
+def test_waits_for_collectives_enqueued_together_count_once():
+    """A DDP job's 30 buckets a step, rank 3 62.5 ms late: the others wait for it once a step (from their
+    first bucket to its last), not 30 times (summed, the line said they waited 100 % of the time)."""
+    verdict = judge_slow(windows(async_buckets(lambda r: 0.0625 if r == 3 else 0.0)))
+    assert verdict is not None and verdict.culprits == (3,), verdict
+    step = 0.125 + 0.0625 + 30 * 0.0009765625
+    # the window's first step counts its waits but not all of its time: a little over the per-step share
+    assert verdict.wait_share == pytest.approx((0.0625 + 29 * 0.0009765625) / step, rel=0.05), verdict.line()
+
+
+@pytest.mark.parametrize(("spans", "seconds"), [
+    ([], 0.0),
+    ([(0.0, 1.0), (0.5, 2.0)], 2.0),  # overlapping
+    ([(3.0, 4.0), (0.0, 1.0)], 2.0),  # apart, in any order
+    ([(0.0, 2.0), (0.5, 1.0)], 2.0),  # one inside another
+    ([(0.0, 1.0), (1.0, 1.5)], 1.5),  # touching
+    ([(1.0, 1.0)], 0.0),  # no wait at all (the last to arrive)
+])
+def test_covered_counts_each_second_once(spans, seconds):
+    assert covered(spans) == seconds
+
+
 def test_short_pauses_of_one_rank_that_add_up_are_said_as_a_phase_with_their_share():
     """Issue 53: rank 0 checkpointing 3 s every 20 steps cost the job most of its time, in pauses each
     under the 5 s a single phase needs: said once as a phase, with how many pauses and their share."""
@@ -576,6 +619,16 @@ def test_short_pauses_of_one_rank_that_add_up_are_said_as_a_phase_with_their_sha
     assert "works in host-side work (evaluate() at train.py:95)" in verdict.line()
     two = simulate(lambda r, s: 3.0 if r == 0 and s in (40, 90) else jitter(r, s), steps=120)
     assert judge_slow(windows(two, activity=activity)) is None  # two pauses: hiccups, however long the window
+
+
+def test_a_checkpoint_every_20_steps_is_a_phase_wherever_the_window_is_cut():
+    """CI's busy slow stage: the window held 4 pauses of rank 0's checkpoint (one every 20 collectives) in
+    fewer than 80 collectives; the top 5 % rounded down kept 3 of the 4, and rank 0 was called a straggler."""
+    activity = {0: {"collective": 5, "compute": 20, "host": 75}}
+    for steps in range(60, 101):
+        calls = simulate(lambda r, s: 3.0 if r == 0 and s % 20 == 19 else jitter(r, s), steps=steps)
+        verdict = judge_slow(windows(calls, activity=activity))
+        assert verdict is not None and verdict.kind == "phase" and verdict.culprits == (0,), (steps, verdict)
 
 
 @pytest.mark.parametrize(("caused", "named"), [
