@@ -20,6 +20,7 @@ throttled rank for "its own code"); the agent's reading is as fresh as its look,
 
 from __future__ import annotations
 
+import bisect
 import functools
 import json
 import math
@@ -84,19 +85,14 @@ class Evidence:
         every rank (reading at the same wall-clock slots: :meth:`due`) holds the same bursts. Why the newest
         :data:`MIN_KEPT_CALLS` too: the collective a rank's long pause held (an evaluation of 30 s or more)
         was enqueued by the waiting ranks as long before their next ones; kept by time alone it left their
-        files with the first collective after the pause, and the pause was never seen."""
+        files with the first collective after the pause, and the pause was never seen (:func:`kept_calls`)."""
         for entry in entries or ():
             if entry.get("is_p2p") or not isinstance(entry.get("time_created_ns"), int):
                 continue
             key = (str(entry.get("pg_id", "")), int(entry.get("collective_seq_id") or 0))
             op = str(entry.get("profiling_name", "")).split(":")[-1]
             self.calls[key] = [key[0], key[1], op, entry["time_created_ns"] / 1e9]
-        if not self.calls:
-            return
-        by_age = sorted(self.calls, key=lambda k: self.calls[k][3])
-        oldest_kept = min(self.calls[by_age[-MIN_KEPT_CALLS:][0]][3], self.calls[by_age[-1]][3] - KEEP_SECONDS)
-        kept = [k for k in by_age if self.calls[k][3] >= oldest_kept][-MAX_KEPT_CALLS:]
-        self.calls = {k: self.calls[k] for k in kept}
+        self.calls = {k: self.calls[k] for k in kept_calls(self.calls)}
 
     def due(self, now: float) -> bool:
         """Whether a write is due: once per :data:`WRITE_EVERY` seconds of the wall clock, the same
@@ -115,6 +111,31 @@ class Evidence:
             "activity": self.activity, "lines": lines,
             "calls": sorted(self.calls.values(), key=lambda c: (c[0], c[1])),
         }, separators=(",", ":")))
+
+
+def kept_calls(calls: Mapping[tuple[str, int], Sequence[Any]]) -> list[tuple[str, int]]:
+    """The keys of ``calls`` (``(group, seq)`` -> ``[group, seq, op, enqueued]``) to keep, oldest first: those
+    enqueued within :data:`KEEP_SECONDS` of the newest, or that ended then (the next call of their group was
+    enqueued then), or among the newest :data:`MIN_KEPT_CALLS`; and the call before each (the doctor reads a
+    collective's wait from the one before it); the newest :data:`MAX_KEPT_CALLS` of them.
+
+    Why by its end too: the collective a rank's 30 s evaluation held was enqueued by the waiting ranks 30 s
+    before it ended. Kept only among the newest 256, it left their files 256 collectives after the pause (ten
+    seconds at 26 a second): two file writes, and a node-0 look every 10 s that had to fall between them,
+    after node 1's look had published its ranks' (a busy machine's slow stage missed the phase)."""
+    if not calls:
+        return []
+    by_age = sorted(calls, key=lambda k: calls[k][3])
+    since = calls[by_age[-1]][3] - KEEP_SECONDS
+    oldest = min(calls[by_age[-MIN_KEPT_CALLS:][0]][3], since)
+    first = bisect.bisect_left(by_age, oldest, key=lambda k: calls[k][3])
+    ended = [k for k in by_age[:first] if calls.get((k[0], k[1] + 1), (0, 0, 0, -math.inf))[3] >= since]
+    kept = ended + by_age[first:]  # oldest first: a group's calls are numbered one after another
+    before: dict[str, tuple[str, int]] = {}
+    for group, seq in kept:
+        before.setdefault(group, (group, seq - 1))
+    keys = set(kept) | {key for key in before.values() if key in calls}
+    return [k for k in by_age if k in keys][-MAX_KEPT_CALLS:]
 
 
 def _most_seen(seen: Mapping[str, Mapping[str, int]]) -> list[Any]:

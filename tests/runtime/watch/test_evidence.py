@@ -62,10 +62,13 @@ def test_the_collectives_of_the_last_seconds_are_kept_without_sends_and_receives
     assert len(found.calls) == 299 and ("0", 0) not in found.calls
     found.note_calls([entry(299, 10**8 * 299), entry(1, 10**9 * 40, pg=1, name="gloo:broadcast")])
     kept = sorted(seq for group, seq in found.calls if group == "0")
-    assert kept[0] == 45 and kept[-1] == 299  # the newest 256 (MIN_KEPT_CALLS), 10 s older than KEEP_SECONDS allows
+    # the newest 256 (MIN_KEPT_CALLS), 10 s older than KEEP_SECONDS allows, and the one before the oldest of them
+    assert kept[0] == 44 and kept[-1] == 299
     found.note_calls([entry(s, 10**8 * s) for s in range(300, 700)])  # 40 more seconds, 10 a second
     kept = sorted(seq for group, seq in found.calls if group == "0")
-    assert kept[0] == 400 and len(kept) == 300  # within KEEP_SECONDS (30 s) of the newest: more than 256
+    # within KEEP_SECONDS (30 s) of the newest, more than 256 (from 400), the one that ended then (399) and the one
+    # before it (398)
+    assert kept[0] == 398 and len(kept) == 302
     assert found.calls[("1", 1)] == ["1", 1, "broadcast", 40.0]
     found.note_calls([entry(s, 10**9 * 71 + s) for s in range(1000, 1000 + evidence.MAX_KEPT_CALLS)])
     assert len(found.calls) == evidence.MAX_KEPT_CALLS and ("0", 699) not in found.calls  # the cap: the newest
@@ -78,6 +81,13 @@ def test_a_long_pause_s_collective_stays_among_the_waiting_ranks_calls(tmp_path)
     found.note_calls([entry(s, 40 * 10**6 * s) for s in range(1, 51)])  # 25 a second, then the pause
     found.note_calls([entry(s, 45 * 10**9 + 40 * 10**6 * s) for s in range(51, 151)])  # 4 s after it
     assert ("0", 50) in found.calls and ("0", 1) in found.calls
+    # 20 s after it (500 more calls): the pause's call, which ended then, and the one before it are still kept
+    found.note_calls([entry(s, 45 * 10**9 + 40 * 10**6 * s) for s in range(151, 651)])
+    assert {("0", 49), ("0", 50)} <= set(found.calls) and ("0", 48) not in found.calls
+    assert len(found.calls) == 2 + 600  # and the 24 s since
+    # more than KEEP_SECONDS after its end (47.04 s on this clock, call 51): dropped
+    found.note_calls([entry(s, 45 * 10**9 + 40 * 10**6 * s) for s in range(651, 851)])
+    assert ("0", 50) not in found.calls and ("0", 49) not in found.calls
 
 
 def test_the_recorder_is_read_without_stack_traces(tmp_path, monkeypatch):
