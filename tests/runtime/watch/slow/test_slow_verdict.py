@@ -164,6 +164,7 @@ def test_the_record_carries_every_ranks_figures():
     ([0.0] * 75 + [3.0] * 4, True),  # a pause every 20 collectives, the window cut between two: 79, top 4
     ([0.0] * 77 + [3.0] * 4, True),  # 81: the top 5
     ([0.0] * 56 + [3.0] * 4, False),  # a pause every 15: the top 3 hold 75 %
+    ([0.0] * 38 + [3.0] * 3, True),  # 41: the top 3 (one in 21 would be 2 of them, 67 %)
 ])
 def test_a_phase_is_a_few_long_pauses(waits, phase):
     assert is_phase(waits) is phase
