@@ -13,9 +13,9 @@ The node's agent reads a rank's file only for a rank whose ``rank<N>.json`` it b
 pid and start time): a job's own files are never trusted further than that. It reads the rank's threads'
 CPU time and **run delay** itself (:func:`cpu_times`, the kernel's ``schedstat``: time spent runnable
 but waiting for a CPU, which a cgroup's CPU quota or other processes on its cores make grow). Why the
-agent, not the worker: a rank under a 1 % CPU quota is the one whose sampler writes late (seen in CI: its
-file went unwritten for long enough that the doctor had no two readings 5 s apart, and named the
-throttled rank for "its own code"); the agent's reading is as fresh as its look, and no rank can write it.
+agent, not the worker: a rank under a 1 % CPU quota is the one whose sampler writes late (in CI's busy slow
+stage the throttled rank had no CPU figures in the doctor's window, and was named for "its own code"); the
+agent's reading is as fresh as its look, and no rank can write it.
 """
 
 from __future__ import annotations
