@@ -202,12 +202,13 @@ def process_cpu(pid: int) -> list[float] | None:
 
 
 def read_evidence(folder: str, reports: Mapping[int, Mapping[str, Any]], read: Callable[[str], bytes | None],
-                  sealed_by: SealedBy | None = None, cpu_of: Callable[[int], list[float] | None] = process_cpu
+                  sealed_by: SealedBy | None = None, cpu_of: Callable[[int], list[float] | None] | None = None
                   ) -> dict[int, dict[str, Any]]:
     """Each believed rank's evidence file (``reports``: the believed ``rank<N>.json`` by rank; a file is kept
     only with the same pid and start time, and where the watch holds the samplers' keys, signed by that very
     process: another rank swapping two ranks' files is not believed), well-formed parts only, with its
-    process's CPU readings as read now (``cpu_of``: a ``cpu`` the file carries is never believed)."""
+    process's CPU readings as ``cpu_of`` reads them now (:func:`process_cpu`; None: not read, for a reader
+    that needs only the calls). A ``cpu`` the file carries is never believed."""
     found: dict[int, dict[str, Any]] = {}
     for rank, report in reports.items():
         data = read(evidence_path(folder, rank))
@@ -221,7 +222,7 @@ def read_evidence(folder: str, reports: Mapping[int, Mapping[str, Any]], read: C
         if (not isinstance(value, dict) or value.get("rank") != rank or value.get("pid") != report.get("pid")
                 or value.get("start_time") != report.get("start_time")):
             continue
-        found[rank] = {**checked(value), "cpu": cpu_of(pid) if isinstance(pid, int) else None}
+        found[rank] = {**checked(value), "cpu": cpu_of(pid) if cpu_of and isinstance(pid, int) else None}
     return found
 
 

@@ -165,6 +165,7 @@ def test_the_cpu_readings_are_the_agents_own_of_the_believed_process(tmp_path):
     found = read_evidence(str(tmp_path), {0: {"pid": 41, "start_time": 2}}, read_file,
                           cpu_of=lambda pid: asked.append(pid) or [7.0, 8.0, 9.0])
     assert found[0]["cpu"] == [7.0, 8.0, 9.0] and asked == [41]
+    assert read_evidence(str(tmp_path), {0: {"pid": 41, "start_time": 2}}, read_file)[0]["cpu"] is None  # not read
     if Path(f"/proc/{os.getpid()}/task").is_dir():
         reading = evidence.process_cpu(os.getpid())
         assert reading is not None and reading[0] > 0

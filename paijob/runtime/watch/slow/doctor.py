@@ -35,7 +35,7 @@ from typing import Any
 
 from paijob.common import untrusted
 from paijob.common.records import MAX_LINE_TEXT, SlowRecord, signed_text
-from paijob.runtime.watch.evidence import SealedBy, checked, read_evidence
+from paijob.runtime.watch.evidence import SealedBy, checked, process_cpu, read_evidence
 from paijob.runtime.watch.folder import SLOW_VERDICT, evidence_name, read_file, write_new
 from paijob.runtime.watch.ranks import Look, RankState
 from paijob.runtime.watch.slow import clock
@@ -136,7 +136,7 @@ class SlowDoctor:
 
     def _local(self, reports: Mapping[int, Mapping[str, Any]], states: list[RankState]) -> list[dict[str, Any]]:
         """This node's ranks as published: who (from their rank states) and their evidence."""
-        found = read_evidence(self.folder, reports, self._read, self._sealed_by)
+        found = read_evidence(self.folder, reports, self._read, self._sealed_by, cpu_of=process_cpu)
         self._note_unreadable(reports, found)
         ahead = self.ahead.estimate() if self.node_rank else 0.0
         return [{"rank": s.rank, "node_rank": s.node_rank, "host": s.host, "local_rank": s.local_rank,

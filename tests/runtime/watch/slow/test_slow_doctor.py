@@ -449,3 +449,15 @@ def test_at_hundreds_of_collectives_a_second_the_nodes_windows_overlap_a_look_ap
                for r in range(4)]
     verdict = judge_slow(windows)
     assert verdict is not None and verdict.kind == "rank" and verdict.culprits == (3,), verdict
+
+
+def test_each_ranks_cpu_is_read_by_the_node_not_taken_from_its_file(monkeypatch):
+    """A rank under a CPU quota writes its own file late (CI: no CPU figures, named for "its own code"); the
+    node reads the believed process's counters itself, at every look."""
+    from paijob.runtime.watch import evidence
+    from paijob.runtime.watch.slow import doctor as doctor_module
+
+    asked: dict[str, object] = {}
+    monkeypatch.setattr(doctor_module, "read_evidence", lambda *args, **kwargs: asked.update(kwargs) or {})
+    doctor([], every=0.0).look(Look(100.0, {1: {"rank": 1, "pid": 7, "start_time": 1}}, []))
+    assert asked["cpu_of"] is evidence.process_cpu
